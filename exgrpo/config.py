@@ -1,0 +1,337 @@
+"""One configuration object for the ExGRPO method (paper.md §1, §3.3, §6.3, §6.6).
+
+Every switch of the method lives here, with the paper's meaning as default. Where the released
+code (ElliottYan/LUFFY, folder ExGRPO/) behaves differently, that behaviour sits behind a named
+switch; `SWITCHES` below lists them for the README table. Both runtimes (the CPU trainer and the
+verl plug-in) and the Snakemake config validation read this one object, so there is one source of
+truth.
+
+Departures from the paper, stated up front:
+- `sigma_units` defaults to "count" (σ=1 in success-count units, σ_acc=0.125), as released. The
+  paper's text reads σ=1 in accuracy units, but its own sensitivity discussion only makes sense in
+  count units (paper.md §1.4), so the released reading is what the paper's numbers came from.
+- `entropy_mask` defaults to "response" (clean mean over response tokens), not the released mask
+  (paper.md §1.6, upstream issue #57); "as_released" reproduces the bug.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any, get_type_hints
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid. The message names the field and what was expected."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"config field '{field_name}': {message}")
+
+
+@dataclass
+class ExGRPOConfig:
+    """All method settings. Field docstrings follow each field (CleanRL style)."""
+
+    # ---------------------------------------------------------------- method
+    method: str = "exgrpo"
+    """`on_policy` (Dr.GRPO baseline, paper Table 1 "On-Policy") or `exgrpo`."""
+    n_rollouts: int = 8
+    """K: rollouts per question (paper §3.3). Experiential groups have 1 replayed + K-1 fresh."""
+    rho: float = 0.5
+    """ρ: share of the batch's questions drawn from the buffer, in [0, 1) (paper Eq. 4). n_exp = min(#eligible, ⌊ρB⌋)."""
+
+    # ---------------------------------------------------------------- reward (paper §3.5)
+    reward_region: str = "after_think"
+    """Which part of the response is graded: `after_think` (text after `</think>`, as released) or `full`."""
+    reward_require_think_close: bool = True
+    """With `after_think`: a response without `</think>` scores 0 (released). False grades the whole response instead."""
+    reward_timeout_s: float = 5.0
+    """Wall-clock timeout per answer, enforced by a process pool (never signals in threads)."""
+    reward_max_chars: int = 4000
+    """Graded text is capped to its last N characters before parsing (answers come last)."""
+    reward_workers: int = 1
+    """Processes in the verifier pool."""
+
+    # ---------------------------------------------------------------- experience buffer (paper §4.1, Alg. 1)
+    buffer_lbound: int = 0
+    """A question is eligible for the buffer when lbound < k <= rbound (k successes of K)."""
+    buffer_rbound: int = -1
+    """Upper eligibility bound on k; -1 means K-1 (released: lbound=0, rbound=7 for K=8)."""
+    max_traj_per_question: int = 0
+    """Cap on stored trajectories per question (oldest dropped); 0 = unlimited, as released."""
+    replay_counts_in_k: bool = True
+    """For an experiential group, k counts the replayed (always correct) trajectory too: the group is 1+7 (released, paper.md §6.6-4)."""
+    collect_before_activation: bool = False
+    """Collect experience from step 1. Released: collection starts only once replay is active (paper.md §1.2)."""
+    retire_from_buffer: bool = True
+    """Questions with k = K leave the buffer at the end of every step (paper Alg. 1, E ← E \\ S)."""
+    retire_from_data: str = "epoch"
+    """When retired questions leave the training data: `epoch` (at epoch boundaries, as released) or `never`."""
+    retire_data_margin: int = 20
+    """Released: pruning the data only happens if more than batch + margin questions remain."""
+    retired_review_fraction: float = 0.0
+    """"Retired Review" (paper Table 7): fraction of retired questions put back into the buffer pool; 0 = off."""
+    retired_review_every: int = 25
+    """Retired Review period in steps (paper Table 7 uses 10% every 25 steps)."""
+
+    # ---------------------------------------------------------------- question sampler (paper §4.1, Alg. 2)
+    sampler: str = "gaussian"
+    """Bucket weighting: `gaussian` (paper), `uniform` ("w/o Q. Selection"), `linear`, `sqrt`, `linear_clip` (released options)."""
+    sampler_mu: float = 0.5
+    """Gaussian mean, in accuracy units k/K (0.5 paper default; 0.25 = "Hard-Biased", Table 3)."""
+    sampler_sigma: float = 1.0
+    """Gaussian σ, in the units given by `sigma_units` (Table 3 varies 0.5 / 1.0 / 1.5)."""
+    sigma_units: str = "count"
+    """`count`: σ in success counts, as released (σ_acc = σ/K); `accuracy`: σ in units of k/K, the paper's literal text."""
+    sample_range: str = "all"
+    """Released `exp_sample_range`: restrict candidates by insertion order to `all`, `first_half` or `last_half`."""
+    difficulty_signal: str = "success"
+    """Bucket key: `success` (k of K, binary reward) or `reward_std` (paper §5.3 continuous-reward extension)."""
+
+    # ---------------------------------------------------------------- trajectory selection (paper §4.1)
+    selection_mode: str = "argmin"
+    """`argmin` (lowest score, paper), `argmax` ("w/ Highest Entropy T."), or `random` ("w/o T. Selection")."""
+    selection_metric: str = "entropy"
+    """Score: `entropy` (mean full-vocabulary token entropy), `nll` (mean NLL, log-PPL; Alg. 1 line 11) or `random`."""
+    selection_policy: str = "current"
+    """Score under the `current` policy with an extra forward pass (paper), or use the value recorded `at_collection` (cheaper)."""
+    entropy_mask: str = "response"
+    """`response`: mean over response tokens; `as_released`: the released pad-position mask (paper.md §1.6, issue #57)."""
+
+    # ---------------------------------------------------------------- advantages (paper §3.1, Dr.GRPO)
+    adv_std_norm: bool = False
+    """Divide group advantages by the group std (vanilla GRPO). False = mean-centred only (Dr.GRPO, paper)."""
+    adv_eps: float = 1e-6
+    """Epsilon added to the std when `adv_std_norm` is on."""
+
+    # ---------------------------------------------------------------- policy loss (paper Eq. 4, §1.8-1.9)
+    clip_eps: float = 0.2
+    """PPO clip ε for on-policy tokens (before replay activates, or always with `keep_clip_after_activation`)."""
+    keep_clip_after_activation: bool = False
+    """Released removes clipping for all tokens once replay is active (paper.md §6.6-3); True keeps PPO clip on fresh tokens."""
+    replay_shaping: str = "shaped"
+    """Replayed tokens: `shaped` f(w)=w/(w+β) (paper) or `clipped` PPO ratio ("w/o Shaping", Table 6)."""
+    shaping_beta: float = 0.1
+    """β of the policy shaping f(w) = w/(w+β)."""
+    is_correction: bool = True
+    """Replayed ratio w = π_θ/π_past with recorded behaviour log-probs (paper); False uses π_θold ("w/o IS Correction")."""
+    loss_agg: str = "seq_sum_const"
+    """`seq_sum_const`: Σ tokens over sequences / constant (released, Dr.GRPO); `token_mean`; `seq_mean` (mean of per-sequence token means)."""
+    loss_norm_const: int = 0
+    """Constant normaliser for `seq_sum_const`; 0 = the maximum response length (released: 8192)."""
+    entropy_coef: float = 0.001
+    """Entropy bonus coefficient on the token-mean entropy (paper Table 4)."""
+    kl_coef: float = 0.0
+    """KL coefficient to a reference policy; 0 = no KL (paper)."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip."""
+    skip_grad_bound: float = 500.0
+    """Released: skip the optimizer step when the grad norm is non-finite or above this; 0 disables."""
+
+    # ---------------------------------------------------------------- delayed start (paper §4.2)
+    delayed_start: bool = True
+    """Run on-policy until batch pass@1 exceeds `start_threshold`, then switch to ExGRPO (one way). Off for Llama base (paper §5.1)."""
+    start_threshold: float = 0.35
+    """Batch pass@1 (fraction of all responses with reward 1) that activates replay."""
+
+    # ---------------------------------------------------------------- difficulty-masked GRPO (paper §3.2, Eq. 14)
+    difficulty_mask: str = "none"
+    """Preliminary study: only questions whose online accuracy is in this bucket get gradient: `none`, `hard`, `medium`, `easy`."""
+    mask_hard_high: float = 0.25
+    """Hard = (0, mask_hard_high]."""
+    mask_easy_low: float = 0.75
+    """Easy = [mask_easy_low, 1); Medium = (mask_hard_high, mask_easy_low)."""
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def rbound(self) -> int:
+        """Resolved upper eligibility bound (K-1 when `buffer_rbound` is -1)."""
+        return self.n_rollouts - 1 if self.buffer_rbound < 0 else self.buffer_rbound
+
+    @property
+    def sigma_count(self) -> float:
+        """σ in success-count units."""
+        return self.sampler_sigma if self.sigma_units == "count" else self.sampler_sigma * self.n_rollouts
+
+    def validate(self) -> ExGRPOConfig:
+        """Check every field; raise ConfigError naming the first bad one. Returns self."""
+        for f in fields(self):
+            _check_type(f.name, getattr(self, f.name), _hints()[f.name])
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(name, f"got {getattr(self, name)!r}, expected one of {sorted(allowed)}")
+        _check_range("rho", self.rho, 0.0, 1.0, hi_open=True)
+        _check_range("start_threshold", self.start_threshold, 0.0, 1.0)
+        _check_range("retired_review_fraction", self.retired_review_fraction, 0.0, 1.0)
+        _check_range("mask_hard_high", self.mask_hard_high, 0.0, self.mask_easy_low, hi_open=True)
+        _check_range("mask_easy_low", self.mask_easy_low, self.mask_hard_high, 1.0)
+        for name in ("reward_timeout_s", "sampler_sigma", "shaping_beta", "clip_eps", "adv_eps"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, f"must be > 0, got {getattr(self, name)!r}")
+        for name in ("n_rollouts", "reward_max_chars", "reward_workers", "retired_review_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)!r}")
+        for name in ("max_traj_per_question", "loss_norm_const", "retire_data_margin", "entropy_coef",
+                     "kl_coef", "grad_clip", "skip_grad_bound", "buffer_lbound"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, f"must be >= 0, got {getattr(self, name)!r}")
+        if self.n_rollouts < 2:
+            raise ConfigError("n_rollouts", f"GRPO needs at least 2 rollouts per question, got {self.n_rollouts}")
+        if not (self.buffer_lbound < self.rbound <= self.n_rollouts):
+            raise ConfigError("buffer_rbound", f"need buffer_lbound ({self.buffer_lbound}) < rbound ({self.rbound}) "
+                                               f"<= n_rollouts ({self.n_rollouts})")
+        return self
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None, where: str = "") -> ExGRPOConfig:
+        """Build and validate from a mapping; unknown keys are errors. `where` prefixes field names in errors."""
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        for key in values:
+            if key not in known:
+                raise ConfigError(f"{where}{key}", f"unknown setting; known settings: {', '.join(sorted(known))}")
+        try:
+            cfg = cls(**values)
+            return cfg.validate()
+        except ConfigError as err:
+            raise ConfigError(f"{where}{err.field}", str(err).split(": ", 1)[1]) from None
+
+    def replace(self, **overrides: Any) -> ExGRPOConfig:
+        """A validated copy with `overrides` applied (unknown names are errors)."""
+        return ExGRPOConfig.from_dict({**dataclasses.asdict(self), **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+CHOICES: dict[str, frozenset[str]] = {
+    "method": frozenset({"on_policy", "exgrpo"}),
+    "reward_region": frozenset({"after_think", "full"}),
+    "retire_from_data": frozenset({"epoch", "never"}),
+    "sampler": frozenset({"gaussian", "uniform", "linear", "sqrt", "linear_clip"}),
+    "sigma_units": frozenset({"count", "accuracy"}),
+    "sample_range": frozenset({"all", "first_half", "last_half"}),
+    "difficulty_signal": frozenset({"success", "reward_std"}),
+    "selection_mode": frozenset({"argmin", "argmax", "random"}),
+    "selection_metric": frozenset({"entropy", "nll", "random"}),
+    "selection_policy": frozenset({"current", "at_collection"}),
+    "entropy_mask": frozenset({"response", "as_released"}),
+    "replay_shaping": frozenset({"shaped", "clipped"}),
+    "loss_agg": frozenset({"seq_sum_const", "token_mean", "seq_mean"}),
+    "difficulty_mask": frozenset({"none", "hard", "medium", "easy"}),
+}
+"""Allowed values of every enumerated field."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One row of the README switch table: paper default vs released behaviour, and the ablation it serves."""
+
+    field: str
+    paper: Any
+    released: Any
+    ablation: str
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch("sigma_units", "count (σ=1 → σ_acc=0.125)", "count (hard-coded)", "Table 3 σ variants"),
+    Switch("sampler_sigma", 1.0, "1.0 (hard-coded)", "Table 3: wider 1.5 / narrower 0.5"),
+    Switch("sampler_mu", 0.5, "0.5 (hard-coded)", "Table 3: hard-biased 0.25"),
+    Switch("sampler", "gaussian", "gaussian (script); null = uniform (YAML default)", "Table 6 w/o Q. Selection"),
+    Switch("selection_mode", "argmin", "argmin", "Table 6 w/ Highest-Entropy T. (argmax), w/o T. Selection (random)"),
+    Switch("selection_metric", "entropy", "ent (script); random (YAML default)", "§F.3 PPL selection"),
+    Switch("entropy_mask", "response", "as_released (pad-position mask, last chunk)", "measures issue #57"),
+    Switch("selection_policy", "current", "current", "cheaper at_collection (verl)"),
+    Switch("replay_shaping", "shaped (β=0.1)", "p_div_p_0.1", "Table 6 w/o Shaping"),
+    Switch("is_correction", True, True, "Table 6 w/o IS Correction"),
+    Switch("keep_clip_after_activation", "False (App. D.1: clipping removed)", "False (all tokens unclipped)",
+           "isolates the clip removal"),
+    Switch("loss_agg", "seq_sum_const", "seq_sum_const (/8192)", "aggregation study"),
+    Switch("adv_std_norm", False, "False (script); True (YAML default)", "Dr.GRPO vs GRPO"),
+    Switch("replay_counts_in_k", "True (group of K)", True, "bookkeeping quirk"),
+    Switch("collect_before_activation", "not stated", False, "buffer warm-up"),
+    Switch("retire_from_buffer", True, True, "retirement"),
+    Switch("retire_from_data", "not stated", "epoch", "retirement"),
+    Switch("retired_review_fraction", 0.0, "0 (no code)", "Table 7 w/ Retired Review (0.1 every 25)"),
+    Switch("rho", 0.5, 0.5, "Table 6 ρ=25% / 75%"),
+    Switch("delayed_start", "True (off for Llama base)", True, "Table 5 Llama base"),
+    Switch("difficulty_signal", "success", "success (no code for reward_std)", "Table 2 continuous reward"),
+    Switch("difficulty_mask", "none", "none (no code)", "Table 9/10, Fig. 1a masked GRPO"),
+    Switch("reward_region", "after_think", "after_think (reward_impl_version=3)", "grader study"),
+    Switch("skip_grad_bound", "not stated", 500.0, "optimizer robustness"),
+)
+"""Paper-vs-release switches, rendered into the README table."""
+
+
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "on_policy": {"method": "on_policy"},
+    "exgrpo": {"method": "exgrpo"},
+    "wo_q_selection": {"sampler": "uniform"},
+    "wo_t_selection": {"selection_mode": "random"},
+    "wo_qt_selection": {"sampler": "uniform", "selection_mode": "random"},
+    "wo_shaping": {"replay_shaping": "clipped"},
+    "wo_is_correction": {"is_correction": False},
+    "highest_entropy": {"selection_mode": "argmax"},
+    "rho_25": {"rho": 0.25},
+    "rho_75": {"rho": 0.75},
+    "sigma_wide": {"sampler_sigma": 1.5},
+    "sigma_narrow": {"sampler_sigma": 0.5},
+    "mu_hard": {"sampler_mu": 0.25},
+    "retired_review": {"retired_review_fraction": 0.1, "retired_review_every": 25},
+    "ppl_selection": {"selection_metric": "nll"},
+    "entropy_as_released": {"entropy_mask": "as_released"},
+    "masked_full": {"method": "on_policy"},
+    "masked_easy": {"method": "on_policy", "difficulty_mask": "easy"},
+    "masked_medium": {"method": "on_policy", "difficulty_mask": "medium"},
+    "masked_hard": {"method": "on_policy", "difficulty_mask": "hard"},
+}
+"""Named variants (paper Tables 3, 6, 7, 9) as overrides of the defaults. `exgrpo` and `on_policy` are the two methods."""
+
+
+def config_for(variant: str, **overrides: Any) -> ExGRPOConfig:
+    """The validated config of a named variant, with extra `overrides` on top."""
+    if variant not in ABLATIONS:
+        raise ConfigError("variant", f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
+    return ExGRPOConfig.from_dict({**ABLATIONS[variant], **overrides})
+
+
+@lru_cache(maxsize=1)
+def field_docs() -> dict[str, str]:
+    """Field name → docstring, read from the class source (for the README and error messages)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(ExGRPOConfig)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
+            docs[node.target.id] = str(nxt.value.value).strip()
+    return docs
+
+
+@lru_cache(maxsize=1)
+def _hints() -> dict[str, Any]:
+    return get_type_hints(ExGRPOConfig)
+
+
+def _check_type(name: str, value: Any, expected: Any) -> None:
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return
+    if expected is bool and not isinstance(value, bool):
+        raise ConfigError(name, f"expected true/false, got {value!r}")
+    if expected is not bool and isinstance(value, bool) or not isinstance(value, expected):
+        raise ConfigError(name, f"expected {expected.__name__}, got {type(value).__name__} {value!r}")
+
+
+def _check_range(name: str, value: float, lo: float, hi: float, hi_open: bool = False) -> None:
+    bad = value < lo or (value >= hi if hi_open else value > hi)
+    if bad:
+        raise ConfigError(name, f"must be in [{lo}, {hi}{')' if hi_open else ']'}, got {value!r}")
+
+
+__all__ = ["ABLATIONS", "CHOICES", "SWITCHES", "ConfigError", "ExGRPOConfig", "Switch", "config_for",
+           "field_docs"]
