@@ -57,6 +57,9 @@ class ExGRPOConfig:
     reward_workers: int = 1
     """Processes in the verifier pool."""
 
+    drop_fresh_overflow: bool = False
+    """Released: each step consumes B fresh questions and drops the n_exp it does not use (paper.md §6.6-6); False consumes B - n_exp."""
+
     # ---------------------------------------------------------------- experience buffer (paper §4.1, Alg. 1)
     buffer_lbound: int = 0
     """A question is eligible for the buffer when lbound < k <= rbound (k successes of K)."""
@@ -263,6 +266,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("difficulty_signal", "success", "success (no code for reward_std)", "Table 2 continuous reward"),
     Switch("difficulty_mask", "none", "none (no code)", "Table 9/10, Fig. 1a masked GRPO"),
     Switch("reward_region", "after_think", "after_think (reward_impl_version=3)", "grader study"),
+    Switch("drop_fresh_overflow", "False (|B_on| = B - |B_exp|)", "True (fresh rows dropped)", "data consumption"),
     Switch("skip_grad_bound", "not stated", 500.0, "optimizer robustness"),
 )
 """Paper-vs-release switches, rendered into the README table."""
