@@ -118,7 +118,7 @@ class ExGRPOConfig:
     keep_clip_after_activation: bool = False
     """Released removes clipping for all tokens once replay is active (paper.md §6.6-3); True keeps PPO clip on fresh tokens."""
     replay_shaping: str = "shaped"
-    """Replayed tokens: `shaped` f(w)=w/(w+β) (paper) or `clipped` PPO ratio ("w/o Shaping", Table 6)."""
+    """Replayed tokens: `shaped` f(w)=w/(w+β) (paper); `clipped` PPO ratio ("w/o Shaping", Table 6); `unclipped` −w·A (released no_reshape)."""
     shaping_beta: float = 0.1
     """β of the policy shaping f(w) = w/(w+β)."""
     is_correction: bool = True
@@ -224,7 +224,7 @@ CHOICES: dict[str, frozenset[str]] = {
     "selection_metric": frozenset({"entropy", "nll", "random"}),
     "selection_policy": frozenset({"current", "at_collection"}),
     "entropy_mask": frozenset({"response", "as_released"}),
-    "replay_shaping": frozenset({"shaped", "clipped"}),
+    "replay_shaping": frozenset({"shaped", "clipped", "unclipped"}),
     "loss_agg": frozenset({"seq_sum_const", "token_mean", "seq_mean"}),
     "difficulty_mask": frozenset({"none", "hard", "medium", "easy"}),
 }
@@ -250,7 +250,8 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("selection_metric", "entropy", "ent (script); random (YAML default)", "§F.3 PPL selection"),
     Switch("entropy_mask", "response", "as_released (pad-position mask, last chunk)", "measures issue #57"),
     Switch("selection_policy", "current", "current", "cheaper at_collection (verl)"),
-    Switch("replay_shaping", "shaped (β=0.1)", "p_div_p_0.1", "Table 6 w/o Shaping"),
+    Switch("replay_shaping", "shaped (β=0.1); w/o Shaping = clipped", "p_div_p_0.1; w/o Shaping = no_reshape (unclipped)",
+           "Table 6 w/o Shaping"),
     Switch("is_correction", True, True, "Table 6 w/o IS Correction"),
     Switch("keep_clip_after_activation", "False (App. D.1: clipping removed)", "False (all tokens unclipped)",
            "isolates the clip removal"),
@@ -279,6 +280,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "wo_t_selection": {"selection_mode": "random"},
     "wo_qt_selection": {"sampler": "uniform", "selection_mode": "random"},
     "wo_shaping": {"replay_shaping": "clipped"},
+    "wo_shaping_as_released": {"replay_shaping": "unclipped"},
     "wo_is_correction": {"is_correction": False},
     "highest_entropy": {"selection_mode": "argmax"},
     "rho_25": {"rho": 0.25},
