@@ -78,7 +78,7 @@ class ExGRPOConfig:
     retire_data_margin: int = 20
     """Released: pruning the data only happens if more than batch + margin questions remain."""
     retired_review_fraction: float = 0.0
-    """"Retired Review" (paper Table 7): fraction of retired questions put back into the buffer pool; 0 = off."""
+    """"Retired Review" (paper Table 7): fraction of retired questions un-retired (removed from the retired set and returned to the training data) every `retired_review_every` steps; 0 = off."""
     retired_review_every: int = 25
     """Retired Review period in steps (paper Table 7 uses 10% every 25 steps)."""
 

@@ -1,0 +1,387 @@
+"""Step-level experience bookkeeping shared by both trainers (paper §4.1-4.2, Alg. 1; paper.md §1.2-1.5, §1.10, §1.13).
+
+One training step, as a trainer drives it::
+
+    qids = mgr.plan_replay(B)                 # questions to replay (n_exp = min(#eligible, ⌊ρB⌋))
+    cands = {q: mgr.candidates(q) for q in qids}   # trajectory selection (selection.py) picks one each
+    ... roll out, score ...
+    mgr.record_group(qid, rewards, fresh_trajectories, replayed=..., step=t)   # once per group
+    metrics = mgr.end_step(t, batch_pass1)
+    (at an epoch boundary) data = mgr.prune_training_data(all_qids, B)
+
+Order of operations inside `end_step(t)` (all groups recorded in step t, in recording order):
+ 1. Bookkeeping per group: the group's difficulty key k becomes the question's latest key (re-bucketed on
+    every rollout, on-policy or experiential). `success`: k = #correct of K; for a replayed group with
+    `replay_counts_in_k` the replayed trajectory counts (1 + K-1 fresh, released); without it k is the fresh
+    accuracy on the K scale, round_half_up(K·k_fresh/(K-1)). `reward_std` (§5.3): k = round(σ̃·K) over the
+    step's groups. k = K retires the question (from step 1, whether or not replay is active; k = 0 never
+    retires). Otherwise, if collection is on and k is eligible, the group's correct FRESH trajectories are
+    stored (deduplicated, capped).
+ 2. Retirement from the buffer (`retire_from_buffer`): questions retired in this step leave the buffer.
+ 3. Retired Review (paper Table 7; no released code): if `retired_review_fraction` > 0 and
+    t % `retired_review_every` == 0, round_half_up(fraction·|retired|) retired questions, drawn uniformly
+    without replacement with the seeded Generator, are UN-RETIRED: removed from the retired set and returned
+    to the training data by the next `prune_training_data` (appended if the list passed in no longer holds
+    them), and listed by `drain_reviewed()` for trainers that re-inject them at once. Their buffer entries
+    were deleted when they retired, so they re-enter the buffer only through fresh rollouts.
+ 4. Delayed start (paper §4.2): if not active and batch_pass1 > `start_threshold`, replay becomes active
+    (one way). It takes effect AFTER the step, as released: collection in step t used the state before the
+    switch, so the buffer is empty at the switch (unless `collect_before_activation`); `plan_replay(t+1)`
+    returns [] and replay starts at t+2, once step t+1 has stored eligible questions.
+ 5. Metrics (state after the step).
+
+Definitions. Eligible for replay: in the buffer and lbound < k <= rbound (`success`), or lbound < k
+(`reward_std`, where the top key K is the batch's most informative question, not a solved one). Collection
+is on when `method == "exgrpo"` and replay is active, or always with `collect_before_activation`. Retirement
+is permanent except through Retired Review: a retired question rolled out again (before the epoch prune, or
+with `retire_from_data="never"`) updates its key but stores nothing while `retire_from_buffer` (released:
+stored, then deleted the same step).
+
+Departures from the paper / released code, stated up front:
+- A question whose latest k falls out of the eligible range (e.g. 0/8) keeps its trajectories but is not
+  replayed until k is eligible again (paper: buckets by the LATEST correctness). The released code skips the
+  bucket update for such groups, leaving the question replayable under its stale bucket.
+- `reward_std` (§5.3, no released code): "correct" means reward above the mean of the counted group
+  (positive advantage), and there is no retirement (no solved end of the scale).
+- `method == "on_policy"` keeps the bookkeeping (keys, retired set, metrics) but never replays, and
+  `prune_training_data` returns the data unchanged: the Dr.GRPO baseline trains on all questions.
+- All randomness comes from one seeded numpy Generator saved with the state, so a resumed run replays the
+  same questions as an uninterrupted one (released: unseeded global RNG, pickled dataloader).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.buffer import DEFAULT_CHUNK_TOKENS, ExperienceBuffer, Trajectory, load_arrays, save_arrays
+from exgrpo.core.sampler import n_replay, restrict_range, sample_questions, std_bucket_keys
+from exgrpo.io import read_json, write_json
+
+ARRAYS_FILE = "experience_arrays.safetensors"
+STATE_FILE = "experience_state.json"
+FORMAT = "exgrpo-experience-v1"
+_MUST_MATCH_ON_LOAD = ("n_rollouts", "difficulty_signal", "buffer_lbound", "buffer_rbound")
+
+
+def _round_half_up(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+@dataclass
+class _Group:
+    qid: str
+    counted: np.ndarray  # float64: the rewards that define k (whole trained group, or fresh only)
+    fresh: np.ndarray  # float64 [n_fresh], aligned with trajectories
+    trajectories: list[Trajectory]
+    replayed: bool
+    step: int
+
+
+class ExperienceManager:
+    """The experience buffer E, difficulty buckets, retired set S and delayed-start switch of one run."""
+
+    def __init__(self, cfg: ExGRPOConfig, seed: int, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
+        self.cfg = cfg.validate()
+        self.seed = int(seed)
+        self.rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.buffer = ExperienceBuffer(cfg.max_traj_per_question, chunk_tokens)
+        self._k: dict[str, int] = {}  # latest difficulty key of every question seen
+        self._retired: dict[str, None] = {}  # ordered set, in order of retirement
+        self._buckets: dict[int, dict[str, None]] = {}  # key -> eligible buffered questions, in arrival order
+        self._active = cfg.method == "exgrpo" and not cfg.delayed_start
+        self._activation_step: int | None = 0 if self._active else None
+        self._last_step: int | None = None
+        self._pending: list[_Group] = []
+        self._reviewed: list[str] = []  # un-retired, not yet drained by the trainer
+        self._returning: list[str] = []  # un-retired, not yet handed back through prune_training_data
+
+    # ------------------------------------------------------------------ state queries
+    @property
+    def replay_active(self) -> bool:
+        """True once ExGRPO replay is on (one way); always False for `method="on_policy"`."""
+        return self._active
+
+    @property
+    def collecting(self) -> bool:
+        """Whether correct trajectories are stored in the current step."""
+        return (self.cfg.method == "exgrpo" and self._active) or self.cfg.collect_before_activation
+
+    @property
+    def activation_step(self) -> int | None:
+        """Step after which replay became active (0 = from the start); None while inactive."""
+        return self._activation_step
+
+    @property
+    def retired(self) -> list[str]:
+        """The retired set S, in order of retirement."""
+        return list(self._retired)
+
+    def latest_key(self, qid: str) -> int | None:
+        """Latest difficulty key k of `qid` (None if never rolled out)."""
+        return self._k.get(qid)
+
+    def buckets(self) -> dict[int, list[str]]:
+        """Eligible buffered questions per key (ascending key; arrival order inside a bucket)."""
+        return {k: list(v) for k, v in sorted(self._buckets.items()) if v}
+
+    def is_eligible_key(self, k: int) -> bool:
+        """lbound < k <= rbound (`success`) or lbound < k (`reward_std`)."""
+        upper = self.cfg.n_rollouts if self.cfg.difficulty_signal == "reward_std" else self.cfg.rbound
+        return self.cfg.buffer_lbound < k <= upper
+
+    # ------------------------------------------------------------------ step API
+    def plan_replay(self, batch_size: int) -> list[str]:
+        """Question ids to replay this step: min(#eligible, ⌊ρB⌋) distinct ones drawn with `cfg.sampler` over
+        the eligible buckets (after `cfg.sample_range`). [] if `method != "exgrpo"` or replay is not active."""
+        if self._pending:
+            raise RuntimeError("plan_replay called after record_group and before end_step")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if self.cfg.method != "exgrpo" or not self._active:
+            return []
+        cfg = self.cfg
+        if cfg.sample_range == "all":
+            buckets = self.buckets()
+        else:
+            in_order = [q for q in self.buffer.qids() if self.is_eligible_key(self._k[q])]
+            buckets = {}
+            for q in restrict_range(in_order, cfg.sample_range):
+                buckets.setdefault(self._k[q], []).append(q)
+            buckets = dict(sorted(buckets.items()))
+        n = n_replay(cfg.rho, batch_size, sum(len(v) for v in buckets.values()))
+        return sample_questions(buckets, n, kind=cfg.sampler, n_rollouts=cfg.n_rollouts, mu=cfg.sampler_mu,
+                                sigma_count=cfg.sigma_count, rng=self.rng)
+
+    def candidates(self, qid: str) -> list[Trajectory]:
+        """Stored trajectories of `qid` (read-only views, oldest first) for trajectory selection."""
+        return self.buffer.get(qid)
+
+    def record_group(self, qid: str, rewards: np.ndarray, trajectories: list[Trajectory], *, replayed: bool,
+                     step: int) -> None:
+        """Record one trained group; applied in `end_step` (see the module docstring).
+
+        Args:
+            qid: stable question id.
+            rewards: float [K] — the whole group as trained. For a replayed group either [K] with the replayed
+                trajectory's reward at index 0, or [K-1] fresh rewards only (the replayed one then counts as
+                correct). `success` needs rewards in {0, 1}.
+            trajectories: the group's FRESH trajectories, aligned with the fresh rewards ([K] or [K-1]).
+                Their arrays must stay unchanged until `end_step`.
+            replayed: the group holds one replayed trajectory.
+            step: the current training step (must equal the `end_step` step).
+        """
+        cfg, big_k = self.cfg, self.cfg.n_rollouts
+        if not isinstance(qid, str) or not qid:
+            raise ValueError(f"question id must be a non-empty str, got {qid!r}")
+        r = np.asarray(rewards, dtype=np.float64)
+        allowed = (big_k, big_k - 1) if replayed else (big_k,)
+        if r.ndim != 1 or r.size not in allowed:
+            raise ValueError(f"question {qid!r}: rewards must have length {' or '.join(map(str, allowed))} "
+                             f"(n_rollouts={big_k}, replayed={replayed}), got shape {r.shape}")
+        if not np.all(np.isfinite(r)):
+            raise ValueError(f"question {qid!r}: rewards must be finite")
+        if cfg.difficulty_signal == "success" and not np.all((r == 0) | (r == 1)):
+            raise ValueError(f"question {qid!r}: difficulty_signal='success' needs 0/1 rewards, got {r.tolist()}")
+        fresh = r[1:] if replayed and r.size == big_k else r
+        if len(trajectories) != fresh.size:
+            raise ValueError(f"question {qid!r}: {len(trajectories)} trajectories for {fresh.size} fresh rewards")
+        if replayed and cfg.replay_counts_in_k:
+            if r.size == big_k:
+                counted = r
+            elif cfg.difficulty_signal == "success":
+                counted = np.concatenate([[1.0], fresh])
+            else:
+                raise ValueError(f"question {qid!r}: reward_std with replay_counts_in_k needs all K rewards")
+        else:
+            counted = fresh
+        self._pending.append(_Group(qid, counted, fresh, list(trajectories), replayed, int(step)))
+
+    def end_step(self, step: int, batch_pass1: float) -> dict[str, float]:
+        """Apply the step's groups, retire, review, check the delayed start; return metrics (module docstring).
+
+        Args:
+            step: the training step just finished; strictly increasing.
+            batch_pass1: fraction of the batch's responses with reward 1 (released `batch/solved`); with
+                `reward_std`, whatever batch score `start_threshold` is meant for (finite).
+        """
+        if self._last_step is not None and step <= self._last_step:
+            raise ValueError(f"end_step: step {step} does not follow the previous step {self._last_step}")
+        if not math.isfinite(batch_pass1) or (self.cfg.difficulty_signal == "success"
+                                               and not 0.0 <= batch_pass1 <= 1.0):
+            raise ValueError(f"end_step: batch_pass1 must be a fraction in [0, 1], got {batch_pass1}")
+        if bad := [g.qid for g in self._pending if g.step != step]:
+            raise ValueError(f"end_step({step}): groups recorded with a different step: {bad[:5]}")
+        cfg, big_k = self.cfg, self.cfg.n_rollouts
+        groups, self._pending = self._pending, []
+        if cfg.difficulty_signal == "reward_std":
+            keys = std_bucket_keys([float(np.std(g.counted)) for g in groups], big_k).tolist()
+            correct = [g.fresh > g.counted.mean() for g in groups]
+        else:
+            keys = [int(g.counted.sum()) if g.counted.size == big_k
+                    else _round_half_up(big_k * g.counted.sum() / g.counted.size) for g in groups]
+            correct = [g.fresh == 1.0 for g in groups]
+        collecting = self.collecting
+        newly_retired: list[str] = []
+        stored = duplicates = 0
+        for g, k, ok in zip(groups, keys, correct):
+            self._set_key(g.qid, k)
+            if cfg.difficulty_signal == "success" and k == big_k and g.qid not in self._retired:
+                self._retired[g.qid] = None
+                newly_retired.append(g.qid)
+            if not (collecting and self.is_eligible_key(k)):
+                continue
+            if cfg.retire_from_buffer and g.qid in self._retired:
+                continue
+            was_buffered = g.qid in self.buffer
+            for traj, is_correct in zip(g.trajectories, ok):
+                if is_correct:
+                    added = self.buffer.add(g.qid, traj)
+                    stored += added
+                    duplicates += not added
+            if not was_buffered and g.qid in self.buffer:
+                self._buckets.setdefault(k, {})[g.qid] = None
+        if cfg.retire_from_buffer:
+            for qid in newly_retired:
+                self._drop_from_buckets(qid)
+                self.buffer.remove(qid)
+        reviewed = self._review(step)
+        if not self._active and cfg.method == "exgrpo" and batch_pass1 > cfg.start_threshold:
+            self._active, self._activation_step = True, step
+        self._last_step = step
+        metrics = {
+            "exp/active": float(self._active),
+            "exp/collecting": float(collecting),
+            "exp/activation_step": float("nan") if self._activation_step is None else float(self._activation_step),
+            "exp/groups": float(len(groups)),
+            "exp/stored": float(stored),
+            "exp/duplicates": float(duplicates),
+            "exp/buffered_questions": float(len(self.buffer)),
+            "exp/buffered_trajectories": float(self.buffer.num_trajectories),
+            "exp/buffered_tokens": float(self.buffer.num_tokens),
+            "exp/eligible_questions": float(sum(len(v) for v in self._buckets.values())),
+            "exp/retired": float(len(self._retired)),
+            "exp/retired_this_step": float(len(newly_retired)),
+            "exp/reviewed": float(len(reviewed)),
+            "exp/mean_key": float(np.mean(keys)) if keys else float("nan"),
+        }
+        upper = big_k if cfg.difficulty_signal == "reward_std" else cfg.rbound
+        for key in range(cfg.buffer_lbound + 1, upper + 1):
+            metrics[f"exp/bucket_{key}"] = float(len(self._buckets.get(key, ())))
+        return metrics
+
+    def prune_training_data(self, qids: list[str], batch_size: int) -> list[str]:
+        """Epoch-boundary filtering (paper.md §1.5): the current training question list `qids` without retired
+        questions, plus the questions Retired Review un-retired since the last call that `qids` lacks (appended
+        in review order).
+
+        Nothing is removed when `method != "exgrpo"`, when `retire_from_data == "never"`, or when
+        batch_size + `retire_data_margin` or fewer questions would remain (released guard).
+        """
+        present = set(qids)
+        returning = [q for q in self._returning if q not in present and q not in self._retired]
+        self._returning = []
+        if self.cfg.method != "exgrpo" or self.cfg.retire_from_data == "never":
+            return list(qids) + returning
+        kept = [q for q in qids if q not in self._retired]
+        return (kept if len(kept) > batch_size + self.cfg.retire_data_margin else list(qids)) + returning
+
+    def drain_reviewed(self) -> list[str]:
+        """Questions un-retired by Retired Review since the last call (for immediate re-injection)."""
+        out, self._reviewed = self._reviewed, []
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _set_key(self, qid: str, k: int) -> None:
+        old = self._k.get(qid)
+        self._k[qid] = k
+        if old == k or qid not in self.buffer:
+            return
+        if old is not None:
+            self._buckets.get(old, {}).pop(qid, None)
+        if self.is_eligible_key(k):
+            self._buckets.setdefault(k, {})[qid] = None
+
+    def _drop_from_buckets(self, qid: str) -> None:
+        k = self._k.get(qid)
+        if k is not None:
+            self._buckets.get(k, {}).pop(qid, None)
+
+    def _review(self, step: int) -> list[str]:
+        cfg = self.cfg
+        if cfg.retired_review_fraction <= 0 or step % cfg.retired_review_every != 0 or not self._retired:
+            return []
+        n = min(len(self._retired), _round_half_up(cfg.retired_review_fraction * len(self._retired)))
+        pool = list(self._retired)
+        chosen = [pool[i] for i in sorted(self.rng.choice(len(pool), size=n, replace=False))] if n else []
+        for qid in chosen:
+            del self._retired[qid]
+        self._reviewed.extend(chosen)
+        self._returning.extend(chosen)
+        return chosen
+
+    # ------------------------------------------------------------------ save / load
+    def save(self, directory: str | Path) -> None:
+        """Write the whole state (buffer, keys, buckets, retired set, switch, RNG) to `directory`.
+
+        Two files, each written atomically: `experience_arrays.safetensors` first, then
+        `experience_state.json`; a shared random `save_id` detects a mismatched pair. Call between steps.
+        """
+        if self._pending:
+            raise RuntimeError("save called after record_group and before end_step")
+        directory = Path(directory)
+        arrays, qids = self.buffer.to_arrays()
+        save_id = uuid.uuid4().hex
+        save_arrays(directory / ARRAYS_FILE, arrays, {"format": FORMAT, "save_id": save_id})
+        write_json(directory / STATE_FILE, {
+            "format": FORMAT, "save_id": save_id, "seed": self.seed,
+            "config": {name: getattr(self.cfg, name) for name in _MUST_MATCH_ON_LOAD},
+            "rng_state": self.rng.bit_generator.state,
+            "active": self._active, "activation_step": self._activation_step, "last_step": self._last_step,
+            "buffer_qids": qids, "max_traj_per_question": self.buffer.max_per_question,
+            "chunk_tokens": self.buffer.chunk_tokens,
+            "latest_key": [[q, k] for q, k in self._k.items()],
+            "retired": list(self._retired),
+            "buckets": [[k, list(v)] for k, v in self._buckets.items()],
+            "reviewed": list(self._reviewed),
+            "returning": list(self._returning),
+        })
+
+    @classmethod
+    def load(cls, directory: str | Path, cfg: ExGRPOConfig) -> ExperienceManager:
+        """Restore a manager saved by `save`; `cfg` must agree on n_rollouts, difficulty_signal and bounds."""
+        directory = Path(directory)
+        state = read_json(directory / STATE_FILE)
+        arrays, meta = load_arrays(directory / ARRAYS_FILE)
+        if state.get("format") != FORMAT or meta.get("format") != FORMAT:
+            raise ValueError(f"{directory / STATE_FILE}: not an {FORMAT} state")
+        if meta.get("save_id") != state.get("save_id"):
+            raise ValueError(f"{directory}: {ARRAYS_FILE} and {STATE_FILE} come from different saves")
+        for name in _MUST_MATCH_ON_LOAD:
+            if getattr(cfg, name) != state["config"][name]:
+                raise ConfigError(name, f"{getattr(cfg, name)!r} differs from the saved experience state "
+                                        f"({state['config'][name]!r}) in {directory}")
+        mgr = cls(cfg, state["seed"], chunk_tokens=state["chunk_tokens"])
+        mgr.buffer = ExperienceBuffer.from_arrays(arrays, state["buffer_qids"], max_per_question=cfg.max_traj_per_question,
+                                                  chunk_tokens=state["chunk_tokens"], source=str(directory / ARRAYS_FILE))
+        mgr.rng.bit_generator.state = state["rng_state"]
+        mgr._active, mgr._activation_step, mgr._last_step = state["active"], state["activation_step"], state["last_step"]
+        mgr._k = {q: int(k) for q, k in state["latest_key"]}
+        mgr._retired = dict.fromkeys(state["retired"])
+        mgr._buckets = {int(k): dict.fromkeys(v) for k, v in state["buckets"]}
+        mgr._reviewed = list(state["reviewed"])
+        mgr._returning = list(state["returning"])
+        expected = {q for q in mgr.buffer.qids() if mgr.is_eligible_key(mgr._k.get(q, -1))}
+        members = [(k, q) for k, v in mgr._buckets.items() for q in v]
+        if {q for _, q in members} != expected or len(members) != len(expected) or any(
+                mgr._k[q] != k for k, q in members):
+            raise ValueError(f"{directory / STATE_FILE}: buckets disagree with the buffer (corrupt state)")
+        return mgr
+
+
+__all__ = ["ARRAYS_FILE", "STATE_FILE", "ExperienceManager", "Trajectory"]
