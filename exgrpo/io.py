@@ -24,6 +24,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; results files should be readable
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -78,6 +79,12 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}:{lineno}: corrupt JSON line ({err})") from None
     return rows
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _json_default(obj: Any) -> Any:

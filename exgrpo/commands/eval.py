@@ -1,0 +1,118 @@
+"""`exgrpo eval`: evaluate one model on benchmarks under a decoding profile, through lm-eval.
+
+Writes `<out>/<benchmark>.<profile>.samples.parquet` (per-sample records) and `<out>/<benchmark>.<profile>.json`
+(aggregate) for each benchmark; reruns skip complete files and finish interrupted ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from exgrpo.config import ConfigError
+
+HELP = "Evaluate a model on benchmarks (lm-eval + Math-Verify), writing per-sample caches and aggregates."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="local model folder (HF format: config.json, weights, tokenizer)")
+    parser.add_argument("--benchmarks", required=True,
+                        help="comma-separated benchmark names or suites (paper, paper_id, paper_ood, tiny)")
+    parser.add_argument("--profile", required=True, help="decoding profile: paper, community or tiny")
+    parser.add_argument("--out", required=True, type=Path, help="output folder (results/<source>/eval/<backbone>/<variant>/s<seed>)")
+    parser.add_argument("--backend", default="hf", help="hf (CPU / single device) or vllm (GPU clusters)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N problems of each benchmark")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (lm-eval seeds; vLLM engine seed)")
+    parser.add_argument("--k", type=int, default=None, help="samples per problem for every benchmark (not with --profile paper)")
+    parser.add_argument("--data-dir", default=None,
+                        help="folder with local benchmark files (<name>.jsonl|json|parquet in the source schema) "
+                             "or the tiny splits from `exgrpo make-data`; default: the Hugging Face hub")
+    parser.add_argument("--revision", default=None, help="model revision recorded in provenance (and passed to the backend)")
+    parser.add_argument("--prompt-format", default="chat", help="chat (model's chat template, no system prompt) or llama_base")
+    parser.add_argument("--batch-size", default=None, help="lm-eval batch size (default: 8 for hf, auto for vllm)")
+    parser.add_argument("--device", default="cpu", help="hf backend device (cpu, cuda, cuda:0)")
+    parser.add_argument("--dtype", default=None, help="weights dtype (default: float32 for hf, auto for vllm)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the hf backend")
+    parser.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per replica (default: all visible)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vllm: memory share (released: 0.85)")
+    parser.add_argument("--max-model-len", type=int, default=None, help="vllm: context length (default: 1024 + profile max tokens)")
+    parser.add_argument("--grader-timeout", type=float, default=None, help="seconds per answer (default: config reward_timeout_s)")
+    parser.add_argument("--grader-workers", type=int, default=None, help="grader processes (default: config reward_workers)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _batch_size(value: str | None, backend: str) -> int | str:
+    if value is None:
+        return 8 if backend == "hf" else "auto"
+    if value == "auto":
+        return value
+    try:
+        size = int(value)
+    except ValueError:
+        raise ConfigError("batch_size", f"expected an integer or 'auto', got {value!r}") from None
+    if size < 1:
+        raise ConfigError("batch_size", f"must be >= 1, got {size}")
+    return size
+
+
+def run(args: argparse.Namespace) -> int:
+    from exgrpo.eval import harness
+    from exgrpo.eval.benchmarks import parse_benchmarks
+    from exgrpo.eval.cache import CacheError
+    from exgrpo.eval.grading import GradingSettings
+    from exgrpo.eval.metrics import split_averages
+    from exgrpo.eval.profiles import get_profile
+
+    profile = get_profile(args.profile)
+    benchmarks = parse_benchmarks(args.benchmarks)
+    if args.backend not in harness.BACKENDS:
+        raise ConfigError("backend", f"unknown backend {args.backend!r}; known: {', '.join(harness.BACKENDS)}")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("limit", f"must be >= 1, got {args.limit}")
+    for bench in benchmarks:
+        profile.k_for(bench.name, args.k)  # a bad --k stops before any model is loaded
+    model_dir = harness.check_model_dir(args.model)
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise FileNotFoundError(f"{args.data_dir}: data folder not found")
+    defaults = GradingSettings()
+    grading = GradingSettings(
+        timeout_s=defaults.timeout_s if args.grader_timeout is None else args.grader_timeout,
+        workers=defaults.workers if args.grader_workers is None else args.grader_workers)
+    settings = harness.EvalSettings(profile=profile, seed=args.seed, limit=args.limit, k=args.k,
+                                    data_dir=args.data_dir, prompt_format=args.prompt_format, grading=grading,
+                                    batch_size=_batch_size(args.batch_size, args.backend))
+    model_id = str(model_dir.resolve())
+    if args.backend == "hf":
+        model_args = harness.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")
+    else:
+        model_args = harness.vllm_model_args(
+            model_id, seed=args.seed, profile=profile, tensor_parallel_size=args.tensor_parallel_size,
+            gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
+            dtype=args.dtype or "auto", revision=args.revision)
+
+    def make_lm():
+        if args.threads is not None:
+            import torch
+            torch.set_num_threads(args.threads)
+        return harness.build_lm(args.backend, model_args, settings.batch_size,
+                                device=args.device if args.backend == "hf" else None)
+
+    try:
+        aggregates = harness.evaluate_model(
+            make_lm, benchmarks, settings, args.out, model_id,
+            model_meta=lambda lm: harness.model_info(lm, model_id, args.revision, args.backend, model_args),
+            progress=not args.no_progress)
+    except CacheError as err:
+        print(f"exgrpo eval: error: {err}", file=sys.stderr)
+        return 2
+    for agg in aggregates:
+        m = agg["metrics"]
+        print(f"{agg['benchmark']:<20} {agg['split']:<5} k={agg['k']:<3} n={agg['n_problems']:<6} "
+              f"avg@k={m['avg_at_k']:.4f} pass@k={m['pass_at_k']:.4f} maj@k={m['maj_at_k']:.4f}")
+    averages = split_averages(aggregates)
+    for split in ("id", "ood"):
+        if averages.get(split) is not None:
+            print(f"{split.upper()} average (unweighted over {len(averages['benchmarks'][split])} benchmarks): "
+                  f"{averages[split]:.4f}")
+    return 0

@@ -1,0 +1,85 @@
+"""`exgrpo regrade`: grade cached samples again (another grader version or settings) without generating.
+
+Reads `*.samples.parquet` caches written by `exgrpo eval`, grades each completion against its stored
+label, and writes new records and aggregates, either under `--out` (mirroring the paths below
+`--cache`) or over the originals (`--in-place`). Generation settings and provenance are carried
+over; the new provenance records the grader, its version and the file it came from
+(ecosystem.md §4.6: math-verify 0.6.0 and 0.9.0 grade some answers differently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from exgrpo.config import ConfigError
+
+HELP = "Re-grade cached evaluation samples (no generation), writing new records and aggregates."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache", required=True, type=Path, help="a *.samples.parquet file or a folder of them")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="write regraded files here (same relative paths)")
+    where.add_argument("--in-place", action="store_true", help="replace the cached files")
+    parser.add_argument("--grader", default="math-verify", help="grader name (math-verify)")
+    parser.add_argument("--timeout-s", type=float, default=None, help="seconds per answer (default: as stored)")
+    parser.add_argument("--workers", type=int, default=None, help="grader processes (default: as stored)")
+    parser.add_argument("--max-chars", type=int, default=None, help="grade the last N characters (default: as stored)")
+    parser.add_argument("--require-think-close", action=argparse.BooleanOptionalAction, default=None,
+                        help="score 0 without </think> when the prompt opened a think block (default: as stored)")
+    parser.add_argument("--region", default="stored", help="stored (per prompt, as generated), after_think or full")
+
+
+def run(args: argparse.Namespace) -> int:
+    from exgrpo.eval.cache import CacheError
+
+    try:
+        for line in regrade(args):
+            print(line)
+    except CacheError as err:
+        print(f"exgrpo regrade: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def regrade(args: argparse.Namespace) -> list[str]:
+    """Regrade every cache under `args.cache`; returns one summary line per file."""
+    from exgrpo.eval import cache
+    from exgrpo.eval.grading import GRADERS, GradingSettings, get_grader, grade_records
+    from exgrpo.eval.harness import regions_from_meta
+    from exgrpo.provenance import provenance
+
+    if args.grader not in GRADERS:
+        raise ConfigError("grader", f"unknown grader {args.grader!r}; known: {', '.join(sorted(GRADERS))}")
+    if args.region not in ("stored", "after_think", "full"):
+        raise ConfigError("region", f"expected stored, after_think or full, got {args.region!r}")
+    files = cache.find_caches(args.cache)
+    root = args.cache if args.cache.is_dir() else args.cache.parent
+    lines = []
+    for src in files:
+        records, meta = cache.read_samples(src)
+        stored = dict(meta.get("grading") or {})
+        overrides = {"grader": args.grader, "timeout_s": args.timeout_s, "workers": args.workers,
+                     "max_chars": args.max_chars, "require_think_close": args.require_think_close}
+        settings = GradingSettings.from_dict({**stored, **{k: v for k, v in overrides.items() if v is not None}})
+        regions = (regions_from_meta(records, stored) if args.region == "stored" else [args.region] * len(records))
+        if "kind" not in meta:
+            raise cache.CacheError(f"{src}: corrupt cache metadata, no 'kind'")
+        with get_grader(settings) as grader:
+            graded = grade_records(records, meta["kind"], regions, grader)
+        region_info = ({k: v for k, v in stored.items() if k in ("region", "region_by_problem")}
+                       if args.region == "stored" else {"region": args.region})
+        prov = provenance(seed=meta.get("seed"), regraded_from=str(src.resolve()),
+                          grader=grader.name, grader_version=grader.version,
+                          generation=meta.get("provenance"))
+        new_meta = {**meta, "grading": {**settings.to_dict(), **region_info}, "provenance": prov}
+        new_meta.pop("format_version", None)
+        dest = src if args.in_place else Path(args.out) / src.relative_to(root)
+        cache.write_samples(dest, graded, new_meta)
+        agg = cache.build_aggregate(graded, new_meta, prov)
+        cache.write_aggregate(cache.aggregate_path_for(dest), agg)
+        changed = int((graded["score"].to_numpy() != records["score"].to_numpy()).sum())
+        lines.append(f"{dest}: avg@k {agg['metrics']['avg_at_k']:.4f} ({changed} of {len(graded)} scores changed)")
+    return lines

@@ -1,0 +1,338 @@
+"""Evaluation through lm-eval: generate k samples per problem, grade once, write the cache, aggregate.
+
+One call of `evaluate_model` handles one model and a list of benchmarks under one decoding profile.
+For each benchmark it
+1. skips it when `<benchmark>.<profile>.samples.parquet` and `.json` exist for the same settings, or
+   rebuilds only the aggregate when the samples exist without it (an interrupted run);
+2. runs lm-eval (`evaluate`, metrics bypassed as in `predict_only`) on the project's task
+   (`exgrpo/eval/tasks`) with `repeats = k` and the profile's generation kwargs, through the HF (CPU,
+   tiny models) or vLLM (GPU clusters) backend, with the model's chat template and no system prompt;
+3. grades every sample with the core's Math-Verify reward (`grading.grade_records`);
+4. writes the samples parquet (atomic), then the aggregate JSON (atomic, last).
+
+Departures from lm-eval's defaults, stated up front: lm-eval's own metrics and output files are not
+used (its `--output_path` files are timestamped, ecosystem.md §3.4; its per-task metrics take the
+first sample only): the project's cache is the record and every number is computed from it.
+vLLM: k samples are k cloned requests (lm-eval `repeats`), with one engine seed; vLLM's `n` is not
+used because lm-eval reads only `outputs[0]` (ecosystem.md §3.6). lm-eval returns text only, so
+`n_tokens` is the completion re-tokenised with the model's tokenizer and `truncated` means
+`n_tokens >= max_new_tokens` (special tokens dropped by decoding are not counted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from exgrpo.config import ConfigError
+from exgrpo.eval import cache
+from exgrpo.eval.benchmarks import PROMPT_FORMATS, Benchmark, load_docs_with_info
+from exgrpo.eval.grading import GradingSettings, get_grader, grade_records, region_for_prompt
+from exgrpo.eval.profiles import DecodingProfile
+from exgrpo.eval.tasks import TASK_DIR
+from exgrpo.io import read_json
+from exgrpo.provenance import provenance
+
+BACKENDS = ("hf", "vllm")
+
+
+@dataclass
+class EvalSettings:
+    """Everything that decides what one evaluation generates and how it is graded."""
+
+    profile: DecodingProfile
+    seed: int = 0
+    limit: int | None = None
+    """First N problems of each benchmark (smoke runs); recorded in every file."""
+    k: int | None = None
+    """Override of the profile's k (only profiles with `k_configurable`)."""
+    data_dir: str | None = None
+    """Folder with local benchmark files (source schema) or the tiny splits; None = the hub."""
+    prompt_format: str = "chat"
+    grading: GradingSettings = field(default_factory=GradingSettings)
+    n_boot: int = 1000
+    batch_size: int | str = 8
+
+
+# ------------------------------------------------------------------------------------- model arguments
+def check_model_dir(model: str | Path) -> Path:
+    """A local model folder must exist and hold a `config.json` (FileNotFoundError naming it otherwise)."""
+    path = Path(model)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: model folder not found")
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path}: not a model folder (no config.json)")
+    return path
+
+
+def hf_model_args(model: str, *, revision: str | None = None, dtype: str = "float32",
+                  trust_remote_code: bool = False) -> dict[str, Any]:
+    """`model_args` for lm-eval's `hf` backend (CPU runs use float32)."""
+    args: dict[str, Any] = {"pretrained": str(model), "dtype": dtype, "trust_remote_code": trust_remote_code}
+    if revision:
+        args["revision"] = revision
+    return args
+
+
+def vllm_model_args(model: str, *, seed: int, profile: DecodingProfile, tensor_parallel_size: int | None = None,
+                    gpu_memory_utilization: float = 0.85, max_model_len: int | None = None,
+                    max_prompt_tokens: int = 1024, dtype: str = "auto", revision: str | None = None,
+                    data_parallel_size: int = 1, trust_remote_code: bool = False) -> dict[str, Any]:
+    """`model_args` for lm-eval's `vllm` backend (released: TP over all visible GPUs, 0.85 memory).
+
+    `max_model_len` defaults to `max_prompt_tokens + profile.max_new_tokens` (1024 + 8192 for `paper`,
+    the release's prompt and response caps), so lm-eval never shortens the generation budget to fit.
+    `tensor_parallel_size` defaults to the number of visible GPUs (CUDA_VISIBLE_DEVICES, else torch).
+    """
+    if tensor_parallel_size is None:
+        tensor_parallel_size = visible_gpus()
+    if tensor_parallel_size < 1:
+        raise ConfigError("tensor_parallel_size", f"must be >= 1, got {tensor_parallel_size} (no GPU visible?)")
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ConfigError("gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}")
+    args: dict[str, Any] = {
+        "pretrained": str(model), "dtype": dtype, "seed": int(seed),
+        "tensor_parallel_size": int(tensor_parallel_size), "data_parallel_size": int(data_parallel_size),
+        "gpu_memory_utilization": float(gpu_memory_utilization),
+        "max_model_len": int(max_model_len or max_prompt_tokens + profile.max_new_tokens),
+        "max_gen_toks": profile.max_new_tokens, "trust_remote_code": trust_remote_code,
+    }
+    if revision:
+        args["revision"] = revision
+    return args
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else torch's device count."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
+    import torch
+    return torch.cuda.device_count()
+
+
+def build_lm(backend: str, model_args: dict[str, Any], batch_size: int | str = 8, device: str | None = None) -> Any:
+    """An lm-eval LM for `backend` (`hf` or `vllm`), loaded once and reused for every benchmark."""
+    if backend not in BACKENDS:
+        raise ConfigError("backend", f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    import lm_eval.api.registry
+    import lm_eval.models  # noqa: F401  (registers the backends)
+
+    extra: dict[str, Any] = {"batch_size": batch_size}
+    if backend == "hf":
+        extra["device"] = device or "cpu"
+    return lm_eval.api.registry.get_model(backend).create_from_arg_obj(model_args, extra)
+
+
+def task_manager(data_dir: str | None, prompt_format: str) -> Any:
+    """lm-eval TaskManager over the project's task folder only (skips indexing lm-eval's 14k built-ins)."""
+    from lm_eval.tasks import TaskManager
+
+    meta: dict[str, Any] = {"prompt_format": prompt_format}
+    if data_dir is not None:
+        meta["data_dir"] = str(Path(data_dir).resolve())  # lm-eval resolves relative paths against the cwd
+    return TaskManager(include_path=str(TASK_DIR), include_defaults=False, metadata=meta)
+
+
+# ------------------------------------------------------------------------------------------ generation
+@dataclass
+class Generation:
+    """One generated sample before grading."""
+
+    problem_id: str
+    sample_index: int
+    prompt: str
+    completion: str
+    label: str
+
+
+def generate(lm: Any, bench: Benchmark, profile: DecodingProfile, k: int, settings: EvalSettings,
+             tm: Any | None = None) -> list[Generation]:
+    """k samples per problem of `bench` through lm-eval's `evaluate` with the metrics bypassed (no grading).
+
+    `evaluate` is called directly rather than `simple_evaluate`: the latter spends ~2 s per call
+    collecting pip/torch environment info (subprocesses) that provenance records once anyway.
+    The seeds are set as `simple_evaluate` sets them (python, numpy, torch when loaded).
+    """
+    import random
+    import sys
+
+    import numpy as np
+    from lm_eval.evaluator import evaluate
+
+    tm = tm or task_manager(settings.data_dir, settings.prompt_format)
+    loaded = tm.load([bench.task_name])
+    if bench.task_name not in loaded["tasks"]:
+        raise ConfigError("benchmarks", f"{bench.name}: lm-eval task {bench.task_name} not found in {TASK_DIR}")
+    task = loaded["tasks"][bench.task_name]
+    task.set_config("repeats", int(k))
+    task.set_config("generation_kwargs", profile.gen_kwargs())
+    task.set_config("num_fewshot", 0)
+    task.set_fewshot_seed(seed=settings.seed)
+    task.override_metric(metric_name="bypass")  # lm-eval's predict_only: generate, do not score
+    random.seed(settings.seed)
+    np.random.seed(settings.seed)
+    if "torch" in sys.modules:  # only a torch backend draws from torch's generator
+        sys.modules["torch"].manual_seed(settings.seed)
+    res = evaluate(lm=lm, task_dict=loaded, limit=settings.limit, bootstrap_iters=0, log_samples=True,
+                   system_instruction=profile.system_prompt, apply_chat_template=settings.prompt_format == "chat",
+                   fewshot_as_multiturn=False)
+    out: list[Generation] = []
+    for sample in sorted(res["samples"][bench.task_name], key=lambda s: s["doc_id"]):
+        doc = sample["doc"]
+        completions = sample["resps"][0] if sample["resps"] and isinstance(sample["resps"][0], list) \
+            else sample["resps"]
+        if len(completions) != k:
+            raise RuntimeError(f"{bench.name}: lm-eval returned {len(completions)} samples for problem "
+                               f"{doc['problem_id']}, expected k={k}")
+        prompt = sample["arguments"][0][0]
+        out.extend(Generation(str(doc["problem_id"]), i, prompt, str(text), str(doc["answer"]))
+                   for i, text in enumerate(completions))
+    return out
+
+
+def token_counter(lm: Any) -> Callable[[str], int] | None:
+    """Token count of a completion with the model's tokenizer (None when the LM exposes none)."""
+    encode = getattr(lm, "tok_encode", None)
+    if encode is None:
+        return None
+    return lambda text: len(encode(text))
+
+
+def records_from_generations(gens: list[Generation], *, seed: int, max_new_tokens: int,
+                             count_tokens: Callable[[str], int] | None) -> tuple[pd.DataFrame, list[str]]:
+    """Ungraded records (cache schema) and the per-row graded region.
+
+    `truncated` means the sample used the whole token budget (re-tokenised count >= max_new_tokens);
+    `n_tokens` is -1 when the LM exposes no tokenizer.
+    """
+    rows, regions = [], []
+    for g in gens:
+        n = count_tokens(g.completion) if count_tokens is not None else -1
+        rows.append({"problem_id": g.problem_id, "sample_index": g.sample_index, "seed": seed,
+                     "prompt_hash": hashlib.sha256(g.prompt.encode("utf-8")).hexdigest(), "completion": g.completion,
+                     "n_tokens": n, "truncated": n >= max_new_tokens, "extracted": None, "label": g.label,
+                     "score": 0.0, "status": "", "grader": "", "grader_version": ""})
+        regions.append(region_for_prompt(g.prompt))
+    return cache.records_table(rows), regions
+
+
+def region_meta(records: pd.DataFrame, regions: list[str]) -> dict[str, Any]:
+    """The graded region for the cache metadata: one value, or a per-problem map when prompts differ."""
+    if len(set(regions)) <= 1:
+        return {"region": regions[0] if regions else "full"}
+    by_problem = dict(zip(records["problem_id"], regions))
+    return {"region": "mixed", "region_by_problem": by_problem}
+
+
+def regions_from_meta(records: pd.DataFrame, grading_meta: dict[str, Any]) -> list[str]:
+    """Per-row regions stored by `region_meta` (for regrading)."""
+    region = grading_meta.get("region", "full")
+    if region != "mixed":
+        return [region] * len(records)
+    by_problem = grading_meta["region_by_problem"]
+    return [by_problem[str(pid)] for pid in records["problem_id"]]
+
+
+# ------------------------------------------------------------------------------------------- one model
+def model_info(lm: Any, model: str, revision: str | None, backend: str, model_args: dict[str, Any]) -> dict[str, Any]:
+    """Model, tokenizer and chat-template identity for provenance."""
+    info: dict[str, Any] = {"path": str(model), "revision": revision, "backend": backend, "model_args": model_args}
+    path = Path(model)
+    if path.is_dir():
+        files = sorted((p.name, p.stat().st_size) for p in path.iterdir() if p.is_file())
+        info["files_fingerprint"] = hashlib.sha256(repr(files).encode()).hexdigest()
+        if (path / "config.json").exists():
+            info["config_sha256"] = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
+    tok = getattr(lm, "tokenizer", None)
+    if tok is not None:
+        template = getattr(tok, "chat_template", None)
+        info["tokenizer"] = getattr(tok, "name_or_path", None)
+        info["chat_template_sha256"] = hashlib.sha256(str(template).encode()).hexdigest() if template else None
+    return info
+
+
+def evaluate_model(make_lm: Callable[[], Any], benchmarks: list[Benchmark], settings: EvalSettings,
+                   out_dir: str | Path, model_id: str, model_meta: Callable[[Any], dict[str, Any]] | None = None,
+                   progress: bool = True) -> list[dict[str, Any]]:
+    """Evaluate one model on `benchmarks`; returns the aggregates (skipped files are read back).
+
+    Args:
+        make_lm: builds the lm-eval LM; called once, only if some benchmark needs generating.
+        model_id: the model's identity (resolved path or hub id) recorded in, and matched against, caches.
+        model_meta: LM -> model/tokenizer provenance (default: `{"path": model_id}`).
+    """
+    from tqdm.auto import tqdm
+
+    if settings.prompt_format not in PROMPT_FORMATS:
+        raise ConfigError("prompt_format", f"unknown {settings.prompt_format!r}; known: {', '.join(PROMPT_FORMATS)}")
+    profile = settings.profile
+    plan = [(bench, profile.k_for(bench.name, settings.k)) for bench in benchmarks]  # bad --k fails before work
+    out_dir = Path(out_dir)
+    state: dict[str, Any] = {"lm": None, "tm": None}
+    with get_grader(settings.grading) as grader:
+        bar = tqdm(plan, desc=f"eval [{profile.name}]", unit="benchmark", disable=not progress)
+        return [_evaluate_one(bench, k, make_lm, settings, out_dir, model_id, model_meta, grader, state)
+                for bench, k in _labelled(bar)]
+
+
+def _labelled(bar: Any) -> Any:
+    for bench, k in bar:
+        bar.set_postfix_str(bench.name)
+        yield bench, k
+
+
+def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings: EvalSettings, out_dir: Path,
+                  model_id: str, model_meta: Callable[[Any], dict[str, Any]] | None, grader: Any,
+                  state: dict[str, Any]) -> dict[str, Any]:
+    """One (model, benchmark, profile): skip, finish, or generate + grade + write. Returns the aggregate."""
+    profile = settings.profile
+    expect = {"benchmark": bench.name, "profile": profile.name, "k": k, "seed": settings.seed,
+              "limit": settings.limit, "model": model_id, "prompt_format": settings.prompt_format}
+    samples_file = cache.samples_path(out_dir, bench.name, profile.name)
+    agg_file = cache.aggregate_path(out_dir, bench.name, profile.name)
+    status = cache.cache_state(out_dir, bench.name, profile.name, expect)
+    if status == "complete":
+        return read_json(agg_file)
+    if status == "samples_only":  # interrupted after the samples were written: aggregate only
+        records, meta = cache.read_samples(samples_file)
+        agg = cache.build_aggregate(records, meta, meta.get("provenance", {}), n_boot=settings.n_boot)
+        cache.write_aggregate(agg_file, agg)
+        return agg
+    _, data_info = load_docs_with_info(bench, settings.data_dir)  # fails early on missing data
+    if state["lm"] is None:
+        state["lm"] = make_lm()
+        _check_chat_template(state["lm"], settings.prompt_format, model_id)
+        state["tm"] = task_manager(settings.data_dir, settings.prompt_format)
+    lm = state["lm"]
+    gens = generate(lm, bench, profile, k, settings, state["tm"])
+    records, regions = records_from_generations(gens, seed=settings.seed, max_new_tokens=profile.max_new_tokens,
+                                                count_tokens=token_counter(lm))
+    graded = grade_records(records, bench.kind, regions, grader)
+    prov = provenance(seed=settings.seed, model=(model_meta(lm) if model_meta else {"path": model_id}),
+                      profile=profile.to_dict(), benchmark=bench.name, lm_eval_task=bench.task_name,
+                      prompt_format=settings.prompt_format, grader=grader.name, grader_version=grader.version)
+    meta = {**expect, "split": bench.split, "kind": bench.kind, "data": data_info,
+            "grading": {**settings.grading.to_dict(), **region_meta(records, regions)}, "provenance": prov}
+    cache.write_samples(samples_file, graded, meta)
+    agg = cache.build_aggregate(graded, meta, prov, n_boot=settings.n_boot)
+    cache.write_aggregate(agg_file, agg)  # last: its presence marks the pair complete
+    return agg
+
+
+def _check_chat_template(lm: Any, prompt_format: str, model_id: str) -> None:
+    tok = getattr(lm, "tokenizer", None)
+    if prompt_format == "chat" and tok is not None and not getattr(tok, "chat_template", None):
+        raise ConfigError("prompt_format", f"{model_id}: the tokenizer has no chat template; "
+                                           f"use --prompt-format llama_base for base models without one")
+
+
+__all__ = ["BACKENDS", "EvalSettings", "Generation", "build_lm", "check_model_dir", "evaluate_model", "generate",
+           "hf_model_args", "model_info", "records_from_generations", "region_meta", "regions_from_meta",
+           "task_manager", "token_counter", "visible_gpus", "vllm_model_args"]
