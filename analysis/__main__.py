@@ -1,0 +1,56 @@
+"""`python -m analysis render|check --results results --source tiny|paper|paper-repro|all`.
+
+render: validate results/<source>/ and write results/<source>/{tables,figures}/ and index.md.
+check:  validate only (and report flagged published averages and the cache size).
+A contract violation prints one line naming the file and field and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from analysis import schema
+from analysis.loader import DEFAULT_BACKBONES, ResultsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("render", "render tables, figures and index.md"), ("check", "validate only")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--results", default="results", help="the results/ directory (default: results)")
+        cmd.add_argument("--source", default="all", choices=[*schema.SOURCES, "all"],
+                         help="which source to process (all: every one that exists)")
+        cmd.add_argument("--backbones", default=str(DEFAULT_BACKBONES), help="backbone registry (backbones.yaml)")
+        if name == "render":
+            cmd.add_argument("--profile", default=None,
+                             help="evaluation profile for tables (default: the most common one)")
+        cmd.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("analysis").setLevel(logging.WARNING if args.quiet else logging.INFO)
+    from analysis import report
+
+    sources = list(schema.SOURCES) if args.source == "all" else [args.source]
+    try:
+        for source in sources:
+            if args.source == "all" and not (Path(args.results) / source).is_dir():
+                logging.getLogger("analysis").info("skip results/%s: not present", source)
+                continue
+            if args.command == "check":
+                print("\n".join(report.check(args.results, source, args.backbones)))
+            else:
+                done = report.render(args.results, source, args.profile, args.backbones)
+                print(f"results/{source}: {len(done.tables)} tables, {len(done.figures)} figures, "
+                      f"{len(done.skipped)} skipped -> {done.index}")
+    except (ResultsError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,397 @@
+"""The one reader of results/: loads a source directory and validates it against `analysis.schema`.
+
+Everything downstream (tables, figures, ledger) gets a `Results` object and never opens a file
+under results/ itself. A missing, corrupt or mis-shaped file stops the load with a `ResultsError`
+naming the file and the field; nothing is rendered from a half-valid tree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from analysis import schema
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_BACKBONES = REPO_ROOT / "config" / "backbones.yaml"
+_SEED_DIR = re.compile(r"^s(\d+)$")
+
+
+class ResultsError(ValueError):
+    """A results file breaks the contract. `path` and `field` say where."""
+
+    def __init__(self, path: str | Path, field_name: str, message: str):
+        self.path = str(path)
+        self.field = field_name
+        super().__init__(f"{path}: field '{field_name}': {message}")
+
+
+@dataclass
+class Results:
+    """One validated source (results/<source>/). Empty frames mean the source lacks that kind of data."""
+
+    source: str
+    root: Path
+    backbones: dict[str, dict[str, Any]]
+    scores: pd.DataFrame  # published cells (paper CSVs), columns schema.SCORE_COLUMNS
+    paper: dict[str, pd.DataFrame]  # the other paper CSVs, keyed by file stem
+    runs: pd.DataFrame  # backbone, variant, seed, config (dict), steps, wall_time_s
+    train: pd.DataFrame  # backbone, variant, seed, step, <metric columns>
+    evals: pd.DataFrame  # backbone, variant, seed, benchmark, profile, split, k, n_problems, avg_at_k, ci_lo, ci_hi
+    samples: pd.DataFrame  # backbone, variant, seed, benchmark, profile, problem_id, sample_index, score
+    trajectories: pd.DataFrame  # backbone + schema.TRAJECTORY_COLUMNS
+    bench: pd.DataFrame  # rule, job, + schema.BENCHMARK_COLUMNS
+    notes: list[str] = field(default_factory=list)  # non-fatal observations, logged by the caller
+
+    def has(self, name: str) -> bool:
+        frame = getattr(self, name)
+        return bool(len(frame))
+
+
+def load_backbones(path: str | Path = DEFAULT_BACKBONES) -> dict[str, dict[str, Any]]:
+    """The backbone registry (config/backbones.yaml) as {name: entry}."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: file not found")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data.get("backbones"), dict):
+        raise ResultsError(path, "backbones", "expected a mapping of backbone entries")
+    return data["backbones"]
+
+
+def known_variants() -> set[str]:
+    """Variant names allowed in train/ and eval/: the ABLATIONS keys plus 'base' (the backbone before RL)."""
+    from exgrpo.config import ABLATIONS  # pure configuration, no runtime
+
+    return set(ABLATIONS) | {"base"}
+
+
+def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKBONES) -> Results:
+    """Load and validate results/<source>/. Raises ResultsError / FileNotFoundError naming the file."""
+    root = Path(results) / source
+    if source not in schema.SOURCES:
+        raise ResultsError(root, "source", f"unknown source {source!r}; expected one of {list(schema.SOURCES)}")
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: results source directory not found")
+    registry = load_backbones(backbones)
+    notes: list[str] = []
+    scores, paper = _load_paper_csvs(root)
+    runs, train = _load_train(root, registry)
+    evals, samples = _load_eval(root, registry, notes)
+    return Results(source=source, root=root, backbones=registry, scores=scores, paper=paper, runs=runs,
+                   train=train, evals=evals, samples=samples, trajectories=_load_trajectories(root, registry),
+                   bench=_load_bench(root), notes=notes)
+
+
+# ------------------------------------------------------------------------------------------ value checks
+def _kind_ok(value: Any, kind: str) -> bool:
+    nullable = kind.endswith("?")
+    kind = kind.rstrip("?")
+    if value is None:
+        return nullable
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind in ("float", "number"):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "list":
+        return isinstance(value, list)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def _check_keys(path: Path, obj: Any, required: dict[str, str], optional: dict[str, str], prefix: str = "") -> None:
+    if not isinstance(obj, dict):
+        raise ResultsError(path, prefix.rstrip(".") or "<root>", f"expected a JSON object, got {type(obj).__name__}")
+    for key, kind in required.items():
+        if key not in obj:
+            raise ResultsError(path, prefix + key, "required key missing")
+        if not _kind_ok(obj[key], kind):
+            raise ResultsError(path, prefix + key, f"expected {kind}, got {obj[key]!r}")
+    for key, kind in optional.items():
+        if key in obj and not _kind_ok(obj[key], kind if kind.endswith("?") else kind + "?"):
+            raise ResultsError(path, prefix + key, f"expected {kind}, got {obj[key]!r}")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ResultsError(path, "<file>", f"corrupt JSON ({err})") from None
+
+
+def _run_dirs(root: Path, kind: str, registry: dict[str, Any]) -> list[tuple[str, str, int, Path]]:
+    """(backbone, variant, seed, dir) for every <kind>/<backbone>/<variant>/s<seed>/ directory."""
+    base = root / kind
+    if not base.is_dir():
+        return []
+    variants = known_variants()
+    found = []
+    for seed_dir in sorted(p for p in base.glob("*/*/*") if p.is_dir()):
+        backbone, variant, seed_name = seed_dir.relative_to(base).parts
+        if backbone not in registry:
+            raise ResultsError(seed_dir, "backbone", f"unknown backbone {backbone!r} (not in config/backbones.yaml)")
+        if variant not in variants:
+            raise ResultsError(seed_dir, "variant", f"unknown variant {variant!r}; known: {sorted(variants)}")
+        match = _SEED_DIR.match(seed_name)
+        if not match:
+            raise ResultsError(seed_dir, "seed", f"seed directory must be named s<int>, got {seed_name!r}")
+        found.append((backbone, variant, int(match.group(1)), seed_dir))
+    return found
+
+
+# ------------------------------------------------------------------------------------------ paper CSVs
+def _load_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ResultsError(path, "<file>", f"unreadable CSV ({err})") from None
+    for col in columns:
+        if col not in raw.columns:
+            raise ResultsError(path, col, "required column missing")
+    out = {}
+    for col, kind in columns.items():
+        values = []
+        for lineno, text in enumerate(raw[col].tolist(), start=2):
+            if text == "":
+                if not kind.endswith("?"):
+                    raise ResultsError(path, col, f"line {lineno}: empty value")
+                values.append(None)
+                continue
+            base = kind.rstrip("?")
+            try:
+                values.append(int(text) if base == "int" else float(text) if base == "float" else text)
+            except ValueError:
+                raise ResultsError(path, col, f"line {lineno}: expected {base}, got {text!r}") from None
+        out[col] = pd.Series(values, dtype="float64" if kind.rstrip("?") == "float" else None)
+    return pd.DataFrame(out)
+
+
+def _load_paper_csvs(root: Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    score_parts, others = [], {}
+    for name, columns in schema.PAPER_FILES.items():
+        path = root / name
+        if not path.exists():
+            continue
+        frame = _load_csv(path, columns)
+        if columns is schema.SCORE_COLUMNS:
+            bad = frame[~frame["split"].isin(schema.SPLITS)]
+            if len(bad):
+                raise ResultsError(path, "split", f"line {bad.index[0] + 2}: expected one of {schema.SPLITS}")
+            dup = frame.duplicated(["table", "row", "split", "benchmark"])
+            if dup.any():
+                raise ResultsError(path, "benchmark", f"line {int(dup.idxmax()) + 2}: duplicate cell")
+            score_parts.append(frame)
+        else:
+            others[path.stem] = frame
+    scores = (pd.concat(score_parts, ignore_index=True) if score_parts
+              else pd.DataFrame({c: pd.Series(dtype="float64" if k == "float" else "object")
+                                 for c, k in schema.SCORE_COLUMNS.items()}))
+    return scores, others
+
+
+# ------------------------------------------------------------------------------------------ training
+def _load_train(root: Path, registry: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    run_rows, frames = [], []
+    for backbone, variant, seed, run_dir in _run_dirs(root, "train", registry):
+        log, meta_path = run_dir / "log.jsonl", run_dir / "run.json"
+        for path in (log, meta_path):
+            if not path.exists():
+                raise ResultsError(path, "<file>", "file missing (every train run has log.jsonl and run.json)")
+        meta = _read_json(meta_path)
+        _check_keys(meta_path, meta, schema.RUN_REQUIRED, schema.RUN_OPTIONAL)
+        for key, expected in (("backbone", backbone), ("variant", variant), ("seed", seed)):
+            if meta[key] != expected:
+                raise ResultsError(meta_path, key, f"{meta[key]!r} does not match the directory ({expected!r})")
+        run_rows.append({"backbone": backbone, "variant": variant, "seed": seed, "config": meta["config"],
+                         "steps": meta.get("steps"), "wall_time_s": meta.get("wall_time_s"),
+                         "git_commit": meta.get("git_commit")})
+        rows = _read_log(log)
+        frame = pd.DataFrame.from_records(rows)
+        frame.insert(0, "seed", seed)
+        frame.insert(0, "variant", variant)
+        frame.insert(0, "backbone", backbone)
+        frames.append(frame)
+    runs = pd.DataFrame(run_rows, columns=["backbone", "variant", "seed", "config", "steps", "wall_time_s",
+                                           "git_commit"])
+    train = (pd.concat(frames, ignore_index=True) if frames
+             else pd.DataFrame(columns=["backbone", "variant", "seed", "step"]))
+    return runs, train
+
+
+def _read_log(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ResultsError(path, f"line {lineno}", f"corrupt JSON line ({err})") from None
+            _check_keys(path, row, schema.TRAIN_REQUIRED, {}, prefix=f"line {lineno}: ")
+            for key, value in row.items():
+                if key != "step" and not _kind_ok(value, "number?") and not isinstance(value, bool):
+                    raise ResultsError(path, f"line {lineno}: {key}", f"expected a number, got {value!r}")
+            if row["step"] < 0:
+                raise ResultsError(path, f"line {lineno}: step", f"must be >= 0, got {row['step']}")
+            rows.append({k: (float(v) if isinstance(v, bool) else v) for k, v in row.items()})
+    if not rows:
+        raise ResultsError(path, "<file>", "empty training log")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+def _load_eval(root: Path, registry: dict[str, Any], notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    eval_rows, eval_paths, sample_frames = [], [], []
+    for backbone, variant, seed, run_dir in _run_dirs(root, "eval", registry):
+        for path in sorted(run_dir.glob("*.json")):
+            stem = path.name[: -len(".json")]
+            agg = _read_json(path)
+            _check_keys(path, agg, schema.EVAL_REQUIRED, schema.EVAL_OPTIONAL)
+            _check_keys(path, agg["metrics"], {"avg_at_k": "number"}, schema.EVAL_METRICS, prefix="metrics.")
+            benchmark, profile = agg["benchmark"], agg["profile"]
+            if stem != f"{benchmark}.{profile}":  # names may contain dots: the JSON says which is which
+                raise ResultsError(path, "benchmark", f"file name should be {benchmark}.{profile}.json "
+                                   "(<benchmark>.<profile>.json from the JSON's benchmark and profile)")
+            if agg["split"] not in schema.EVAL_SPLITS:
+                raise ResultsError(path, "split", f"expected one of {schema.EVAL_SPLITS}, got {agg['split']!r}")
+            for key in ("k", "n_problems"):
+                if agg[key] < 1:
+                    raise ResultsError(path, key, f"must be >= 1, got {agg[key]}")
+            for key, value in agg["metrics"].items():
+                if value is not None and _kind_ok(value, "number") and not 0.0 <= value <= 1.0:
+                    raise ResultsError(path, f"metrics.{key}", f"expected a fraction in [0, 1], got {value}")
+            ci = (agg.get("ci95") or {}).get("avg_at_k")
+            if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_kind_ok(v, "number") for v in ci)):
+                raise ResultsError(path, "ci95.avg_at_k", f"expected [lo, hi], got {ci!r}")
+            row = {"backbone": backbone, "variant": variant, "seed": seed, "benchmark": benchmark,
+                   "profile": profile, "split": agg["split"], "k": agg["k"], "n_problems": agg["n_problems"],
+                   "avg_at_k": float(agg["metrics"]["avg_at_k"]),
+                   "pass_at_k": agg["metrics"].get("pass_at_k"), "maj_at_k": agg["metrics"].get("maj_at_k"),
+                   "ci_lo": ci[0] if ci else None, "ci_hi": ci[1] if ci else None}
+            eval_rows.append(row)
+            eval_paths.append(path)
+            sample_path = run_dir / f"{stem}.samples.parquet"
+            if sample_path.exists():
+                frame = _read_samples(sample_path)
+                mean = frame.groupby("problem_id")["score"].mean().mean()
+                if abs(mean - row["avg_at_k"]) > 1e-6:
+                    notes.append(f"{path}: metrics.avg_at_k {row['avg_at_k']:.6f} differs from the mean of "
+                                 f"{sample_path.name} ({mean:.6f}); tables use the per-sample records")
+                for key, value in row.items():
+                    if key in ("backbone", "variant", "seed", "benchmark", "profile"):
+                        frame[key] = value
+                sample_frames.append(frame)
+    for sample_path in sorted((root / "eval").glob("*/*/*/*.samples.parquet")):
+        if not sample_path.with_name(sample_path.name.replace(".samples.parquet", ".json")).exists():
+            raise ResultsError(sample_path, "<file>", "per-sample file without its aggregate .json")
+    first_split: dict[str, tuple[str, str]] = {}
+    for row, path in zip(eval_rows, eval_paths):
+        split, where = first_split.setdefault(row["benchmark"], (row["split"], str(path)))
+        if row["split"] != split:
+            raise ResultsError(path, "split", f"{row['split']!r}, but {where} puts benchmark "
+                                              f"{row['benchmark']!r} in {split!r}")
+    evals = pd.DataFrame(eval_rows, columns=["backbone", "variant", "seed", "benchmark", "profile", "split", "k",
+                                             "n_problems", "avg_at_k", "pass_at_k", "maj_at_k", "ci_lo", "ci_hi"])
+    cols = ["backbone", "variant", "seed", "benchmark", "profile", "problem_id", "sample_index", "score"]
+    samples = pd.concat(sample_frames, ignore_index=True)[cols] if sample_frames else pd.DataFrame(columns=cols)
+    return evals, samples
+
+
+def _check_arrow_schema(path: Path, columns: dict[str, str]) -> pa.Schema:
+    try:
+        arrow_schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as err:
+        raise ResultsError(path, "<file>", f"corrupt or truncated parquet ({err})") from None
+    checks = {"str": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)
+              or getattr(pa.types, "is_string_view", lambda _: False)(t),
+              "int": pa.types.is_integer, "bool": pa.types.is_boolean,
+              "float": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)}
+    for col, kind in columns.items():
+        if col not in arrow_schema.names:
+            raise ResultsError(path, col, "required column missing")
+        col_type = arrow_schema.field(col).type
+        if not (checks[kind.rstrip("?")](col_type) or (kind.endswith("?") and pa.types.is_null(col_type))):
+            raise ResultsError(path, col, f"expected {kind.rstrip('?')} column, got {col_type}")
+    return arrow_schema
+
+
+def _read_parquet(path: Path, columns: dict[str, str], read: tuple[str, ...]) -> pd.DataFrame:
+    _check_arrow_schema(path, columns)
+    try:
+        frame = pq.read_table(path, columns=list(read)).to_pandas()
+    except (pa.ArrowException, OSError) as err:
+        raise ResultsError(path, "<file>", f"corrupt or truncated parquet ({err})") from None
+    for col in read:
+        if not columns[col].endswith("?") and frame[col].isna().any():
+            raise ResultsError(path, col, f"null value in row {int(frame[col].isna().to_numpy().argmax())}")
+    return frame
+
+
+def _read_samples(path: Path) -> pd.DataFrame:
+    frame = _read_parquet(path, schema.SAMPLE_COLUMNS, schema.SAMPLE_READ)
+    if len(frame) == 0:
+        raise ResultsError(path, "<file>", "no per-sample records")
+    bad = ~frame["score"].between(0.0, 1.0)
+    if bad.any():
+        raise ResultsError(path, "score", f"row {int(bad.to_numpy().argmax())}: expected a value in [0, 1]")
+    frame["problem_id"] = frame["problem_id"].astype(str)
+    frame["score"] = frame["score"].astype(float)
+    return frame
+
+
+# ------------------------------------------------------------------------------------------ prelim, ledger
+def _load_trajectories(root: Path, registry: dict[str, Any]) -> pd.DataFrame:
+    frames = []
+    for path in sorted((root / "prelim").glob("*/trajectories*.parquet")):
+        backbone = path.parent.name
+        if backbone not in registry:
+            raise ResultsError(path, "backbone", f"unknown backbone {backbone!r} (not in config/backbones.yaml)")
+        frame = _read_parquet(path, schema.TRAJECTORY_COLUMNS, tuple(schema.TRAJECTORY_COLUMNS))
+        bad = ~frame["bucket"].isin(schema.BUCKETS)
+        if bad.any():
+            raise ResultsError(path, "bucket", f"row {int(bad.to_numpy().argmax())}: expected one of {schema.BUCKETS}")
+        frame.insert(0, "backbone", backbone)
+        frames.append(frame)
+    cols = ["backbone", *schema.TRAJECTORY_COLUMNS]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def _load_bench(root: Path) -> pd.DataFrame:
+    frames = []
+    base = root / "benchmarks"
+    for path in sorted(base.glob("**/*.tsv")) if base.is_dir() else []:
+        rel = path.relative_to(base)
+        if len(rel.parts) < 2:
+            raise ResultsError(path, "<file>", "expected benchmarks/<rule>/<wildcards>.tsv")
+        try:
+            frame = pd.read_csv(path, sep="\t", na_values=["-", "NA", ""])
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+            raise ResultsError(path, "<file>", f"unreadable benchmark TSV ({err})") from None
+        if "s" not in frame.columns:
+            raise ResultsError(path, "s", "required column missing (Snakemake benchmark TSV)")
+        for col, kind in schema.BENCHMARK_COLUMNS.items():
+            if col in frame.columns and kind.rstrip("?") == "float":
+                values = pd.to_numeric(frame[col], errors="coerce")
+                if values.isna().gt(frame[col].isna()).any() or (col == "s" and values.isna().any()):
+                    raise ResultsError(path, col, f"expected numbers, got {frame[col].tolist()!r}")
+                frame[col] = values
+        frame.insert(0, "job", str(rel.with_suffix("").relative_to(rel.parts[0])))
+        frame.insert(0, "rule", rel.parts[0])
+        frames.append(frame)
+    cols = ["rule", "job", "s", "cpu_time", "max_rss"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)

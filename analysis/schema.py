@@ -1,0 +1,106 @@
+"""The results layout contract as data (documented for people in results/README.md).
+
+Every file analysis/ reads is described here: its path pattern, required columns or keys and their
+kinds. `analysis.loader` checks files against these tables and nothing else, so the README and the
+code cannot drift apart silently (tests/analysis/test_contract.py checks that the README names every
+column and key listed here).
+
+Kinds: "str", "int", "float" (int accepted), "bool", "number" (int or float), "object" (JSON
+object), "list". A trailing "?" means the value may be null / missing.
+"""
+
+from __future__ import annotations
+
+SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro")
+"""Sub-directories of results/ that share this contract."""
+
+# ---------------------------------------------------------------------------------------- paper CSVs
+SCORE_COLUMNS: dict[str, str] = {
+    "table": "str", "row": "int", "backbone": "str", "variant": "str", "label": "str",
+    "split": "str", "benchmark": "str", "value": "float", "source": "str",
+}
+"""Published benchmark scores, one cell per line. benchmark == 'printed_avg' holds the average the paper
+printed for (table, row, split); analysis recomputes averages from the cells and compares."""
+
+PAPER_FILES: dict[str, dict[str, str]] = {
+    "table1.csv": SCORE_COLUMNS,
+    "table2.csv": SCORE_COLUMNS,
+    "table3.csv": SCORE_COLUMNS,
+    "table5.csv": SCORE_COLUMNS,
+    "table6.csv": SCORE_COLUMNS,
+    "table7.csv": SCORE_COLUMNS,
+    "table9.csv": SCORE_COLUMNS,
+    "table4_hparams.csv": {"table": "str", "parameter": "str", "value": "str", "config_field": "str?",
+                           "source": "str"},
+    "table8_overhead.csv": {"table": "str", "backbone": "str", "quantity": "str", "on_policy": "float?",
+                            "exgrpo": "float?", "printed_change_pct": "float?", "unit": "str", "source": "str"},
+    "table10_questions.csv": {"table": "str", "variant": "str", "label": "str", "questions_per_batch": "float",
+                              "source": "str"},
+    "table12_code.csv": {"table": "str", "bucket": "str", "entropy_no_code": "float", "entropy_code": "float",
+                         "cot_correct_no_code": "float", "cot_correct_code": "float", "printed_delta": "float",
+                         "text_delta": "float?", "source": "str"},
+    "fig1a.csv": {"table": "str", "variant": "str", "label": "str", "value": "float", "source": "str"},
+    "fig10.csv": {"table": "str", "bucket": "str", "reasoning": "str", "metric": "str", "value": "float",
+                  "source": "str"},
+}
+"""Published-number files at results/<source>/<name>.csv (only results/paper/ has them)."""
+
+SPLITS = ("id", "ood", "all")
+"""Splits of published cells ('all': Table 2, one average over every benchmark)."""
+EVAL_SPLITS = ("id", "ood", "probe")
+"""Splits of evaluated benchmarks; 'probe' benchmarks are shown but stay out of the ID/OOD averages."""
+BUCKETS = ("hard", "medium", "easy")
+
+# ---------------------------------------------------------------------------------------- training
+TRAIN_LOG = "train/{backbone}/{variant}/s{seed}/log.jsonl"
+TRAIN_REQUIRED: dict[str, str] = {"step": "int"}
+TRAIN_KEYS: dict[str, str] = {
+    "reward/mean": "number", "pass1": "number", "entropy": "number", "response_length": "number",
+    "exp/buffered_questions": "number", "exp/buffered_trajectories": "number", "exp/retired": "number",
+    "exp/buffered_tokens": "number", "exp/buffer_bytes": "number", "data/training_questions": "number", "exp/active": "number",
+    "replay/n_trajectories": "number", "groups/mixed_fraction": "number", "masked/questions": "number",
+    "time/rollout": "number", "time/selection": "number", "time/update": "number", "time/step": "number",
+    "val/acc": "number",
+}
+"""Known per-step keys. Also exp/bucket_<k> and val/<benchmark>. Every value must be a number, bool or null."""
+
+RUN_JSON = "train/{backbone}/{variant}/s{seed}/run.json"
+RUN_REQUIRED: dict[str, str] = {"config": "object", "seed": "int", "backbone": "str", "variant": "str"}
+RUN_OPTIONAL: dict[str, str] = {"git_commit": "str?", "versions": "object", "steps": "int",
+                                "wall_time_s": "number"}
+
+# ---------------------------------------------------------------------------------------- evaluation
+EVAL_JSON = "eval/{backbone}/{variant}/s{seed}/{benchmark}.{profile}.json"
+EVAL_REQUIRED: dict[str, str] = {"benchmark": "str", "split": "str", "profile": "str", "k": "int",
+                                 "n_problems": "int", "metrics": "object"}
+EVAL_METRICS: dict[str, str] = {"avg_at_k": "number", "pass_at_k": "number?", "maj_at_k": "number?"}
+"""Metrics are fractions in [0, 1]; analysis shows them as percentages."""
+EVAL_OPTIONAL: dict[str, str] = {"ci95": "object", "provenance": "object"}
+
+SAMPLES = "eval/{backbone}/{variant}/s{seed}/{benchmark}.{profile}.samples.parquet"
+SAMPLE_COLUMNS: dict[str, str] = {
+    "problem_id": "str", "sample_index": "int", "seed": "int", "prompt_hash": "str", "completion": "str",
+    "n_tokens": "int", "truncated": "bool", "extracted": "str?", "label": "str", "score": "float",
+    "status": "str", "grader": "str", "grader_version": "str",
+}
+SAMPLE_READ = ("problem_id", "sample_index", "score")
+"""The columns analysis reads (the others are checked in the file's schema only)."""
+
+# ---------------------------------------------------------------------------------------- preliminary study
+TRAJECTORIES = "prelim/{backbone}/trajectories*.parquet"
+TRAJECTORY_COLUMNS: dict[str, str] = {"bucket": "str", "entropy": "float", "ppl": "float",
+                                      "reasoning_correct": "bool?", "has_code": "bool"}
+"""bucket ∈ {hard, medium, easy}; reasoning_correct is the judge's verdict (null = not judged)."""
+
+# ---------------------------------------------------------------------------------------- compute ledger
+BENCHMARK_TSV = "benchmarks/{rule}/{wildcards}.tsv"
+BENCHMARK_COLUMNS: dict[str, str] = {"s": "float", "h:m:s": "str?", "max_rss": "float?", "max_vms": "float?",
+                                     "max_uss": "float?", "max_pss": "float?", "io_in": "float?",
+                                     "io_out": "float?", "mean_load": "float?", "cpu_time": "float?"}
+"""Snakemake `benchmark:` files; only `s` (wall seconds) is required."""
+
+RENDERED = ("tables", "figures", "index.md")
+"""Written by `python -m analysis render`; never read back as input."""
+
+MAX_CACHE_BYTES = 20 * 1024 * 1024
+"""The committed results/ cache stays below this size."""
