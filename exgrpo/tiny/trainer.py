@@ -159,7 +159,7 @@ class CPUTrainer:
         elif cfg.selection_policy == "at_collection":
             scores = torch.tensor([c.entropy for _, c in flat], dtype=torch.float32)
         else:
-            ids, mask = _pad([torch.as_tensor(c.token_ids, dtype=torch.long) for _, c in flat], self.tok.pad_token_id)
+            ids, mask = _pad([torch.tensor(c.token_ids, dtype=torch.long) for _, c in flat], self.tok.pad_token_id)
             self.model.eval()
             with torch.no_grad():
                 logp, ent = score(self.model, [self.questions[q].prompt_ids for q, _ in flat], ids, mask,
@@ -181,8 +181,8 @@ class CPUTrainer:
         rows_blogp = [roll.logprobs[i][roll.response_mask[i]] for i in range(len(owners))]
         all_owners, all_prompts, all_rewards = list(owners), list(prompts), rewards.tolist()
         for qid, traj in chosen.items():
-            rows_ids.append(torch.as_tensor(traj.token_ids, dtype=torch.long))
-            rows_blogp.append(torch.as_tensor(traj.logprobs, dtype=torch.float32))
+            rows_ids.append(torch.tensor(traj.token_ids, dtype=torch.long))
+            rows_blogp.append(torch.tensor(traj.logprobs, dtype=torch.float32))
             all_owners.append(qid)
             all_prompts.append(self.questions[qid].prompt_ids)
             all_rewards.append(1.0)  # stored trajectories are correct by construction
@@ -233,7 +233,7 @@ class CPUTrainer:
                 skipped += 1  # released: skip the step on a non-finite or huge grad norm
             else:
                 self.optimizer.step()
-            for key, val in {**m, "loss": float(loss), "grad_norm": gnorm}.items():
+            for key, val in {**m, "loss": float(loss.detach()), "grad_norm": gnorm}.items():
                 sums[f"update/{key}"] = sums.get(f"update/{key}", 0.0) + float(val) / self.args.mini_batches
         sums["update/skipped_steps"] = float(skipped)
         return sums

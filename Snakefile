@@ -1,0 +1,59 @@
+# ExGRPO replication suite: the whole study as one Snakemake workflow.
+#
+# Targets (config/config.yaml says WHAT each runs; the profile says WHERE):
+#   tiny       (default) the embedded CPU study into results/tiny/
+#   tiny_full  the same with more seeds and every ablation
+#   smoke      minimal budgets on one tiny backbone (tests, CI)
+#   all        the paper replication at full scale into results/paper-repro/ (GPUs)
+#   figures    re-render tables and figures from what is already under results/
+# `snakemake --profile slurm all` submits to SLURM (./slurm -> profiles/slurm). Run locally, `all`
+# refuses to start where nvidia-smi sees no GPU (dry runs always work).
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/prelim.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/analysis.smk"
+
+
+onstart:
+    refuse_without_gpus(workflow.dag, workflow.dag_settings.targets)
+
+
+localrules:
+    tiny,
+    tiny_full,
+    smoke,
+    all,
+
+
+rule tiny:
+    default_target: True
+    input:
+        study_targets("tiny"),
+
+
+rule tiny_full:
+    input:
+        study_targets("tiny_full"),
+
+
+rule smoke:
+    input:
+        study_targets("smoke"),
+
+
+rule all:
+    input:
+        study_targets("paper_repro"),

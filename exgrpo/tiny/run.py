@@ -1,0 +1,135 @@
+"""A whole CPU training run: load, resume, step, validate, checkpoint, log, finish.
+
+Outputs:
+- `<ckpt>/log.jsonl`  the live per-step log (work/, next to the checkpoints, so that Snakemake's
+  cleanup of a failed job's outputs never deletes it); truncated to the checkpoint on resume;
+- `<ckpt>/step_<N>/`  resumable checkpoints (see `checkpoint.py`), `<ckpt>/final/` the final HF model;
+- `<out>/log.jsonl`, `<out>/run.json`  copied/written atomically at the end; `run.json` is last, so
+  its presence means the run is complete.
+A run killed at any point and started again with the same arguments continues from its last
+checkpoint, and its final metrics are bit-identical to an uninterrupted run (tests/tiny/test_resume.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from exgrpo.config import ExGRPOConfig
+from exgrpo.core.experience import ExperienceManager
+from exgrpo.io import atomic_open, write_json, write_jsonl
+from exgrpo.provenance import provenance
+from exgrpo.tiny.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
+from exgrpo.tiny.data_order import DataOrder
+from exgrpo.tiny.trainer import CPUTrainer, Question, TrainArgs, weights_digest
+
+
+def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[Question]], cfg: ExGRPOConfig,
+                 args: TrainArgs, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Train (or resume) and write the results. Returns the final summary."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(seed)
+    train, valid = data_questions
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    resume = latest_checkpoint(ckpt_dir)
+    source = resume / "model" if resume else model_dir
+    if not (source / "config.json").exists():
+        raise FileNotFoundError(f"{source}: no HF model (config.json) found; run `exgrpo sft` first")
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    trainer = CPUTrainer(model, tokenizer, cfg, args, train, valid, seed)
+    order = DataOrder([q.qid for q in train], seed)
+    log_path = ckpt_dir / "log.jsonl"
+    start = 1
+    if resume:
+        state = load_checkpoint_state(resume, trainer.optimizer, trainer.generators)
+        trainer.manager = ExperienceManager.load(resume / "experience", cfg)
+        order = DataOrder.from_state(state["data_order"])
+        start = int(state["step"]) + 1
+        _truncate_log(log_path, int(state["step"]))
+    elif log_path.exists():
+        log_path.unlink()
+
+    t_run = time.perf_counter()
+    with open(log_path, "a", encoding="utf-8") as log, \
+            tqdm(total=args.steps, initial=start - 1, desc=meta.get("name", "train"), unit="step") as bar:
+        for step in range(start, args.steps + 1):
+            replay = trainer.manager.plan_replay(args.batch_size)
+            n_fresh = args.batch_size - len(replay)
+            consume = args.batch_size if cfg.drop_fresh_overflow else n_fresh
+            fresh, _ = order.take(consume, prune=lambda active: trainer.manager.prune_training_data(
+                active, args.batch_size))
+            metrics = trainer.step(step, fresh[:n_fresh], replay)
+            metrics["data/training_questions"] = float(len(order.active))
+            metrics["data/epoch"] = float(order.epoch)
+            _write_row(log, metrics)
+            if args.val_every and (step % args.val_every == 0 or step == args.steps):
+                _write_row(log, trainer.validate(step))
+            if step % args.ckpt_every == 0 or step == args.steps:
+                log.flush()
+                os.fsync(log.fileno())
+                save_checkpoint(ckpt_dir, step, model=model, tokenizer=tokenizer, optimizer=trainer.optimizer,
+                                generators=trainer.generators, manager=trainer.manager,
+                                trainer_state={"data_order": order.state_dict()})
+            bar.set_postfix(pass1=f"{metrics['pass1']:.2f}", replay=int(metrics["replay/n_trajectories"]))
+            bar.update(1)
+            if args.stop_after and step >= args.stop_after:
+                return {"stopped_at": step}
+
+    final = ckpt_dir / "final"
+    tmp = ckpt_dir / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    val = [r["val/acc"] for r in rows if "val/acc" in r]
+    summary = {"final_val_acc": val[-1] if val else None, "weights_sha256": weights_digest(model),
+               "steps": args.steps, "final_model": str(final)}
+    write_jsonl(out_dir / "log.jsonl", rows)
+    write_json(out_dir / "run.json", provenance(
+        {"method": cfg.to_dict(), "trainer": dataclasses.asdict(args)}, seed,
+        **meta, summary=summary, wall_time_s=time.perf_counter() - t_run, resumed_from=start - 1))
+    return summary
+
+
+def load_questions(data_dir: Path, split: str, tokenizer: Any) -> list[Question]:
+    """A split of the tiny task as trainer questions (prompt token ids via the chat template)."""
+    from exgrpo.tiny.task import load_split
+    from exgrpo.tiny.tokenizer import encode_prompt
+
+    return [Question(row["qid"], encode_prompt(tokenizer, row["prompt"]), str(row["answer"]), row["kind"])
+            for row in load_split(data_dir, split)]
+
+
+def _write_row(log: Any, row: dict[str, Any]) -> None:
+    if row:
+        log.write(json.dumps(row, sort_keys=True) + "\n")
+        log.flush()
+
+
+def _truncate_log(path: Path, last_step: int) -> None:
+    """Keep the log rows up to the checkpoint's step (a kill may leave later rows or half a line)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a half-written last line from a kill
+        if row.get("step", 0) <= last_step:
+            kept.append(line)
+    with atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.write("".join(f"{line}\n" for line in kept))

@@ -1,0 +1,132 @@
+"""Fixtures for the workflow tests: `wf`, a scratch copy of the workflow, and `snakemake`, a runner
+whose result carries the job blocks Snakemake printed (dry runs included), parsed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDINS = Path(__file__).resolve().parent / "slurm_standins"
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles")
+SITE_VARS = ("EXGRPO_SLURM_", "EXGRPO_HF_CACHE", "SNAKEMAKE_PROFILE", "SLURM_")
+
+
+@dataclass
+class Job:
+    """One job block of Snakemake's output."""
+
+    rule: str
+    local: bool
+    wildcards: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, str] = field(default_factory=dict)
+    threads: int = 1
+    shell: str = ""
+
+
+def copy_workflow(dest: Path) -> Path:
+    """Copy the workflow (not results/, work/, logs/) into `dest`, with the ./slurm profile link."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
+    os.symlink(os.readlink(ROOT / "slurm"), dest / "slurm")
+    return dest
+
+
+@pytest.fixture
+def wf(tmp_path: Path) -> Path:
+    """A scratch copy of the workflow to run Snakemake in."""
+    return copy_workflow(tmp_path / "wf")
+
+
+@dataclass
+class Result:
+    """A finished Snakemake run: exit status, merged stdout+stderr, printed jobs, `Job stats` table."""
+
+    returncode: int
+    stdout: str
+    jobs: list[Job]
+    counts: dict[str, int]
+
+
+def run_snakemake(*args: str, cwd: Path, env: dict[str, str] | None = None, path_prefix: Path | None = None,
+                  timeout: int = 240) -> Result:
+    """`python -m snakemake ARGS` in `cwd`, without the caller's site settings (EXGRPO_SLURM_*, SLURM_*),
+    with `env` added and `path_prefix` first on PATH."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(SITE_VARS)}
+    full_env.update(env or {})
+    if path_prefix is not None:
+        full_env["PATH"] = f"{path_prefix}{os.pathsep}{full_env['PATH']}"
+    done = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=full_env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return Result(done.returncode, done.stdout, parse_jobs(done.stdout), job_counts(done.stdout))
+
+
+@pytest.fixture(scope="session")
+def snakemake():
+    """The Snakemake runner (see run_snakemake)."""
+    return run_snakemake
+
+
+@pytest.fixture(scope="session")
+def workflow_copier():
+    """copy_workflow, for fixtures wider than one test."""
+    return copy_workflow
+
+
+_HEADER = re.compile(r"^(local)?rule (\w+):$")
+
+
+def parse_jobs(output: str) -> list[Job]:
+    """Job blocks (`rule x:` / `localrule x:` + indented fields) in Snakemake's printed output."""
+    jobs: list[Job] = []
+    current: Job | None = None
+    for line in output.splitlines():
+        header = _HEADER.match(line.strip()) if not line.startswith(" ") else None
+        if header:
+            current = Job(rule=header.group(2), local=bool(header.group(1)))
+            jobs.append(current)
+            continue
+        if current is None:
+            continue
+        if line.startswith("Shell command: "):
+            current.shell = line.removeprefix("Shell command: ")
+            continue
+        if not line.startswith("    "):
+            current = None if not line.strip() else current
+            continue
+        key, _, value = line.strip().partition(": ")
+        if key == "wildcards":
+            current.wildcards = dict(item.split("=", 1) for item in value.split(", "))
+        elif key == "resources":
+            current.resources = dict(item.split("=", 1) for item in value.split(", ") if "=" in item)
+        elif key == "threads":
+            current.threads = int(value)
+    return jobs
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The `Job stats` table: rule -> count (without the total)."""
+    counts: dict[str, int] = {}
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "Job stats:":
+            for row in lines[i + 3:]:
+                parts = row.split()
+                if len(parts) != 2 or not parts[1].isdigit():
+                    break
+                if parts[0] != "total":
+                    counts[parts[0]] = int(parts[1])
+            break
+    return counts

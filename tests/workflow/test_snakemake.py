@@ -1,0 +1,149 @@
+"""The Snakemake workflow itself: lint and format, dry runs of every target (all with the SLURM
+profile), a new backbone appearing in the DAG, bad config stopping before any job, and the
+no-GPU guard. Each test runs Snakemake in a scratch copy of the workflow."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exgrpo.workflow_config import job_resources, visible_gpus
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
+PAPER_BACKBONES = sorted(name for name, entry in REGISTRY.items() if entry["scale"] == "paper")
+SITE = {"EXGRPO_SLURM_ACCOUNT": "acct-x", "EXGRPO_SLURM_PARTITION": "cpu-x", "EXGRPO_SLURM_GPU_PARTITION": "gpu-x"}
+
+
+def test_lint_is_clean(wf, snakemake):
+    result = snakemake("--lint", cwd=wf)
+    assert result.returncode == 0, result.stdout
+
+
+def test_snakefmt_check_passes():
+    result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_default_target_is_the_tiny_study(wf, snakemake):
+    result = snakemake("-n", "-p", cwd=wf)
+    assert result.returncode == 0, result.stdout
+    jobs = result.jobs
+    assert [j.rule for j in jobs if j.rule in ("tiny", "all", "smoke")] == ["tiny"]
+    (data,) = [j for j in jobs if j.rule == "make_data"]
+    assert data.wildcards == {"source": "tiny", "seed": "0"}
+    assert data.shell.startswith("exgrpo make-data --out work/tiny/data/s0 --seed 0 ")
+    assert not {"download", "download_model"} & set(result.counts)  # no paper-scale work
+    assert not any(j.resources.get("gpu") for j in jobs)
+
+
+def test_smoke_and_tiny_full_resolve(wf, snakemake):
+    result = snakemake("-n", "smoke", "tiny_full", cwd=wf)
+    assert result.returncode == 0, result.stdout
+    sources = sorted(j.wildcards["source"] for j in result.jobs if j.rule == "make_data")
+    assert sources == ["smoke", "tiny"]  # tiny_full shares the tiny source
+
+
+def test_figures_lists_the_analysis_job_only(wf, snakemake):
+    for source in ("tiny", "paper"):
+        (wf / "results" / source / "eval").mkdir(parents=True)
+    result = snakemake("-n", "-p", "figures", cwd=wf)
+    assert result.returncode == 0, result.stdout
+    assert result.counts == {"figures": 1}
+    (job,) = result.jobs
+    assert "for source in paper tiny;" in job.shell  # configured order; paper-repro absent
+    assert "python -m analysis render --results results --source $source" in job.shell
+
+
+def test_all_with_the_slurm_profile(wf, snakemake):
+    result = snakemake("--profile", "slurm", "-n", "-p", "all", cwd=wf, env=SITE)
+    assert result.returncode == 0, result.stdout
+    jobs = result.jobs
+    assert result.counts["download"] == 1
+    models = {j.wildcards["backbone"]: j for j in jobs if j.rule == "download_model"}
+    assert sorted(models) == PAPER_BACKBONES
+    for name, job in models.items():
+        assert f"--model {REGISTRY[name]['hf_id']} --name {name} " in job.shell
+    for job in jobs:
+        if job.rule in ("download", "download_model", "all"):
+            # Light jobs: sized by the profile's default-resources.
+            assert (job.resources["mem_mb"], job.resources["runtime"]) == ("4000", "60")
+        elif "backbone" in job.wildcards:
+            # Per-backbone jobs (training, evaluation once wired): sized by the backbone entry.
+            entry = REGISTRY[job.wildcards["backbone"]]
+            expected = {k: str(v) for k, v in job_resources(entry).items()}
+            assert {k: job.resources.get(k) for k in expected} == expected, job
+            assert job.resources["slurm_partition"] == "gpu-x"
+
+
+def test_backbone_resources_through_snakemake_and_the_slurm_profile(wf, snakemake):
+    # A one-rule workflow using the real helpers, so the sizing of per-backbone rules is checked
+    # through Snakemake and the SLURM profile before any such rule is wired. (Dry runs do not print
+    # threads; test_slurm_e2e checks they become --cpus-per-task.)
+    (wf / "probe.smk").write_text(PROBE)
+    targets = ["probe/qwen2.5-math-7b.txt", "probe/tiny-math.txt"]
+    result = snakemake("-s", "probe.smk", "--profile", "slurm", "-n", *targets, cwd=wf, env=SITE)
+    assert result.returncode == 0, result.stdout
+    jobs = {j.wildcards["backbone"]: j for j in result.jobs if j.rule == "probe"}
+    gpu, cpu = jobs["qwen2.5-math-7b"], jobs["tiny-math"]
+    # Hand-copied from config/backbones.yaml.
+    assert {k: gpu.resources.get(k) for k in ("gpu", "nodes", "mem_mb", "runtime", "slurm_partition", "slurm_account")} \
+        == {"gpu": "8", "nodes": "1", "mem_mb": "800000", "runtime": "4320", "slurm_partition": "gpu-x",
+            "slurm_account": "acct-x"}
+    assert {k: cpu.resources.get(k) for k in ("gpu", "nodes", "mem_mb", "runtime", "slurm_partition")} \
+        == {"gpu": None, "nodes": None, "mem_mb": "2000", "runtime": "30", "slurm_partition": "cpu-x"}
+
+
+PROBE = '''
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+
+
+rule probe:
+    output:
+        "probe/{backbone}.txt",
+    threads: backbone_threads
+    resources:
+        **backbone_resources(),
+    shell:
+        "echo {wildcards.backbone} > {output}"
+'''
+
+
+def test_a_new_backbone_entry_appears_in_the_dag(wf, tmp_path, snakemake):
+    registry = {"backbones": copy.deepcopy(REGISTRY)}
+    registry["backbones"]["qwen3-8b"] = {**copy.deepcopy(REGISTRY["qwen2.5-math-7b"]), "label": "Qwen3-8B",
+                                         "hf_id": "Qwen/Qwen3-8B"}
+    path = tmp_path / "backbones.yaml"
+    path.write_text(yaml.safe_dump(registry))
+    result = snakemake("-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf)
+    assert result.returncode == 0, result.stdout
+    new = [j for j in result.jobs if j.wildcards.get("backbone") == "qwen3-8b"]
+    assert [j.rule for j in new] == ["download_model"]
+    assert "--model Qwen/Qwen3-8B --name qwen3-8b " in new[0].shell
+    assert result.counts["download_model"] == len(PAPER_BACKBONES) + 1
+
+
+def test_bad_config_stops_before_any_job(wf, snakemake):
+    # Every kind of bad value is covered in test_workflow_config.py; this shows Snakemake stops on it.
+    (wf / "bad.yaml").write_text(yaml.safe_dump({"methods": {"exgrpo": {"rho": 1.0}}}))
+    result = snakemake("-n", "smoke", "--configfile", "config/config.yaml", "bad.yaml", cwd=wf)
+    assert result.returncode != 0
+    assert "config field 'methods.exgrpo.rho': must be in [0.0, 1.0), got 1.0" in result.stdout
+    assert "Job stats" not in result.stdout
+
+
+@pytest.mark.skipif(visible_gpus() > 0, reason="this machine has GPUs, so `all` may start here")
+def test_all_refuses_to_start_locally_without_gpus(wf, snakemake):
+    result = snakemake("-c1", "all", cwd=wf)
+    assert result.returncode != 0
+    assert "nvidia-smi sees none here" in result.stdout and "--profile slurm all" in result.stdout
+    assert not (wf / "logs").exists() and not (wf / "work").exists()  # stopped before the first job

@@ -1,0 +1,210 @@
+"""Config validation (exgrpo/workflow_config.py): the real config resolves as the paper says, and bad
+input stops with an error naming the field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exgrpo.config import ConfigError
+from exgrpo.workflow_config import (
+    field_path,
+    gpu_refusal,
+    job_resources,
+    job_threads,
+    load_backbones,
+    load_workflow_config,
+    site_resources,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+BACKBONES = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())
+
+# paper.md §3.1: five backbones plus the continual-RLVR start point (LUFFY).
+PAPER_BACKBONES = {"qwen2.5-math-7b", "qwen2.5-math-1.5b", "qwen2.5-7b-instruct", "llama3.1-8b",
+                   "llama3.1-8b-instruct", "luffy-qwen-math-7b"}
+# paper.md §5.3: the rows of Tables 3, 6 and 7 besides On-Policy and ExGRPO.
+PAPER_ABLATIONS = {"wo_q_selection", "wo_t_selection", "wo_qt_selection", "wo_shaping", "wo_is_correction",
+                   "highest_entropy", "rho_25", "rho_75", "sigma_wide", "sigma_narrow", "mu_hard", "retired_review"}
+
+
+def load(config: dict[str, Any] | None = None, backbones: dict[str, Any] | None = None, tmp_path: Path | None = None):
+    config = copy.deepcopy(config or CONFIG)
+    if backbones is not None:
+        path = tmp_path / "backbones.yaml"
+        path.write_text(yaml.safe_dump(backbones))
+        config["backbones_file"] = str(path)
+    return load_workflow_config(config, workdir=ROOT)
+
+
+def test_paper_study_covers_the_paper():
+    study = load().studies["paper_repro"]
+    assert set(study.backbones) == PAPER_BACKBONES
+    assert set(study.ablations) == PAPER_ABLATIONS
+    assert study.ablation_backbones == ("qwen2.5-math-7b",)
+    assert set(study.prelim) == {"masked_easy", "masked_medium", "masked_hard"}
+    # paper §4.1: six ID and three OOD benchmarks.
+    assert set(study.benchmarks) == {"aime24", "aime25", "amc", "math500", "minerva", "olympiadbench",
+                                     "arc_c", "gpqa_diamond", "mmlu_pro"}
+    # 6 backbones x 2 methods + 1 backbone x (12 ablations + 3 masked), one seed.
+    assert len(study.runs()) == 6 * 2 + 1 * (12 + 3)
+    assert len(set(study.runs())) == len(study.runs())
+
+
+def test_tiny_studies_share_a_source_and_tiny_full_adds_seeds_and_ablations():
+    wf = load()
+    tiny, full = wf.studies["tiny"], wf.studies["tiny_full"]
+    assert tiny.source == full.source == "tiny"
+    assert set(tiny.runs()) < set(full.runs())
+    assert len(full.runs()) == 5 * 2 * 3 + 1 * (12 + 3) * 3
+    assert wf.studies["smoke"].budget == "smoke" and wf.studies["smoke"].source == "smoke"
+
+
+def test_method_settings_come_from_the_core_with_the_backbone_delayed_start():
+    wf = load()
+    assert wf.method_config("exgrpo", "llama3.1-8b").delayed_start is False  # paper §5.1
+    assert wf.method_config("exgrpo", "qwen2.5-math-7b").delayed_start is True
+    assert wf.method_config("rho_25", "qwen2.5-math-7b").rho == 0.25
+    assert wf.method_config("masked_hard", "qwen2.5-math-7b").difficulty_mask == "hard"
+
+
+def _set(path: str, value: Any):
+    def mutate(cfg: dict[str, Any]) -> None:
+        *parents, last = path.split("/")
+        node = cfg
+        for key in parents:
+            node = node[key]
+        if value is _DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return mutate
+
+
+_DELETE = object()
+
+BAD_CONFIGS = [
+    ("wrong top-level key", _set("studie", {}), "studie"),
+    ("wrong nested key", _set("studies/tiny/sedes", [0]), "studies.tiny.sedes"),
+    ("wrong type", _set("studies/tiny/seeds", [0, "one"]), "studies.tiny.seeds[1]"),
+    ("wrong type, scalar", _set("studies/tiny/seeds", 3), "studies.tiny.seeds"),
+    ("unknown backbone", _set("studies/smoke/backbones", ["tiny-math", "gpt-5"]), "studies.smoke.backbones[1]"),
+    ("backbone of the wrong scale", _set("studies/smoke/backbones", ["llama3.1-8b"]), "studies.smoke.backbones[0]"),
+    ("unknown method in a study", _set("studies/tiny/methods", ["exgrpo", "grpo"]), "studies.tiny.methods[1]"),
+    ("unknown variant", _set("methods/grpo", {}), "methods.grpo"),
+    ("rho = 1.0", _set("methods/exgrpo", {"rho": 1.0}), "methods.exgrpo.rho"),
+    ("rho < 0", _set("ablations/rho_25", {"rho": -0.25}), "ablations.rho_25.rho"),
+    ("unknown method setting", _set("methods/exgrpo", {"rhoo": 0.5}), "methods.exgrpo.rhoo"),
+    ("method setting of the wrong type", _set("methods/exgrpo", {"n_rollouts": "8"}), "methods.exgrpo.n_rollouts"),
+    ("unknown benchmark set", _set("studies/tiny/eval/benchmarks", ["tiny_id", "gsm8k"]),
+     "studies.tiny.eval.benchmarks[1]"),
+    ("unknown decoding profile", _set("studies/tiny/eval/profiles", ["greedy"]), "studies.tiny.eval.profiles[0]"),
+    ("unknown benchmark", _set("benchmarks/ood", ["arc_c", "gsm8k"]), "benchmarks.ood[1]"),
+    ("paper budget on a tiny study", _set("studies/tiny/budget", "full"), "studies.tiny.budget"),
+    ("missing study of a target", _set("studies/paper_repro", _DELETE), "studies.paper_repro"),
+    ("ablation backbone outside the study", _set("studies/tiny/ablation_backbones", ["tiny-llama", "x"]),
+     "studies.tiny.ablation_backbones[1]"),
+    ("same source, different budget", _set("studies/tiny_full/budget", "smoke"), "studies.tiny_full.budget"),
+    ("allow_no_gpu not a boolean", _set("allow_no_gpu", "yes"), "allow_no_gpu"),
+]
+
+
+@pytest.mark.parametrize(("case", "mutate", "field"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_names_the_field(case, mutate, field):
+    config = copy.deepcopy(CONFIG)
+    mutate(config)
+    with pytest.raises(ConfigError) as err:
+        load(config)
+    assert err.value.field == field, str(err.value)
+
+
+def test_cli_style_booleans_are_accepted():
+    config = copy.deepcopy(CONFIG)
+    config["allow_no_gpu"] = "true"  # what `--config allow_no_gpu=true` delivers
+    assert load(config).allow_no_gpu is True
+
+
+def test_missing_backbones_file_names_the_file():
+    config = copy.deepcopy(CONFIG)
+    config["backbones_file"] = "config/nope.yaml"
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load(config)
+
+
+def _backbones(mutate) -> dict[str, Any]:
+    data = copy.deepcopy(BACKBONES)
+    mutate(data["backbones"])
+    return data
+
+
+BAD_BACKBONES = [
+    ("wrong key", lambda b: b["tiny-math"].update(stepz=3), "backbones.tiny-math.stepz"),
+    ("wrong type", lambda b: b["tiny-math"].update(steps="200"), "backbones.tiny-math.steps"),
+    ("paper backbone without hf_id", lambda b: b["qwen2.5-math-1.5b"].pop("hf_id"), "backbones['qwen2.5-math-1.5b']"),
+    ("paper backbone without GPUs", lambda b: b["llama3.1-8b"]["resources"].update(gpus_per_node=0),
+     "backbones['llama3.1-8b'].resources.gpus_per_node"),
+    ("mirrors an unknown backbone", lambda b: b["tiny-llama"].update(mirrors="llama-4"), "backbones.tiny-llama.mirrors"),
+    ("SFT init from itself", lambda b: b["tiny-math"]["sft"].update(init="tiny-math"), "backbones.tiny-math.sft.init"),
+    ("name with a slash", lambda b: b.update({"org/model": b["tiny-math"]}), "backbones['org/model']"),
+]
+
+
+@pytest.mark.parametrize(("case", "mutate", "field"), BAD_BACKBONES, ids=[c[0] for c in BAD_BACKBONES])
+def test_bad_backbone_entry_names_the_field(case, mutate, field, tmp_path):
+    path = tmp_path / "backbones.yaml"
+    path.write_text(yaml.safe_dump(_backbones(mutate)))
+    with pytest.raises(ConfigError) as err:
+        load_backbones(path)
+    assert err.value.field == field, str(err.value)
+
+
+def test_a_new_backbone_is_one_entry(tmp_path):
+    def add(b):
+        b["qwen3-8b"] = {**copy.deepcopy(b["qwen2.5-math-7b"]), "label": "Qwen3-8B", "hf_id": "Qwen/Qwen3-8B"}
+    study = load(backbones=_backbones(add), tmp_path=tmp_path).studies["paper_repro"]
+    assert "qwen3-8b" in study.backbones
+    assert ("qwen3-8b", "exgrpo", 0) in study.runs()
+
+
+def test_field_path_formatting():
+    assert field_path(["studies", "tiny", "seeds", 0]) == "studies.tiny.seeds[0]"
+    assert field_path(["backbones", "qwen2.5-math-7b", "steps"]) == "backbones['qwen2.5-math-7b'].steps"
+
+
+def test_job_resources_map_the_backbone_entry():
+    entries = BACKBONES["backbones"]
+    # Hand-computed from config/backbones.yaml: 1 node x 8 GPUs, 800 GB, 72 h, 64 CPUs.
+    assert job_resources(entries["qwen2.5-math-7b"]) == {"gpu": 8, "nodes": 1, "mem_mb": 800000, "runtime": 4320}
+    assert job_threads(entries["qwen2.5-math-7b"]) == 64
+    assert job_resources(entries["tiny-math"]) == {"mem_mb": 2000, "runtime": 30}
+    two_nodes = {"resources": {"nodes": 2, "gpus_per_node": 4, "cpus_per_task": 32, "mem_mb": 1, "runtime_min": 5}}
+    assert job_resources(two_nodes) == {"gpu": 8, "nodes": 2, "mem_mb": 1, "runtime": 5}
+
+
+def test_site_resources_come_from_the_environment():
+    env = {"EXGRPO_SLURM_ACCOUNT": "acct", "EXGRPO_SLURM_PARTITION": "cpu", "EXGRPO_SLURM_QOS": "",
+           "EXGRPO_SLURM_GPU_PARTITION": "gpu", "EXGRPO_SLURM_GPU_MODEL": "h100"}
+    assert site_resources(gpu=False, environ=env) == {"slurm_account": "acct", "slurm_partition": "cpu"}
+    assert site_resources(gpu=True, environ=env) == {"slurm_account": "acct", "slurm_partition": "gpu",
+                                                     "gpu_model": "h100"}
+    assert site_resources(environ={}) == {}
+
+
+@pytest.mark.parametrize(("targets", "gpu_jobs", "local", "gpus", "allow", "refused"), [
+    (["all"], [], True, 0, False, True),          # the paper target on a CPU box
+    ([], ["train"], True, 0, False, True),        # a GPU job requested by file name
+    (["all"], ["train"], False, 0, False, False),  # SLURM: GPUs are on the compute nodes
+    (["all"], ["train"], True, 8, False, False),   # a local GPU box
+    (["all"], [], True, 0, True, False),          # explicit override
+    (["tiny"], [], True, 0, False, False),        # CPU work
+])
+def test_gpu_refusal(targets, gpu_jobs, local, gpus, allow, refused):
+    why = gpu_refusal(targets, gpu_jobs, local_exec=local, gpus=gpus, allow_no_gpu=allow)
+    assert (why is not None) == refused
+    if refused:
+        assert "nvidia-smi" in why and "--profile slurm" in why

@@ -1,0 +1,269 @@
+# Helpers shared by every stage: validated configuration, output paths, resources, targets.
+#
+# Rules read `config` only through these helpers. Path layout (the results contract):
+#   results/<source>/{train,eval,prelim}/...       results (tracked for tiny and paper sources)
+#   results/<source>/benchmarks/<rule>/...         Snakemake benchmark files -> compute ledger
+#   work/<source>/{data,ckpt}/..., work/tiny/sft/  data and checkpoints (git-ignored)
+#   <hf_cache>/                                    paper-scale downloads (shared, see config.yaml)
+#   logs/<rule>/...                                job logs; logs of shared jobs also hold
+#                                                  their benchmark files (no study to charge)
+import os
+import re
+
+from exgrpo.config import ABLATIONS
+from exgrpo.workflow_config import (
+    GPU_SITE_ENV,
+    SITE_ENV,
+    gpu_refusal,
+    job_resources,
+    job_threads,
+    load_workflow_config,
+    site_resources,
+    visible_gpus,
+)
+
+# Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is.
+WF = load_workflow_config(config, schema_dir=f"{workflow.current_basedir}/../schemas")
+REPORT_DIR = f"{workflow.current_basedir}/../report"
+BACKBONES = WF.backbones
+STUDIES = WF.studies
+
+
+wildcard_constraints:
+    source=r"[a-z0-9][a-z0-9-]*",
+    seed=r"\d+",
+    backbone="|".join(re.escape(name) for name in BACKBONES),
+    variant="|".join(ABLATIONS),
+    profile="paper|community|tiny",
+
+
+# ---------------------------------------------------------------- paths
+def data_dir(source, seed):
+    """Tiny task splits written by `exgrpo make-data --out DIR --seed SEED`."""
+    return f"work/{source}/data/s{seed}"
+
+
+def data_manifest(source, seed):
+    return f"{data_dir(source, seed)}/manifest.json"
+
+
+def hf_cache():
+    """Shared HF cache of paper-scale data, benchmarks and weights (EXGRPO_HF_CACHE overrides)."""
+    return WF.hf_cache.rstrip("/")
+
+
+def download_manifest():
+    return f"{hf_cache()}/manifest.json"
+
+
+def model_manifest(backbone):
+    return f"{hf_cache()}/models/{backbone}.json"
+
+
+def sft_dir(backbone):
+    """SFT checkpoint of a tiny backbone (`exgrpo sft --out`), shared by all tiny sources."""
+    return f"work/tiny/sft/{backbone}"
+
+
+def train_dir(source, backbone, variant, seed):
+    """`exgrpo train --out`: log.jsonl and run.json land here."""
+    return f"results/{source}/train/{backbone}/{variant}/s{seed}"
+
+
+def ckpt_dir(source, backbone, variant, seed):
+    """Checkpoints of one training run; a retried job resumes from here."""
+    return f"work/{source}/ckpt/{backbone}/{variant}/s{seed}"
+
+
+def eval_dir(source, backbone, variant, seed):
+    """`exgrpo eval --out` of one trained model: <benchmark>.<profile>.json (+ .samples.parquet)."""
+    return f"results/{source}/eval/{backbone}/{variant}/s{seed}"
+
+
+def prelim_dir(source, backbone, variant, seed):
+    return f"results/{source}/prelim/{backbone}/{variant}/s{seed}"
+
+
+def log_file(rule, *parts):
+    """logs/<rule>/<part>/.../<last>.log"""
+    return os.path.join("logs", rule, *map(str, parts)) + ".log"
+
+
+def bench_file(source, rule, *parts):
+    """results/<source>/benchmarks/<rule>/<parts>.tsv: summarised later into the compute ledger."""
+    return (
+        os.path.join("results", source, "benchmarks", rule, *map(str, parts)) + ".tsv"
+    )
+
+
+def backbones_file():
+    """The backbone registry in use (`backbones_file`, also handed to commands as --backbones)."""
+    return WF.raw["backbones_file"]
+
+
+def figure_sources():
+    """Configured result sources that exist under results/ (re-rendered by `figures`)."""
+    return [s for s in WF.raw["figures"]["sources"] if os.path.isdir(f"results/{s}")]
+
+
+# ---------------------------------------------------------------- studies and arguments
+def study_of_source(source):
+    return WF.study_for_source(source)
+
+
+def data_for(source):
+    """`--data` of a source's jobs: tiny splits, or the HF cache for paper scale."""
+    study = study_of_source(source)
+    if study.scale == "tiny":
+        return data_dir(source, study.data_seed)
+    return hf_cache()
+
+
+def eval_data_for(source):
+    """`exgrpo eval --data-dir`: the tiny splits, or the released eval files `exgrpo download` wrote."""
+    study = study_of_source(source)
+    if study.scale == "tiny":
+        return data_dir(source, study.data_seed)
+    return f"{hf_cache()}/files"
+
+
+def init_for(backbone):
+    """`--init` of training: the SFT checkpoint (tiny) or the HF model id, read from the cache (paper)."""
+    entry = BACKBONES[backbone]
+    return sft_dir(backbone) if entry["scale"] == "tiny" else entry["hf_id"]
+
+
+def sft_init(backbone):
+    """The SFT checkpoint a tiny backbone starts from (`sft.init`), or None."""
+    init = BACKBONES[backbone]["sft"]["init"]
+    return sft_dir(init) if init else None
+
+
+def budget_args(source):
+    budget = study_of_source(source).budget
+    return "" if budget == "full" else f"--budget {budget}"
+
+
+def set_args(variant):
+    """`--set key=value ...` for the config's extra overrides of a variant (ABLATIONS gives the rest)."""
+    items = WF.variant_overrides[variant].items()
+    return " ".join(
+        f"--set {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in items
+    )
+
+
+def benchmarks_arg(source):
+    return ",".join(study_of_source(source).benchmarks)
+
+
+def offline_env():
+    """Shell prefix for paper-scale jobs on compute nodes: everything comes from the shared cache."""
+    return f"HF_HOME={hf_cache()} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
+
+
+# ---------------------------------------------------------------- resources
+def backbone_threads(wildcards):
+    return job_threads(BACKBONES[wildcards.backbone])
+
+
+def backbone_resources():
+    """`resources:` of a per-backbone rule: the backbone's entry plus EXGRPO_SLURM_* site settings.
+
+    Use as `resources: **backbone_resources()` with `threads: backbone_threads`. A value of None
+    drops the resource for that job (CPU backbones get no gpu/nodes; unset site settings vanish).
+    """
+
+    def resources_of(backbone):
+        entry = job_resources(BACKBONES[backbone])
+        return {**entry, **site_resources(gpu=bool(entry.get("gpu")))}
+
+    def pick(key):
+        return lambda wc: resources_of(wc.backbone).get(key)
+
+    keys = {
+        "mem_mb",
+        "runtime",
+        "gpu",
+        "nodes",
+        *SITE_ENV.values(),
+        *GPU_SITE_ENV.values(),
+    }
+    return {key: pick(key) for key in sorted(keys)}
+
+
+def cpu_resources():
+    """Site settings for light CPU jobs (sizes come from the profile's default-resources)."""
+    return site_resources(gpu=False)
+
+
+# ---------------------------------------------------------------- targets
+# What each stage adds to a study's target. A stage file calls register_stage(name) once its rules
+# exist, so a target lists exactly the stages that are wired (never a stage without a command).
+def data_targets(study):
+    if study.scale == "tiny":
+        return [data_manifest(study.source, study.data_seed)]
+    return [download_manifest()] + [model_manifest(b) for b in study.backbones]
+
+
+def train_targets(study):
+    return [f"{train_dir(study.source, b, v, s)}/run.json" for b, v, s in study.runs()]
+
+
+def eval_targets(study):
+    return [
+        f"{eval_dir(study.source, b, v, s)}/{bench}.{profile}.json"
+        for b, v, s in study.runs()
+        for bench in study.benchmarks
+        for profile in study.profiles
+    ]
+
+
+STAGE_TARGET_FUNCTIONS = {
+    "data": data_targets,
+    "train": train_targets,
+    "eval": eval_targets,
+}
+REGISTERED_STAGES = []
+
+
+def register_stage(stage):
+    """Add a wired stage's outputs to every study target."""
+    if stage not in REGISTERED_STAGES:
+        REGISTERED_STAGES.append(stage)
+
+
+def study_targets(name):
+    study = STUDIES[name]
+    return [
+        path for st in REGISTERED_STAGES for path in STAGE_TARGET_FUNCTIONS[st](study)
+    ]
+
+
+# ---------------------------------------------------------------- report hook
+# `snakemake --report report.html <target>` collects outputs wrapped in report(). Analysis rules
+# that declare tables or figures as outputs wrap them, e.g.
+#     output: as_report("results/{source}/figures/main.png", "Figures", "main.rst")
+def as_report(path, category, caption=None, **labels):
+    """Mark an output for the Snakemake report, with its caption from workflow/report/."""
+    if caption:
+        caption = os.path.join(REPORT_DIR, caption)
+    return report(path, category=category, caption=caption, labels=labels or None)
+
+
+# ---------------------------------------------------------------- GPU guard
+def refuse_without_gpus(dag, targets):
+    """Stop a real local run of GPU work where no GPU is visible (called from `onstart`)."""
+    gpu_jobs = [
+        job.rule.name
+        for job in dag.needrun_jobs()
+        if (job.resources.get("gpu") or 0) > 0
+    ]
+    why = gpu_refusal(
+        targets,
+        gpu_jobs,
+        local_exec=workflow.local_exec,
+        gpus=visible_gpus() if workflow.local_exec else 0,
+        allow_no_gpu=WF.allow_no_gpu,
+    )
+    if why:
+        raise WorkflowError(why)

@@ -1,0 +1,58 @@
+# Data stage.
+#   tiny scale:  `exgrpo make-data` writes the task splits and work/<source>/data/s<seed>/manifest.json.
+#   paper scale: `exgrpo download` fills the shared HF cache on the submit host (it needs internet;
+#                compute nodes run offline), recording row counts and checksums in manifests.
+
+
+rule make_data:
+    output:
+        manifest="work/{source}/data/s{seed}/manifest.json",
+    log:
+        "logs/make_data/{source}/s{seed}.log",
+    benchmark:
+        "results/{source}/benchmarks/make_data/s{seed}.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    threads: 1
+    resources:
+        **cpu_resources(),
+    params:
+        out=lambda wc, output: os.path.dirname(output.manifest),
+    shell:
+        "exgrpo make-data --out {params.out} --seed {wildcards.seed} > {log} 2>&1"
+
+
+rule download:
+    output:
+        manifest=download_manifest(),
+    log:
+        "logs/download/data.log",
+    benchmark:
+        "logs/download/data.benchmark.tsv"
+    localrule: True
+    conda:
+        "../envs/gpu.yaml"
+    params:
+        out=lambda wc, output: os.path.dirname(output.manifest),
+    shell:
+        "exgrpo download --out {params.out} > {log} 2>&1"
+
+
+rule download_model:
+    output:
+        manifest=model_manifest("{backbone}"),
+    log:
+        "logs/download_model/{backbone}.log",
+    benchmark:
+        "logs/download_model/{backbone}.benchmark.tsv"
+    localrule: True
+    conda:
+        "../envs/gpu.yaml"
+    params:
+        out=lambda wc, output: os.path.dirname(os.path.dirname(output.manifest)),
+        hf_id=lambda wc: BACKBONES[wc.backbone]["hf_id"],
+    shell:
+        "exgrpo download --out {params.out} --model {params.hf_id} --name {wildcards.backbone} > {log} 2>&1"
+
+
+register_stage("data")
