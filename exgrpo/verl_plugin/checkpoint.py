@@ -1,0 +1,130 @@
+"""The plug-in's state inside verl checkpoints: `<default_local_dir>/global_step_N/exgrpo/`.
+
+verl saves the actor, the dataloader and `latest_checkpointed_iteration.txt` per `global_step_N` folder;
+a retried job (`trainer.resume_mode=auto`, fixed `default_local_dir`) resumes from the step that file names.
+The ExGRPO trainer writes its own state into the same folder BEFORE verl writes that tracker, so a
+checkpoint the tracker points to always has a complete plug-in state:
+
+- `experience/`: the ExperienceManager (buffer, keys, buckets, retired set, delayed-start switch, RNG),
+  through the core's own `save`/`load` (safetensors + JSON).
+- `prompt_cache.safetensors`: the prompt token ids of buffered questions (needed to score candidates
+  under the current policy without re-tokenising).
+- `plugin_state.json` (written last): the data order (epoch, position, active questions), the selection
+  RNG state, the step, and a fingerprint of the ExGRPOConfig.
+
+Plain formats only (safetensors, JSON); every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.experience import ExperienceManager
+from exgrpo.io import atomic_path, read_json, write_json
+
+STATE_DIR = "exgrpo"
+STATE_FILE = "plugin_state.json"
+PROMPTS_FILE = "prompt_cache.safetensors"
+EXPERIENCE_DIR = "experience"
+FORMAT = "exgrpo-verl-plugin-v1"
+
+
+def config_fingerprint(cfg: ExGRPOConfig) -> str:
+    """sha256 of the config's canonical JSON: a resumed run must use the same method settings."""
+    return hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class PluginState:
+    """What the trainer restores from a checkpoint."""
+
+    manager: ExperienceManager
+    data_order: dict[str, Any]
+    prompt_cache: dict[str, np.ndarray]
+    select_rng_state: torch.Tensor
+    step: int
+
+
+def step_dir(default_local_dir: str | Path, step: int) -> Path:
+    """verl's checkpoint folder of `step`."""
+    return Path(default_local_dir) / f"global_step_{step}"
+
+
+def save_plugin_state(folder: str | Path, *, step: int, cfg: ExGRPOConfig, manager: ExperienceManager,
+                      data_order: dict[str, Any], prompt_cache: dict[str, np.ndarray],
+                      select_rng_state: torch.Tensor) -> Path:
+    """Write the plug-in state into `folder/exgrpo/` (a verl `global_step_N` folder); returns that dir."""
+    from safetensors.numpy import save_file
+
+    out = Path(folder) / STATE_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    manager.save(out / EXPERIENCE_DIR)
+    qids = sorted(prompt_cache)
+    lengths = np.asarray([len(prompt_cache[q]) for q in qids], dtype=np.int64)
+    ids = (np.concatenate([np.asarray(prompt_cache[q], dtype=np.int32) for q in qids]) if qids
+           else np.zeros(0, dtype=np.int32))
+    with atomic_path(out / PROMPTS_FILE) as tmp:
+        save_file({"ids": ids, "lengths": lengths}, str(tmp), metadata={"format": FORMAT})
+    write_json(out / STATE_FILE, {
+        "format": FORMAT, "step": int(step), "config_sha256": config_fingerprint(cfg),
+        "data_order": data_order, "prompt_qids": qids,
+        "select_rng_state": select_rng_state.to(torch.uint8).tolist(),
+    })
+    return out
+
+
+def load_plugin_state(folder: str | Path, cfg: ExGRPOConfig) -> PluginState:
+    """Read what `save_plugin_state` wrote into `folder/exgrpo/`; errors name the missing or mismatched file."""
+    from safetensors.numpy import load_file
+
+    src = Path(folder) / STATE_DIR
+    state_path = src / STATE_FILE
+    if not state_path.exists():
+        raise FileNotFoundError(f"{state_path}: no ExGRPO plug-in state in this verl checkpoint (was it written "
+                                "by the exgrpo trainer?)")
+    state = read_json(state_path)
+    if state.get("format") != FORMAT:
+        raise ValueError(f"{state_path}: not an {FORMAT} state")
+    if state["config_sha256"] != config_fingerprint(cfg):
+        raise ConfigError("exgrpo.config", f"differs from the config of the checkpoint {state_path}; resume with "
+                                           "the same method settings or start a new run directory")
+    arrays = load_file(str(src / PROMPTS_FILE))
+    ids, lengths = arrays["ids"], arrays["lengths"]
+    if len(lengths) != len(state["prompt_qids"]) or int(lengths.sum()) != len(ids):
+        raise ValueError(f"{src / PROMPTS_FILE}: does not match {state_path}")
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    cache = {q: ids[offsets[i]:offsets[i + 1]].copy() for i, q in enumerate(state["prompt_qids"])}
+    return PluginState(manager=ExperienceManager.load(src / EXPERIENCE_DIR, cfg), data_order=state["data_order"],
+                       prompt_cache=cache,
+                       select_rng_state=torch.tensor(state["select_rng_state"], dtype=torch.uint8),
+                       step=int(state["step"]))
+
+
+def prune_states(default_local_dir: str | Path, keep: int | None) -> list[Path]:
+    """Delete the plug-in state of all but the newest `keep` checkpoints (verl prunes its own actor states
+    with max_actor_ckpt_to_keep; the buffer is the big part of ours). None or < 1 keeps everything."""
+    import shutil
+
+    if not keep or keep < 1:
+        return []
+    root = Path(default_local_dir)
+    found = []
+    for d in root.glob("global_step_*"):
+        suffix = d.name.removeprefix("global_step_")
+        if suffix.isdigit() and (d / STATE_DIR).is_dir():
+            found.append((int(suffix), d / STATE_DIR))
+    removed = [path for _, path in sorted(found)[:-keep]]
+    for path in removed:
+        shutil.rmtree(path)
+    return removed
+
+
+__all__ = ["PluginState", "prune_states", "config_fingerprint", "load_plugin_state", "save_plugin_state", "step_dir"]

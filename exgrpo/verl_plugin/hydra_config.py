@@ -1,0 +1,275 @@
+"""verl Hydra configs for one paper-scale run: a backbone (config/backbones.yaml) x a method variant.
+
+The static paper hyper-parameters (Table 4, run_exgrpo.sh) live in `config/exgrpo_trainer.yaml`
+(`defaults: [ppo_trainer, _self_]`). This module writes, per run, a small primary config
+`<run_dir>/exgrpo_run.yaml` (`defaults: [exgrpo_trainer, _self_]`) holding what depends on the backbone
+(model, steps, lengths, GPUs) and on the variant (every verl key derived from `ExGRPOConfig`, plus the
+whole `ExGRPOConfig` under `exgrpo.config`). Hydra composes the three layers; `compose_run_config`
+does it in-process (needs hydra + verl), `main.py` does it at launch and writes the resolved config
+as JSON, from which `table4()` renders paper Table 4 for what actually ran.
+
+Departures, stated up front:
+- `skip_grad_bound` (released: skip the optimizer step when the grad norm exceeds 500) has no verl 0.9.1
+  hook short of patching the FSDP engine; verl skips only non-finite grad norms. Recorded in the
+  resolved JSON under `departures`.
+- `grad_clip = 0` (no clipping) becomes verl `clip_grad = 1e10`: verl requires a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exgrpo.config import ConfigError, ExGRPOConfig, config_for
+
+CONFIG_DIR = Path(__file__).resolve().parent / "config"
+"""The plug-in's Hydra config directory (exgrpo_trainer.yaml)."""
+RUN_CONFIG_NAME = "exgrpo_run"
+"""File stem of the per-run primary config written into the run directory."""
+SEARCHPATH = ["pkg://exgrpo.verl_plugin.config", "pkg://verl.trainer.config"]
+PLUGIN_MODULE = "exgrpo.verl_plugin"
+
+LOSS_AGG_TO_VERL = {"seq_sum_const": "seq-mean-token-sum-norm", "token_mean": "token-mean",
+                    "seq_mean": "seq-mean-token-mean"}
+"""`cfg.loss_agg` → verl `loss_agg_mode` (verl uses it for its own entropy metric; the loss is the core's)."""
+NO_CLIP_GRAD = 1e10
+
+DEPARTURES = (
+    "skip_grad_bound is not applied (verl 0.9.1 skips only non-finite grad norms)",
+    "behaviour log-probs of stored trajectories are the actor's recomputed old_log_probs (as released), "
+    "not the vLLM sampling log-probs",
+)
+
+
+def variant_config(variant: str, backbone: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+                   ) -> ExGRPOConfig:
+    """The ExGRPOConfig of `variant` for `backbone`: the backbone's `delayed_start` (False for Llama base,
+    paper §5.1) applies to ExGRPO variants; `overrides` (field -> value) go on top."""
+    extra = dict(overrides or {})
+    if "delayed_start" in backbone and "delayed_start" not in extra:
+        extra["delayed_start"] = bool(backbone["delayed_start"])
+    return config_for(variant, **extra)
+
+
+def norm_const_for(cfg: ExGRPOConfig, max_response_length: int) -> int:
+    """The constant loss normaliser: `cfg.loss_norm_const`, 0 = the maximum response length (released 8192)."""
+    return cfg.loss_norm_const or int(max_response_length)
+
+
+def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOConfig, *, variant: str,
+                   seed: int, run_dir: str | Path, train_files: str, val_files: str,
+                   model_path: str | None = None, nnodes: int | None = None,
+                   gpus_per_node: int | None = None) -> dict[str, Any]:
+    """Dotted verl config keys → values for one run (everything not fixed in exgrpo_trainer.yaml)."""
+    for key in ("hf_id", "steps", "max_prompt_length", "max_response_length"):
+        if key not in backbone:
+            raise ConfigError(f"backbones.{backbone_name}.{key}", "missing (needed for a verl run)")
+    if backbone.get("scale") != "paper":
+        raise ConfigError(f"backbones.{backbone_name}.scale",
+                          f"verl runs are for scale 'paper' backbones, got {backbone.get('scale')!r}")
+    res = backbone.get("resources") or {}
+    nodes = int(nnodes or res.get("nodes", 1))
+    gpus = int(gpus_per_node or res.get("gpus_per_node", 8))
+    max_resp = int(backbone["max_response_length"])
+    norm = norm_const_for(cfg, max_resp)
+    run_dir = str(Path(run_dir).resolve())
+    actor = "actor_rollout_ref.actor"
+    return {
+        "data.train_files": train_files,
+        "data.val_files": val_files,
+        "data.max_prompt_length": int(backbone["max_prompt_length"]),
+        "data.max_response_length": max_resp,
+        "data.seed": int(seed),
+        "actor_rollout_ref.model.path": model_path or backbone["hf_id"],
+        "actor_rollout_ref.rollout.n": cfg.n_rollouts,
+        "actor_rollout_ref.rollout.seed": int(seed),
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(CONFIG_DIR / "agent_loops.yaml"),
+        "algorithm.norm_adv_by_std_in_grpo": cfg.adv_std_norm,
+        f"{actor}.entropy_coeff": cfg.entropy_coef,
+        f"{actor}.use_kl_loss": cfg.kl_coef > 0,
+        f"{actor}.kl_loss_coef": cfg.kl_coef,
+        f"{actor}.clip_ratio": cfg.clip_eps,
+        f"{actor}.clip_ratio_low": cfg.clip_eps,
+        f"{actor}.clip_ratio_high": cfg.clip_eps,
+        f"{actor}.loss_agg_mode": LOSS_AGG_TO_VERL[cfg.loss_agg],
+        f"{actor}.loss_scale_factor": norm,
+        f"{actor}.optim.clip_grad": cfg.grad_clip if cfg.grad_clip > 0 else NO_CLIP_GRAD,
+        f"{actor}.data_loader_seed": int(seed),
+        "reward.custom_reward_function.reward_kwargs": {
+            "region": cfg.reward_region, "require_think_close": cfg.reward_require_think_close,
+            "max_chars": cfg.reward_max_chars, "timeout_s": cfg.reward_timeout_s, "workers": cfg.reward_workers},
+        "trainer.total_training_steps": int(backbone["steps"]),
+        "trainer.nnodes": nodes,
+        "trainer.n_gpus_per_node": gpus,
+        "trainer.experiment_name": f"{backbone_name}-{variant}-s{seed}",
+        "trainer.default_local_dir": f"{run_dir}/checkpoints",
+        "trainer.validation_data_dir": f"{run_dir}/val_generations",
+        "exgrpo.variant": variant,
+        "exgrpo.backbone": backbone_name,
+        "exgrpo.seed": int(seed),
+        "exgrpo.run_dir": run_dir,
+        "exgrpo.resources": {"nodes": nodes, "gpus_per_node": gpus,
+                             **{k: v for k, v in res.items() if k not in ("nodes", "gpus_per_node")}},
+        "exgrpo.config": cfg.to_dict(),
+    }
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """{"a.b.c": v} → {"a": {"b": {"c": v}}}; a key that is both a leaf and a prefix is an error."""
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = out
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{dotted}: '{part}' is already a value")
+        if parts[-1] in node:
+            raise ValueError(f"{dotted}: duplicate key")
+        node[parts[-1]] = value
+    return out
+
+
+def run_config(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-run primary Hydra config: search path, `defaults: [exgrpo_trainer, _self_]`, the run's values."""
+    return {"hydra": {"searchpath": list(SEARCHPATH)}, "defaults": ["exgrpo_trainer", "_self_"], **nest(flat)}
+
+
+def write_run_config(run_dir: str | Path, flat: Mapping[str, Any]) -> Path:
+    """Write `<run_dir>/exgrpo_run.yaml` (and the ExGRPOConfig as JSON next to it), atomically."""
+    from exgrpo.io import atomic_open, write_json
+
+    run_dir = Path(run_dir)
+    path = run_dir / f"{RUN_CONFIG_NAME}.yaml"
+    with atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.write("# Generated by `exgrpo verl-config`; launch with\n"
+                 f"#   python -m exgrpo.verl_plugin.main --config-path {run_dir.resolve()} "
+                 f"--config-name {RUN_CONFIG_NAME}\n")
+        yaml.safe_dump(run_config(flat), fh, sort_keys=False, default_flow_style=False)
+    write_json(run_dir / "exgrpo_config.json", flat["exgrpo.config"])
+    return path
+
+
+def compose_run_config(run_dir: str | Path, overrides: list[str] | None = None) -> Any:
+    """Compose `<run_dir>/exgrpo_run.yaml` with Hydra (verl's config dir on the search path). Needs hydra + verl."""
+    from hydra import compose, initialize_config_dir
+
+    run_dir = Path(run_dir).resolve()
+    if not (run_dir / f"{RUN_CONFIG_NAME}.yaml").exists():
+        raise FileNotFoundError(f"{run_dir / (RUN_CONFIG_NAME + '.yaml')}: run config not found")
+    with initialize_config_dir(config_dir=str(run_dir), version_base=None):
+        return compose(RUN_CONFIG_NAME, overrides=list(overrides or []))
+
+
+def _get(config: Any, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        try:
+            node = node[part]
+        except (KeyError, TypeError):
+            raise ConfigError(dotted, "missing from the verl config") from None
+    return node
+
+
+def exgrpo_config_from(config: Any) -> ExGRPOConfig:
+    """The validated ExGRPOConfig stored in a composed verl config (`exgrpo.config`)."""
+    raw = _get(config, "exgrpo.config")
+    values = dict(raw.items()) if hasattr(raw, "items") else raw
+    if not values:
+        raise ConfigError("exgrpo.config", "empty: generate the run config with `exgrpo verl-config`")
+    return ExGRPOConfig.from_dict({k: v for k, v in values.items()}, where="exgrpo.config.")
+
+
+def check_verl_config(config: Any) -> ExGRPOConfig:
+    """Refuse a composed verl config whose verl keys contradict its `exgrpo.config`; return that config.
+
+    verl keys that must agree: rollout.n = K, norm_adv_by_std_in_grpo = adv_std_norm, entropy_coeff =
+    entropy_coef with entropy computed, use_kl_loss iff kl_coef > 0, no KL in the reward, the V1 trainer
+    with trainer_mode `exgrpo`, and the plug-in module in the Ray workers' environment.
+    """
+    cfg = exgrpo_config_from(config)
+    actor = "actor_rollout_ref.actor"
+    expected = {
+        "actor_rollout_ref.rollout.n": cfg.n_rollouts,
+        "algorithm.norm_adv_by_std_in_grpo": cfg.adv_std_norm,
+        f"{actor}.entropy_coeff": cfg.entropy_coef,
+        f"{actor}.use_kl_loss": cfg.kl_coef > 0,
+        "algorithm.use_kl_in_reward": False,
+        "trainer.use_v1": True,
+        "trainer.v1.trainer_mode": "exgrpo",
+        "ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+    }
+    if cfg.kl_coef > 0:
+        expected[f"{actor}.kl_loss_coef"] = cfg.kl_coef
+    for key, want in expected.items():
+        got = _get(config, key)
+        if got != want:
+            raise ConfigError(key, f"is {got!r} but exgrpo.config requires {want!r}")
+    if cfg.entropy_coef > 0 and not _get(config, f"{actor}.calculate_entropy"):
+        raise ConfigError(f"{actor}.calculate_entropy", "must be true: the ExGRPO loss needs token entropies")
+    rc = _get(config, "algorithm.rollout_correction")
+    for key in ("rollout_is", "rollout_rs"):
+        if rc.get(key) if hasattr(rc, "get") else None:
+            raise ConfigError(f"algorithm.rollout_correction.{key}", "must be null: the ExGRPO loss does its own "
+                                                                     "importance weighting")
+    if rc.get("bypass_mode", False):
+        raise ConfigError("algorithm.rollout_correction.bypass_mode", "must be false (old_log_probs are recomputed)")
+    return cfg
+
+
+def table4(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """Paper Table 4 (RLVR hyper-parameters) read back from a resolved verl config, plus the ExGRPO settings."""
+    a = "actor_rollout_ref.actor"
+    r = "actor_rollout_ref.rollout"
+    cfg = dict(_get(resolved, "exgrpo.config"))
+    n = _get(resolved, f"{r}.n")
+    return {
+        "backbone": _get(resolved, "exgrpo.backbone"),
+        "variant": _get(resolved, "exgrpo.variant"),
+        "model": _get(resolved, "actor_rollout_ref.model.path"),
+        "rollout_batch_prompts": _get(resolved, "data.train_batch_size"),
+        "update_batch_prompts": _get(resolved, f"{a}.ppo_mini_batch_size"),
+        "rollouts_per_prompt": n,
+        "train_temperature": _get(resolved, f"{r}.temperature"),
+        "val_temperature": _get(resolved, f"{r}.val_kwargs.temperature"),
+        "val_samples": _get(resolved, f"{r}.val_kwargs.n"),
+        "learning_rate": _get(resolved, f"{a}.optim.lr"),
+        "entropy_coef": _get(resolved, f"{a}.entropy_coeff"),
+        "kl": "none" if not (_get(resolved, f"{a}.use_kl_loss") or _get(resolved, "algorithm.use_kl_in_reward"))
+        else _get(resolved, f"{a}.kl_loss_coef"),
+        "max_prompt_length": _get(resolved, "data.max_prompt_length"),
+        "max_response_length": _get(resolved, "data.max_response_length"),
+        "training_steps": _get(resolved, "trainer.total_training_steps"),
+        "save_freq": _get(resolved, "trainer.save_freq"),
+        "test_freq": _get(resolved, "trainer.test_freq"),
+        "gpus": _get(resolved, "trainer.nnodes") * _get(resolved, "trainer.n_gpus_per_node"),
+        "rollout_tp": _get(resolved, f"{r}.tensor_model_parallel_size"),
+        "gpu_memory_utilization": _get(resolved, f"{r}.gpu_memory_utilization"),
+        "adv_std_norm": _get(resolved, "algorithm.norm_adv_by_std_in_grpo"),
+        "loss_agg_mode": _get(resolved, f"{a}.loss_agg_mode"),
+        "loss_scale_factor": _get(resolved, f"{a}.loss_scale_factor"),
+        "rho": cfg["rho"], "start_threshold": cfg["start_threshold"] if cfg["delayed_start"] else None,
+        "shaping_beta": cfg["shaping_beta"], "sampler": cfg["sampler"],
+        "sampler_mu": cfg["sampler_mu"], "sampler_sigma": cfg["sampler_sigma"],
+        "selection": f"{cfg['selection_mode']} {cfg['selection_metric']} ({cfg['selection_policy']})",
+    }
+
+
+def write_resolved(run_dir: str | Path, resolved: Mapping[str, Any]) -> Path:
+    """Write `<run_dir>/resolved_config.json`: the resolved verl config, its Table 4 view and the departures."""
+    from exgrpo.io import write_json
+    from exgrpo.provenance import provenance
+
+    path = Path(run_dir) / "resolved_config.json"
+    write_json(path, {"resolved": resolved, "table4": table4(resolved), "departures": list(DEPARTURES),
+                      "provenance": provenance(config=dict(resolved["exgrpo"]["config"]),
+                                               seed=resolved["exgrpo"]["seed"])})
+    return path
+
+
+__all__ = ["CONFIG_DIR", "DEPARTURES", "LOSS_AGG_TO_VERL", "RUN_CONFIG_NAME", "check_verl_config",
+           "compose_run_config", "exgrpo_config_from", "nest", "norm_const_for", "run_config",
+           "table4", "variant_config", "verl_overrides", "write_resolved", "write_run_config"]

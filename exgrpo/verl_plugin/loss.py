@@ -1,0 +1,138 @@
+"""The actor loss installed with `ActorRolloutRefWorker.set_loss_fn` (verl.md §6, §11.3).
+
+A registered verl policy loss only sees old_log_probs, log_prob, advantages, response_mask and
+rollout_is_weights, so it cannot tell replayed rows from fresh ones; a full loss function sees every
+TransferQueue field of the micro-batch. `exgrpo_actor_loss` reads the plug-in's fields (`exgrpo_is_replay`,
+`exgrpo_behav_log_probs`, `exgrpo_sample_mask`, the batch-level `exgrpo_replay_active` flag) and calls the
+core's `exgrpo_policy_loss`, the function the CPU trainer calls, so both compute the same number on the same
+tensors (paper Eq. 4 with §4.2 shaping; Eq. 14 with the sample mask).
+
+verl's FSDP engine calls the loss once per micro-batch, SUMS the micro-batch losses of a mini-batch and
+AVERAGES gradients over data-parallel ranks. `micro_batch_loss` rescales each micro-batch's terms so that
+this sum-then-average equals the core loss of the whole mini-batch (verl's own global-batch normalisation):
+  pg (`seq_sum_const`: Σ/const)  × 1              × dp_size
+  pg (`token_mean`)              × n_tok / N_glob × dp_size      (N_glob = response tokens of the mini-batch)
+  pg (`seq_mean`)                × n_seq / G_glob × dp_size      (G_glob = verl's global_batch_size)
+  entropy / KL token means       Σ_micro / N_glob × dp_size
+With one micro-batch on one rank the factors are exactly 1 and the value is the core's.
+
+Departures, stated up front:
+- The released code divided the Σ/8192 loss of each micro-batch by gradient_accumulation = 1 and let FSDP
+  average over 8 GPUs, i.e. its mini-batch loss was the core's divided by dp_size (Adam is invariant to it,
+  the grad-norm clip at 1.0 is not). This loss is global-batch invariant instead, like the CPU trainer.
+- `seq_mean` divides by verl's global_batch_size, which also counts verl's synthetic padding rows (only
+  present when the batch is not divisible by the mini-batch size; never in the paper's 128 x 8 setting).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from exgrpo.config import ExGRPOConfig
+from exgrpo.core.loss import exgrpo_policy_loss, low_var_kl
+from exgrpo.verl_plugin.batch import BEHAV_FIELD, IS_REPLAY_FIELD, REPLAY_ACTIVE_KEY, SAMPLE_MASK_FIELD
+
+
+def micro_batch_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    is_replay: torch.Tensor,
+    behaviour_logp: torch.Tensor | None,
+    sample_mask: torch.Tensor | None,
+    token_entropy: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    replay_active: bool,
+    cfg: ExGRPOConfig,
+    norm_const: int,
+    dp_size: int = 1,
+    batch_num_tokens: int | None = None,
+    global_batch_size: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """One micro-batch's share of the core ExGRPO loss of its mini-batch (see module docstring).
+
+    Args:
+        logp, old_logp, response_mask, behaviour_logp, token_entropy, ref_logp: [b, T] (padded response layout).
+        advantages: [b] or [b, T]; is_replay, sample_mask: [b].
+        batch_num_tokens: response tokens of the whole mini-batch over all ranks (verl `batch_num_tokens`);
+            None = this micro-batch's. global_batch_size: sequences of the mini-batch; None = this one's.
+    Returns:
+        (scalar loss to backpropagate, the core's metrics for this micro-batch).
+    """
+    bonus_free = dataclasses.replace(cfg, entropy_coef=0.0, kl_coef=0.0)
+    pg, metrics = exgrpo_policy_loss(
+        logp, old_logp, advantages, response_mask, is_replay=is_replay, behaviour_logp=behaviour_logp,
+        replay_active=replay_active, cfg=bonus_free, norm_const=norm_const, token_entropy=None,
+        sample_mask=sample_mask)
+    mask = response_mask.bool()
+    keep = mask if sample_mask is None else mask & sample_mask.bool()[:, None]
+    n_tok = mask.sum().clamp(min=1)
+    n_seq = (mask.sum(dim=-1) > 0).sum().clamp(min=1)
+    tokens = n_tok if batch_num_tokens is None else max(int(batch_num_tokens), 1)
+    seqs = n_seq if global_batch_size is None else max(int(global_batch_size), 1)
+    if cfg.loss_agg == "seq_sum_const":
+        total = pg
+    elif cfg.loss_agg == "token_mean":
+        total = pg * (n_tok / tokens)
+    else:
+        total = pg * (n_seq / seqs)
+    if cfg.entropy_coef > 0:
+        if token_entropy is None:
+            raise ValueError("cfg.entropy_coef > 0 but the model output has no entropy "
+                             "(set actor_rollout_ref.actor.calculate_entropy=true)")
+        total = total - cfg.entropy_coef * torch.where(keep, token_entropy, 0.0).sum() / tokens
+    if cfg.kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("cfg.kl_coef > 0 but the batch has no ref_log_prob (use_kl_loss must be true)")
+        total = total + cfg.kl_coef * torch.where(keep, low_var_kl(logp, ref_logp), 0.0).sum() / tokens
+    if token_entropy is not None:
+        metrics["entropy"] = float(torch.where(mask, token_entropy.detach(), 0.0).sum() / n_tok)
+    return total * dp_size, metrics
+
+
+def exgrpo_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = None, *, cfg: ExGRPOConfig,
+                      norm_const: int) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl loss_fn(model_output, data, dp_group) → (loss, metrics); install with
+    `actor_rollout_wg.set_loss_fn(functools.partial(exgrpo_actor_loss, cfg=cfg, norm_const=N))`.
+
+    Args:
+        model_output: {"log_probs": nested [b, j], "entropy": nested [b, j] (when computed)}.
+        data: the micro-batch TensorDict (no-padding layout) with response_mask, old_log_probs, advantages and
+            the plug-in's fields; non-tensor `dp_size`, `batch_num_tokens`, `global_batch_size`,
+            `exgrpo_replay_active`.
+    """
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    replay_active = tu.get_non_tensor_data(data=data, key=REPLAY_ACTIVE_KEY, default=None)
+    if replay_active is None:
+        raise KeyError(f"micro-batch has no '{REPLAY_ACTIVE_KEY}': the actor update was not issued by the "
+                       "ExGRPO trainer (trainer.v1.trainer_mode=exgrpo)")
+    logp = no_padding_2_padding(model_output["log_probs"], data)
+    entropy = model_output.get("entropy")
+    entropy = None if entropy is None else no_padding_2_padding(entropy, data)
+    fields = ["response_mask", "old_log_probs", "advantages", IS_REPLAY_FIELD, BEHAV_FIELD, SAMPLE_MASK_FIELD]
+    if cfg.kl_coef > 0:
+        fields.append("ref_log_prob")
+    dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1)
+    batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
+    global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
+    d = data.select(*fields).to_padded_tensor()
+    loss, metrics = micro_batch_loss(
+        logp, d["old_log_probs"], d["advantages"], d["response_mask"],
+        is_replay=d[IS_REPLAY_FIELD].reshape(-1).bool(), behaviour_logp=d[BEHAV_FIELD],
+        sample_mask=d[SAMPLE_MASK_FIELD].reshape(-1).bool(), token_entropy=entropy,
+        ref_logp=d["ref_log_prob"] if cfg.kl_coef > 0 else None, replay_active=bool(replay_active), cfg=cfg,
+        norm_const=norm_const, dp_size=int(dp_size), batch_num_tokens=batch_num_tokens,
+        global_batch_size=global_batch_size)
+    out = {f"exgrpo/{k}": v for k, v in metrics.items()}
+    out["exgrpo/replay_active"] = float(bool(replay_active))
+    return loss, out
+
+
+__all__ = ["exgrpo_actor_loss", "micro_batch_loss"]

@@ -1,0 +1,48 @@
+"""Entry point of a paper-scale run: `python -m exgrpo.verl_plugin.main --config-path RUN_DIR --config-name exgrpo_run`.
+
+What `verl.trainer.main_ppo.main` does (device, config validation, Ray, the V1 TaskRunner), plus: the
+plug-in is put into VERL_USE_EXTERNAL_MODULES before verl is imported, the config is checked against its
+`exgrpo.config` section, and the resolved config is written to `<run_dir>/resolved_config.json`
+(the source of the run's Table 4) before training starts.
+"""
+
+from __future__ import annotations
+
+import os
+
+from exgrpo.verl_plugin import PLUGIN_MODULE
+
+
+def _add_plugin_to_env() -> None:
+    mods = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    if PLUGIN_MODULE not in mods:
+        os.environ["VERL_USE_EXTERNAL_MODULES"] = ",".join([*mods, PLUGIN_MODULE])
+
+
+def run(config) -> None:  # noqa: ANN001 (an omegaconf DictConfig)
+    """Validate `config`, write the resolved JSON, and train (blocks until the run ends)."""
+    from omegaconf import OmegaConf
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    from exgrpo.verl_plugin.hydra_config import check_verl_config, write_resolved
+
+    auto_set_device(config)
+    check_verl_config(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    if config.exgrpo.run_dir:
+        write_resolved(config.exgrpo.run_dir, OmegaConf.to_container(config, resolve=True))
+    run_ppo(config, task_runner_class=TaskRunnerV1)
+
+
+def main() -> None:
+    _add_plugin_to_env()
+    import hydra
+
+    hydra.main(config_path=None, config_name=None, version_base=None)(run)()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""`ExGRPOTrainer`: verl 0.9.1's synchronous V1 trainer with the exgrpo core's experience replay.
+
+Registered as `trainer.v1.trainer_mode=exgrpo` (`@register_trainer`). The trainer owns one
+`ExperienceManager`, keyed by the plug-in's question id, and only moves data; bucketing, sampling,
+selection, advantages, the shaped loss and the delayed start all come from `exgrpo.core`. One global step:
+
+1. `prepare_step`: the replay plan made at the end of the previous step (questions + chosen o*) and
+   B - n_exp fresh questions from the plug-in's `DataOrder` (B with `drop_fresh_overflow`, as released)
+   become prompt rows; experiential rows go to `ReplayAgentLoop` (o* is session K-1 of their group).
+2. verl samples the finished groups, balances them and recomputes old_log_probs + entropy (unchanged).
+3. `_compute_advantage`: the core's mixed-group advantages and difficulty mask, the `is_replay` flag and
+   π_past are written to the TransferQueue; each group's fresh trajectories are recorded with the manager.
+4. `_update_actor`: verl's update with the plug-in's loss (`set_loss_fn`, installed in `on_init_end`) and
+   the batch-level `replay_active` flag.
+5. `step` ends with `manager.end_step` (collection, retirement, delayed-start switch), BEFORE verl saves the
+   checkpoint; `_save_checkpoint` writes the plug-in state before verl's own files.
+6. `on_step_end`, while the rollout replicas still sleep and the actor holds the new weights: plan the next
+   step's replay and score the candidates under this current policy (one extra log-prob pass over them,
+   paper §4.1); then verl syncs the weights to the rollout replicas.
+
+Departures, stated up front:
+- Fresh questions come from the plug-in's `DataOrder` (seeded epoch shuffles, retired questions pruned at
+  epoch boundaries, JSON state in the checkpoint), not verl's dataloader, whose state verl still saves.
+- `skip_grad_bound` is not applied (verl skips only non-finite grad norms); see hydra_config.DEPARTURES.
+- Only `trainer_mode=exgrpo` on top of the sync trainer: async modes would sample groups generated under
+  older weights, which the delayed-start and selection bookkeeping do not model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+from verl.utils.dataset.rl_dataset import collate_fn
+from verl.workers.utils.padding import response_from_nested, response_to_nested
+
+from exgrpo.core.buffer import Trajectory
+from exgrpo.core.experience import ExperienceManager
+from exgrpo.tiny.data_order import DataOrder
+from exgrpo.verl_plugin import batch as vb
+from exgrpo.verl_plugin.checkpoint import load_plugin_state, prune_states, save_plugin_state, step_dir
+from exgrpo.verl_plugin.hydra_config import check_verl_config, norm_const_for
+from exgrpo.verl_plugin.loss import exgrpo_actor_loss
+
+logger = logging.getLogger(__name__)
+
+SCORE_PARTITION = "exgrpo_score"
+"""TransferQueue partition for the candidate-scoring forward pass (cleared after each use)."""
+STEP_FIELDS = ["prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy", vb.EXGRPO_QID]
+
+
+@register_trainer("exgrpo")
+class ExGRPOTrainer(PPOTrainerSync):
+    """Synchronous V1 trainer + ExGRPO experience replay (see the module docstring for the step)."""
+
+    def __init__(self, config: Any):
+        self._init_exgrpo_state(config)
+        super().__init__(config)
+        # verl keys its sync-vs-async behaviour on `trainer_mode == "sync"` (replay-buffer class, TransferQueue
+        # checkpointing, refill granularity); this trainer IS the sync trainer, registered under its own name.
+        self.trainer_mode = "sync"
+        self.replay_buffer = self._build_replay_buffer()
+
+    def _init_exgrpo_state(self, config: Any) -> None:
+        self.exgrpo_cfg = check_verl_config(config)
+        self.exgrpo_seed = int(config.exgrpo.seed)
+        self.manager = ExperienceManager(self.exgrpo_cfg, seed=self.exgrpo_seed)
+        self.norm_const = norm_const_for(self.exgrpo_cfg, int(config.data.max_response_length))
+        self.select_generator = torch.Generator().manual_seed(self.exgrpo_seed + 2)  # as CPUTrainer
+        self.prompt_cache: dict[str, np.ndarray] = {}
+        self.data_order: DataOrder | None = None
+        self.qid_pos: dict[str, int] = {}
+        self._plan: list[str] = []
+        self._chosen: list[Trajectory] = []
+        self._replay_by_uid: dict[str, Trajectory] = {}
+        self._step_pass1: float | None = None
+        self._prep_metrics: dict[str, float] = {}
+        self._selection_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ data
+    def _init_dataloader(self) -> None:
+        super()._init_dataloader()
+        qids = vb.dataset_qids(self.train_dataset.dataframe)
+        self.qid_pos = vb.qid_positions(qids)
+        self.data_order = DataOrder(qids, self.exgrpo_seed)
+        print(f"[exgrpo] {len(qids)} training questions; replay active: {self.manager.replay_active}", flush=True)
+
+    def _take_fresh(self, n: int) -> list[dict[str, Any]]:
+        batch_size = int(self.config.data.train_batch_size)
+        qids, _ = self.data_order.take(n, prune=lambda active: self.manager.prune_training_data(active, batch_size))
+        return [self.train_dataset[self.qid_pos[q]] for q in qids]
+
+    def _rows_to_batch(self, rows: list[dict[str, Any]]) -> TensorDict:
+        batch = tu.get_tensordict(collate_fn(rows))
+        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
+        return batch
+
+    def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
+        """Fresh prompts from the DataOrder (verl calls this to refill failed groups)."""
+        n = int(num_prompts or self.config.data.train_batch_size)
+        return self._rows_to_batch(vb.prompt_rows(self._take_fresh(n), [], []))
+
+    def prepare_step(self) -> dict:
+        """Submit this step's prompts: B - n_exp fresh questions and the planned experiential ones."""
+        batch_size = int(self.config.data.train_batch_size)
+        plan, chosen = self._plan, self._chosen
+        n_fresh = batch_size - len(plan)
+        consume = batch_size if self.exgrpo_cfg.drop_fresh_overflow else n_fresh
+        fresh = self._take_fresh(consume)[:n_fresh] if consume else []
+        replay = [self.train_dataset[self.qid_pos[q]] for q in plan]
+        rows = vb.prompt_rows(fresh, replay, chosen)
+        self._replay_by_uid = {row["uid"]: traj for row, traj in zip(rows[n_fresh:], chosen)}
+        self._plan, self._chosen = [], []
+        self._submit_batch_to_rollout(self._rows_to_batch(rows))
+        age = [self.global_steps - t.step for t in chosen]
+        self._prep_metrics = {"exgrpo/replay_questions": float(len(plan)), "exgrpo/fresh_questions": float(n_fresh),
+                                "exgrpo/replay_age_mean": float(np.mean(age)) if age else 0.0,
+                                "exgrpo/data_epoch": float(self.data_order.epoch),
+                                "exgrpo/training_questions": float(len(self.data_order.active))}
+        return {}
+
+    # ------------------------------------------------------------------ advantages, records, loss
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """Core mixed-group advantages (no std by default, paper §3.1), difficulty mask, is_replay, π_past."""
+        cfg = self.exgrpo_cfg
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=STEP_FIELDS)
+        for key in ("prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy"):
+            data[key] = _nested(data[key])
+        response_mask = data["response_mask"]
+        rewards = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
+        rows = vb.step_rows(batch.keys, batch.tags, _as_list(data[vb.EXGRPO_QID]), rewards, self._replay_by_uid,
+                            cfg.n_rollouts)
+        vb.check_groups(rows, self._replay_by_uid, cfg.n_rollouts)
+        adv, sample_mask = vb.core_advantages(rows, cfg)
+        lens = response_mask.offsets().diff().tolist()
+        behav = vb.behaviour_log_probs(rows, lens, {u: t.logprobs for u, t in self._replay_by_uid.items()})
+        padded_mask = response_mask.to_padded_tensor(0).float()
+        token_adv = response_to_nested(adv[:, None] * padded_mask, response_mask)
+        out = TensorDict({
+            "advantages": token_adv, "returns": token_adv.clone(),
+            vb.IS_REPLAY_FIELD: rows.is_replay.float(), vb.SAMPLE_MASK_FIELD: sample_mask.float(),
+            vb.BEHAV_FIELD: torch.nested.as_nested_tensor(behav, layout=torch.jagged),
+        }, batch_size=len(batch.keys))
+        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
+        self._record_groups(rows, data)
+        metrics.update({"exgrpo/replay_rows": float(rows.is_replay.sum()),
+                        "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
+                        if bool(rows.is_replay.any()) else 0.0,
+                        "exgrpo/pass1": float(self._step_pass1), "exgrpo/sample_frac": float(sample_mask.float().mean())})
+        return batch
+
+    def _record_groups(self, rows: vb.StepRows, data: TensorDict) -> None:
+        ids, old, ent, prompts = (list(data[k].unbind()) for k in ("responses", "old_log_probs", "entropy", "prompts"))
+        for qid, rewards, trajs, replayed in vb.group_records(rows, ids, old, ent, self.global_steps):
+            self.manager.record_group(qid, rewards, trajs, replayed=replayed, step=self.global_steps)
+            if (rewards == 1.0).any() and qid not in self.prompt_cache:
+                # not a padding row: verl's synthetic rows copy a real row's qid but have a dummy prompt
+                first = next(i for i, q in enumerate(rows.qids) if q == qid and not bool(rows.is_padding[i]))
+                self.prompt_cache[qid] = prompts[first].numpy().astype(np.int32)
+        self._step_pass1 = vb.batch_pass1(rows)
+
+    def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        batch.extra_info[vb.REPLAY_ACTIVE_KEY] = self.manager.replay_active
+        return super()._update_actor(batch, metrics)
+
+    def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
+        """verl's step, then the core's step-end bookkeeping (before verl saves the checkpoint)."""
+        if self.parameter_sync_step != 1:
+            raise ValueError("the ExGRPO trainer needs one update per global step (parameter_sync_step=1)")
+        batch = super().step(metrics, timing_raw)
+        if self._step_pass1 is None:
+            raise RuntimeError(f"step {self.global_steps}: no groups were recorded")
+        metrics.update(self.manager.end_step(self.global_steps, self._step_pass1))
+        metrics.update(self._prep_metrics)
+        metrics.update(self._selection_metrics)
+        self._step_pass1 = None
+        self.prompt_cache = {q: v for q, v in self.prompt_cache.items() if q in self.manager.buffer}
+        return batch
+
+    # ------------------------------------------------------------------ replay plan and selection
+    def on_init_end(self) -> None:
+        self.actor_rollout_wg.set_loss_fn(partial(exgrpo_actor_loss, cfg=self.exgrpo_cfg, norm_const=self.norm_const))
+        self._plan_next_step()  # replicas sleep after _setup: the actor can run the scoring pass
+        super().on_init_end()
+
+    def on_step_end(self) -> None:
+        if self.global_steps < self.total_training_steps:
+            self._plan_next_step()
+        super().on_step_end()
+
+    def _plan_next_step(self) -> None:
+        t0 = time.perf_counter()
+        plan = self.manager.plan_replay(int(self.config.data.train_batch_size))
+        cands = {q: self.manager.candidates(q) for q in plan}
+        scores = self._score_current_policy(plan, cands)
+        self._plan = plan
+        self._chosen = vb.choose_trajectories(self.exgrpo_cfg, plan, cands, scores, self.select_generator)
+        self._selection_metrics = {"exgrpo/selection_seconds": time.perf_counter() - t0,
+                                   "exgrpo/selection_candidates": float(sum(len(c) for c in cands.values()))}
+
+    def _score_current_policy(self, plan: list[str], cands: dict[str, list[Trajectory]]) -> dict[str, torch.Tensor]:
+        """One log-prob + entropy forward of the actor over the candidates that need current-policy scores."""
+        scored = [q for q in plan if vb.needs_current_policy(self.exgrpo_cfg, cands[q])]
+        if not scored:
+            return {}
+        missing = [q for q in scored if q not in self.prompt_cache]
+        if missing:
+            raise KeyError(f"no cached prompt ids for planned questions {missing[:5]}")
+        flat = [(q, c) for q in scored for c in cands[q]]
+        rows = vb.scoring_rows([self.prompt_cache[q] for q, _ in flat], [c.token_ids for _, c in flat])
+        uid = vb.new_uid()
+        keys = [f"{uid}_{i}_0" for i in range(len(rows))]
+        tags = [{"status": "success", "prompt_len": int(r["prompts"].numel()),
+                 "response_len": int(r["responses"].numel()), "seq_len": int(r["input_ids"].numel())} for r in rows]
+        tq.kv_batch_put(keys=keys, partition_id=SCORE_PARTITION, fields=tu.list_of_dict_to_tensordict(rows), tags=tags)
+        meta = upsample_batch_to_divisible_size(KVBatchMeta(partition_id=SCORE_PARTITION, keys=keys, tags=tags),
+                                                self._actor_dp_size(), self.tokenizer.eos_token_id)
+        meta.extra_info.update({"calculate_entropy": True, "compute_loss": False,
+                                "temperature": self.config.actor_rollout_ref.rollout.temperature})
+        try:
+            self.actor_rollout_wg.compute_log_prob(meta)
+            data = tq.kv_batch_get(keys=keys, partition_id=SCORE_PARTITION,
+                                   select_fields=["log_probs", "entropy", "response_mask"])
+        finally:
+            tq.kv_clear(keys=meta.keys, partition_id=SCORE_PARTITION)
+        mask = _nested(data["response_mask"])
+        logp = response_from_nested(_nested(data["log_probs"]), mask).unbind()
+        ent = response_from_nested(_nested(data["entropy"]), mask).unbind()
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        return vb.score_candidates(self.exgrpo_cfg, plan, cands, list(logp), list(ent), int(pad))
+
+    def _actor_dp_size(self) -> int:
+        wg = self.actor_rollout_wg
+        if "actor" not in wg._dispatch_info:
+            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
+        return max(wg._dispatch_info["actor"]) + 1
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_root(self) -> Path:
+        root = Path(self.config.trainer.default_local_dir)
+        return root if root.is_absolute() else Path.cwd() / root
+
+    def _save_checkpoint(self) -> None:
+        """Plug-in state first, then verl's (which writes the resume tracker last)."""
+        save_plugin_state(step_dir(self._checkpoint_root(), self.global_steps), step=self.global_steps,
+                          cfg=self.exgrpo_cfg, manager=self.manager, data_order=self.data_order.state_dict(),
+                          prompt_cache=self.prompt_cache, select_rng_state=self.select_generator.get_state())
+        super()._save_checkpoint()
+        prune_states(self._checkpoint_root(), self.config.trainer.get("max_actor_ckpt_to_keep", None))
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()
+        if self.global_steps == 0:
+            return
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = Path(self.config.trainer.resume_from_path)
+            folder = folder if folder.is_absolute() else Path.cwd() / folder
+        else:
+            folder = step_dir(self._checkpoint_root(), self.global_steps)
+        state = load_plugin_state(folder, self.exgrpo_cfg)
+        if state.step != self.global_steps:
+            raise ValueError(f"{folder}: plug-in state is for step {state.step}, verl resumes at {self.global_steps}")
+        self.manager = state.manager
+        self.data_order = DataOrder.from_state(state.data_order)
+        self.prompt_cache = state.prompt_cache
+        self.select_generator.set_state(state.select_rng_state)
+        logger.info("ExGRPO state restored from %s: %d buffered questions, replay active=%s", folder,
+                    len(self.manager.buffer), self.manager.replay_active)
+
+
+def _nested(values: torch.Tensor) -> torch.Tensor:
+    """A per-row field as a jagged nested tensor (the TransferQueue returns equal-length rows stacked)."""
+    return values if values.is_nested else torch.nested.as_nested_tensor(list(values.unbind()), layout=torch.jagged)
+
+
+def _as_list(values: Any) -> list:
+    """A TransferQueue non-tensor column (NonTensorStack, numpy array or list) as a plain list."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+__all__ = ["SCORE_PARTITION", "ExGRPOTrainer"]

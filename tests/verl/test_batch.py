@@ -1,0 +1,260 @@
+"""Batch assembly with replayed rows on verl's real data structures: prompt rows, the replay agent loop,
+group ids, masks, advantages and behaviour log-probs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
+
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from tensordict import NonTensorData, NonTensorStack  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+from verl.workers.utils.padding import response_from_nested  # noqa: E402
+
+from exgrpo.config import config_for  # noqa: E402
+from exgrpo.core.buffer import Trajectory  # noqa: E402
+from exgrpo.verl_plugin import batch as vb  # noqa: E402
+from exgrpo.verl_plugin.agent_loop import ReplayAgentLoop  # noqa: E402
+
+
+def _item(qid: str, question: str = "what is 1+1 ?") -> dict:
+    """A dataset item as RLHFDataset.__getitem__ returns it."""
+    return {"data_source": "math", "qid": qid, "raw_prompt": [{"role": "user", "content": question}],
+            "reward_model": {"ground_truth": "2"}, "extra_info": {"index": 0}, "index": 0,
+            "dummy_tensor": torch.tensor([0], dtype=torch.uint8)}
+
+
+def _traj(ids, logp, step=3, entropy=float("nan")) -> Trajectory:
+    return Trajectory(np.asarray(ids, dtype=np.int32), np.asarray(logp, dtype=np.float32), step, entropy)
+
+
+def _worker_rows(batch) -> list[dict]:
+    """Per-sample dicts exactly as AgentLoopWorkerTQ.generate_sequences builds them from a chunk."""
+    out = []
+    for i in range(len(batch)):
+        prompt = {}
+        for k, v in batch.items():
+            if isinstance(v, torch.Tensor):
+                prompt[k] = v[i]
+            elif isinstance(v, NonTensorStack):
+                prompt[k] = v[i].data
+            elif isinstance(v, NonTensorData):
+                prompt[k] = v.data
+        out.append(prompt)
+    return out
+
+
+def test_prompt_rows_survive_collate_tensordict_and_worker_chunking():
+    chosen = [_traj([14, 15, 1], [-1.0, -2.0, -0.5]), _traj([13, 1], [-0.25, -0.75])]
+    rows = vb.prompt_rows([_item("q0"), _item("q1"), _item("q2")], [_item("q7"), _item("q9")], chosen)
+    batch = tu.get_tensordict(collate_fn(rows))
+    assert len(batch) == 5
+    seen = [r for chunk in batch.chunk(2) for r in _worker_rows(chunk)]  # AgentLoopManagerTQ chunks per worker
+    assert [r[vb.EXGRPO_QID] for r in seen] == ["q0", "q1", "q2", "q7", "q9"]
+    assert [r[vb.AGENT_NAME] for r in seen] == [vb.FRESH_AGENT] * 3 + [vb.REPLAY_AGENT] * 2
+    assert [list(r[vb.REPLAY_IDS]) for r in seen] == [[], [], [], [14, 15, 1], [13, 1]]
+    np.testing.assert_allclose(seen[3][vb.REPLAY_LOGP], [-1.0, -2.0, -0.5])
+    uids = [r["uid"] for r in seen]
+    assert len(set(uids)) == 5 and all("_" not in u for u in uids)  # verl splits keys on "_"
+    assert vb.FRESH_AGENT in _agent_loop_registry and vb.REPLAY_AGENT in _agent_loop_registry
+
+
+def test_question_ids_and_positions():
+    assert vb.question_id({"qid": "abc"}) == "abc"
+    assert vb.question_id({"extra_info": {"index": 17}}) == "17"
+    with pytest.raises(ValueError, match="qid"):
+        vb.question_id({"extra_info": {}})
+    assert vb.dataset_qids({"qid": ["a", "b"], "prompt": [1, 2]}) == ["a", "b"]
+    assert vb.dataset_qids({"extra_info": [{"index": 3}, {"index": 4}]}) == ["3", "4"]
+    assert vb.qid_positions(["a", "b"]) == {"a": 0, "b": 1}
+    with pytest.raises(ValueError, match="twice"):
+        vb.qid_positions(["a", "b", "a"])
+
+
+# --------------------------------------------------------------------------- the replay agent loop
+WORDS = ["<pad>", "<eos>", "<|im_start|>", "<|im_end|>", "system", "user", "assistant", "what", "is", "1+1", "?",
+         "2", "a", "b", "c"]
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(WORDS)}, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+    fast.chat_template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
+                          "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+    return fast
+
+
+class _Server:
+    """A rollout server that 'samples' a fixed response and counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        self.calls += 1
+        return TokenOutput(token_ids=[11, 12, 1], log_probs=[-0.1, -0.2, -0.3],
+                           extra_fields={"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4})
+
+
+def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_only():
+    k = 4
+    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": 8, "n": k}},
+                            "data": {}})
+    server = _Server()
+    row = vb.prompt_rows([], [_item("q7")], [_traj([13, 14, 1], [-1.0, -2.0, -0.5])])[0]
+    row = {key: val for key, val in row.items() if key not in ("dummy_tensor", vb.AGENT_NAME)}
+
+    async def run_all():
+        outs = []
+        for session in range(k):
+            loop = ReplayAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=_tokenizer(),
+                                   processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
+                                   hf_model_type=None)
+            outs.append(await loop.run({"temperature": 1.0}, session_id=session, global_steps=5, **row))
+        return outs
+
+    outs = asyncio.run(run_all())
+    assert server.calls == k - 1  # the replayed session never reaches the server
+    fresh, replay = outs[0], outs[vb.replay_session(k)]
+    assert fresh.response_ids == [11, 12, 1] and fresh.reward_score is None
+    assert replay.response_ids == [13, 14, 1] and replay.response_mask == [1, 1, 1]
+    np.testing.assert_allclose(replay.response_logprobs, [-1.0, -2.0, -0.5])
+    assert replay.reward_score == 1.0 and replay.extra_fields["exgrpo_replayed"] is True
+    assert replay.prompt_ids == fresh.prompt_ids  # same tokenisation path as a fresh rollout
+    assert replay.extra_fields["min_global_steps"] == 4  # step 5 is generated with weights of step 4
+    d = replay.as_dict()  # what the TransferQueue receives
+    assert d["rm_scores"].tolist() == [0.0, 0.0, 1.0]
+    assert torch.allclose(d["rollout_log_probs"], torch.tensor([-1.0, -2.0, -0.5]))
+
+
+# --------------------------------------------------------------------------- rows after sampling
+K = 4
+
+
+def _sampled_batch():
+    """Three groups of K (uid 'ua' fresh, 'ub' replayed, 'uc' fresh) in verl's balanced (shuffled) order,
+    plus two synthetic padding rows."""
+    rewards = {("ua", 0): 1, ("ua", 1): 0, ("ua", 2): 0, ("ua", 3): 1,
+               ("ub", 0): 1, ("ub", 1): 0, ("ub", 2): 0, ("ub", 3): 1,
+               ("uc", 0): 0, ("uc", 1): 0, ("uc", 2): 0, ("uc", 3): 0}
+    order = [("ub", 3), ("ua", 0), ("uc", 2), ("ub", 0), ("ua", 3), ("uc", 0), ("ub", 1), ("ua", 1),
+             ("uc", 3), ("ub", 2), ("ua", 2), ("uc", 1)]
+    keys = [f"{u}_{s}_0" for u, s in order] + ["padx_0_0", "padx_1_0"]
+    tags = [{} for _ in order] + [{"is_padding": True}] * 2
+    qid = {"ua": "qa", "ub": "qb", "uc": "qc"}
+    qids = [qid[u] for u, _ in order] + ["qa", "qa"]  # padding rows copy the first row's fields
+    r = torch.tensor([float(rewards[o]) for o in order] + [0.0, 0.0])
+    return keys, tags, qids, r
+
+
+def test_step_rows_mark_replay_groups_and_padding():
+    keys, tags, qids, rewards = _sampled_batch()
+    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    assert rows.is_replay.tolist() == [True] + [False] * 13  # only (ub, session K-1)
+    assert rows.is_padding.tolist() == [False] * 12 + [True, True]
+    groups = {u: {int(g) for g, uu in zip(rows.group, rows.uids) if uu == u} for u in ("ua", "ub", "uc", "padx")}
+    assert all(len(v) == 1 for v in groups.values()) and len({next(iter(v)) for v in groups.values()}) == 4
+    vb.check_groups(rows, {"ub"}, K)
+    with pytest.raises(ValueError, match="replayed rows"):
+        vb.check_groups(rows, {"ub", "ua"}, K)
+    short = vb.step_rows(keys[1:], tags[1:], qids[1:], rewards[1:], {"ub"}, K)
+    with pytest.raises(ValueError, match="3 rows"):
+        vb.check_groups(short, {"ub"}, K)
+    with pytest.raises(ValueError, match="multi-output"):
+        vb.step_rows(["ua_0_1"], [{}], ["qa"], torch.zeros(1), set(), K)
+
+
+def test_core_advantages_are_mixed_group_dr_grpo_by_hand():
+    keys, tags, qids, rewards = _sampled_batch()
+    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    adv, mask = vb.core_advantages(rows, config_for("exgrpo"))
+    # every group here has mean 0.5 (ua: 1,0,0,1; ub: replayed 1 + fresh 1,0,0) or 0 (uc): A = r - mean
+    expected = [0.5, 0.5, 0.0, 0.5, 0.5, 0.0, -0.5, -0.5, 0.0, -0.5, -0.5, 0.0, 0.0, 0.0]
+    assert adv.tolist() == expected
+    assert mask.tolist() == [True] * 12 + [False, False]
+    _, hard = vb.core_advantages(rows, config_for("masked_hard"))  # no group has 0 < acc <= 0.25
+    assert not hard.any()
+    _, medium = vb.core_advantages(rows, config_for("masked_medium"))  # ua and ub: acc 0.5
+    assert medium.tolist() == [u in ("ua", "ub") for u in rows.uids[:12]] + [False, False]
+
+
+def test_behaviour_log_probs_go_to_the_replayed_row_only():
+    keys, tags, qids, rewards = _sampled_batch()
+    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    lens = [3] + [2] * 13
+    stored = np.array([-1.0, -2.0, -0.5], dtype=np.float32)
+    behav = vb.behaviour_log_probs(rows, lens, {"ub": stored})
+    assert behav[0].tolist() == stored.tolist()
+    assert all(b.abs().sum() == 0 and b.numel() == 2 for b in behav[1:])
+    nested = torch.nested.as_nested_tensor(behav, layout=torch.jagged)  # as written to the TransferQueue
+    assert nested.offsets().diff().tolist() == lens
+    with pytest.raises(ValueError, match="truncated"):
+        vb.behaviour_log_probs(rows, [2] + lens[1:], {"ub": stored})
+
+
+def test_group_records_hand_fresh_rows_to_the_manager_in_session_order():
+    keys, tags, qids, rewards = _sampled_batch()
+    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    ids = [torch.tensor([100 + i, 1]) for i in range(14)]
+    old = [torch.tensor([-0.1 * i, -0.2]) for i in range(14)]
+    ent = [torch.tensor([0.5, 1.5]) for _ in range(14)]
+    recs = {q: (r, t, rep) for q, r, t, rep in vb.group_records(rows, ids, old, ent, step=9)}
+    assert set(recs) == {"qa", "qb", "qc"}  # padding rows (copied qid 'qa') are not a group
+    r_b, t_b, rep_b = recs["qb"]
+    assert rep_b and len(t_b) == K - 1 and r_b.tolist() == [1.0, 0.0, 0.0]  # sessions 0, 1, 2 of ub
+    assert [int(t.token_ids[0]) for t in t_b] == [103, 106, 109]
+    assert t_b[0].step == 9 and t_b[0].entropy == pytest.approx(1.0)
+    np.testing.assert_allclose(t_b[0].logprobs, [-0.3, -0.2], rtol=1e-6)
+    r_a, t_a, rep_a = recs["qa"]
+    assert not rep_a and r_a.tolist() == [1.0, 0.0, 0.0, 1.0] and len(t_a) == K
+    assert vb.batch_pass1(rows) == pytest.approx(3 / 11)  # fresh rows only: ua 2/4, ub 1/3, uc 0/4
+
+
+# --------------------------------------------------------------------------- selection
+def test_choose_trajectories_per_policy_and_mode():
+    cands = {"q1": [_traj([1], [0.0], entropy=0.9), _traj([2], [0.0], entropy=0.2), _traj([3], [0.0], entropy=0.5)],
+             "q2": [_traj([4], [0.0], entropy=0.1)]}
+    gen = torch.Generator().manual_seed(0)
+    at_collection = config_for("exgrpo", selection_policy="at_collection")
+    picked = vb.choose_trajectories(at_collection, ["q1", "q2"], cands, {}, gen)
+    assert [int(t.token_ids[0]) for t in picked] == [2, 4]
+    highest = config_for("highest_entropy", selection_policy="at_collection")
+    assert int(vb.choose_trajectories(highest, ["q1"], cands, {}, gen)[0].token_ids[0]) == 1
+    current = config_for("exgrpo")
+    assert vb.needs_current_policy(current, cands["q1"]) and not vb.needs_current_policy(current, cands["q2"])
+    scores = {"q1": torch.tensor([0.3, 0.7, 0.1])}
+    assert int(vb.choose_trajectories(current, ["q1"], cands, scores, gen)[0].token_ids[0]) == 3
+    with pytest.raises(ValueError, match="no stored trajectory"):
+        vb.choose_trajectories(current, ["q3"], {"q3": []}, {}, gen)
+
+
+def test_scoring_rows_follow_verls_layout_and_scores_are_response_means():
+    prompts = [[5, 6, 7], [5, 6]]
+    cands = {"q1": [_traj([8, 9], [0, 0]), _traj([10, 11, 12], [0, 0, 0])]}
+    rows = vb.scoring_rows([prompts[0], prompts[0]], [c.token_ids for c in cands["q1"]])
+    td = tu.list_of_dict_to_tensordict(rows)
+    assert td["input_ids"].is_nested and td["input_ids"].offsets().diff().tolist() == [5, 6]
+    # a fake actor output over the whole sequence: value at position t = 10*row + t; the response part of
+    # row i starts one position before its first response token (the engine's left shift)
+    seq = torch.nested.as_nested_tensor([torch.arange(5.0), 10 + torch.arange(6.0)], layout=torch.jagged)
+    resp = response_from_nested(seq, td["response_mask"]).unbind()
+    assert resp[0].tolist() == [2.0, 3.0] and resp[1].tolist() == [12.0, 13.0, 14.0]
+    ent = [torch.tensor([0.2, 0.4]), torch.tensor([0.1, 0.1, 0.1])]
+    logp = [torch.tensor([-1.0, -1.0]), torch.tensor([-3.0, -3.0, -3.0])]
+    cfg = config_for("exgrpo")
+    s = vb.score_candidates(cfg, ["q1"], cands, logp, ent, pad_id=0)
+    torch.testing.assert_close(s["q1"], torch.tensor([0.3, 0.1]))
+    s_nll = vb.score_candidates(config_for("ppl_selection"), ["q1"], cands, logp, ent, pad_id=0)
+    torch.testing.assert_close(s_nll["q1"], torch.tensor([1.0, 3.0]))

@@ -1,0 +1,302 @@
+"""The ExGRPO trainer's hooks on an in-memory TransferQueue: two steps with replay, the scoring pass, the
+loss flag, and buffer save/restore through the checkpoint hooks. Only the GPU/Ray parts of verl
+(rollout, actor forward, PPOTrainer's own checkpoint I/O) are replaced by fakes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
+
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from transfer_queue import KVBatchMeta  # noqa: E402
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
+
+import exgrpo.verl_plugin.trainer as trainer_mod  # noqa: E402
+from exgrpo.backbones import load_backbones  # noqa: E402
+from exgrpo.config import ConfigError  # noqa: E402
+from exgrpo.tiny.data_order import DataOrder  # noqa: E402
+from exgrpo.verl_plugin import batch as vb  # noqa: E402
+from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
+from exgrpo.verl_plugin.checkpoint import STATE_DIR, prune_states  # noqa: E402
+from exgrpo.verl_plugin.trainer import SCORE_PARTITION, ExGRPOTrainer  # noqa: E402
+
+K = 4
+B = 4
+
+
+class FakeTQ:
+    """The TransferQueue KV API the trainer uses, backed by a dict (per-row values, verl's own collation)."""
+
+    def __init__(self):
+        self.rows: dict[tuple[str, str], dict] = {}
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        if fields is not None:
+            for name, col in fields.items():
+                vals = col.unbind() if isinstance(col, torch.Tensor) else col.tolist()
+                for key, val in zip(keys, vals):
+                    self.rows.setdefault((partition_id, key), {})[name] = val
+        return KVBatchMeta(partition_id=partition_id, keys=list(keys), tags=list(tags or [{} for _ in keys]))
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        rows = [self.rows[(partition_id, k)] for k in keys]
+        names = select_fields or list(rows[0])
+        return tu.list_of_dict_to_tensordict([{n: r[n] for n in names} for r in rows])
+
+    def kv_clear(self, keys, partition_id):
+        for k in keys:
+            self.rows.pop((partition_id, k), None)
+
+
+class FakeActor:
+    """compute_log_prob as the worker does it: writes full-sequence log_probs / entropy for the keys.
+    Entropy of a token = token id / 100, so a candidate's score is its mean response id / 100."""
+
+    def __init__(self, tq):
+        self.tq, self.calls = tq, []
+        self._dispatch_info = {"actor": [0, 1]}  # dp size 2
+
+    def compute_log_prob(self, meta):
+        self.calls.append(meta)
+        assert meta.extra_info["calculate_entropy"] and len(meta.keys) % 2 == 0
+        for key in meta.keys:
+            row = self.tq.rows[(meta.partition_id, key)]
+            ids = row["input_ids"].float()
+            shifted = torch.cat([ids[1:], ids[:1]])  # position t holds the value of token t+1
+            row["entropy"], row["log_probs"] = shifted / 100, -shifted / 100
+
+    def set_loss_fn(self, fn):
+        self.loss_fn = fn
+
+
+class FakeDataset:
+    def __init__(self, n):
+        self.qids = [f"q{i}" for i in range(n)]
+        self.dataframe = {"qid": self.qids, "prompt": [None] * n}
+
+    def __getitem__(self, i):
+        return {"data_source": "math", "qid": self.qids[i], "raw_prompt": [{"role": "user", "content": self.qids[i]}],
+                "reward_model": {"ground_truth": "1"}, "extra_info": {"index": i}, "index": i,
+                "dummy_tensor": torch.tensor([0], dtype=torch.uint8)}
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    bb = load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml")["qwen2.5-math-1.5b"]
+    cfg = hc.variant_config("exgrpo", bb, {"n_rollouts": K, "delayed_start": False})
+    flat = hc.verl_overrides("qwen2.5-math-1.5b", bb, cfg, variant="exgrpo", seed=3, run_dir=run,
+                             train_files="t.parquet", val_files="v.parquet")
+    hc.write_run_config(run, flat)
+    composed = hc.compose_run_config(run)
+    OmegaConf.set_struct(composed, False)
+    composed.data.train_batch_size = B
+    return composed
+
+
+@pytest.fixture
+def fake_tq(monkeypatch):
+    fake = FakeTQ()
+    monkeypatch.setattr(trainer_mod, "tq", fake)
+    import verl.trainer.ppo.padding_utils as pu
+
+    monkeypatch.setattr(pu, "tq", fake)
+    return fake
+
+
+def make_trainer(config, fake_tq, tmp_path):
+    config = config.copy()
+    config.trainer.default_local_dir = str(tmp_path / "ckpt")
+    t = object.__new__(ExGRPOTrainer)
+    t.config, t.global_steps, t.total_training_steps, t.parameter_sync_step = config, 1, 10, 1
+    t._init_exgrpo_state(config)
+    t.train_dataset = FakeDataset(12)
+    t.qid_pos = vb.qid_positions(t.train_dataset.qids)
+    t.data_order = DataOrder(t.train_dataset.qids, t.exgrpo_seed)
+    t.tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=2)
+    t.actor_rollout_wg = FakeActor(fake_tq)
+    t.submitted = []
+    t._submit_batch_to_rollout = t.submitted.append
+    return t
+
+
+CORRECT = {f"q{i}": (2, 4, 0, 1, 3, 1)[i % 6] for i in range(12)}
+"""Correct fresh sessions per question (sessions 0..c-1 are correct)."""
+
+
+def rollout(tq, batch, step):
+    """What the agent loops would put into the TransferQueue for a submitted prompt batch."""
+    keys, g = [], torch.Generator().manual_seed(step)
+    for row in _rows(batch):
+        for s in range(K):
+            replay = row[vb.AGENT_NAME] == vb.REPLAY_AGENT and s == K - 1
+            if replay:
+                resp, reward = torch.tensor(list(row[vb.REPLAY_IDS])), 1.0
+            else:
+                resp = torch.randint(10, 60, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g)
+                reward = float(s < CORRECT[row[vb.EXGRPO_QID]])
+            rm = torch.zeros(len(resp))
+            rm[-1] = reward
+            key = f"{row['uid']}_{s}_0"
+            tq.rows[("train", key)] = {
+                "uid": row["uid"], vb.EXGRPO_QID: row[vb.EXGRPO_QID], "prompts": torch.tensor([3, 4, 5]),
+                "responses": resp, "response_mask": torch.ones(len(resp), dtype=torch.long), "rm_scores": rm,
+                "old_log_probs": -torch.rand(len(resp), generator=g), "entropy": torch.rand(len(resp), generator=g)}
+            keys.append(key)
+    order = torch.randperm(len(keys), generator=g).tolist()  # verl's balancing reorders rows
+    # verl's synthetic padding rows copy a real row's fields (qid included) with a dummy prompt; put them first
+    template = tq.rows[("train", keys[0])]
+    pads = [f"pad{step}_{i}_0" for i in range(2)]
+    for key in pads:
+        tq.rows[("train", key)] = {**template, "uid": key.split("_")[0], "prompts": torch.full((7,), 2),
+                                   "responses": torch.tensor([2]), "response_mask": torch.zeros(1, dtype=torch.long),
+                                   "rm_scores": torch.zeros(1), "old_log_probs": torch.zeros(1),
+                                   "entropy": torch.zeros(1)}
+    return KVBatchMeta(partition_id="train", keys=pads + [keys[i] for i in order],
+                       tags=[{"is_padding": True}] * 2 + [{} for _ in keys])
+
+
+def _rows(batch):
+    out = []
+    for i in range(len(batch)):
+        out.append({k: (v[i] if isinstance(v, torch.Tensor) else v[i].data if hasattr(v[i], "data") else v[i])
+                    for k, v in batch.items() if k != "global_steps"})
+    return out
+
+
+def run_step(t, tq, monkeypatch):
+    """One global step through the trainer's own hooks (PPOTrainerSync.step replaced by its data path)."""
+    seen = {}
+
+    def fake_parent_step(self, metrics, timing_raw):
+        self.prepare_step()
+        meta = rollout(tq, self.submitted[-1], self.global_steps)
+        meta = self._compute_advantage(meta, metrics)
+        return self._update_actor(meta, metrics)
+
+    def fake_update(self, batch, metrics):
+        seen["replay_active"] = batch.extra_info[vb.REPLAY_ACTIVE_KEY]
+        return batch
+
+    monkeypatch.setattr(PPOTrainerSync, "step", fake_parent_step)
+    monkeypatch.setattr(PPOTrainerSync, "_update_actor", fake_update)
+    metrics = {}
+    meta = t.step(metrics, {})
+    return meta, metrics, seen
+
+
+def test_two_steps_collect_then_replay_into_mixed_groups(config, fake_tq, tmp_path, monkeypatch):
+    t = make_trainer(config, fake_tq, tmp_path)
+    t._plan_next_step()  # step 1: empty buffer, nothing to replay
+    meta1, m1, seen1 = run_step(t, fake_tq, monkeypatch)
+    batch1 = t.submitted[0]
+    assert list(batch1[vb.AGENT_NAME]) == [vb.FRESH_AGENT] * B and seen1["replay_active"] is True
+    q_step1 = [r[vb.EXGRPO_QID] for r in _rows(batch1)]
+    # advantages written per row: Dr.GRPO r - mean over the question's group (no replay yet)
+    for key in meta1.keys[2:]:
+        row = fake_tq.rows[("train", key)]
+        acc = CORRECT[row[vb.EXGRPO_QID]] / K
+        expected = float(row["rm_scores"].sum()) - acc
+        assert torch.allclose(row["advantages"], torch.full_like(row["advantages"], expected))
+        assert row[vb.IS_REPLAY_FIELD] == 0.0 and row[vb.BEHAV_FIELD].abs().sum() == 0
+    eligible = sorted(q for q in q_step1 if 0 < CORRECT[q] < K)
+    assert sorted(t.manager.buffer.qids()) == eligible  # collection: 0 < k < K only
+    assert sorted(t.prompt_cache) == eligible and m1["exp/stored"] == sum(CORRECT[q] for q in eligible)
+    assert all(v.tolist() == [3, 4, 5] for v in t.prompt_cache.values())  # never a padding row's dummy prompt
+    assert set(t.manager.retired) == {q for q in q_step1 if CORRECT[q] == K}
+    assert m1["exgrpo/pass1"] == pytest.approx(np.mean([CORRECT[q] / K for q in q_step1]))
+
+    # end of step 1: plan step 2 and score candidates with one actor pass (padded to the dp size)
+    t._plan_next_step()
+    n_exp = min(len(eligible), B // 2)
+    assert n_exp >= 1  # the seeded data order gives step 1 at least one partially solved question
+    assert len(t._plan) == n_exp and set(t._plan) <= set(eligible)
+    call = t.actor_rollout_wg.calls[-1]
+    assert call.partition_id == SCORE_PARTITION and not any(k[0] == SCORE_PARTITION for k in fake_tq.rows)
+    for qid, chosen in zip(t._plan, t._chosen):  # lowest mean token entropy (= mean id / 100) wins
+        cands = t.manager.candidates(qid)
+        best = min(cands, key=lambda c: float(np.mean(c.token_ids)))
+        assert np.array_equal(chosen.token_ids, best.token_ids)
+
+    t.global_steps = 2
+    planned = dict(zip(t._plan, t._chosen))
+    pos_before = t.data_order.pos
+    meta2, m2, _ = run_step(t, fake_tq, monkeypatch)
+    assert t.data_order.pos - pos_before == B - n_exp  # |B_on| = B - n_exp, nothing dropped (paper)
+    batch2 = _rows(t.submitted[1])
+    assert [r[vb.AGENT_NAME] for r in batch2] == [vb.FRESH_AGENT] * (B - n_exp) + [vb.REPLAY_AGENT] * n_exp
+    replay_rows = [fake_tq.rows[("train", k)] for k in meta2.keys if fake_tq.rows[("train", k)][vb.IS_REPLAY_FIELD]]
+    assert len(replay_rows) == n_exp == m2["exgrpo/replay_rows"]
+    for row in replay_rows:
+        qid = row[vb.EXGRPO_QID]
+        assert np.array_equal(row["responses"].numpy(), planned[qid].token_ids)
+        np.testing.assert_allclose(row[vb.BEHAV_FIELD].numpy(), planned[qid].logprobs)
+        # mixed group: replayed success + K-1 fresh with CORRECT[q] successes among sessions 0..K-2
+        k = 1 + min(CORRECT[qid], K - 1)
+        assert torch.allclose(row["advantages"], torch.full_like(row["advantages"], 1.0 - k / K))
+        assert (qid in t.manager.retired) == (k == K)  # the replayed success counts toward k (released)
+    assert m2["exgrpo/replay_reward_mean"] == 1.0 and m2["exgrpo/replay_questions"] == n_exp
+
+
+def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, tmp_path, monkeypatch):
+    def fake_save(self):  # what matters of verl's own save: the resume tracker, written last
+        root = self._checkpoint_root()
+        assert (root / f"global_step_{self.global_steps}" / STATE_DIR / "plugin_state.json").exists()
+        (root / "latest_checkpointed_iteration.txt").write_text(str(self.global_steps))
+
+    def fake_load(self):
+        tracker = self._checkpoint_root() / "latest_checkpointed_iteration.txt"
+        self.global_steps = int(tracker.read_text()) if tracker.exists() else 0
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", fake_save)
+    monkeypatch.setattr(PPOTrainer, "_load_checkpoint", fake_load)
+    a = make_trainer(config, fake_tq, tmp_path)
+    a._plan_next_step()
+    run_step(a, fake_tq, monkeypatch)
+    a._save_checkpoint()
+    b = make_trainer(config, fake_tq, tmp_path)
+    b._load_checkpoint()
+    assert b.global_steps == 1 and b.data_order.state_dict() == a.data_order.state_dict()
+    assert b.manager.buffer.qids() == a.manager.buffer.qids() and b.manager.retired == a.manager.retired
+    for q in a.manager.buffer.qids():
+        assert all(x == y for x, y in zip(a.manager.candidates(q), b.manager.candidates(q)))
+        assert np.array_equal(a.prompt_cache[q], b.prompt_cache[q])
+    a._plan_next_step()
+    b._plan_next_step()  # same RNG states → the resumed run replays what the uninterrupted one would
+    assert a._plan == b._plan and all(np.array_equal(x.token_ids, y.token_ids) for x, y in zip(a._chosen, b._chosen))
+
+    other = config.copy()
+    other.exgrpo.config.rho = 0.25
+    c = make_trainer(other, fake_tq, tmp_path)
+    with pytest.raises(ConfigError, match="exgrpo.config"):
+        c._load_checkpoint()
+    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("7")
+    with pytest.raises(FileNotFoundError, match="global_step_7"):
+        make_trainer(config, fake_tq, tmp_path)._load_checkpoint()
+
+
+def test_prune_states_keeps_the_newest(tmp_path):
+    for step in (50, 100, 150, 200):
+        (tmp_path / f"global_step_{step}" / STATE_DIR).mkdir(parents=True)
+    removed = prune_states(tmp_path, 2)
+    assert sorted(p.parent.name for p in removed) == ["global_step_100", "global_step_50"]
+    assert sorted(p.name for p in tmp_path.glob("global_step_*/" + STATE_DIR)) == [STATE_DIR] * 2
+    assert (tmp_path / "global_step_200" / STATE_DIR).is_dir() and prune_states(tmp_path, None) == []
+
+
+def test_real_constructor_behaves_as_verls_sync_trainer(config):
+    """verl switches replay buffer, TQ checkpointing and refill on trainer_mode == 'sync'."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+
+    t = ExGRPOTrainer(config)
+    assert t.trainer_mode == "sync" and t.parameter_sync_step == 1
+    assert isinstance(t.replay_buffer, ReplayBuffer) and not isinstance(t.replay_buffer, ReplayBufferAsync)
+    assert t.norm_const == 8192 and t.manager.replay_active  # delayed_start off in this fixture
