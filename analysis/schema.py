@@ -11,8 +11,8 @@ object), "list". A trailing "?" means the value may be null / missing.
 
 from __future__ import annotations
 
-SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro")
-"""Sub-directories of results/ that share this contract."""
+SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro", "smoke")
+"""Sub-directories of results/ that share this contract (`smoke`: the CI plumbing run, never committed)."""
 
 # ---------------------------------------------------------------------------------------- paper CSVs
 SCORE_COLUMNS: dict[str, str] = {

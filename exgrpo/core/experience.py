@@ -257,7 +257,8 @@ class ExperienceManager:
         metrics = {
             "exp/active": float(self._active),
             "exp/collecting": float(collecting),
-            "exp/activation_step": float("nan") if self._activation_step is None else float(self._activation_step),
+            # -1 until replay activates (NaN is not valid JSON in the results contract)
+            "exp/activation_step": -1.0 if self._activation_step is None else float(self._activation_step),
             "exp/groups": float(len(groups)),
             "exp/stored": float(stored),
             "exp/duplicates": float(duplicates),
@@ -268,11 +269,16 @@ class ExperienceManager:
             "exp/retired": float(len(self._retired)),
             "exp/retired_this_step": float(len(newly_retired)),
             "exp/reviewed": float(len(reviewed)),
-            "exp/mean_key": float(np.mean(keys)) if keys else float("nan"),
+            # stored token ids + log-probs (8 B/token); the arena's reserved size depends on history, so
+            # it is left out of the per-step log to keep resumed logs bit-identical
+            "exp/buffer_payload_bytes": float(self.buffer.memory()["payload"]),
         }
+        if keys:
+            metrics["exp/mean_key"] = float(np.mean(keys))
         upper = big_k if cfg.difficulty_signal == "reward_std" else cfg.rbound
         for key in range(cfg.buffer_lbound + 1, upper + 1):
-            metrics[f"exp/bucket_{key}"] = float(len(self._buckets.get(key, ())))
+            # eligible buffered questions per bucket (the step's group histogram is the trainer's exp/bucket_<k>)
+            metrics[f"exp/buffer_bucket_{key}"] = float(len(self._buckets.get(key, ())))
         return metrics
 
     def prune_training_data(self, qids: list[str], batch_size: int) -> list[str]:

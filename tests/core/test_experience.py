@@ -54,8 +54,8 @@ def test_eligibility_retirement_and_what_is_stored():
     assert "solved" not in mgr.buffer and "wrong" not in mgr.buffer
     assert mgr.retired == ["solved"]  # all-wrong is never retired
     assert mgr.buckets() == {3: ["mid"]}
-    assert m["exp/bucket_3"] == 1 and m["exp/retired"] == 1 and m["exp/stored"] == 3
-    assert [k for k in m if k.startswith("exp/bucket_")] == [f"exp/bucket_{k}" for k in range(1, 8)]
+    assert m["exp/buffer_bucket_3"] == 1 and m["exp/retired"] == 1 and m["exp/stored"] == 3
+    assert [k for k in m if k.startswith("exp/buffer_bucket_")] == [f"exp/buffer_bucket_{k}" for k in range(1, 8)]
 
 
 def test_custom_bounds():
@@ -202,7 +202,7 @@ def test_continuous_reward_buckets_by_hand():
     assert mgr.buckets() == {1: ["D"], 2: ["C"], 3: ["E"], 4: ["B"]}  # key 4 is eligible: no solved end in §5.3
     for q in "BCDE":
         assert mgr.candidates(q) == stored[q]
-    assert mgr.retired == [] and m["exp/bucket_4"] == 1
+    assert mgr.retired == [] and m["exp/buffer_bucket_4"] == 1
 
 
 def test_retired_review_unretires_a_seeded_fraction_every_period():

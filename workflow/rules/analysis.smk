@@ -20,3 +20,24 @@ rule figures:
         " python -m analysis render --results results --source $source --backbones {params.backbones}"
         " || exit 1;"
         " done) > {log} 2>&1"
+
+
+rule render_study:
+    input:
+        study_inputs,
+    output:
+        touch("work/{source}/rendered.{study}.done"),
+    log:
+        "logs/render/{source}/{study}.log",
+    benchmark:
+        "results/{source}/benchmarks/render/{study}.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        backbones=backbones_file(),
+    shell:
+        "python -m analysis render --results results --source {wildcards.source}"
+        " --backbones {params.backbones} > {log} 2>&1"
+
+
+register_stage("report", scales=("tiny",))

@@ -33,7 +33,7 @@ wildcard_constraints:
     source=r"[a-z0-9][a-z0-9-]*",
     seed=r"\d+",
     backbone="|".join(re.escape(name) for name in BACKBONES),
-    variant="|".join(ABLATIONS),
+    variant="|".join(["base", *ABLATIONS]),
     profile="paper|community|tiny",
 
 
@@ -60,9 +60,9 @@ def model_manifest(backbone):
     return f"{hf_cache()}/models/{backbone}.json"
 
 
-def sft_dir(backbone):
-    """SFT checkpoint of a tiny backbone (`exgrpo sft --out`), shared by all tiny sources."""
-    return f"work/tiny/sft/{backbone}"
+def sft_dir(source, backbone):
+    """SFT checkpoint of a tiny backbone (`exgrpo sft --out`), shared by every run of a source."""
+    return f"work/{source}/sft/{backbone}"
 
 
 def train_dir(source, backbone, variant, seed):
@@ -127,16 +127,29 @@ def eval_data_for(source):
     return f"{hf_cache()}/files"
 
 
-def init_for(backbone):
+def init_for(source, backbone):
     """`--init` of training: the SFT checkpoint (tiny) or the HF model id, read from the cache (paper)."""
     entry = BACKBONES[backbone]
-    return sft_dir(backbone) if entry["scale"] == "tiny" else entry["hf_id"]
+    return sft_dir(source, backbone) if entry["scale"] == "tiny" else entry["hf_id"]
 
 
-def sft_init(backbone):
+def sft_init(source, backbone):
     """The SFT checkpoint a tiny backbone starts from (`sft.init`), or None."""
     init = BACKBONES[backbone]["sft"]["init"]
-    return sft_dir(init) if init else None
+    return sft_dir(source, init) if init else None
+
+
+SMOKE_SFT_STEPS = 150
+"""SFT steps of every backbone under the smoke budget (plumbing only: weak but not useless models)."""
+
+
+def sft_steps_arg(source):
+    return f"--steps {SMOKE_SFT_STEPS}" if study_of_source(source).budget == "smoke" else ""
+
+
+def eval_limit_arg(source):
+    """Smoke evaluation looks at the first 32 problems of each benchmark."""
+    return "--limit 32" if study_of_source(source).budget == "smoke" else ""
 
 
 def budget_args(source):
@@ -218,24 +231,76 @@ def eval_targets(study):
     ]
 
 
+def base_eval_targets(study):
+    """Evaluation of every backbone before RL (variant `base`: the SFT checkpoint or the HF model)."""
+    return [
+        f"{eval_dir(study.source, b, 'base', s)}/{bench}.{profile}.json"
+        for b in study.backbones
+        for s in study.seeds[:1]
+        for bench in study.benchmarks
+        for profile in study.profiles
+    ]
+
+
+def prelim_targets(study):
+    """Trajectory analysis of the on-policy model of each ablation backbone (paper §3.2 uses Full)."""
+    if not study.prelim:
+        return []
+    return [
+        prelim_file(study.source, b, "on_policy", s)
+        for b in study.ablation_backbones
+        for s in study.seeds
+    ]
+
+
+def report_targets(study):
+    """A flag written once the study's source is rendered (results/<source>/{tables,figures,index.md}).
+
+    The flag is per study, not per source: `tiny` and `tiny_full` share results/tiny/, but each
+    renders only after its own runs are done.
+    """
+    return [f"work/{study.source}/rendered.{study.name}.done"]
+
+
+def prelim_file(source, backbone, variant, seed):
+    """The loader reads prelim/<backbone>/trajectories*.parquet (results/README.md)."""
+    return f"results/{source}/prelim/{backbone}/trajectories.{variant}.s{seed}.parquet"
+
+
 STAGE_TARGET_FUNCTIONS = {
     "data": data_targets,
     "train": train_targets,
     "eval": eval_targets,
+    "eval_base": base_eval_targets,
+    "prelim": prelim_targets,
+    "report": report_targets,
 }
-REGISTERED_STAGES = []
+REGISTERED_STAGES = {}
 
 
-def register_stage(stage):
-    """Add a wired stage's outputs to every study target."""
-    if stage not in REGISTERED_STAGES:
-        REGISTERED_STAGES.append(stage)
+def register_stage(stage, scales=("tiny", "paper")):
+    """Add a wired stage's outputs to the targets of the studies of `scales` (tiny and/or paper)."""
+    REGISTERED_STAGES.setdefault(stage, set()).update(scales)
 
 
 def study_targets(name):
     study = STUDIES[name]
     return [
-        path for st in REGISTERED_STAGES for path in STAGE_TARGET_FUNCTIONS[st](study)
+        path
+        for st, scales in REGISTERED_STAGES.items()
+        if study.scale in scales
+        for path in STAGE_TARGET_FUNCTIONS[st](study)
+    ]
+
+
+def study_inputs(wildcards):
+    """Everything a study's rendering depends on: its train, eval and prelim outputs."""
+    study = STUDIES[wildcards.study]
+    return [
+        p
+        for st, scales in REGISTERED_STAGES.items()
+        if st not in ("report", "data") and study.scale in scales
+        for p in STAGE_TARGET_FUNCTIONS[st](study)
     ]
 
 

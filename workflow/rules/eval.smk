@@ -1,7 +1,49 @@
-# Evaluation stage: `exgrpo eval --model PATH --benchmarks a,b --profile P --out DIR` per trained
-# model, into eval_dir(source, backbone, variant, seed) as <benchmark>.<profile>.json files.
-#
-# Deliberately empty until it is wired (a stage without a rule stays out of the DAG). The helpers
-# are in common.smk: eval_dir, eval_targets, eval_data_for (--data-dir), benchmarks_arg (the
-# study's benchmark sets, expanded), backbone_threads / backbone_resources, offline_env (paper
-# scale). Wiring = one rule here plus `register_stage("eval")`.
+# Evaluation stage: `exgrpo eval` per (model, benchmark, profile), into
+# eval_dir(source, backbone, variant, seed) as <benchmark>.<profile>.json + .samples.parquet.
+# Variant `base` is the backbone before RL (the SFT checkpoint of a tiny backbone).
+# An interrupted job leaves no complete-looking file (the aggregate JSON is written last, atomically);
+# a rerun completes the cache. Paper-scale evaluation (vLLM) is not wired yet.
+
+
+def eval_model_input(wc):
+    if wc.variant == "base":
+        return f"{sft_dir(wc.source, wc.backbone)}/config.json"
+    return f"{train_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/run.json"
+
+
+def eval_model_path(wc):
+    if wc.variant == "base":
+        return sft_dir(wc.source, wc.backbone)
+    return f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final"
+
+
+rule eval_tiny:
+    input:
+        model=eval_model_input,
+        data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
+    output:
+        f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{{benchmark}}.{{profile}}.json",
+    log:
+        log_file("eval", "{source}", "{backbone}", "{variant}", "s{seed}", "{benchmark}.{profile}"),
+    benchmark:
+        bench_file(
+            "{source}", "eval", "{backbone}", "{variant}", "s{seed}", "{benchmark}.{profile}"
+        )
+    conda:
+        "../envs/cpu.yaml"
+    threads: 1
+    resources:
+        **backbone_resources(),
+    params:
+        model=eval_model_path,
+        data=lambda wc, input: os.path.dirname(input.data),
+        out=lambda wc, output: os.path.dirname(output[0]),
+        limit=lambda wc: eval_limit_arg(wc.source),
+    shell:
+        "exgrpo eval --model {params.model} --benchmarks {wildcards.benchmark}"
+        " --profile {wildcards.profile} --data-dir {params.data} --out {params.out}"
+        " --seed {wildcards.seed} --threads {threads} {params.limit} --no-progress > {log} 2>&1"
+
+
+register_stage("eval", scales=("tiny",))
+register_stage("eval_base", scales=("tiny",))
