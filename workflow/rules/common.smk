@@ -106,6 +106,19 @@ def figure_sources():
     return [s for s in WF.raw["figures"]["sources"] if os.path.isdir(f"results/{s}")]
 
 
+# ---------------------------------------------------------------- evaluated models
+def eval_model_input(wc):
+    if wc.variant == "base":
+        return f"{sft_dir(wc.source, wc.backbone)}/config.json"
+    return f"{train_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/run.json"
+
+
+def eval_model_path(wc):
+    if wc.variant == "base":
+        return sft_dir(wc.source, wc.backbone)
+    return f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final"
+
+
 # ---------------------------------------------------------------- studies and arguments
 def study_of_source(source):
     return WF.study_for_source(source)
@@ -144,7 +157,11 @@ SMOKE_SFT_STEPS = 150
 
 
 def sft_steps_arg(source):
-    return f"--steps {SMOKE_SFT_STEPS}" if study_of_source(source).budget == "smoke" else ""
+    return (
+        f"--steps {SMOKE_SFT_STEPS}"
+        if study_of_source(source).budget == "smoke"
+        else ""
+    )
 
 
 def eval_limit_arg(source):

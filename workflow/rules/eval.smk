@@ -5,18 +5,6 @@
 # a rerun completes the cache. Paper-scale evaluation (vLLM) is not wired yet.
 
 
-def eval_model_input(wc):
-    if wc.variant == "base":
-        return f"{sft_dir(wc.source, wc.backbone)}/config.json"
-    return f"{train_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/run.json"
-
-
-def eval_model_path(wc):
-    if wc.variant == "base":
-        return sft_dir(wc.source, wc.backbone)
-    return f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final"
-
-
 rule eval_tiny:
     input:
         model=eval_model_input,
@@ -24,10 +12,22 @@ rule eval_tiny:
     output:
         f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{{benchmark}}.{{profile}}.json",
     log:
-        log_file("eval", "{source}", "{backbone}", "{variant}", "s{seed}", "{benchmark}.{profile}"),
+        log_file(
+            "eval",
+            "{source}",
+            "{backbone}",
+            "{variant}",
+            "s{seed}",
+            "{benchmark}.{profile}",
+        ),
     benchmark:
         bench_file(
-            "{source}", "eval", "{backbone}", "{variant}", "s{seed}", "{benchmark}.{profile}"
+            "{source}",
+            "eval",
+            "{backbone}",
+            "{variant}",
+            "s{seed}",
+            "{benchmark}.{profile}",
         )
     conda:
         "../envs/cpu.yaml"
