@@ -127,8 +127,11 @@ def test_a_new_backbone_entry_appears_in_the_dag(wf, tmp_path, snakemake):
     result = snakemake("-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf)
     assert result.returncode == 0, result.stdout
     new = [j for j in result.jobs if j.wildcards.get("backbone") == "qwen3-8b"]
-    assert [j.rule for j in new] == ["download_model"]
-    assert "--model Qwen/Qwen3-8B --name qwen3-8b " in new[0].shell
+    rules = [j.rule for j in new]
+    # Download, the two methods (not an ablation backbone), evaluation of both and of the base model.
+    assert {r: rules.count(r) for r in set(rules)} == {"download_model": 1, "train_paper": 2, "eval_paper": 3 * 9}
+    (download,) = [j for j in new if j.rule == "download_model"]
+    assert "--model Qwen/Qwen3-8B --name qwen3-8b " in download.shell
     assert result.counts["download_model"] == len(PAPER_BACKBONES) + 1
 
 

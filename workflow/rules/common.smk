@@ -119,6 +119,68 @@ def eval_model_path(wc):
     return f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final"
 
 
+# ---------------------------------------------------------------- paper scale (verl plug-in, vLLM)
+def backbones_of_scale(scale):
+    """Regex of the registered backbones of `scale`. As a rule's wildcard constraint it keeps
+    the paper rules off tiny targets; `ruleorder` prefers them on paper targets."""
+    names = [re.escape(n) for n, e in BACKBONES.items() if e["scale"] == scale]
+    return "|".join(names) if names else "(?!)"
+
+
+VERL_DATA_FILES = {"train": "openr1_math_46k", "val": "exgrpo_valid"}
+"""`exgrpo download` files (<hf_cache>/files/<name>.parquet) that verl trains and validates on:
+the released training set (paper §3.2) and the released 2.2k validation set (paper.md §4.1)."""
+VLLM_TP = 2
+"""vLLM tensor parallel size of evaluation and trajectory sampling: the training rollouts' TP
+(run_exgrpo.sh), which divides every paper backbone's attention heads (8 would not divide 28)."""
+JUDGE_MODEL = "Qwen/Qwen3-32B"
+JUDGE_NAME = "judge-qwen3-32b"
+"""The preliminary study's LLM judge (paper §F.2) and its manifest name in the HF cache."""
+JUDGE_TP = 4
+PRELIM_QUESTIONS = 1000
+"""Training questions the paper-scale trajectory analysis samples K rollouts for (paper: unstated)."""
+
+
+def verl_data_args():
+    """`--train-files/--val-files` of `exgrpo verl-config`, absolute: the launch script runs in the
+    run directory."""
+    files = os.path.abspath(f"{hf_cache()}/files")
+    train, val = (f"{files}/{VERL_DATA_FILES[r]}.parquet" for r in ("train", "val"))
+    return f"--train-files {train} --val-files {val}"
+
+
+def launch_script(backbone):
+    """The script `exgrpo verl-launch` renders for the backbone's node count; the train job runs it
+    inside its own allocation (the multi-node one starts Ray on the allocated nodes)."""
+    nodes = int(BACKBONES[backbone]["resources"].get("nodes", 1))
+    return "launch_multi_node.sbatch" if nodes > 1 else "launch_single_node.sh"
+
+
+def cached_model_cmd(manifest):
+    """Shell substitution printing the snapshot folder named by a model manifest of `exgrpo
+    download` (its commit is known only once the download ran)."""
+    return f"$(python -m exgrpo.verl_plugin.collect model-dir {manifest})"
+
+
+def paper_eval_model_input(wc):
+    if wc.variant == "base":
+        return model_manifest(wc.backbone)
+    return f"{train_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/run.json"
+
+
+def paper_eval_model(wc):
+    """The HF folder evaluated: the cached backbone (`base`) or the run's export (ckpt_dir/final)."""
+    if wc.variant == "base":
+        return cached_model_cmd(model_manifest(wc.backbone))
+    return eval_model_path(wc)
+
+
+def prompt_format_of(backbone):
+    """`exgrpo eval --prompt-format`: the paper's plain prompt for Llama base, else the chat template."""
+    template = BACKBONES[backbone].get("template")
+    return "llama_base" if template == "llama_base" else "chat"
+
+
 # ---------------------------------------------------------------- studies and arguments
 def study_of_source(source):
     return WF.study_for_source(source)

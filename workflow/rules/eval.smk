@@ -2,7 +2,8 @@
 # eval_dir(source, backbone, variant, seed) as <benchmark>.<profile>.json + .samples.parquet.
 # Variant `base` is the backbone before RL (the SFT checkpoint of a tiny backbone).
 # An interrupted job leaves no complete-looking file (the aggregate JSON is written last, atomically);
-# a rerun completes the cache. Paper-scale evaluation (vLLM) is not wired yet.
+# a rerun completes the cache. Paper-scale models are evaluated with vLLM (eval_paper), offline
+# from the shared HF cache: the run's HF export, or the cached backbone for variant `base`.
 
 
 rule eval_tiny:
@@ -47,3 +48,56 @@ rule eval_tiny:
 
 register_stage("eval", scales=("tiny",))
 register_stage("eval_base", scales=("tiny",))
+
+
+rule eval_paper:
+    input:
+        model=paper_eval_model_input,
+        data=download_manifest(),
+    output:
+        f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{{benchmark}}.{{profile}}.json",
+    log:
+        log_file(
+            "eval",
+            "{source}",
+            "{backbone}",
+            "{variant}",
+            "s{seed}",
+            "{benchmark}.{profile}",
+        ),
+    benchmark:
+        bench_file(
+            "{source}",
+            "eval",
+            "{backbone}",
+            "{variant}",
+            "s{seed}",
+            "{benchmark}.{profile}",
+        )
+    wildcard_constraints:
+        backbone=backbones_of_scale("paper"),
+    conda:
+        "../envs/gpu.yaml"
+    threads: backbone_threads
+    resources:
+        **backbone_resources(),
+    params:
+        offline=offline_env(),
+        model=paper_eval_model,
+        data=lambda wc: eval_data_for(wc.source),
+        out=lambda wc, output: os.path.dirname(output[0]),
+        prompt_format=lambda wc: prompt_format_of(wc.backbone),
+        tp=VLLM_TP,
+    shell:
+        "(export {params.offline} && model={params.model}"
+        ' && exgrpo eval --model "$model" --benchmarks {wildcards.benchmark}'
+        " --profile {wildcards.profile} --data-dir {params.data} --out {params.out}"
+        " --seed {wildcards.seed} --backend vllm --tensor-parallel-size {params.tp}"
+        " --prompt-format {params.prompt_format} --no-progress) > {log} 2>&1"
+
+
+ruleorder: eval_paper > eval_tiny
+
+
+register_stage("eval", scales=("paper",))
+register_stage("eval_base", scales=("paper",))

@@ -31,3 +31,66 @@ rule prelim_tiny:
 
 
 register_stage("prelim", scales=("tiny",))
+
+
+# Paper scale: the LLM judge (paper §F.2) is fetched into the shared cache like a backbone.
+rule download_judge:
+    output:
+        manifest=model_manifest(JUDGE_NAME),
+    log:
+        "logs/download_model/judge.log",
+    benchmark:
+        "logs/download_model/judge.benchmark.tsv"
+    localrule: True
+    conda:
+        "../envs/gpu.yaml"
+    params:
+        out=lambda wc, output: os.path.dirname(os.path.dirname(output.manifest)),
+        model=JUDGE_MODEL,
+        name=JUDGE_NAME,
+    shell:
+        "exgrpo download --out {params.out} --model {params.model} --name {params.name} > {log} 2>&1"
+
+
+# vLLM samples K rollouts per training question from the run's HF export, the judge (vLLM, after
+# the policy is freed) rates the reasoning of correct-answer trajectories; offline from the cache.
+rule prelim_paper:
+    input:
+        run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
+        data=download_manifest(),
+        judge=model_manifest(JUDGE_NAME),
+    output:
+        "results/{source}/prelim/{backbone}/trajectories.{variant}.s{seed}.parquet",
+    log:
+        log_file("prelim", "{source}", "{backbone}", "{variant}", "s{seed}"),
+    benchmark:
+        bench_file("{source}", "prelim", "{backbone}", "{variant}", "s{seed}")
+    wildcard_constraints:
+        backbone=backbones_of_scale("paper"),
+    conda:
+        "../envs/gpu.yaml"
+    threads: backbone_threads
+    resources:
+        **backbone_resources(),
+    params:
+        offline=offline_env(),
+        model=lambda wc: f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final",
+        data=f"{hf_cache()}/files/{VERL_DATA_FILES['train']}.parquet",
+        questions=PRELIM_QUESTIONS,
+        tp=VLLM_TP,
+        judge_tp=JUDGE_TP,
+        judge_cache=lambda wc: f"work/{wc.source}/prelim/judge_cache.jsonl",
+    shell:
+        "(export {params.offline}"
+        " && judge=$(python -m exgrpo.verl_plugin.collect model-dir {input.judge})"
+        " && exgrpo prelim-analyze --engine vllm --model {params.model} --data {params.data}"
+        " --questions {params.questions} --k 8 --tp {params.tp} --judge llm"
+        ' --judge-model "$judge" --judge-tp {params.judge_tp} --judge-cache {params.judge_cache}'
+        " --seed {wildcards.seed} --backbone {wildcards.backbone} --out {output}"
+        " --no-progress) > {log} 2>&1"
+
+
+ruleorder: prelim_paper > prelim_tiny
+
+
+register_stage("prelim", scales=("paper",))

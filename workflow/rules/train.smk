@@ -4,7 +4,8 @@
 #
 # A retried job (profile `retries`) resumes from its last checkpoint because it is handed the same
 # --ckpt folder again; checkpoints live in work/, never under results/.
-# Paper-scale training (the verl plug-in) is not wired yet: `all` lists no training jobs until it is.
+# Paper-scale backbones train with the verl plug-in instead (train_paper, GPUs, offline from the
+# shared HF cache); both write the same results: log.jsonl and run.json under results/.
 
 
 rule sft:
@@ -74,3 +75,53 @@ rule train_tiny:
 
 
 register_stage("train", scales=("tiny",))
+
+
+# Paper scale, one job per run: write the verl config into the run directory (= ckpt_dir, so a
+# retried job finds its checkpoints and resumes: trainer.resume_mode=auto), render the launch
+# script, run it inside this job's allocation (one node, or Ray over `resources.nodes` nodes),
+# then collect the per-attempt metrics into the results contract and export the final actor to
+# ckpt_dir/final (HF format) for evaluation. run.json is written last.
+rule train_paper:
+    input:
+        data=download_manifest(),
+        model=model_manifest("{backbone}"),
+    output:
+        run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
+        log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl",
+    log:
+        log_file("train", "{source}", "{backbone}", "{variant}", "s{seed}"),
+    benchmark:
+        bench_file("{source}", "train", "{backbone}", "{variant}", "s{seed}")
+    wildcard_constraints:
+        backbone=backbones_of_scale("paper"),
+    conda:
+        "../envs/gpu.yaml"
+    threads: backbone_threads
+    resources:
+        **backbone_resources(),
+    params:
+        offline=offline_env(),
+        run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
+        out=lambda wc, output: os.path.dirname(output.run),
+        data=verl_data_args(),
+        sets=lambda wc: set_args(wc.variant),
+        launch=lambda wc: launch_script(wc.backbone),
+        hf_home=lambda wc, input: os.path.dirname(input.data),
+        backbones=backbones_file(),
+    shell:
+        "(export {params.offline}"
+        " && model=$(python -m exgrpo.verl_plugin.collect model-dir {input.model})"
+        " && exgrpo verl-config --backbone {wildcards.backbone} --variant {wildcards.variant}"
+        " --seed {wildcards.seed} --out {params.run_dir} --backbones {params.backbones}"
+        ' --model-path "$model" {params.data} {params.sets}'
+        " && exgrpo verl-launch --run-dir {params.run_dir} --hf-home {params.hf_home}"
+        " && bash {params.run_dir}/{params.launch}"
+        " && exgrpo verl-collect --run-dir {params.run_dir} --out {params.out}"
+        " --export-hf {params.run_dir}/final) > {log} 2>&1"
+
+
+ruleorder: train_paper > train_tiny
+
+
+register_stage("train", scales=("paper",))

@@ -1,0 +1,309 @@
+"""The results-contract files of a finished paper-scale run: log.jsonl, run.json and the HF export.
+
+A verl run directory (`exgrpo verl-config --out RUN_DIR`) holds `resolved_config.json` (written by `main.py`),
+one metrics file per attempt, `metrics.attempt<SLURM_RESTART_COUNT>.<unix time>.jsonl` (verl's file logger,
+one `{"step": N, "data": {metric: value}}` per line, truncated when opened, hence one file per attempt), and
+verl's checkpoints under `trainer.default_local_dir` (`global_step_N/actor`, FSDP shards + `huggingface/`).
+`collect_run` turns that into `results/<source>/train/<backbone>/<variant>/s<seed>/{log.jsonl,run.json}`
+(results/README.md) and, on request, merges the final actor checkpoint into an HF folder for evaluation.
+
+Attempts are merged in start order. A later attempt resumed from a checkpoint, so its first training step r
+invalidates every earlier row at step >= r (steps past the checkpoint that were lost); for a step logged twice
+otherwise (e.g. a validation-only row on resume), the later attempt's values win key by key.
+
+Where the contract keys come from, and where they differ from the CPU trainer's (stated up front):
+- `reward/mean` is verl's `critic/score/mean`: the mean reward over ALL rows of the step, replayed trajectories
+  (o*) included. `pass1` is the plug-in's `exgrpo/pass1`, over freshly generated rollouts only (the
+  delayed-start signal). The CPU trainer logs the fresh-rollout mean under both keys.
+- `entropy` is the plug-in loss's `actor/exgrpo/entropy` (token mean over the update's micro-batches); verl's
+  `actor/entropy` aggregates with `loss_agg_mode` and the constant normaliser, so it is not a token mean and is
+  kept under its own name.
+- `val/<benchmark>` is `val-core/<data_source>/acc/mean@N` (N = the largest logged), named after the benchmark
+  whose released data source it is (`aime` -> `aime24`, exgrpo.eval.benchmarks; unknown sources keep their
+  name); `val/acc` is their unweighted mean (the paper's benchmark average), on a separate row, same step.
+- `groups/mixed_fraction` and `masked/questions` are filled only when the trainer logs `exgrpo/mixed_fraction`
+  and `exgrpo/masked_questions` (it does not yet).
+- `wall_time_s` in run.json is the sum of `time/step` over the kept steps: start-up and work lost to failed
+  attempts are not counted.
+Every other metric is kept under its verl name; non-numeric values are dropped, non-finite ones become null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+METRICS_GLOB = "metrics.attempt*.jsonl"
+_METRICS_NAME = re.compile(r"^metrics\.attempt(\d+)\.(\d+)\.jsonl$")
+RESOLVED_FILE = "resolved_config.json"
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+"""verl's resume tracker in `default_local_dir`: the step of the last complete checkpoint."""
+EXPORT_MARKER = "exgrpo_export.json"
+"""Written into an HF export: which actor checkpoint it was merged from (a rerun skips an identical export)."""
+
+KEY_MAP: dict[str, str] = {
+    "critic/score/mean": "reward/mean",
+    "exgrpo/pass1": "pass1",
+    "actor/exgrpo/entropy": "entropy",
+    "response_length/mean": "response_length",
+    "exgrpo/replay_questions": "replay/n_trajectories",
+    "exgrpo/training_questions": "data/training_questions",
+    "exgrpo/data_epoch": "data/epoch",
+    "exgrpo/mixed_fraction": "groups/mixed_fraction",
+    "exgrpo/masked_questions": "masked/questions",
+    "exgrpo/selection_seconds": "time/selection",
+    "timing_s/gen": "time/rollout",
+    "timing_s/update_actor": "time/update",
+    "timing_s/step": "time/step",
+}
+"""verl / plug-in metric -> results-contract key (results/README.md). `exp/*` keys already have their names."""
+VAL_PREFIXES = ("val-core/", "val-aux/")
+_VAL_CORE_ACC = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
+
+
+class CollectError(ValueError):
+    """A run directory is incomplete or malformed; the message names the file."""
+
+
+# ------------------------------------------------------------------------------------------ metrics files
+def metric_files(run_dir: str | Path) -> list[Path]:
+    """The run's per-attempt metrics files in start order (unix time, then restart count)."""
+    files = []
+    for path in Path(run_dir).glob(METRICS_GLOB):
+        match = _METRICS_NAME.match(path.name)
+        if match is None:
+            raise CollectError(f"{path}: unexpected metrics file name (want metrics.attempt<N>.<time>.jsonl)")
+        files.append((int(match.group(2)), int(match.group(1)), path))
+    if not files:
+        raise FileNotFoundError(f"{Path(run_dir) / METRICS_GLOB}: no metrics file (did the run start?)")
+    return [path for _, _, path in sorted(files)]
+
+
+def read_metrics(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """(step, metrics) per line of one verl file-logger file. A torn last line (the job was killed while writing)
+    is dropped; a corrupt line before it is an error naming the file and line."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            if lineno == len(lines):
+                break
+            raise CollectError(f"{path}:{lineno}: corrupt JSON line ({err})") from None
+        step, data = (record.get("step"), record.get("data")) if isinstance(record, dict) else (None, None)
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(data, dict):
+            raise CollectError(f"{path}:{lineno}: expected {{\"step\": int >= 0, \"data\": {{...}}}}")
+        out.append((step, data))
+    return out
+
+
+def _is_training(metrics: dict[str, Any]) -> bool:
+    return any(not key.startswith(VAL_PREFIXES) for key in metrics)
+
+
+def merge_attempts(attempts: Sequence[Sequence[tuple[int, dict[str, Any]]]]) -> dict[int, dict[str, Any]]:
+    """Merge per-attempt (step, metrics) lists, oldest attempt first, into step -> metrics (module docstring)."""
+    merged: dict[int, dict[str, Any]] = {}
+    for records in attempts:
+        train_steps = [step for step, metrics in records if _is_training(metrics)]
+        if train_steps:
+            resumed_at = min(train_steps)
+            merged = {s: m for s, m in merged.items() if s < resumed_at}
+        for step, metrics in records:
+            merged[step] = {**merged.get(step, {}), **metrics}
+    return merged
+
+
+def clean_value(value: Any) -> tuple[bool, Any]:
+    """(keep, value) for the contract: numbers and bools kept, non-finite floats -> None, the rest dropped."""
+    if value is None or isinstance(value, (bool, int)):
+        return True, value
+    if isinstance(value, float):
+        return True, value if math.isfinite(value) else None
+    return False, None
+
+
+def released_benchmarks() -> dict[str, str]:
+    """Data source of the release's evaluation files -> benchmark name (exgrpo.eval.benchmarks)."""
+    from exgrpo.eval.benchmarks import BENCHMARKS
+
+    return {b.released.data_source: name for name, b in BENCHMARKS.items() if b.released and b.released.data_source}
+
+
+def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of log.jsonl: per step a training row (contract keys + verl's other metrics) and, when the step
+    validated, a validation row (`val/acc`, `val/<benchmark>` + the raw `val-*` metrics)."""
+    names = released_benchmarks()
+    rows = []
+    for step in sorted(records):
+        train: dict[str, Any] = {"step": step}
+        val: dict[str, Any] = {"step": step}
+        accs: dict[str, tuple[int, float | None]] = {}
+        for key, raw in records[step].items():
+            keep, value = clean_value(raw)
+            if not keep or key == "step":
+                continue
+            if key.startswith(VAL_PREFIXES):
+                val[key] = value
+                match = _VAL_CORE_ACC.match(key)
+                if match and int(match["n"]) >= accs.get(match["source"], (-1, None))[0]:
+                    accs[match["source"]] = (int(match["n"]), value)
+            else:
+                train[KEY_MAP.get(key, key)] = value
+        if len(train) > 1:
+            rows.append(train)
+        if len(val) > 1:
+            for source, (_, acc) in sorted(accs.items()):
+                val[f"val/{names.get(source, source)}"] = acc
+            finite = [acc for _, acc in accs.values() if acc is not None]
+            if finite:
+                val["val/acc"] = sum(finite) / len(finite)
+            rows.append(val)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ checkpoints, export
+def latest_checkpoint(ckpt_root: str | Path) -> tuple[int, Path]:
+    """(step, actor folder) of the last complete verl checkpoint, from verl's resume tracker."""
+    tracker = Path(ckpt_root) / TRACKER_FILE
+    if not tracker.exists():
+        raise FileNotFoundError(f"{tracker}: no checkpoint tracker (the run saved no checkpoint)")
+    text = tracker.read_text(encoding="utf-8").strip()
+    if not text.isdigit():
+        raise CollectError(f"{tracker}: expected a step number, got {text!r}")
+    actor = Path(ckpt_root) / f"global_step_{int(text)}" / "actor"
+    if not actor.is_dir():
+        raise FileNotFoundError(f"{actor}: actor checkpoint named by {tracker} not found")
+    return int(text), actor
+
+
+def merge_argv(actor_dir: str | Path, target_dir: str | Path, python: str = sys.executable) -> list[str]:
+    """verl 0.9.1's FSDP -> HF merger (`python -m verl.model_merger merge`) for one actor checkpoint."""
+    return [python, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
+            "--target_dir", str(target_dir)]
+
+
+def export_hf(actor_dir: str | Path, target_dir: str | Path, step: int,
+              run: Callable[..., Any] = subprocess.run, python: str = sys.executable) -> Path:
+    """Merge `actor_dir` into the HF folder `target_dir` (via a sibling temp folder, then a rename); skipped when
+    `target_dir` already holds the export of the same checkpoint. `run` executes merge_argv with the
+    interpreter `python` (one that has verl)."""
+    actor_dir, target = Path(actor_dir).resolve(), Path(target_dir)
+    marker = {"actor_dir": str(actor_dir), "step": int(step)}
+    done = target / EXPORT_MARKER
+    try:
+        if json.loads(done.read_text(encoding="utf-8")) == marker:
+            return target
+    except (OSError, json.JSONDecodeError):
+        pass  # no export yet, or a damaged one: merge again
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    run(merge_argv(actor_dir, tmp, python), check=True)
+    if not (tmp / "config.json").exists():
+        raise CollectError(f"{tmp}: the model merger wrote no config.json")
+    (tmp / EXPORT_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n", encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def cached_model_dir(manifest: str | Path) -> Path:
+    """The local snapshot folder of a model that `exgrpo download --model` cached (`<cache>/models/<name>.json`,
+    whose `path` is relative to `<cache>`), absolute."""
+    from exgrpo.io import read_json
+
+    manifest = Path(manifest)
+    entry = read_json(manifest)
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+        raise CollectError(f"{manifest}: not a model manifest (no 'path')")
+    folder = manifest.resolve().parent.parent / entry["path"]
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{folder}: cached model not found (no config.json); rerun `exgrpo download`")
+    return folder
+
+
+# ------------------------------------------------------------------------------------------ one run
+def collect_run(run_dir: str | Path, out_dir: str | Path, *, export_to: str | Path | None = None,
+                run: Callable[..., Any] = subprocess.run) -> dict[str, Any]:
+    """Write `out_dir/log.jsonl`, export the final actor to `export_to` (optional), then `out_dir/run.json`
+    (last: its presence means the run is collected). Refuses a run that has not reached its last step.
+    Returns run.json's content."""
+    from exgrpo.io import read_json, write_json, write_jsonl
+    from exgrpo.provenance import provenance
+    from exgrpo.verl_plugin.hydra_config import table4
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    resolved_path = run_dir / RESOLVED_FILE
+    doc = read_json(resolved_path)
+    try:
+        resolved = doc["resolved"]
+        meta, trainer = resolved["exgrpo"], resolved["trainer"]
+        backbone, variant, seed = str(meta["backbone"]), str(meta["variant"]), int(meta["seed"])
+        total = int(trainer["total_training_steps"])
+        method = dict(meta["config"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise CollectError(f"{resolved_path}: not a resolved ExGRPO verl config ({err!r} missing or bad)") from None
+    if out_dir.name.startswith("s") and out_dir.name[1:].isdigit():
+        want = (out_dir.parent.parent.name, out_dir.parent.name, int(out_dir.name[1:]))
+        if want != (backbone, variant, seed):
+            raise CollectError(f"{resolved_path}: run is {backbone}/{variant}/s{seed}, but --out is {out_dir}")
+
+    files = metric_files(run_dir)
+    rows = contract_rows(merge_attempts([read_metrics(p) for p in files]))
+    train_steps = [r["step"] for r in rows if not any(k.startswith(("val/", *VAL_PREFIXES)) for k in r)]
+    last = max(train_steps, default=0)
+    if last != total:
+        raise CollectError(f"{run_dir}: run incomplete, last logged step {last} of {total}")
+    ckpt_root = Path(trainer.get("default_local_dir") or run_dir / "checkpoints")
+    ckpt_step, actor = latest_checkpoint(ckpt_root if ckpt_root.is_absolute() else run_dir / ckpt_root)
+    if ckpt_step != total:
+        raise CollectError(f"{ckpt_root}: last checkpoint is step {ckpt_step}, the run has {total} steps")
+
+    # Everything checked: export, then the log, then run.json (nothing half-collected looks complete).
+    final_model = str(export_hf(actor, export_to, ckpt_step, run=run)) if export_to is not None else None
+    write_jsonl(out_dir / "log.jsonl", rows)
+
+    val = [r["val/acc"] for r in rows if r.get("val/acc") is not None]
+    step_times = [r["time/step"] for r in rows if isinstance(r.get("time/step"), (int, float))]
+    content = provenance(
+        {"method": method, "table4": doc.get("table4") or table4(resolved)}, seed,
+        backbone=backbone, variant=variant, steps=last, wall_time_s=float(sum(step_times)),
+        summary={"final_val_acc": val[-1] if val else None, "steps": last, "final_model": final_model,
+                 "final_checkpoint": str(actor)},
+        attempts=[p.name for p in files], departures=list(doc.get("departures", [])),
+        train_provenance=doc.get("provenance"), verl_config=resolved)
+    write_json(out_dir / "run.json", content)
+    return content
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m exgrpo.verl_plugin.collect model-dir MANIFEST`: print a cached model's folder (for shell jobs)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "model-dir":
+        print("usage: python -m exgrpo.verl_plugin.collect model-dir MANIFEST", file=sys.stderr)
+        return 2
+    try:
+        print(cached_model_dir(args[1]))
+    except (CollectError, FileNotFoundError, ValueError) as err:
+        print(f"model-dir: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+__all__ = ["KEY_MAP", "CollectError", "cached_model_dir", "clean_value", "collect_run", "contract_rows",
+           "export_hf", "latest_checkpoint", "merge_argv", "merge_attempts", "metric_files", "read_metrics"]
+
+if __name__ == "__main__":
+    sys.exit(main())
