@@ -21,19 +21,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated benchmark names or suites (paper, paper_id, paper_ood, tiny)")
     parser.add_argument("--profile", required=True, help="decoding profile: paper, community or tiny")
     parser.add_argument("--out", required=True, type=Path, help="output folder (results/<source>/eval/<backbone>/<variant>/s<seed>)")
-    parser.add_argument("--backend", default="hf", help="hf (CPU / single device) or vllm (GPU clusters)")
+    parser.add_argument("--backend", default="hf",
+                        help="hf (lm-eval's HF backend; CPU / single device, any model; default), vllm (GPU "
+                             "clusters) or tiny (the fast path for the CPU testbed's tiny backbones: same tasks, "
+                             "prompts, grading and cache, but the testbed's batched KV-cache sampler; ~5x faster "
+                             "generation than hf on one thread, benchmarks/results/eval_backends.json)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems of each benchmark")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (lm-eval seeds; vLLM engine seed)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (lm-eval seeds; vLLM engine seed; tiny sampler seed)")
     parser.add_argument("--k", type=int, default=None, help="samples per problem for every benchmark (not with --profile paper)")
     parser.add_argument("--data-dir", default=None,
                         help="folder with local benchmark files (<name>.jsonl|json|parquet in the source schema) "
                              "or the tiny splits from `exgrpo make-data`; default: the Hugging Face hub")
     parser.add_argument("--revision", default=None, help="model revision recorded in provenance (and passed to the backend)")
     parser.add_argument("--prompt-format", default="chat", help="chat (model's chat template, no system prompt) or llama_base")
-    parser.add_argument("--batch-size", default=None, help="lm-eval batch size (default: 8 for hf, auto for vllm)")
-    parser.add_argument("--device", default="cpu", help="hf backend device (cpu, cuda, cuda:0)")
-    parser.add_argument("--dtype", default=None, help="weights dtype (default: float32 for hf, auto for vllm)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the hf backend")
+    parser.add_argument("--batch-size", default=None,
+                        help="lm-eval batch size (default: 8 for hf, auto for vllm, 512 rows for tiny)")
+    parser.add_argument("--device", default="cpu", help="hf / tiny backend device (cpu, cuda, cuda:0)")
+    parser.add_argument("--dtype", default=None, help="weights dtype (default: float32 for hf and tiny, auto for vllm)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the hf / tiny backend (tiny default: 1)")
     parser.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per replica (default: all visible)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vllm: memory share (released: 0.85)")
     parser.add_argument("--max-model-len", type=int, default=None, help="vllm: context length (default: 1024 + profile max tokens)")
@@ -44,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _batch_size(value: str | None, backend: str) -> int | str:
     if value is None:
-        return 8 if backend == "hf" else "auto"
+        return {"hf": 8, "tiny": 512}.get(backend, "auto")
     if value == "auto":
         return value
     try:
@@ -81,10 +86,13 @@ def run(args: argparse.Namespace) -> int:
         workers=defaults.workers if args.grader_workers is None else args.grader_workers)
     settings = harness.EvalSettings(profile=profile, seed=args.seed, limit=args.limit, k=args.k,
                                     data_dir=args.data_dir, prompt_format=args.prompt_format, grading=grading,
-                                    batch_size=_batch_size(args.batch_size, args.backend))
+                                    batch_size=_batch_size(args.batch_size, args.backend), backend=args.backend)
     model_id = str(model_dir.resolve())
     if args.backend == "hf":
         model_args = harness.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")
+    elif args.backend == "tiny":
+        model_args = harness.tiny_model_args(model_id, seed=args.seed, dtype=args.dtype or "float32",
+                                             threads=args.threads, revision=args.revision)
     else:
         model_args = harness.vllm_model_args(
             model_id, seed=args.seed, profile=profile, tensor_parallel_size=args.tensor_parallel_size,
@@ -96,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             import torch
             torch.set_num_threads(args.threads)
         return harness.build_lm(args.backend, model_args, settings.batch_size,
-                                device=args.device if args.backend == "hf" else None)
+                                device=args.device if args.backend in ("hf", "tiny") else None)
 
     try:
         aggregates = harness.evaluate_model(

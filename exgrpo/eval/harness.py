@@ -6,7 +6,8 @@ For each benchmark it
    rebuilds only the aggregate when the samples exist without it (an interrupted run);
 2. runs lm-eval (`evaluate`, metrics bypassed as in `predict_only`) on the project's task
    (`exgrpo/eval/tasks`) with `repeats = k` and the profile's generation kwargs, through the HF (CPU,
-   tiny models) or vLLM (GPU clusters) backend, with the model's chat template and no system prompt;
+   generic models), `tiny` (the CPU testbed's batched KV-cache sampler, `tiny_backend`) or vLLM (GPU
+   clusters) backend, with the model's chat template and no system prompt;
 3. grades every sample with the core's Math-Verify reward (`grading.grade_records`);
 4. writes the samples parquet (atomic), then the aggregate JSON (atomic, last).
 
@@ -39,7 +40,7 @@ from exgrpo.eval.tasks import TASK_DIR
 from exgrpo.io import read_json
 from exgrpo.provenance import provenance
 
-BACKENDS = ("hf", "vllm")
+BACKENDS = ("hf", "vllm", "tiny")
 
 
 @dataclass
@@ -58,6 +59,8 @@ class EvalSettings:
     grading: GradingSettings = field(default_factory=GradingSettings)
     n_boot: int = 1000
     batch_size: int | str = 8
+    backend: str = "hf"
+    """Backend that generates (`BACKENDS`); recorded in the cache and part of its identity."""
 
 
 # ------------------------------------------------------------------------------------- model arguments
@@ -108,6 +111,20 @@ def vllm_model_args(model: str, *, seed: int, profile: DecodingProfile, tensor_p
     return args
 
 
+def tiny_model_args(model: str, *, seed: int, dtype: str = "float32", threads: int | None = None,
+                    revision: str | None = None) -> dict[str, Any]:
+    """`model_args` for the `tiny` backend (`tiny_backend.TinySamplerLM`): sampler seed, dtype, CPU threads.
+
+    `threads` defaults to 1: the tiny models' matrices are too small for intra-op threads to pay, and on
+    the shared 2-core testbed two threads made the 4-benchmark run ~5x slower (benchmarks/bench_eval_backends.py).
+    """
+    args: dict[str, Any] = {"pretrained": str(model), "dtype": dtype, "seed": int(seed),
+                            "threads": 1 if threads is None else int(threads)}
+    if revision:
+        args["revision"] = revision
+    return args
+
+
 def visible_gpus() -> int:
     """GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else torch's device count."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -118,15 +135,19 @@ def visible_gpus() -> int:
 
 
 def build_lm(backend: str, model_args: dict[str, Any], batch_size: int | str = 8, device: str | None = None) -> Any:
-    """An lm-eval LM for `backend` (`hf` or `vllm`), loaded once and reused for every benchmark."""
+    """An lm-eval LM for `backend` (`hf`, `vllm` or `tiny`), loaded once and reused for every benchmark."""
     if backend not in BACKENDS:
         raise ConfigError("backend", f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     import lm_eval.api.registry
     import lm_eval.models  # noqa: F401  (registers the backends)
 
     extra: dict[str, Any] = {"batch_size": batch_size}
-    if backend == "hf":
+    if backend in ("hf", "tiny"):
         extra["device"] = device or "cpu"
+    if backend == "tiny":
+        from exgrpo.eval import tiny_backend  # registers `exgrpo-tiny` with lm-eval
+
+        return lm_eval.api.registry.get_model(tiny_backend.BACKEND_NAME).create_from_arg_obj(model_args, extra)
     return lm_eval.api.registry.get_model(backend).create_from_arg_obj(model_args, extra)
 
 
@@ -294,7 +315,8 @@ def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings
     """One (model, benchmark, profile): skip, finish, or generate + grade + write. Returns the aggregate."""
     profile = settings.profile
     expect = {"benchmark": bench.name, "profile": profile.name, "k": k, "seed": settings.seed,
-              "limit": settings.limit, "model": model_id, "prompt_format": settings.prompt_format}
+              "limit": settings.limit, "model": model_id, "prompt_format": settings.prompt_format,
+              "backend": settings.backend}
     samples_file = cache.samples_path(out_dir, bench.name, profile.name)
     agg_file = cache.aggregate_path(out_dir, bench.name, profile.name)
     status = cache.cache_state(out_dir, bench.name, profile.name, expect)
@@ -335,4 +357,4 @@ def _check_chat_template(lm: Any, prompt_format: str, model_id: str) -> None:
 
 __all__ = ["BACKENDS", "EvalSettings", "Generation", "build_lm", "check_model_dir", "evaluate_model", "generate",
            "hf_model_args", "model_info", "records_from_generations", "region_meta", "regions_from_meta",
-           "task_manager", "token_counter", "visible_gpus", "vllm_model_args"]
+           "task_manager", "tiny_model_args", "token_counter", "visible_gpus", "vllm_model_args"]

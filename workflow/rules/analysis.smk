@@ -40,4 +40,4 @@ rule render_study:
         " --backbones {params.backbones} > {log} 2>&1"
 
 
-register_stage("report", scales=("tiny",))
+register_stage("report", scales=("tiny", "paper"))

@@ -41,7 +41,7 @@ rule eval_tiny:
         out=lambda wc, output: os.path.dirname(output[0]),
         limit=lambda wc: eval_limit_arg(wc.source),
     shell:
-        "exgrpo eval --model {params.model} --benchmarks {wildcards.benchmark}"
+        "exgrpo eval --backend tiny --model {params.model} --benchmarks {wildcards.benchmark}"
         " --profile {wildcards.profile} --data-dir {params.data} --out {params.out}"
         " --seed {wildcards.seed} --threads {threads} {params.limit} --no-progress > {log} 2>&1"
 
