@@ -242,7 +242,8 @@ class Switch:
 
 
 SWITCHES: tuple[Switch, ...] = (
-    Switch("sigma_units", "count (σ=1 → σ_acc=0.125)", "count (hard-coded)", "Table 3 σ variants"),
+    Switch("sigma_units", "σ=1, units unstated (count is what ran: σ_acc=0.125)", "count (hard-coded)",
+           "Table 3 σ variants"),
     Switch("sampler_sigma", 1.0, "1.0 (hard-coded)", "Table 3: wider 1.5 / narrower 0.5"),
     Switch("sampler_mu", 0.5, "0.5 (hard-coded)", "Table 3: hard-biased 0.25"),
     Switch("sampler", "gaussian", "gaussian (script); null = uniform (YAML default)", "Table 6 w/o Q. Selection"),
@@ -267,7 +268,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("difficulty_signal", "success", "success (no code for reward_std)", "Table 2 continuous reward"),
     Switch("difficulty_mask", "none", "none (no code)", "Table 9/10, Fig. 1a masked GRPO"),
     Switch("reward_region", "after_think", "after_think (reward_impl_version=3)", "grader study"),
-    Switch("drop_fresh_overflow", "False (|B_on| = B - |B_exp|)", "True (fresh rows dropped)", "data consumption"),
+    Switch("drop_fresh_overflow", "False (B_on = B − B_exp)", "True (fresh rows dropped)", "data consumption"),
     Switch("skip_grad_bound", "not stated", 500.0, "optimizer robustness"),
 )
 """Paper-vs-release switches, rendered into the README table."""

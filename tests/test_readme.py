@@ -23,3 +23,9 @@ def test_main_command_installs_cpu_torch_and_runs_tiny():
     main = [b for b in blocks if "snakemake" in b and b.endswith(" tiny")]
     assert main, "the README must show the main command that runs the `tiny` target"
     assert "torch==2.13.0" in main[0]
+
+
+def test_readme_switch_table_is_the_generated_one():
+    from exgrpo.commands.switches import switch_table
+
+    assert switch_table() in (ROOT / "README.md").read_text(), "README switch table is stale: run `exgrpo switches`"
