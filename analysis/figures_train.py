@@ -7,6 +7,8 @@ curves were smoothed). Axes and series follow paper.md §5.4.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -72,16 +74,7 @@ def fig4(results: Results) -> Plot | None:
     panels = [("reward/mean", "Average reward"), ("entropy", "Entropy"), ("response_length", "Response length")]
     series = [("on_policy", "On-Policy"), ("exgrpo", "ExGRPO")]
     fig, axes = new_figure(10.5, 2.9, 1, 3)
-    drawn = 0
-    for ax, (key, name) in zip(axes.flat, panels):
-        n = _plot_curves(ax, results.train, backbone, series, key)
-        drawn += n
-        ax.set_xlabel("Step")
-        ax.set_ylabel(name)
-        ax.set_title(name)
-        if n:
-            ax.legend(frameon=False)
-    if drawn == 0:
+    if not _panel_row(axes, results, backbone, series, panels):
         return None
     return Plot("fig4_dynamics", "Figure 4", f"Training dynamics of On-Policy vs ExGRPO on the weak backbone "
                 f"({_where(results, backbone)}): reward, policy entropy, response length." + _band_note(results), fig)
@@ -121,8 +114,18 @@ def fig6(results: Results) -> Plot | None:
         return None
     series = [("exgrpo", "ExGRPO"), ("wo_q_selection", "w/o Ques. Sel."), ("rho_75", "ρ=75%"), ("rho_25", "ρ=25%")]
     fig, axes = new_figure(9.0, 3.0, 1, 2)
+    panels = [("exp/buffered_questions", "#Buffered"), ("exp/retired", "#Retired")]
+    if not _panel_row(axes, results, backbone, series, panels):
+        return None
+    return Plot("fig6_buffer_variants", "Figure 6", f"#Buffered and #Retired questions for ExGRPO variants "
+                f"({_where(results, backbone)})." + _band_note(results), fig)
+
+
+def _panel_row(axes: Any, results: Results, backbone: str, series: list[tuple[str, str]],
+               panels: list[tuple[str, str]]) -> int:
+    """One panel per (log key, title), each with the curves of `series`; returns how many curves were drawn."""
     drawn = 0
-    for ax, (key, name) in zip(axes.flat, (("exp/buffered_questions", "#Buffered"), ("exp/retired", "#Retired"))):
+    for ax, (key, name) in zip(axes.flat, panels):
         n = _plot_curves(ax, results.train, backbone, series, key)
         drawn += n
         ax.set_xlabel("Step")
@@ -130,10 +133,7 @@ def fig6(results: Results) -> Plot | None:
         ax.set_title(name)
         if n:
             ax.legend(frameon=False)
-    if drawn == 0:
-        return None
-    return Plot("fig6_buffer_variants", "Figure 6", f"#Buffered and #Retired questions for ExGRPO variants "
-                f"({_where(results, backbone)})." + _band_note(results), fig)
+    return drawn
 
 
 def _single(results: Results, name: str, title: str, key: str, ylabel: str, series: list[tuple[str, str]],
