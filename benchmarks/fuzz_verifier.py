@@ -18,9 +18,9 @@ import argparse
 import multiprocessing as mp
 import random
 import threading
-from concurrent.futures import ProcessPoolExecutor
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 

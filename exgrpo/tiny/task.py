@@ -20,8 +20,15 @@ Splits (`make_splits`): `train` (RL questions), `validation`, `test` (ID, d = 1.
 sets mirroring the paper's ARC-c / GPQA / MMLU-Pro columns, and a length probe:
 - `ood_words`   (mirrors ARC-c): the same skill in another surface form, operators in words
   ("3 plus 4 times 2 minus 5"); same step format, numeric answer.
-- `ood_choice4` (mirrors GPQA): four options A-D; the gold answer is a letter (`\\boxed{C}`).
-- `ood_choice10` (mirrors MMLU-Pro): ten options A-J.
+- `ood_choice4` (mirrors GPQA): four options A-D written `value(letter)`, e.g.
+  `9*7 60(A) 65(B) 62(C) 63(D)`; the steps end with a lookup tag and the letter is boxed:
+  `9*7=63(D)</think>\\boxed{D}`. Departure from real multiple choice: an option's letter is a
+  fixed function of its final digit (digit mod 4 here; the digit itself for A-J), and options
+  are listed in letter order. The tiny models never learned an in-context option lookup within
+  the SFT budget (measured: chance level with both the `A)63` and the `63(A)` layouts and
+  arbitrary order), so the letter is made computable from the value; distractors stay plausible
+  slips. What RL improves ID (the value) then transfers, through a new answer format.
+- `ood_choice10` (mirrors MMLU-Pro): ten options A-J, letter = final digit (A = 0 ... J = 9).
 - `probe_length`: d = 5, a length-generalisation probe (not one of the paper's benchmarks; a
   model trained on d <= 4 scores near zero here, tiny-testbed.md §3).
 The three OOD sets re-render expressions of the ID `test` split (a paired design: the OOD-vs-ID
@@ -160,24 +167,29 @@ def _left_to_right(expr: Expression) -> int:
     return value
 
 
-def make_choices(expr: Expression, n_options: int, rng: random.Random) -> tuple[list[int], int]:
-    """`n_options` distinct option values containing the answer; returns (values, gold index).
+def option_slot(value: int, n_options: int) -> int:
+    """Letter index of an option value: its final digit (10 options) or final digit mod 4 (4 options)."""
+    digit = int(str(value)[-1])
+    return digit if n_options == 10 else digit % 4
 
-    Distractors are plausible slips: the answer ±1..±6 (the teacher's δ and carried errors) and the
-    value without operator precedence, drawn at random; the gold position is uniform.
+
+def make_choices(expr: Expression, n_options: int, rng: random.Random) -> tuple[list[int], int]:
+    """`n_options` option values containing the answer, listed by `option_slot`; (values, gold index).
+
+    Distractors are plausible slips, one per other slot: the value without operator precedence,
+    then the answer ±1..±6 (the teacher's δ and carried errors), then ±7..±15, in random order.
     """
+    if n_options not in (4, 10):
+        raise ValueError(f"n_options must be 4 or 10, got {n_options}")
     answer = reduce_steps(expr)[1]
     near = [answer + d for d in range(-6, 7) if d != 0]
+    far = [answer + d for d in range(-15, 16) if abs(d) > 6]
     rng.shuffle(near)
-    pool = [_left_to_right(expr)] + near
-    distractors: list[int] = []
-    for value in pool:
-        if value != answer and value not in distractors:
-            distractors.append(value)
-        if len(distractors) == n_options - 1:
-            break
-    gold = rng.randrange(n_options)
-    return distractors[:gold] + [answer] + distractors[gold:], gold
+    rng.shuffle(far)
+    slots: dict[int, int] = {option_slot(answer, n_options): answer}
+    for value in [_left_to_right(expr)] + near + far:  # ±1..±15 reaches every final digit
+        slots.setdefault(option_slot(value, n_options), value)
+    return [slots[i] for i in range(n_options)], option_slot(answer, n_options)
 
 
 # ------------------------------------------------------------------------------------ problems
@@ -191,7 +203,7 @@ def make_problem(expr: Expression, form: str, split: str, rng: random.Random) ->
         question, answer, kind = expr.words(), str(value), "math"
     elif form in ("choice4", "choice10"):
         choices, gold = make_choices(expr, 4 if form == "choice4" else 10, rng)
-        options = " ".join(f"{LETTERS[i]}){v}" for i, v in enumerate(choices))
+        options = " ".join(f"{v}({LETTERS[i]})" for i, v in enumerate(choices))
         question, answer, kind = f"{expr.symbolic()} {options}", LETTERS[gold], "choice"
     else:
         raise ValueError(f"unknown form {form!r}")
@@ -220,16 +232,18 @@ def expression_of(problem: dict) -> Expression:
 def target_response(problem: dict, steps: list[str] | None = None, value: int | None = None) -> str:
     """Response text (after the `<think>` that opens the turn) for given steps and final value.
 
-    Defaults to the canonical solution. For choice problems the boxed answer is the letter of the
-    option equal to `value`, or the nearest option when no option equals it.
+    Defaults to the canonical solution. For choice problems the think block ends with a lookup
+    tag `(C)` naming the option equal to `value` (the nearest option when none equals it), and the
+    boxed answer is that letter.
     """
     steps = problem["steps"] if steps is None else steps
     value = problem["value"] if value is None else value
-    boxed = str(value)
+    boxed, lookup = str(value), ""
     if problem["kind"] == "choice":
         choices = problem["choices"]
         boxed = LETTERS[min(range(len(choices)), key=lambda i: (abs(choices[i] - value), i))]
-    return ";".join(steps) + THINK_CLOSE + BOXED + boxed + "}"
+        lookup = f"({boxed})"
+    return ";".join(steps) + lookup + THINK_CLOSE + BOXED + boxed + "}"
 
 
 def noisy_solution(problem: dict, rng: random.Random, p_noise: float = 0.2, p_prop: float = 0.7) -> str:
@@ -271,10 +285,16 @@ def answer_correct(problem: dict, response: str) -> bool:
 
 def check_reasoning(problem: dict, response: str) -> bool:
     """True when every reasoning step is correct: the `;`-separated steps before `</think>` equal
-    the canonical steps exactly (the reduction order is fixed, so this is step-wise correctness)."""
+    the canonical steps exactly (the reduction order is fixed, so this is step-wise correctness);
+    for choice problems the think block must also end with the gold lookup tag `(C)`."""
     think, _ = split_response(response)
     if think is None:
         return False
+    if problem["kind"] == "choice":  # the lookup tag must name the gold option
+        tag = f"({problem['answer']})"
+        if not think.endswith(tag):
+            return False
+        think = think[:-len(tag)]
     return [s.strip() for s in think.split(";")] == problem["steps"]
 
 

@@ -78,12 +78,17 @@ def test_rows_are_self_consistent(splits):
             assert task.classify(r, task.target_response(r)) == "logical"
             if r["kind"] == "choice":
                 assert len(set(r["choices"])) == len(r["choices"]) == (4 if r["form"] == "choice4" else 10)
+                # the letter is a fixed function of the final digit (documented departure)
+                n = len(r["choices"])
+                assert [task.option_slot(v, n) for v in r["choices"]] == list(range(n))
+                assert "ABCDEFGHIJ".index(r["answer"]) == (abs(value) % 10 if n == 10 else abs(value) % 10 % 4)
+                assert f"{value}({r['answer']})" in r["question"]
                 assert r["choices"]["ABCDEFGHIJ".index(r["answer"])] == value
             else:
                 assert r["answer"] == str(value)
     assert splits["ood_words"][0]["question"].split()[1] in ("plus", "minus", "times")
     letters = Counter(r["answer"] for r in splits["ood_choice4"])
-    assert set(letters) == set("ABCD") and min(letters.values()) > 25  # gold position ~uniform over 200
+    assert set(letters) == set("ABCD") and min(letters.values()) > 25  # every gold position is used
 
 
 def test_check_reasoning_correct_lucky_wrong():
@@ -104,10 +109,13 @@ def test_choice_grading_uses_letters():
     rng = random.Random(3)
     problem = task.make_problem(task.Expression((7, 6), ("-",)), "choice4", "ood_choice4", rng)
     gold = problem["answer"]
-    assert task.answer_correct(problem, f"7-6=1</think>\\boxed{{{gold}}}")
+    assert f"1({gold})" in problem["question"]  # options are written value(letter)
+    assert task.target_response(problem) == f"7-6=1({gold})</think>\\boxed{{{gold}}}"
+    assert task.classify(problem, f"7-6=1({gold})</think>\\boxed{{{gold}}}") == "logical"
+    assert task.classify(problem, f"7-6=1</think>\\boxed{{{gold}}}") == "lucky"  # no lookup step
     other = next(c for c in "ABCD" if c != gold)
-    assert task.classify(problem, f"7-6=1</think>\\boxed{{{other}}}") == "wrong"
-    assert task.classify(problem, "7-6=1</think>\\boxed{1}") == "wrong"  # the value is not the answer
+    assert task.classify(problem, f"7-6=1({other})</think>\\boxed{{{other}}}") == "wrong"
+    assert task.classify(problem, f"7-6=1({gold})</think>\\boxed{{1}}") == "wrong"  # the value is not the answer
 
 
 def test_noisy_teacher_rates_match_hand_computation():
