@@ -154,3 +154,24 @@ def fake_lm():
 def fake_completion():
     """`fake_completion(kind, gold, role, max_tokens)` -> the text the fake LM writes."""
     return completion
+
+
+@pytest.fixture()
+def captured_build_lm(monkeypatch):
+    """Replace harness.build_lm with a stub that records its arguments and stops the command there.
+
+    Returns (seen, Stop): `seen` receives backend/model_args/batch_size/device; the command raises Stop.
+    """
+    from exgrpo.eval import harness
+
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_build_lm(backend, model_args, batch_size, device=None):
+        seen.update(backend=backend, model_args=model_args, batch_size=batch_size, device=device)
+        raise Stop
+
+    monkeypatch.setattr(harness, "build_lm", fake_build_lm)
+    return seen, Stop

@@ -184,17 +184,8 @@ def test_bad_input_is_refused_with_a_clear_error(tmp_path, lm, capsys):
         harness.build_lm("bogus", {}, 8)
 
 
-def test_eval_command_passes_these_arguments_to_the_tiny_backend(tmp_path, monkeypatch, tiny):
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake_build_lm(backend, model_args, batch_size, device=None):
-        seen.update(backend=backend, model_args=model_args, batch_size=batch_size, device=device)
-        raise Stop
-
-    monkeypatch.setattr(harness, "build_lm", fake_build_lm)
+def test_eval_command_passes_these_arguments_to_the_tiny_backend(tmp_path, captured_build_lm, tiny):
+    seen, Stop = captured_build_lm
     with pytest.raises(Stop):
         cli(["eval", "--model", str(FIXTURE), "--benchmarks", "tiny_test", "--profile", "tiny", "--out",
              str(tmp_path / "out"), "--backend", "tiny", "--seed", "5", "--data-dir", str(tiny["data"]),

@@ -50,20 +50,11 @@ def test_generation_kwargs_as_vllm_receives_them():
         assert handle_stop_sequences(kwargs.get("until"), eos="<|im_end|>") == ["<|im_end|>"]
 
 
-def test_eval_command_passes_these_arguments_to_the_vllm_backend(tmp_path: Path, monkeypatch, paper_data):
+def test_eval_command_passes_these_arguments_to_the_vllm_backend(tmp_path: Path, captured_build_lm, paper_data):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake_build_lm(backend, model_args, batch_size, device=None):
-        seen.update(backend=backend, model_args=model_args, batch_size=batch_size, device=device)
-        raise Stop
-
-    monkeypatch.setattr(harness, "build_lm", fake_build_lm)
+    seen, Stop = captured_build_lm
     with pytest.raises(Stop):
         cli(["eval", "--model", str(model), "--benchmarks", "math500", "--profile", "paper", "--out",
              str(tmp_path / "out"), "--backend", "vllm", "--seed", "5", "--tensor-parallel-size", "2",
