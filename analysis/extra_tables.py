@@ -99,7 +99,7 @@ def table8(results: Results) -> Table | None:
                                     "step_time_avg_s": per_seed.mean()}
             if variant == "exgrpo":
                 for key, name in (("exp/buffered_trajectories", "buffer_trajectories"),
-                                  ("exp/buffered_tokens", "buffer_tokens"), ("exp/buffer_bytes", "buffer_memory_mb")):
+                                  ("exp/buffered_tokens", "buffer_tokens"), ("exp/buffer_payload_bytes", "buffer_memory_mb")):
                     if key in runs:
                         last = runs.dropna(subset=[key]).sort_values("step").groupby("seed")[key].last()
                         per_variant[variant][name] = last / (1024 * 1024) if name.endswith("_mb") else last
@@ -120,7 +120,7 @@ def table8(results: Results) -> Table | None:
     return Table("table8_overhead", "Table 8", f"Replay memory and time per step from the training logs of "
                  f"results/{results.source} (peak/min/avg of time/step per run; mean over seeds ± 95% CI).",
                  pd.DataFrame(rows), ["Buffer size: the last logged exp/buffered_trajectories, exp/buffered_tokens and "
-                                      "exp/buffer_bytes (where logged)."])
+                                      "exp/buffer_payload_bytes (where logged)."])
 
 
 def _num(value: float, unit: str) -> str:

@@ -57,7 +57,7 @@ TRAIN_REQUIRED: dict[str, str] = {"step": "int"}
 TRAIN_KEYS: dict[str, str] = {
     "reward/mean": "number", "pass1": "number", "entropy": "number", "response_length": "number",
     "exp/buffered_questions": "number", "exp/buffered_trajectories": "number", "exp/retired": "number",
-    "exp/buffered_tokens": "number", "exp/buffer_bytes": "number", "data/training_questions": "number", "exp/active": "number",
+    "exp/buffered_tokens": "number", "exp/buffer_payload_bytes": "number", "data/training_questions": "number", "exp/active": "number",
     "replay/n_trajectories": "number", "groups/mixed_fraction": "number", "masked/questions": "number",
     "time/rollout": "number", "time/selection": "number", "time/update": "number", "time/step": "number",
     "val/acc": "number",
