@@ -107,6 +107,20 @@ def figure_sources():
 
 
 # ---------------------------------------------------------------- evaluated models
+def tiny_eval_benchmarks():
+    """Every benchmark a tiny-scale study evaluates, in config order.
+
+    A tiny model is evaluated on all of them in one `exgrpo eval` call (one job per model and
+    profile): lm-eval's start-up (~8 s) costs more than generating a tiny benchmark (~1-3 s), so
+    one process per benchmark would spend most of the `tiny` budget importing.
+    """
+    names = []
+    for study in STUDIES.values():
+        if study.scale == "tiny":
+            names += [b for b in study.benchmarks if b not in names]
+    return names
+
+
 def eval_model_input(wc):
     if wc.variant == "base":
         return f"{sft_dir(wc.source, wc.backbone)}/config.json"

@@ -1,9 +1,11 @@
-# Evaluation stage: `exgrpo eval` per (model, benchmark, profile), into
-# eval_dir(source, backbone, variant, seed) as <benchmark>.<profile>.json + .samples.parquet.
-# Variant `base` is the backbone before RL (the SFT checkpoint of a tiny backbone).
-# An interrupted job leaves no complete-looking file (the aggregate JSON is written last, atomically);
-# a rerun completes the cache. Paper-scale models are evaluated with vLLM (eval_paper), offline
-# from the shared HF cache: the run's HF export, or the cached backbone for variant `base`.
+# Evaluation stage: `exgrpo eval` into eval_dir(source, backbone, variant, seed) as
+# <benchmark>.<profile>.json + .samples.parquet. Variant `base` is the backbone before RL (the SFT
+# checkpoint of a tiny backbone).
+# Tiny models: one job per (model, profile) covering every tiny benchmark (tiny_eval_benchmarks():
+# lm-eval's start-up dominates a tiny benchmark). Paper-scale models: one vLLM job per benchmark,
+# offline from the shared HF cache: the run's HF export, or the cached backbone for variant `base`.
+# An interrupted job leaves no complete-looking file (each aggregate JSON is written last,
+# atomically); a rerun completes the cache.
 
 
 rule eval_tiny:
@@ -11,24 +13,15 @@ rule eval_tiny:
         model=eval_model_input,
         data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
     output:
-        f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{{benchmark}}.{{profile}}.json",
+        [
+            f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{bench}.{{profile}}.json"
+            for bench in tiny_eval_benchmarks()
+        ],
     log:
-        log_file(
-            "eval",
-            "{source}",
-            "{backbone}",
-            "{variant}",
-            "s{seed}",
-            "{benchmark}.{profile}",
-        ),
+        log_file("eval", "{source}", "{backbone}", "{variant}", "s{seed}", "{profile}"),
     benchmark:
         bench_file(
-            "{source}",
-            "eval",
-            "{backbone}",
-            "{variant}",
-            "s{seed}",
-            "{benchmark}.{profile}",
+            "{source}", "eval", "{backbone}", "{variant}", "s{seed}", "{profile}"
         )
     conda:
         "../envs/cpu.yaml"
@@ -37,11 +30,12 @@ rule eval_tiny:
         **backbone_resources(),
     params:
         model=eval_model_path,
+        benchmarks=",".join(tiny_eval_benchmarks()),
         data=lambda wc, input: os.path.dirname(input.data),
         out=lambda wc, output: os.path.dirname(output[0]),
         limit=lambda wc: eval_limit_arg(wc.source),
     shell:
-        "exgrpo eval --backend tiny --model {params.model} --benchmarks {wildcards.benchmark}"
+        "exgrpo eval --backend tiny --model {params.model} --benchmarks {params.benchmarks}"
         " --profile {wildcards.profile} --data-dir {params.data} --out {params.out}"
         " --seed {wildcards.seed} --threads {threads} {params.limit} --no-progress > {log} 2>&1"
 
