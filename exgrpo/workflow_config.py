@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from exgrpo.backbones import backbone_method_settings
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "workflow" / "schemas"
@@ -243,9 +244,9 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _variant_config(variant: str, extra: Mapping[str, Any], backbone: Mapping[str, Any], where: str) -> ExGRPOConfig:
-    # Order: the core's variant, then the backbone's delayed-start rule (paper §5.1: off for Llama
-    # base), then the config's explicit overrides. Errors name the config field.
-    values = {**ABLATIONS[variant], "delayed_start": backbone["delayed_start"], **extra}
+    # Order: the core's variant, then what the backbone decides (delayed start, graded region),
+    # then the config's explicit overrides. Errors name the config field.
+    values = {**ABLATIONS[variant], **backbone_method_settings(backbone), **extra}
     return ExGRPOConfig.from_dict(values, where=where)
 
 

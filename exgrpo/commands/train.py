@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from exgrpo.backbones import backbone_method_settings
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig
 
 HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant); resumes from --ckpt"
@@ -42,7 +43,7 @@ def resolve(backbone: dict[str, Any], variant: str, budget: str, overrides: list
 
     if variant not in ABLATIONS:
         raise ConfigError("method", f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
-    method: dict[str, Any] = {"delayed_start": bool(backbone.get("delayed_start", True)), **ABLATIONS[variant]}
+    method: dict[str, Any] = {**backbone_method_settings(backbone), **ABLATIONS[variant]}
     trainer: dict[str, Any] = {"steps": int(backbone.get("steps", 200)),
                                "max_new_tokens": int(backbone.get("max_response_length", 72))}
     method.update(BUDGETS[budget].get("method", {}))

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from exgrpo.backbones import backbone_method_settings
 from exgrpo.config import ConfigError, ExGRPOConfig, config_for
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
@@ -36,6 +37,12 @@ LOSS_AGG_TO_VERL = {"seq_sum_const": "seq-mean-token-sum-norm", "token_mean": "t
                     "seq_mean": "seq-mean-token-mean"}
 """`cfg.loss_agg` → verl `loss_agg_mode` (verl uses it for its own entropy metric; the loss is the core's)."""
 NO_CLIP_GRAD = 1e10
+PLAIN_CHAT_TEMPLATE = ("{% if bos_token %}{{ bos_token }}{% endif %}"
+                       "{% for message in messages %}{{ message['content'] }}{% endfor %}")
+"""`actor_rollout_ref.model.custom_chat_template` of `template: llama_base` backbones. verl 0.9.1 always
+renders prompts through the chat template. This one writes the BOS token and then the message contents
+verbatim, with no role headers and no generation prompt. The prompt it gets is the single user message
+of `exgrpo retemplate`, so the model sees exactly the paper §G.1 plain prompt."""
 
 DEPARTURES = (
     "skip_grad_bound is not applied (verl 0.9.1 skips only non-finite grad norms)",
@@ -46,12 +53,9 @@ DEPARTURES = (
 
 def variant_config(variant: str, backbone: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
                    ) -> ExGRPOConfig:
-    """The ExGRPOConfig of `variant` for `backbone`: the backbone's `delayed_start` (False for Llama base,
-    paper §5.1) applies to ExGRPO variants; `overrides` (field -> value) go on top."""
-    extra = dict(overrides or {})
-    if "delayed_start" in backbone and "delayed_start" not in extra:
-        extra["delayed_start"] = bool(backbone["delayed_start"])
-    return config_for(variant, **extra)
+    """The ExGRPOConfig of `variant` for `backbone`: what the entry decides (backbone_method_settings:
+    delayed start, graded region), then `overrides` (field -> value) on top."""
+    return config_for(variant, **{**backbone_method_settings(backbone), **(overrides or {})})
 
 
 def norm_const_for(cfg: ExGRPOConfig, max_response_length: int) -> int:
@@ -77,7 +81,7 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
     norm = norm_const_for(cfg, max_resp)
     run_dir = str(Path(run_dir).resolve())
     actor = "actor_rollout_ref.actor"
-    return {
+    flat = {
         "data.train_files": train_files,
         "data.val_files": val_files,
         "data.max_prompt_length": int(backbone["max_prompt_length"]),
@@ -115,6 +119,9 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
                              **{k: v for k, v in res.items() if k not in ("nodes", "gpus_per_node")}},
         "exgrpo.config": cfg.to_dict(),
     }
+    if backbone.get("template") == "llama_base":
+        flat["actor_rollout_ref.model.custom_chat_template"] = PLAIN_CHAT_TEMPLATE
+    return flat
 
 
 def nest(flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,8 @@ def test_paper_backbones_compose_with_table4_values(tmp_path):
                       "shaping_beta": 0.1}
         assert t4["start_threshold"] == (None if name == "llama3.1-8b" else 0.35)  # no delayed start for Llama base
         assert cfg.delayed_start is (name != "llama3.1-8b")
+        assert r["reward"]["custom_reward_function"]["reward_kwargs"]["region"] == \
+            ("full" if name == "llama3.1-8b" else "after_think")
         a = r["actor_rollout_ref"]
         assert a["model"]["path"] == BACKBONES[name]["hf_id"]
         assert a["actor"]["optim"]["weight_decay"] == 0.01 and a["actor"]["optim"]["clip_grad"] == 1.0

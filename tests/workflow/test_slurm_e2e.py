@@ -2,13 +2,14 @@
 slurm_standins/ (sbatch, srun, sacct, ...) come first on PATH, sbatch logs its argv and runs each
 job at once, and the tests assert on the exact submission lines (shared/docs/ecosystem.md §2.6).
 
-One Snakemake run serves both tests (each run costs a Snakemake start per job): the smoke target
+One Snakemake run serves every test here (each run costs a Snakemake start per job): the smoke target
 of the real Snakefile, plus one job of a probe rule that uses the per-backbone sizing helpers the
 training and evaluation rules will use, for the paper's 7B backbone."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -94,3 +95,25 @@ def test_gpu_backbone_job_sbatch_line(e2e):
     wrapped = shlex.split(argv[-1].removeprefix("--wrap="))
     assert wrapped[wrapped.index("--target-jobs") + 1] == "probe:backbone=qwen2.5-math-7b"
     assert (wf / "probe/qwen2.5-math-7b.txt").read_text().strip().isdigit()  # ran inside the "job"
+
+
+def _report_results(html: str) -> dict:
+    """The `results = {...}` record of a Snakemake HTML report: report path -> name, caption, ..."""
+    start = html.index("results = {") + len("results = ")
+    return json.JSONDecoder().raw_decode(html, start)[0]
+
+
+def test_report_shows_each_figure_with_its_caption(e2e, snakemake):
+    """`snakemake --report` after the smoke study: every rendered figure, captioned by its <name>.rst."""
+    wf, result, _ = e2e
+    assert result.returncode == 0, result.stdout
+    made = snakemake("--report", "report.html", "smoke", cwd=wf)
+    assert made.returncode == 0, made.stdout
+    entries = {Path(path).name: entry for path, entry in _report_results((wf / "report.html").read_text()).items()}
+    figures = sorted((wf / "results/smoke/figures").glob("*.png"))
+    assert figures and sorted(entries) == [png.name for png in figures]
+    for png in figures:
+        caption = png.with_suffix(".rst").read_text().strip().replace("**", "")
+        shown = re.sub(r"<[^>]+>", "", entries[png.name]["caption"]).strip()
+        assert shown == caption
+        assert entries[png.name]["job_properties"]["rule"] == "render_study"

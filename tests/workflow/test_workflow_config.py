@@ -71,6 +71,9 @@ def test_method_settings_come_from_the_core_with_the_backbone_delayed_start():
     assert wf.method_config("exgrpo", "qwen2.5-math-7b").delayed_start is True
     assert wf.method_config("rho_25", "qwen2.5-math-7b").rho == 0.25
     assert wf.method_config("masked_hard", "qwen2.5-math-7b").difficulty_mask == "hard"
+    # The plain Llama-base prompt opens no <think>: its whole response is graded (released reward v4).
+    assert wf.method_config("exgrpo", "llama3.1-8b").reward_region == "full"
+    assert wf.method_config("exgrpo", "llama3.1-8b-instruct").reward_region == "after_think"
 
 
 def _set(path: str, value: Any):

@@ -3,12 +3,15 @@
 # `figures` re-renders every configured source found under results/ with the analysis CLI
 # (`python -m analysis render`, which writes results/<source>/{tables,figures}/ and index.md), from
 # what is already there: it has no inputs, so it never pulls training or evaluation into the DAG,
-# and no outputs (hence no benchmark file either), so it runs each time it is asked for.
+# and no outputs, so it runs each time it is asked for. Its benchmark file sits with its log (it
+# renders every source, so no one source's ledger is charged).
 
 
 rule figures:
     log:
         "logs/figures/figures.log",
+    benchmark:
+        "logs/figures/figures.tsv"
     localrule: True
     conda:
         "../envs/cpu.yaml"
@@ -26,7 +29,15 @@ rule render_study:
     input:
         study_inputs,
     output:
-        touch("work/{source}/rendered.{study}.done"),
+        done=touch("work/{source}/rendered.{study}.done"),
+        # The study's figures and their captions (<name>.rst), copied for `snakemake --report`:
+        # results/<source>/figures/ is shared by the studies of a source, a job output is not.
+        figures=as_report(
+            directory("work/{source}/report/{study}"),
+            category="{study}",
+            caption="figure.rst",
+            patterns=["{name}.png"],
+        ),
     log:
         "logs/render/{source}/{study}.log",
     benchmark:
@@ -35,9 +46,12 @@ rule render_study:
         "../envs/cpu.yaml"
     params:
         backbones=backbones_file(),
+        figures="results/{source}/figures",
     shell:
-        "python -m analysis render --results results --source {wildcards.source}"
-        " --backbones {params.backbones} > {log} 2>&1"
+        "(python -m analysis render --results results --source {wildcards.source}"
+        " --backbones {params.backbones}"
+        " && mkdir -p {output.figures}"
+        " && cp {params.figures}/*.png {params.figures}/*.rst {output.figures}/) > {log} 2>&1"
 
 
 register_stage("report", scales=("tiny", "paper"))

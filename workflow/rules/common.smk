@@ -155,11 +155,45 @@ PRELIM_QUESTIONS = 1000
 """Training questions the paper-scale trajectory analysis samples K rollouts for (paper: unstated)."""
 
 
-def verl_data_args():
+def downloaded_file(name):
+    """A parquet file `exgrpo download` wrote (not a declared output: the manifest stands for it)."""
+    return f"{hf_cache()}/files/{name}.parquet"
+
+
+def retemplated_file(name, prompt_format):
+    """`exgrpo retemplate` copy of a downloaded file, its prompts in `prompt_format` (rule retemplate)."""
+    return f"{hf_cache()}/files/{name}.{prompt_format}.parquet"
+
+
+def retemplated_formats():
+    """Regex of the prompt formats some backbone trains on other than the chat template (rule retemplate)."""
+    formats = sorted({prompt_format_of(b) for b in BACKBONES} - {"chat"})
+    return "|".join(re.escape(f) for f in formats) if formats else "(?!)"
+
+
+def verl_data_files(backbone):
+    """role (train, val) -> the parquet verl reads for `backbone`: the downloaded file, or
+    for a backbone not prompted through its chat template (Llama base, paper §G.1) its
+    re-templated copy."""
+    fmt = prompt_format_of(backbone)
+    return {
+        role: downloaded_file(name) if fmt == "chat" else retemplated_file(name, fmt)
+        for role, name in VERL_DATA_FILES.items()
+    }
+
+
+def retemplated_inputs(wildcards):
+    """train_paper's re-templated data files: none for chat-template backbones."""
+    if prompt_format_of(wildcards.backbone) == "chat":
+        return []
+    return list(verl_data_files(wildcards.backbone).values())
+
+
+def verl_data_args(backbone):
     """`--train-files/--val-files` of `exgrpo verl-config`, absolute: the launch script runs in the
     run directory."""
-    files = os.path.abspath(f"{hf_cache()}/files")
-    train, val = (f"{files}/{VERL_DATA_FILES[r]}.parquet" for r in ("train", "val"))
+    files = verl_data_files(backbone)
+    train, val = (os.path.abspath(files[r]) for r in ("train", "val"))
     return f"--train-files {train} --val-files {val}"
 
 
@@ -398,14 +432,12 @@ def study_inputs(wildcards):
 
 
 # ---------------------------------------------------------------- report hook
-# `snakemake --report report.html <target>` collects outputs wrapped in report(). Analysis rules
-# that declare tables or figures as outputs wrap them, e.g.
-#     output: as_report("results/{source}/figures/main.png", "Figures", "main.rst")
-def as_report(path, category, caption=None, **labels):
+# `snakemake --report report.html <target>` collects outputs wrapped in report().
+def as_report(path, category, caption=None, **kwargs):
     """Mark an output for the Snakemake report, with its caption from workflow/report/."""
     if caption:
         caption = os.path.join(REPORT_DIR, caption)
-    return report(path, category=category, caption=caption, labels=labels or None)
+    return report(path, category=category, caption=caption, **kwargs)
 
 
 # ---------------------------------------------------------------- GPU guard

@@ -2,6 +2,8 @@
 #   tiny scale:  `exgrpo make-data` writes the task splits and work/<source>/data/s<seed>/manifest.json.
 #   paper scale: `exgrpo download` fills the shared HF cache on the submit host (it needs internet;
 #                compute nodes run offline), recording row counts and checksums in manifests.
+#                `exgrpo retemplate` writes, next to a downloaded verl file, a copy prompted the way
+#                a backbone not trained through its chat template is (Llama base, paper §G.1).
 
 
 rule make_data:
@@ -53,6 +55,30 @@ rule download_model:
         hf_id=lambda wc: BACKBONES[wc.backbone]["hf_id"],
     shell:
         "exgrpo download --out {params.out} --model {params.hf_id} --name {wildcards.backbone} > {log} 2>&1"
+
+
+rule retemplate:
+    input:
+        manifest=download_manifest(),
+    output:
+        parquet=retemplated_file("{name}", "{prompt_format}"),
+    log:
+        "logs/retemplate/{name}.{prompt_format}.log",
+    benchmark:
+        "logs/retemplate/{name}.{prompt_format}.benchmark.tsv"
+    wildcard_constraints:
+        name=r"[a-z0-9_]+",
+        prompt_format=retemplated_formats(),
+    conda:
+        "../envs/cpu.yaml"
+    threads: 1
+    resources:
+        **cpu_resources(),
+    params:
+        src=lambda wc: downloaded_file(wc.name),
+    shell:
+        "exgrpo retemplate --in {params.src} --out {output.parquet}"
+        " --prompt-format {wildcards.prompt_format} > {log} 2>&1"
 
 
 register_stage("data")

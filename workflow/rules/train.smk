@@ -86,6 +86,7 @@ rule train_paper:
     input:
         data=download_manifest(),
         model=model_manifest("{backbone}"),
+        prompts=retemplated_inputs,
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl",
@@ -104,7 +105,7 @@ rule train_paper:
         offline=offline_env(),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         out=lambda wc, output: os.path.dirname(output.run),
-        data=verl_data_args(),
+        data=lambda wc: verl_data_args(wc.backbone),
         sets=lambda wc: set_args(wc.variant),
         launch=lambda wc: launch_script(wc.backbone),
         hf_home=lambda wc, input: os.path.dirname(input.data),
