@@ -16,6 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 STANDINS = Path(__file__).resolve().parent / "slurm_standins"
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles")
+SLURM_SITE = {"EXGRPO_SLURM_ACCOUNT": "acct-x", "EXGRPO_SLURM_PARTITION": "cpu-x",
+              "EXGRPO_SLURM_GPU_PARTITION": "gpu-x"}
+"""Site settings of the SLURM dry runs (what a user exports; never in tracked files)."""
 SITE_VARS = ("EXGRPO_SLURM_", "EXGRPO_HF_CACHE", "SNAKEMAKE_PROFILE", "SLURM_")
 
 
@@ -130,3 +133,18 @@ def job_counts(output: str) -> dict[str, int]:
                     counts[parts[0]] = int(parts[1])
             break
     return counts
+
+
+@pytest.fixture(scope="session")
+def dry_all(tmp_path_factory, snakemake):
+    """(workflow copy, result) of one `snakemake --profile slurm -n -p all`, shared by the paper-scale tests."""
+    wf = copy_workflow(tmp_path_factory.mktemp("paper") / "wf")
+    result = snakemake("--profile", "slurm", "-n", "-p", "all", cwd=wf, env=SLURM_SITE)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return wf, result
+
+
+@pytest.fixture(scope="session")
+def slurm_site() -> dict[str, str]:
+    """SLURM_SITE, for tests' own SLURM dry runs."""
+    return dict(SLURM_SITE)

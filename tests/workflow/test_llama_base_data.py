@@ -7,12 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
-SITE = {"EXGRPO_SLURM_ACCOUNT": "acct-x", "EXGRPO_SLURM_PARTITION": "cpu-x", "EXGRPO_SLURM_GPU_PARTITION": "gpu-x"}
 _HEADER = re.compile(r"^(local)?rule (\w+):$")
 
 
@@ -28,14 +26,6 @@ def job_inputs(output: str) -> list[tuple[str, dict[str, str], list[str]]]:
         elif jobs and line.startswith("    wildcards: "):
             jobs[-1][1].update(item.split("=", 1) for item in line.removeprefix("    wildcards: ").split(", "))
     return jobs
-
-
-@pytest.fixture(scope="module")
-def dry_all(tmp_path_factory, workflow_copier, snakemake):
-    wf = workflow_copier(tmp_path_factory.mktemp("llama_base") / "wf")
-    result = snakemake("--profile", "slurm", "-n", "-p", "all", cwd=wf, env=SITE)
-    assert result.returncode == 0, result.stdout[-3000:]
-    return wf, result
 
 
 def test_the_backbone_registry_has_one_llama_base_entry():

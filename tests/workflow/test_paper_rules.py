@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
 PAPER = sorted(n for n, e in REGISTRY.items() if e["scale"] == "paper")
-SITE = {"EXGRPO_SLURM_ACCOUNT": "acct-x", "EXGRPO_SLURM_PARTITION": "cpu-x", "EXGRPO_SLURM_GPU_PARTITION": "gpu-x"}
 BENCHMARKS = ["aime24", "aime25", "amc", "math500", "minerva", "olympiadbench", "arc_c", "gpqa_diamond", "mmlu_pro"]
 """config.yaml: paper_repro evaluates math_id + ood (paper §5.1), profile `paper`."""
 VERL_PYTHON = os.environ.get("EXGRPO_VERL_PYTHON", "/work/venv-verl/bin/python")
@@ -34,14 +33,6 @@ VERL_PYTHON = os.environ.get("EXGRPO_VERL_PYTHON", "/work/venv-verl/bin/python")
 
 def _norm(text: str) -> str:
     return " ".join(text.split())
-
-
-@pytest.fixture(scope="module")
-def dry_all(tmp_path_factory, workflow_copier, snakemake):
-    wf = workflow_copier(tmp_path_factory.mktemp("paper") / "wf")
-    result = snakemake("--profile", "slurm", "-n", "-p", "all", cwd=wf, env=SITE)
-    assert result.returncode == 0, result.stdout[-3000:]
-    return wf, result
 
 
 def _by_rule(result, rule):
@@ -155,7 +146,7 @@ def test_tiny_and_paper_targets_go_to_their_own_rules(wf, snakemake):
             assert job.rule.endswith("_tiny" if scale == "tiny" else "_paper"), job
 
 
-def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_path, snakemake):
+def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_path, snakemake, slurm_site):
     registry = {"backbones": copy.deepcopy(REGISTRY)}
     big = copy.deepcopy(REGISTRY["qwen2.5-math-7b"])
     big.update(label="Qwen2.5-72B", hf_id="Qwen/Qwen2.5-72B")
@@ -163,7 +154,7 @@ def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_pat
     registry["backbones"]["qwen2.5-72b"] = big
     path = tmp_path / "backbones.yaml"
     path.write_text(yaml.safe_dump(registry))
-    result = snakemake("--profile", "slurm", "-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf, env=SITE)
+    result = snakemake("--profile", "slurm", "-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf, env=slurm_site)
     assert result.returncode == 0, result.stdout[-3000:]
     new = [j for j in result.jobs if j.wildcards.get("backbone") == "qwen2.5-72b"]
     assert sorted({j.rule for j in new}) == ["download_model", "eval_paper", "train_paper"]
