@@ -1,4 +1,4 @@
-"""Training-curve figures from train/**/log.jsonl (paper Figs. 4-9).
+"""Training-curve figures from train/**/log.jsonl.gz (paper Figs. 4-9).
 
 A curve is the mean over seeds at each logged step; with several seeds a band shows the 95%
 bootstrap interval over seeds at that step. Curves are not smoothed (the paper does not say how its

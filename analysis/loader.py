@@ -207,10 +207,10 @@ def _load_paper_csvs(root: Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]
 def _load_train(root: Path, registry: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     run_rows, frames = [], []
     for backbone, variant, seed, run_dir in _run_dirs(root, "train", registry):
-        log, meta_path = run_dir / "log.jsonl", run_dir / "run.json"
+        log, meta_path = run_dir / "log.jsonl.gz", run_dir / "run.json"
         for path in (log, meta_path):
             if not path.exists():
-                raise ResultsError(path, "<file>", "file missing (every train run has log.jsonl and run.json)")
+                raise ResultsError(path, "<file>", "file missing (every train run has log.jsonl.gz and run.json)")
         meta = _read_json(meta_path)
         _check_keys(meta_path, meta, schema.RUN_REQUIRED, schema.RUN_OPTIONAL)
         for key, expected in (("backbone", backbone), ("variant", variant), ("seed", seed)):
@@ -233,22 +233,27 @@ def _load_train(root: Path, registry: dict[str, Any]) -> tuple[pd.DataFrame, pd.
 
 
 def _read_log(path: Path) -> list[dict[str, Any]]:
+    from exgrpo.io import open_text  # stdlib-only reader shared with the trainer (gunzips .gz)
+
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ResultsError(path, f"line {lineno}", f"corrupt JSON line ({err})") from None
-            _check_keys(path, row, schema.TRAIN_REQUIRED, {}, prefix=f"line {lineno}: ")
-            for key, value in row.items():
-                if key != "step" and not _kind_ok(value, "number?") and not isinstance(value, bool):
-                    raise ResultsError(path, f"line {lineno}: {key}", f"expected a number, got {value!r}")
-            if row["step"] < 0:
-                raise ResultsError(path, f"line {lineno}: step", f"must be >= 0, got {row['step']}")
-            rows.append({k: (float(v) if isinstance(v, bool) else v) for k, v in row.items()})
+    try:
+        with open_text(path) as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ResultsError(path, f"line {lineno}", f"corrupt JSON line ({err})") from None
+                _check_keys(path, row, schema.TRAIN_REQUIRED, {}, prefix=f"line {lineno}: ")
+                for key, value in row.items():
+                    if key != "step" and not _kind_ok(value, "number?") and not isinstance(value, bool):
+                        raise ResultsError(path, f"line {lineno}: {key}", f"expected a number, got {value!r}")
+                if row["step"] < 0:
+                    raise ResultsError(path, f"line {lineno}: step", f"must be >= 0, got {row['step']}")
+                rows.append({k: (float(v) if isinstance(v, bool) else v) for k, v in row.items()})
+    except (OSError, EOFError, UnicodeDecodeError) as err:  # gzip.BadGzipFile is an OSError
+        raise ResultsError(path, "<file>", f"unreadable (truncated or corrupt gzip?): {err}") from None
     if not rows:
         raise ResultsError(path, "<file>", "empty training log")
     return rows

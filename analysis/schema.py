@@ -52,7 +52,7 @@ EVAL_SPLITS = ("id", "ood", "probe")
 BUCKETS = ("hard", "medium", "easy")
 
 # ---------------------------------------------------------------------------------------- training
-TRAIN_LOG = "train/{backbone}/{variant}/s{seed}/log.jsonl"
+TRAIN_LOG = "train/{backbone}/{variant}/s{seed}/log.jsonl.gz"
 TRAIN_REQUIRED: dict[str, str] = {"step": "int"}
 TRAIN_KEYS: dict[str, str] = {
     "reward/mean": "number", "pass1": "number", "entropy": "number", "response_length": "number",

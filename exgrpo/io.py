@@ -7,6 +7,8 @@ over the destination, which is atomic on POSIX file systems.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
 import json
 import os
 import tempfile
@@ -58,20 +60,36 @@ def read_json(path: str | Path) -> Any:
         raise ValueError(f"{path}: corrupt JSON ({err})") from None
 
 
+TRAIN_LOG = "log.jsonl.gz"
+"""Results-contract name of a training run's per-step log (gzip JSON lines: the committed cache stays small)."""
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """Open a text file for reading, gunzipping a `.gz` one."""
+    path = Path(path)
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
 def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows as JSON lines, atomically."""
-    with atomic_open(path, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, sort_keys=True, default=_json_default) + "\n")
+    """Write rows as JSON lines, atomically; a `.gz` path is gzipped with no name or time in its header,
+    so equal rows give equal bytes."""
+    text = "".join(json.dumps(row, sort_keys=True, default=_json_default) + "\n" for row in rows)
+    if Path(path).suffix != ".gz":
+        with atomic_open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
+    with atomic_open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+            io.TextIOWrapper(gz, encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read JSON lines; a corrupt line raises an error naming the file and line number."""
+    """Read JSON lines (gzipped if `.gz`); a corrupt line raises an error naming the file and line number."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: file not found")
     rows = []
-    with open(path, encoding="utf-8") as fh:
+    with open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 try:

@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, help=f"variant: one of {', '.join(sorted(ABLATIONS))}")
     p.add_argument("--data", required=True, type=Path, help="directory written by `exgrpo make-data`")
     p.add_argument("--init", required=True, type=Path, help="SFT checkpoint (HF model directory)")
-    p.add_argument("--out", required=True, type=Path, help="results directory for log.jsonl and run.json")
+    p.add_argument("--out", required=True, type=Path, help="results directory for log.jsonl.gz and run.json")
     p.add_argument("--ckpt", type=Path, default=None, help="checkpoint directory (default: <out>/../ckpt under work/)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", choices=sorted(BUDGETS), default="tiny")

@@ -1,4 +1,4 @@
-"""`exgrpo verl-collect`: turn a finished verl run into the results contract (log.jsonl, run.json).
+"""`exgrpo verl-collect`: turn a finished verl run into the results contract (log.jsonl.gz, run.json).
 
     exgrpo verl-collect --run-dir work/paper-repro/ckpt/qwen2.5-math-7b/exgrpo/s0 \\
         --out results/paper-repro/train/qwen2.5-math-7b/exgrpo/s0 --export-hf work/paper-repro/ckpt/.../final
@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = "Collect a finished verl run into results/: log.jsonl, run.json, and optionally the final HF model."
+HELP = "Collect a finished verl run into results/: log.jsonl.gz, run.json, and optionally the final HF model."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

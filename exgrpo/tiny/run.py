@@ -4,7 +4,7 @@ Outputs:
 - `<ckpt>/log.jsonl`  the live per-step log (work/, next to the checkpoints, so that Snakemake's
   cleanup of a failed job's outputs never deletes it); truncated to the checkpoint on resume;
 - `<ckpt>/step_<N>/`  resumable checkpoints (see `checkpoint.py`), `<ckpt>/final/` the final HF model;
-- `<out>/log.jsonl`, `<out>/run.json`  copied/written atomically at the end; `run.json` is last, so
+- `<out>/log.jsonl.gz`, `<out>/run.json`  copied/written atomically at the end; `run.json` is last, so
   its presence means the run is complete.
 A run killed at any point and started again with the same arguments continues from its last
 checkpoint, and its final metrics are bit-identical to an uninterrupted run (tests/tiny/test_resume.py).
@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.io import atomic_open, write_json, write_jsonl
+from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
 from exgrpo.tiny.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from exgrpo.tiny.data_order import DataOrder
@@ -97,7 +97,7 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
     val = [r["val/acc"] for r in rows if "val/acc" in r]
     summary = {"final_val_acc": val[-1] if val else None, "weights_sha256": weights_digest(model),
                "steps": args.steps, "final_model": str(final)}
-    write_jsonl(out_dir / "log.jsonl", rows)
+    write_jsonl(out_dir / TRAIN_LOG, rows)
     write_json(out_dir / "run.json", provenance(
         {"method": cfg.to_dict(), "trainer": dataclasses.asdict(args)}, seed,
         **meta, summary=summary, wall_time_s=time.perf_counter() - t_run, resumed_from=start - 1))

@@ -1,10 +1,10 @@
-"""The results-contract files of a finished paper-scale run: log.jsonl, run.json and the HF export.
+"""The results-contract files of a finished paper-scale run: log.jsonl.gz, run.json and the HF export.
 
 A verl run directory (`exgrpo verl-config --out RUN_DIR`) holds `resolved_config.json` (written by `main.py`),
 one metrics file per attempt, `metrics.attempt<SLURM_RESTART_COUNT>.<unix time>.jsonl` (verl's file logger,
 one `{"step": N, "data": {metric: value}}` per line, truncated when opened, hence one file per attempt), and
 verl's checkpoints under `trainer.default_local_dir` (`global_step_N/actor`, FSDP shards + `huggingface/`).
-`collect_run` turns that into `results/<source>/train/<backbone>/<variant>/s<seed>/{log.jsonl,run.json}`
+`collect_run` turns that into `results/<source>/train/<backbone>/<variant>/s<seed>/{log.jsonl.gz,run.json}`
 (results/README.md) and, on request, merges the final actor checkpoint into an HF folder for evaluation.
 
 Attempts are merged in start order. A later attempt resumed from a checkpoint, so its first training step r
@@ -142,7 +142,7 @@ def released_benchmarks() -> dict[str, str]:
 
 
 def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of log.jsonl: per step a training row (contract keys + verl's other metrics) and, when the step
+    """Rows of log.jsonl.gz: per step a training row (contract keys + verl's other metrics) and, when the step
     validated, a validation row (`val/acc`, `val/<benchmark>` + the raw `val-*` metrics)."""
     names = released_benchmarks()
     rows = []
@@ -237,10 +237,10 @@ def cached_model_dir(manifest: str | Path) -> Path:
 # ------------------------------------------------------------------------------------------ one run
 def collect_run(run_dir: str | Path, out_dir: str | Path, *, export_to: str | Path | None = None,
                 run: Callable[..., Any] = subprocess.run) -> dict[str, Any]:
-    """Write `out_dir/log.jsonl`, export the final actor to `export_to` (optional), then `out_dir/run.json`
+    """Write `out_dir/log.jsonl.gz`, export the final actor to `export_to` (optional), then `out_dir/run.json`
     (last: its presence means the run is collected). Refuses a run that has not reached its last step.
     Returns run.json's content."""
-    from exgrpo.io import read_json, write_json, write_jsonl
+    from exgrpo.io import TRAIN_LOG, read_json, write_json, write_jsonl
     from exgrpo.provenance import provenance
     from exgrpo.verl_plugin.hydra_config import table4
 
@@ -273,7 +273,7 @@ def collect_run(run_dir: str | Path, out_dir: str | Path, *, export_to: str | Pa
 
     # Everything checked: export, then the log, then run.json (nothing half-collected looks complete).
     final_model = str(export_hf(actor, export_to, ckpt_step, run=run)) if export_to is not None else None
-    write_jsonl(out_dir / "log.jsonl", rows)
+    write_jsonl(out_dir / TRAIN_LOG, rows)
 
     val = [r["val/acc"] for r in rows if r.get("val/acc") is not None]
     step_times = [r["time/step"] for r in rows if isinstance(r.get("time/step"), (int, float))]

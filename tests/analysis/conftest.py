@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exgrpo.config import config_for
+from exgrpo.io import TRAIN_LOG, write_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = {"arith_d1": "id", "arith_d2": "id", "arith_d5": "ood", "arith_probe": "probe"}
@@ -88,7 +89,7 @@ def _write_train(root: Path, backbone: str, variant: str, seed: int, rng: np.ran
         rows.append(row)
         if step % 5 == 0:
             rows.append({"step": step, "val/acc": 0.3 + 0.01 * step, "val/arith_d1": 0.5})
-    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    write_jsonl(run / TRAIN_LOG, rows)
     meta = {"config": config_for(variant).to_dict() | {"trainer": {"lr": 1e-4, "batch_size": 8}}, "seed": seed,
             "git_commit": "0" * 40, "versions": {"torch": "2.13.0"}, "backbone": backbone, "variant": variant,
             "steps": STEPS, "wall_time_s": 12.5}

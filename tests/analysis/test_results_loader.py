@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from analysis import loader
 from analysis.__main__ import main
+from exgrpo.io import TRAIN_LOG, open_text
 
 RUN = "tiny-math/exgrpo/s0"
 SAMPLES = f"eval/{RUN}/arith_d1.t0.6.samples.parquet"
@@ -54,19 +56,31 @@ def test_wrong_parquet_dtype_is_named(tiny_tree: Path):
     assert "bool" in str(err)
 
 
+def _rewrite_log(path: Path, lines: list[str]) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
 def test_bad_json_line_is_named_with_its_line(tiny_tree: Path):
-    path = tiny_tree / "tiny" / "train" / RUN / "log.jsonl"
-    lines = path.read_text().splitlines()
+    path = tiny_tree / "tiny" / "train" / RUN / TRAIN_LOG
+    lines = open_text(path).read().splitlines()
     lines[3] = lines[3][:-5]
-    path.write_text("\n".join(lines) + "\n")
-    _expect(tiny_tree, "log.jsonl", "line 4")
+    _rewrite_log(path, lines)
+    _expect(tiny_tree, TRAIN_LOG, "line 4")
 
 
 def test_log_line_without_step_is_named(tiny_tree: Path):
-    path = tiny_tree / "tiny" / "train" / RUN / "log.jsonl"
-    path.write_text(path.read_text() + json.dumps({"reward/mean": 0.5}) + "\n")
-    err = _expect(tiny_tree, "log.jsonl", "line 25: step")
+    path = tiny_tree / "tiny" / "train" / RUN / TRAIN_LOG
+    _rewrite_log(path, [*open_text(path).read().splitlines(), json.dumps({"reward/mean": 0.5})])
+    err = _expect(tiny_tree, TRAIN_LOG, "line 25: step")
     assert "required" in str(err)
+
+
+def test_truncated_log_is_named(tiny_tree: Path):
+    path = tiny_tree / "tiny" / "train" / RUN / TRAIN_LOG
+    path.write_bytes(path.read_bytes()[:-40])
+    err = _expect(tiny_tree, TRAIN_LOG, "<file>")
+    assert "truncated" in str(err)
 
 
 def test_eval_json_missing_key_and_bad_range(tiny_tree: Path):

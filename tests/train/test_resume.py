@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from exgrpo.io import TRAIN_LOG, open_text
+
 VOLATILE = ("time/", "reward/seconds", "reward/pool_restarts")
 
 
@@ -25,7 +27,7 @@ def _stable(rows: list[dict]) -> list[dict]:
 
 
 def _log(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in open_text(path) if line.strip()]
 
 
 def _run_and_kill(cmd: list[str], live_log: Path, kill_step: int, timeout: float = 240) -> None:
@@ -55,7 +57,7 @@ def reference(train_cmd, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("reference")
     cmd = train_cmd(root / "res", root / "ckpt")
     subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-    rows = _log(root / "res" / "log.jsonl")
+    rows = _log(root / "res" / TRAIN_LOG)
     run = json.loads((root / "res" / "run.json").read_text())
     return {"rows": rows, "sha": run["summary"]["weights_sha256"]}
 
@@ -81,7 +83,7 @@ def test_sigkill_then_resume_is_bit_identical(point, reference, train_cmd, tmp_p
     assert done.returncode == 0, done.stderr[-2000:]
     run = json.loads((tmp_path / "res" / "run.json").read_text())
     assert run["resumed_from"] >= 1, "the second start must resume from a checkpoint, not from scratch"
-    assert _stable(_log(tmp_path / "res" / "log.jsonl")) == _stable(reference["rows"])
+    assert _stable(_log(tmp_path / "res" / TRAIN_LOG)) == _stable(reference["rows"])
     assert run["summary"]["weights_sha256"] == reference["sha"]
 
 

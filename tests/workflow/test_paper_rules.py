@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from exgrpo import cli
+from exgrpo.io import TRAIN_LOG, read_jsonl
 from exgrpo.verl_plugin import collect as vc
 from exgrpo.verl_plugin import hydra_config as hc
 
@@ -250,7 +251,7 @@ def test_collect_merges_attempts_into_the_contract_and_passes_the_loader(verl_ru
     assert calls == [[sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
                       str(actor), "--target_dir", str(verl_run / ".final.tmp")]]
     assert (verl_run / "final/config.json").exists()
-    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    rows = read_jsonl(out / TRAIN_LOG)
     train = {r["step"]: r for r in rows if "reward/mean" in r}
     val = {r["step"]: r for r in rows if "val/acc" in r}
     assert sorted(train) == [1, 2, 3, 4, 5, 6] and sorted(val) == [3, 4, 6]

@@ -66,7 +66,7 @@ def sft_dir(source, backbone):
 
 
 def train_dir(source, backbone, variant, seed):
-    """`exgrpo train --out`: log.jsonl and run.json land here."""
+    """`exgrpo train --out`: log.jsonl.gz and run.json land here."""
     return f"results/{source}/train/{backbone}/{variant}/s{seed}"
 
 

@@ -5,7 +5,7 @@
 # A retried job (profile `retries`) resumes from its last checkpoint because it is handed the same
 # --ckpt folder again; checkpoints live in work/, never under results/.
 # Paper-scale backbones train with the verl plug-in instead (train_paper, GPUs, offline from the
-# shared HF cache); both write the same results: log.jsonl and run.json under results/.
+# shared HF cache); both write the same results: log.jsonl.gz and run.json under results/.
 
 
 rule sft:
@@ -49,7 +49,7 @@ rule train_tiny:
         init=f"{sft_dir('{source}', '{backbone}')}/config.json",
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
-        log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl",
+        log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
     log:
         log_file("train", "{source}", "{backbone}", "{variant}", "s{seed}"),
     benchmark:
@@ -89,7 +89,7 @@ rule train_paper:
         prompts=retemplated_inputs,
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
-        log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl",
+        log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
     log:
         log_file("train", "{source}", "{backbone}", "{variant}", "s{seed}"),
     benchmark:
