@@ -249,7 +249,7 @@ def normalise_rows(bench: Benchmark, rows: list[dict[str, Any]], where: str = ""
     return _checked(bench, docs, where)
 
 
-def _user_message(prompt: Any) -> str:
+def user_message(prompt: Any) -> str:
     """The question of a released row: the last user message (the system message is dropped, as released)."""
     if isinstance(prompt, str):
         return prompt
@@ -269,7 +269,7 @@ def released_docs(bench: Benchmark, rows: list[dict[str, Any]], where: str = "")
         try:
             if bench.released.data_source is not None and row["data_source"] != bench.released.data_source:
                 continue
-            question = _user_message(row["prompt"]).strip()
+            question = user_message(row["prompt"]).strip()
             gold = clean_answer(row["reward_model"]["ground_truth"])
         except (KeyError, TypeError) as err:
             raise ConfigError("benchmarks", f"{bench.name}: row {i} of {where} does not fit the released schema "
