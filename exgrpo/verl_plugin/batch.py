@@ -197,6 +197,28 @@ def core_advantages(rows: StepRows, cfg: ExGRPOConfig) -> tuple[torch.Tensor, to
     return torch.where(rows.is_padding, 0.0, adv), mask & ~rows.is_padding
 
 
+def group_stats(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> dict[str, float]:
+    """Per-step group metrics the CPU trainer logs too (results contract), over real (non-padding) groups.
+
+    k per group counts the fresh successes, plus the replayed one when `replay_counts_in_k` (as trained;
+    mirrors `CPUTrainer._group_success`). Returns `exgrpo/mixed_fraction` (share of groups with 0 < k < K),
+    `exgrpo/masked_questions` (groups the difficulty mask keeps) and `exp/bucket_<k>` (groups with k
+    successes, k = 0..K).
+    """
+    real = ~rows.is_padding
+    ks, kept = [], 0
+    for g in torch.unique(rows.group[real]).tolist():
+        members = (rows.group == g) & real
+        fresh = members & ~rows.is_replay
+        replayed = bool((members & rows.is_replay).any())
+        ks.append(int((rows.rewards[fresh] > 0.5).sum()) + int(replayed and cfg.replay_counts_in_k))
+        kept += int(bool(sample_mask[members].any()))
+    k_max = cfg.n_rollouts
+    return {"exgrpo/mixed_fraction": float(np.mean([0 < k < k_max for k in ks])) if ks else 0.0,
+            "exgrpo/masked_questions": float(kept),
+            **{f"exp/bucket_{k}": float(sum(1 for x in ks if x == k)) for k in range(k_max + 1)}}
+
+
 def behaviour_log_probs(rows: StepRows, response_lens: Sequence[int],
                         replay_logp: Mapping[str, np.ndarray]) -> list[torch.Tensor]:
     """Per row, [response_len] float32: the stored π_past of the replayed trajectory on replayed rows,

@@ -21,8 +21,8 @@ Where the contract keys come from, and where they differ from the CPU trainer's 
 - `val/<benchmark>` is `val-core/<data_source>/acc/mean@N` (N = the largest logged), named after the benchmark
   whose released data source it is (`aime` -> `aime24`, exgrpo.eval.benchmarks; unknown sources keep their
   name); `val/acc` is their unweighted mean (the paper's benchmark average), on a separate row, same step.
-- `groups/mixed_fraction` and `masked/questions` are filled only when the trainer logs `exgrpo/mixed_fraction`
-  and `exgrpo/masked_questions` (it does not yet).
+- `groups/mixed_fraction` and `masked/questions` are the trainer's `exgrpo/mixed_fraction` and
+  `exgrpo/masked_questions` (`batch.group_stats`, the same definitions as the CPU trainer's).
 - `wall_time_s` in run.json is the sum of `time/step` over the kept steps: start-up and work lost to failed
   attempts are not counted.
 Every other metric is kept under its verl name; non-numeric values are dropped, non-finite ones become null.

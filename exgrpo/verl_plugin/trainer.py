@@ -158,7 +158,8 @@ class ExGRPOTrainer(PPOTrainerSync):
         metrics.update({"exgrpo/replay_rows": float(rows.is_replay.sum()),
                         "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
                         if bool(rows.is_replay.any()) else 0.0,
-                        "exgrpo/pass1": float(self._step_pass1), "exgrpo/sample_frac": float(sample_mask.float().mean())})
+                        "exgrpo/pass1": float(self._step_pass1), "exgrpo/sample_frac": float(sample_mask.float().mean()),
+                        **vb.group_stats(rows, sample_mask, cfg)})
         return batch
 
     def _record_groups(self, rows: vb.StepRows, data: TensorDict) -> None:

@@ -190,6 +190,21 @@ def test_core_advantages_are_mixed_group_dr_grpo_by_hand():
     assert medium.tolist() == [u in ("ua", "ub") for u in rows.uids[:12]] + [False, False]
 
 
+def test_group_stats_by_hand():
+    keys, tags, qids, rewards = _sampled_batch()
+    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    # ua: fresh 1,0,0,1 -> k=2; ub: fresh 1,0,0 + the replayed success -> k=2; uc: 0 -> k=0; padding ignored
+    cfg = config_for("exgrpo", n_rollouts=K)
+    _, mask = vb.core_advantages(rows, cfg)
+    stats = vb.group_stats(rows, mask, cfg)
+    assert stats == {"exgrpo/mixed_fraction": 2 / 3, "exgrpo/masked_questions": 3.0, "exp/bucket_0": 1.0,
+                     "exp/bucket_1": 0.0, "exp/bucket_2": 2.0, "exp/bucket_3": 0.0, "exp/bucket_4": 0.0}
+    released = config_for("exgrpo", n_rollouts=K, replay_counts_in_k=False)  # ub counts its fresh success only
+    assert vb.group_stats(rows, mask, released)["exp/bucket_1"] == 1.0
+    medium = config_for("masked_medium", n_rollouts=K)
+    assert vb.group_stats(rows, vb.core_advantages(rows, medium)[1], medium)["exgrpo/masked_questions"] == 2.0
+
+
 def test_behaviour_log_probs_go_to_the_replayed_row_only():
     keys, tags, qids, rewards = _sampled_batch()
     rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)

@@ -213,6 +213,9 @@ def test_two_steps_collect_then_replay_into_mixed_groups(config, fake_tq, tmp_pa
     assert all(v.tolist() == [3, 4, 5] for v in t.prompt_cache.values())  # never a padding row's dummy prompt
     assert set(t.manager.retired) == {q for q in q_step1 if CORRECT[q] == K}
     assert m1["exgrpo/pass1"] == pytest.approx(np.mean([CORRECT[q] / K for q in q_step1]))
+    assert m1["exgrpo/mixed_fraction"] == pytest.approx(np.mean([0 < CORRECT[q] < K for q in q_step1]))
+    assert m1["exgrpo/masked_questions"] == len(q_step1)  # no difficulty mask
+    assert [m1[f"exp/bucket_{k}"] for k in range(K + 1)] == [sum(CORRECT[q] == k for q in q_step1) for k in range(K + 1)]
 
     # end of step 1: plan step 2 and score candidates with one actor pass (padded to the dp size)
     t._plan_next_step()
