@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from exgrpo.config import config_for
+from exgrpo.core.data_order import DataOrder
 from exgrpo.io import write_json
 from exgrpo.provenance import provenance
-from exgrpo.tiny.data_order import DataOrder
 from exgrpo.tiny.run import load_questions
 from exgrpo.tiny.trainer import CPUTrainer, TrainArgs
 

@@ -24,11 +24,11 @@ import torch
 from tqdm import tqdm
 
 from exgrpo.config import ExGRPOConfig
+from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
 from exgrpo.tiny.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
-from exgrpo.tiny.data_order import DataOrder
 from exgrpo.tiny.trainer import CPUTrainer, Question, TrainArgs, weights_digest
 
 

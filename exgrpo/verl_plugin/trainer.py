@@ -47,8 +47,8 @@ from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from exgrpo.core.buffer import Trajectory
+from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.tiny.data_order import DataOrder
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin.checkpoint import load_plugin_state, prune_states, save_plugin_state, step_dir
 from exgrpo.verl_plugin.hydra_config import check_verl_config, norm_const_for

@@ -22,7 +22,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 import exgrpo.verl_plugin.trainer as trainer_mod  # noqa: E402
 from exgrpo.backbones import load_backbones  # noqa: E402
 from exgrpo.config import ConfigError  # noqa: E402
-from exgrpo.tiny.data_order import DataOrder  # noqa: E402
+from exgrpo.core.data_order import DataOrder  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 from exgrpo.verl_plugin.checkpoint import STATE_DIR, prune_states  # noqa: E402
