@@ -30,7 +30,7 @@ def _log(path: Path) -> list[dict]:
     return [json.loads(line) for line in open_text(path) if line.strip()]
 
 
-def _run_and_kill(cmd: list[str], live_log: Path, kill_step: int, timeout: float = 240) -> None:
+def _run_and_kill(cmd: list[str], live_log: Path, kill_step: int, timeout: float = 600) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + timeout
     try:
