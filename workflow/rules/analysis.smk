@@ -51,7 +51,8 @@ rule render_study:
         "(python -m analysis render --results results --source {wildcards.source}"
         " --backbones {params.backbones}"
         " && mkdir -p {output.figures}"
-        " && cp {params.figures}/*.png {params.figures}/*.rst {output.figures}/) > {log} 2>&1"
+        " && find {params.figures} -maxdepth 1 '(' -name '*.png' -o -name '*.rst' ')'"
+        " -exec cp -t {output.figures} {{}} +) > {log} 2>&1"
 
 
 register_stage("report", scales=("tiny", "paper"))
