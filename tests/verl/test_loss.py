@@ -80,6 +80,19 @@ def _core(cfg, t, logp, entropy, rows=slice(None)):
         ref_logp=t["ref"][rows] if cfg.kl_coef > 0 else None)
 
 
+def _assert_core_value_and_grads(cfg, t, loss, logp, ent, rtol):
+    """`loss` (built from the leaves `logp`, `ent`) has the core loss's value and gradients; returns its metrics."""
+    ref_logp = t["logp"].clone().requires_grad_(True)
+    ref_ent = t["entropy"].clone().requires_grad_(True)
+    expected, core_metrics = _core(cfg, t, ref_logp, ref_ent)
+    torch.testing.assert_close(loss, expected, rtol=rtol, atol=1e-7)
+    loss.backward()
+    expected.backward()
+    torch.testing.assert_close(logp.grad, ref_logp.grad, rtol=rtol, atol=1e-7)
+    torch.testing.assert_close(ent.grad, ref_ent.grad, rtol=rtol, atol=1e-7)
+    return core_metrics
+
+
 LOSS_SWITCHES = [{}, {"replay_shaping": "clipped"}, {"is_correction": False},
                  {"keep_clip_after_activation": True}, {"kl_coef": 0.05}]
 
@@ -100,14 +113,7 @@ def test_installed_loss_equals_core_loss_on_padded_batch(switches, loss_agg):
     # the model output really is in the no-padding layout verl slices
     assert torch.equal(no_padding_2_padding(out["log_probs"], data), logp.detach())
     loss, metrics = exgrpo_actor_loss(out, data, cfg=cfg, norm_const=NORM)
-    ref_logp = t["logp"].clone().requires_grad_(True)
-    ref_ent = t["entropy"].clone().requires_grad_(True)
-    expected, core_metrics = _core(cfg, t, ref_logp, ref_ent)
-    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-7)
-    loss.backward()
-    expected.backward()
-    torch.testing.assert_close(logp.grad, ref_logp.grad, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(ent.grad, ref_ent.grad, rtol=1e-6, atol=1e-7)
+    core_metrics = _assert_core_value_and_grads(cfg, t, loss, logp, ent, rtol=1e-6)
     assert metrics["exgrpo/replay_tokens"] == core_metrics["replay_tokens"] == RESP_LENS[2] + RESP_LENS[5]
     assert metrics["exgrpo/replay_active"] == 1.0
 
@@ -159,14 +165,7 @@ def test_micro_batches_and_ranks_sum_to_the_core_loss_of_the_mini_batch(loss_agg
             ref_logp=t["ref"][rows], replay_active=True, cfg=cfg, norm_const=NORM, dp_size=dp_size,
             batch_num_tokens=n_tok, global_batch_size=n_seq)
         total = total + part / dp_size  # the dp average of this rank's contribution (other ranks add theirs)
-    ref_logp = t["logp"].clone().requires_grad_(True)
-    ref_ent = t["entropy"].clone().requires_grad_(True)
-    expected, _ = _core(cfg, t, ref_logp, ref_ent)
-    torch.testing.assert_close(total, expected, rtol=1e-5, atol=1e-7)
-    total.backward()
-    expected.backward()
-    torch.testing.assert_close(logp.grad, ref_logp.grad, rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(ent.grad, ref_ent.grad, rtol=1e-5, atol=1e-7)
+    _assert_core_value_and_grads(cfg, t, total, logp, ent, rtol=1e-5)
 
 
 def test_replay_free_batch_before_activation_is_ppo_clip():
