@@ -148,3 +148,29 @@ def dry_all(tmp_path_factory, snakemake):
 def slurm_site() -> dict[str, str]:
     """SLURM_SITE, for tests' own SLURM dry runs."""
     return dict(SLURM_SITE)
+
+
+PROBE_RULE = """
+
+
+rule probe:
+    output:
+        "probe/{{backbone}}.txt",
+    threads: backbone_threads
+    resources:
+        **backbone_resources(),
+    shell:
+        "{shell}"
+"""
+"""A one-rule workflow sized by the real per-backbone helpers (backbone_threads, backbone_resources)."""
+
+
+def write_probe(wf: Path, header: str, shell: str) -> None:
+    """Write wf/probe.smk: `header` (what it includes) plus the probe rule running `shell`."""
+    (wf / "probe.smk").write_text(header + PROBE_RULE.format(shell=shell))
+
+
+@pytest.fixture(scope="session")
+def probe_writer():
+    """write_probe, for tests that size jobs through a probe rule."""
+    return write_probe

@@ -22,26 +22,13 @@ FAST = ("--retries", "0", "--slurm-init-seconds-before-status-checks", "1", "--s
         "--latency-wait", "1")
 
 
-PROBE = """
-include: "Snakefile"
-
-
-rule probe:
-    output:
-        "probe/{backbone}.txt",
-    threads: backbone_threads
-    resources:
-        **backbone_resources(),
-    shell:
-        "echo $SLURM_JOB_ID > {output}"
-"""
 
 
 @pytest.fixture(scope="module")
-def e2e(tmp_path_factory, snakemake, workflow_copier):
+def e2e(tmp_path_factory, snakemake, workflow_copier, probe_writer):
     """(workflow dir, Snakemake result, sbatch argv lists) of one run through the stand-ins."""
     wf = workflow_copier(tmp_path_factory.mktemp("e2e") / "wf")
-    (wf / "probe.smk").write_text(PROBE)
+    probe_writer(wf, 'include: "Snakefile"', "echo $SLURM_JOB_ID > {output}")
     state = wf / ".fakeslurm"
     env = {"FAKE_SLURM_STATE": str(state), "EXGRPO_SLURM_ACCOUNT": ACCOUNT,
            "EXGRPO_SLURM_PARTITION": "standin-cpu", "EXGRPO_SLURM_GPU_PARTITION": "standin-gpu"}

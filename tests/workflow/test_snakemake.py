@@ -82,11 +82,12 @@ def test_all_with_the_slurm_profile(wf, snakemake):
             assert job.resources["slurm_partition"] == "gpu-x"
 
 
-def test_backbone_resources_through_snakemake_and_the_slurm_profile(wf, snakemake):
+def test_backbone_resources_through_snakemake_and_the_slurm_profile(wf, snakemake, probe_writer):
     # A one-rule workflow using the real helpers, so the sizing of per-backbone rules is checked
     # through Snakemake and the SLURM profile before any such rule is wired. (Dry runs do not print
     # threads; test_slurm_e2e checks they become --cpus-per-task.)
-    (wf / "probe.smk").write_text(PROBE)
+    probe_writer(wf, 'configfile: "config/config.yaml"\n\n\ninclude: "workflow/rules/common.smk"',
+                 "echo {wildcards.backbone} > {output}")
     targets = ["probe/qwen2.5-math-7b.txt", "probe/tiny-math.txt"]
     result = snakemake("-s", "probe.smk", "--profile", "slurm", "-n", *targets, cwd=wf, env=SITE)
     assert result.returncode == 0, result.stdout
@@ -100,22 +101,6 @@ def test_backbone_resources_through_snakemake_and_the_slurm_profile(wf, snakemak
         == {"gpu": None, "nodes": None, "mem_mb": "2000", "runtime": "30", "slurm_partition": "cpu-x"}
 
 
-PROBE = '''
-configfile: "config/config.yaml"
-
-
-include: "workflow/rules/common.smk"
-
-
-rule probe:
-    output:
-        "probe/{backbone}.txt",
-    threads: backbone_threads
-    resources:
-        **backbone_resources(),
-    shell:
-        "echo {wildcards.backbone} > {output}"
-'''
 
 
 def test_a_new_backbone_entry_appears_in_the_dag(wf, tmp_path, snakemake):
