@@ -155,14 +155,19 @@ PRELIM_QUESTIONS = 1000
 """Training questions the paper-scale trajectory analysis samples K rollouts for (paper: unstated)."""
 
 
+def downloads_dir():
+    """Where `exgrpo download` writes the training set and the released evaluation files."""
+    return f"{hf_cache()}/files"
+
+
 def downloaded_file(name):
     """A parquet file `exgrpo download` wrote (not a declared output: the manifest stands for it)."""
-    return f"{hf_cache()}/files/{name}.parquet"
+    return f"{downloads_dir()}/{name}.parquet"
 
 
 def retemplated_file(name, prompt_format):
     """`exgrpo retemplate` copy of a downloaded file, its prompts in `prompt_format` (rule retemplate)."""
-    return f"{hf_cache()}/files/{name}.{prompt_format}.parquet"
+    return f"{downloads_dir()}/{name}.{prompt_format}.parquet"
 
 
 def retemplated_formats():
@@ -247,7 +252,7 @@ def eval_data_for(source):
     study = study_of_source(source)
     if study.scale == "tiny":
         return data_dir(source, study.data_seed)
-    return f"{hf_cache()}/files"
+    return downloads_dir()
 
 
 def init_for(source, backbone):

@@ -75,7 +75,7 @@ rule prelim_paper:
     params:
         offline=offline_env(),
         model=lambda wc: f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final",
-        data=f"{hf_cache()}/files/{VERL_DATA_FILES['train']}.parquet",
+        data=downloaded_file(VERL_DATA_FILES["train"]),
         questions=PRELIM_QUESTIONS,
         tp=VLLM_TP,
         judge_tp=JUDGE_TP,
