@@ -89,7 +89,7 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
     evals, samples = _load_eval(root, registry, notes)
     return Results(source=source, root=root, backbones=registry, scores=scores, paper=paper, runs=runs,
                    train=train, evals=evals, samples=samples, trajectories=_load_trajectories(root, registry),
-                   bench=_load_bench(root), notes=notes)
+                   bench=load_benchmarks(root), notes=notes)
 
 
 # ------------------------------------------------------------------------------------------ value checks
@@ -376,7 +376,9 @@ def _load_trajectories(root: Path, registry: dict[str, Any]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 
-def _load_bench(root: Path) -> pd.DataFrame:
+def load_benchmarks(root: Path) -> pd.DataFrame:
+    """The Snakemake benchmark TSVs of one source folder (rule, job, s, cpu_time, ...), validated; used alone
+    by benchmarks/bench_study.py, which needs no other part of the cache."""
     frames = []
     base = root / "benchmarks"
     for path in sorted(base.glob("**/*.tsv")) if base.is_dir() else []:

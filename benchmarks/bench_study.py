@@ -43,7 +43,7 @@ def summarise(clone: Path, source: str) -> dict[str, Any]:
     from analysis import ledger, loader
     from exgrpo.backbones import load_backbones
 
-    bench = loader._load_bench(clone / "results" / source)  # the loader's own TSV validation
+    bench = loader.load_benchmarks(clone / "results" / source)  # only the benchmark TSVs, validated
     rules = ledger.per_rule(ledger.jobs(bench, load_backbones(clone / "config/backbones.yaml")))
     return {row.rule: {"jobs": int(row.jobs), "job_wall_min": round(row.wall_h * 60, 2),
                        "cpu_min": round(row.cpu_h * 60, 2), "max_rss_mb": round(float(row.max_rss_mb))}
