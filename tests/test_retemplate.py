@@ -12,6 +12,7 @@ import pytest
 
 from exgrpo import cli
 from exgrpo.commands import retemplate as rt
+from exgrpo.prelim.trajectories import read_metadata
 from exgrpo.verl_plugin import hydra_config as hc
 
 SYSTEM = "Your task is to follow a systematic, thorough reasoning process before providing the final solution."
@@ -53,7 +54,7 @@ def test_prompts_become_the_plain_llama_base_prompt_and_nothing_else_changes(tmp
     assert after.drop_columns(["prompt"]).equals(before.drop_columns(["prompt"]))
     footer = pq.read_schema(out).metadata
     assert footer[b"huggingface"] == b'{"info": "features of the input"}'  # kept: HF datasets reads it
-    meta = rt.read_provenance(out)
+    meta = read_metadata(out)
     assert meta["rows"] == 3 and meta["prompt_format"] == "llama_base" and meta["prompt_key"] == "prompt"
     assert meta["prompt_template"] == "User: {Question} Answer: Let's think step by step.\n"
     assert meta["source"] == str(src.resolve()) and len(meta["source_sha256"]) == 64

@@ -43,7 +43,7 @@ HELP = "Copy a verl training/validation parquet with its prompts rewritten to a 
 FORMATS = ("llama_base",)
 """The prompt formats this command writes (`exgrpo.eval.benchmarks.PROMPT_FORMATS` other than `chat`)."""
 META_KEY = b"exgrpo"
-"""Footer metadata key of the provenance JSON."""
+"""Footer metadata key of the provenance JSON (read back with exgrpo.prelim.trajectories.read_metadata)."""
 
 
 class RetemplateError(ValueError):
@@ -127,14 +127,6 @@ def retemplate(src: str | Path, out: str | Path, prompt_format: str = "llama_bas
             table = table.set_column(index, schema.field(index).with_type(new_type), pa.array(prompts, new_type))
             writer.write_table(table.replace_schema_metadata(out_schema.metadata))
     return meta
-
-
-def read_provenance(path: str | Path) -> dict[str, Any]:
-    """The `exgrpo` footer metadata of a re-templated file ({} when absent)."""
-    import pyarrow.parquet as pq
-
-    meta = pq.read_schema(path).metadata or {}
-    return json.loads(meta[META_KEY]) if META_KEY in meta else {}
 
 
 def run(args: argparse.Namespace) -> int:
