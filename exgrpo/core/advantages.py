@@ -15,6 +15,8 @@ Departures, stated up front:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from exgrpo.config import ConfigError
@@ -81,6 +83,15 @@ def group_accuracy(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Te
 
 DIFFICULTY_BUCKETS: tuple[str, ...] = ("none", "hard", "medium", "easy")
 """Values of `cfg.difficulty_mask`; `none` keeps every row."""
+
+
+def success_histogram(group_k: Sequence[int], n_rollouts: int) -> tuple[float, list[float]]:
+    """Per-step group statistics both runtimes log, from each group's success count k (as trained).
+
+    Returns (share of groups with 0 < k < K, i.e. mixed success; [groups with k successes for k = 0..K]).
+    """
+    mixed = sum(1 for k in group_k if 0 < k < n_rollouts) / len(group_k) if group_k else 0.0
+    return float(mixed), [float(sum(1 for x in group_k if x == k)) for k in range(n_rollouts + 1)]
 
 
 def difficulty_mask(

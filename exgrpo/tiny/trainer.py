@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from exgrpo.config import ExGRPOConfig
-from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages
+from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss
@@ -123,7 +123,7 @@ class CPUTrainer:
         self._record(step, owners, roll, rewards, set(replay_qids))
         pass1 = float(np.mean(rewards)) if len(rewards) else 0.0
         exp_metrics = self.manager.end_step(step, pass1)
-        group_k = self._group_success(owners, rewards, set(replay_qids))
+        mixed, buckets = success_histogram(self._group_success(owners, rewards, set(replay_qids)), K)
         metrics: dict[str, float] = {
             "step": step,
             "reward/mean": pass1,
@@ -132,9 +132,9 @@ class CPUTrainer:
             "response_length": float(roll.response_mask.sum(1).float().mean()),
             "truncated_fraction": float(roll.truncated.float().mean()),
             "replay/n_trajectories": len(replay_qids),
-            "groups/mixed_fraction": float(np.mean([0 < k < K for k in group_k])) if group_k else 0.0,
+            "groups/mixed_fraction": mixed,
             "masked/questions": float(batch["question_mask"].sum()),
-            **{f"exp/bucket_{k}": float(sum(1 for x in group_k if x == k)) for k in range(K + 1)},
+            **{f"exp/bucket_{k}": n for k, n in enumerate(buckets)},
             **exp_metrics, **update_metrics, **self.verifier.metrics(),
             "time/selection": t_sel, "time/rollout": t_roll, "time/update": t_upd,
             "time/step": time.perf_counter() - t0,

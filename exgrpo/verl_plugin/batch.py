@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from exgrpo.config import ExGRPOConfig
-from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages
+from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.selection import candidate_scores, select_index
 
@@ -213,10 +213,9 @@ def group_stats(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) ->
         replayed = bool((members & rows.is_replay).any())
         ks.append(int((rows.rewards[fresh] > 0.5).sum()) + int(replayed and cfg.replay_counts_in_k))
         kept += int(bool(sample_mask[members].any()))
-    k_max = cfg.n_rollouts
-    return {"exgrpo/mixed_fraction": float(np.mean([0 < k < k_max for k in ks])) if ks else 0.0,
-            "exgrpo/masked_questions": float(kept),
-            **{f"exp/bucket_{k}": float(sum(1 for x in ks if x == k)) for k in range(k_max + 1)}}
+    mixed, buckets = success_histogram(ks, cfg.n_rollouts)
+    return {"exgrpo/mixed_fraction": mixed, "exgrpo/masked_questions": float(kept),
+            **{f"exp/bucket_{k}": n for k, n in enumerate(buckets)}}
 
 
 def behaviour_log_probs(rows: StepRows, response_lens: Sequence[int],

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages
+from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 
 # One experiential group: the replayed success first, then 7 fresh rollouts with 2 successes → k = 3 of 8.
 MIXED_REWARDS = [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
@@ -97,3 +97,9 @@ def test_group_accuracy_hits_the_boundary_exactly():
 def test_difficulty_mask_rejects_unknown_bucket():
     with pytest.raises(ConfigError, match="difficulty_mask"):
         difficulty_mask(ACCS, "medium-hard")
+
+
+def test_success_histogram_by_hand():
+    # K = 4: groups with 0, 2, 2, 4 and 1 successes -> mixed: the 2, 2 and 1 groups (3 of 5)
+    assert success_histogram([0, 2, 2, 4, 1], 4) == (0.6, [1.0, 1.0, 2.0, 0.0, 1.0])
+    assert success_histogram([], 8) == (0.0, [0.0] * 9)
