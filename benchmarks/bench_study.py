@@ -3,7 +3,8 @@ then `snakemake --cores 2 <target>` (default `tiny`), each step timed on its own
 benchmark files the run wrote (results/<source>/benchmarks/) summed per rule with the analysis ledger.
 
 `--summarise CLONE --install-s X --snakemake-s Y` only summarises a clone where those steps already ran
-(the same commands, timed by hand), e.g. to record a run made before this script existed.
+(the same commands, timed by hand), e.g. to record a run made before this script existed; its
+results/<source>/benchmarks/ must then hold that run's files only.
 
 Usage: python benchmarks/bench_study.py [--target tiny] [--clone /tmp/exgrpo-fresh] [--cores 2]
            [--out benchmarks/results/study_tiny.json]
@@ -67,6 +68,8 @@ def main() -> None:
         clone = args.clone
         shutil.rmtree(clone, ignore_errors=True)
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        # The clone carries the committed ledger (e.g. tiny_full's jobs); summarise this run's files only.
+        shutil.rmtree(clone / "results" / args.source / "benchmarks", ignore_errors=True)
         install_s = timed(INSTALL, clone, clone.parent / f"{clone.name}.install.log")
         snakemake_s = timed(snakemake, clone, clone.parent / f"{clone.name}.snakemake.log")
     else:
