@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for split, flag in _SIZE_FLAGS.items():
         parser.add_argument(flag, type=int, default=DEFAULT_SIZES[split], dest=f"size_{split}",
                             help=f"rows in '{split}' (default {DEFAULT_SIZES[split]})")
+    parser.add_argument("--train-difficulties", default="1,2,3,4",
+                        help="comma-separated numbers of operations of the training questions (default 1,2,3,4; "
+                             "held-out splits are unchanged by it)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,11 +32,18 @@ def run(args: argparse.Namespace) -> int:
 
     sizes = {split: getattr(args, f"size_{split}") for split in _SIZE_FLAGS}
     try:
-        splits = task.make_splits(args.seed, sizes)
+        train_ds = tuple(int(d) for d in args.train_difficulties.split(","))
+    except ValueError:
+        raise ConfigError("train-difficulties", f"expected integers like 3,4, got {args.train_difficulties!r}") from None
+    try:
+        splits = task.make_splits(args.seed, sizes, train_ds)
     except ValueError as err:
+        if "difficulties" in str(err):
+            raise ConfigError("train-difficulties", str(err)) from None
         bad = next((s for s in _SIZE_FLAGS if f"'{s}'" in str(err)), "train")
         raise ConfigError(_SIZE_FLAGS[bad].lstrip("-"), str(err)) from None
-    meta = {"seed": args.seed, "sizes": sizes, "provenance": provenance(config={"sizes": sizes}, seed=args.seed)}
+    settings = {"sizes": sizes, "train_difficulties": list(train_ds)}
+    meta = {"seed": args.seed, **settings, "provenance": provenance(config=settings, seed=args.seed)}
     manifest = task.write_dataset(args.out, splits, args.format, meta)
     for name, info in manifest["splits"].items():
         print(f"{name:13s} {info['rows']:5d} rows  {info['file']}")

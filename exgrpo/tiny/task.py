@@ -9,14 +9,14 @@ operation, and ends with the answer boxed after the think block (paper §3.5-3.6
     response  4*2=8;3+8=11;11-5=6</think>\\boxed{6}
 
 The prompt is the paper's chat form (system/user/assistant roles, the assistant turn opens with
-`<think>`, paper.md §3.6), with three departures for tiny models:
+`<think>`, paper §G.1), with three departures for tiny models:
 - the long LUFFY system text is dropped (as the released evaluation does with `--remove_system`):
   the messages are a single user turn holding the question;
 - no spaces or newlines around `</think>` and `\\boxed{` (each is one token; spaces cost tokens);
 - "reasoning correct" is decided exactly by `check_reasoning` (steps equal the canonical ones)
   instead of the paper's LLM judge (paper §F.2).
 
-Splits (`make_splits`): `train` (RL questions), `validation`, `test` (ID, d = 1..4), three OOD
+Splits (`exgrpo.tiny.splits.make_splits`, re-exported here): `train` (RL questions), `validation`, `test` (ID, d = 1..4), three OOD
 sets mirroring the paper's ARC-c / GPQA / MMLU-Pro columns, and a length probe:
 - `ood_words`   (mirrors ARC-c): the same skill in another surface form, operators in words
   ("3 plus 4 times 2 minus 5"); same step format, numeric answer.
@@ -30,14 +30,14 @@ sets mirroring the paper's ARC-c / GPQA / MMLU-Pro columns, and a length probe:
   slips. What RL improves ID (the value) then transfers, through a new answer format.
 - `ood_choice10` (mirrors MMLU-Pro): ten options A-J, letter = final digit (A = 0 ... J = 9).
 - `probe_length`: d = 5, a length-generalisation probe (not one of the paper's benchmarks; a
-  model trained on d <= 4 scores near zero here, tiny-testbed.md §3).
+  model trained on d <= 4 scores near zero here, docs/testbed.md).
 The three OOD sets re-render expressions of the ID `test` split (a paired design: the OOD-vs-ID
 gap is the surface form alone). Expressions are disjoint between `train`, `validation` and the
 test group (test, OOD, probe); no question text appears in two splits. There are only 243
 distinct d=1 problems, so `train` gets the d=1 problems the held-out splits leave, and its
 missing d=1 share is spread over d = 2..4.
 
-`noisy_solution` is the SFT teacher of tiny-testbed.md §1/§3: each step is wrong with p_noise,
+`noisy_solution` is the SFT teacher (docs/testbed.md): each step is wrong with p_noise,
 off by δ ∈ {±1, ±2}; with p_prop the wrong value is carried on (wrong answer), otherwise it is a
 "slip" (wrong value written, right value carried), which produces lucky hits.
 """
@@ -47,7 +47,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 OPERATORS = ("+", "-", "*")
@@ -61,20 +60,6 @@ WORDS = {"+": "plus", "-": "minus", "*": "times"}
 ID_DIFFICULTIES = (1, 2, 3, 4)
 PROBE_DIFFICULTY = 5
 
-SPLITS: dict[str, dict[str, object]] = {
-    "train": {"form": "symbolic", "mirrors": None, "role": "RL training questions"},
-    "validation": {"form": "symbolic", "mirrors": None, "role": "in-training evaluation"},
-    "test": {"form": "symbolic", "mirrors": "ID math benchmarks", "role": "ID test"},
-    "ood_words": {"form": "words", "mirrors": "ARC-c", "role": "OOD: operators written in words"},
-    "ood_choice4": {"form": "choice4", "mirrors": "GPQA-Diamond", "role": "OOD: 4-option multiple choice"},
-    "ood_choice10": {"form": "choice10", "mirrors": "MMLU-Pro", "role": "OOD: 10-option multiple choice"},
-    "probe_length": {"form": "symbolic", "mirrors": None, "role": "length-generalisation probe (d=5)"},
-}
-"""Every split: surface form, the paper benchmark it mirrors, and its role."""
-
-DEFAULT_SIZES = {"train": 1600, "validation": 200, "test": 400, "ood_words": 200, "ood_choice4": 200,
-                 "ood_choice10": 200, "probe_length": 100}
-"""Rows per split. train ≈ 200 RL steps × 16 questions / 2 visits (paper: ~2 epochs)."""
 
 
 # ------------------------------------------------------------------------------------ expressions
@@ -305,154 +290,15 @@ def classify(problem: dict, response: str) -> str:
     return "logical" if check_reasoning(problem, response) else "lucky"
 
 
-# ------------------------------------------------------------------------------------ splits
-def _draw(difficulty: int, count: int, taken: set[Expression], rng: random.Random,
-          pools: dict[int, list[Expression]]) -> list[Expression]:
-    """`count` new expressions of a difficulty not in `taken` (which is updated)."""
-    out: list[Expression] = []
-    if difficulty in pools:  # small spaces: shuffled enumeration
-        free = [e for e in pools[difficulty] if e not in taken]
-        rng.shuffle(free)
-        out = free[:count]
-    else:
-        for _ in range(count * 1000):
-            if len(out) == count:
-                break
-            expr = random_expression(difficulty, rng)
-            if expr not in taken and expr not in out:
-                out.append(expr)
-    taken.update(out)
-    return out
+# The split API lives in splits.py (which imports this module); served lazily here so that callers can
+# keep writing `task.make_splits` without an import cycle.
+_SPLIT_API = ("DEFAULT_SIZES", "SPLITS", "heldout_expressions", "load_manifest", "load_split", "make_splits",
+              "write_dataset")
 
 
-def _per_difficulty(total: int, difficulties: Iterable[int]) -> dict[int, int]:
-    ds = list(difficulties)
-    return {d: total // len(ds) + (1 if i < total % len(ds) else 0) for i, d in enumerate(ds)}
+def __getattr__(name: str) -> object:
+    if name in _SPLIT_API:
+        from exgrpo.tiny import splits
 
-
-def make_splits(seed: int = 0, sizes: dict[str, int] | None = None) -> dict[str, list[dict]]:
-    """All splits, deterministic in (seed, sizes). Sizes default to DEFAULT_SIZES.
-
-    Order of drawing: test, validation, probe_length, then train; the OOD sets re-render the first
-    expressions of `test` for each difficulty. Raises ValueError naming the split when a size
-    cannot be met (an OOD set larger than `test`, or more d=1..2 problems than exist).
-    """
-    sizes = {**DEFAULT_SIZES, **(sizes or {})}
-    for name, size in sizes.items():
-        if name not in SPLITS:
-            raise ValueError(f"unknown split {name!r}; known: {', '.join(SPLITS)}")
-        if size < 0:
-            raise ValueError(f"split size for {name!r} must be >= 0, got {size}")
-    pools = {d: enumerate_expressions(d) for d in (1, 2)}
-    taken: set[Expression] = set()
-    exprs: dict[str, list[Expression]] = {}
-    for name in ("test", "validation"):
-        rng = random.Random(f"{seed}/{name}")
-        exprs[name] = []
-        for d, n in _per_difficulty(sizes[name], ID_DIFFICULTIES).items():
-            got = _draw(d, n, taken, rng, pools)
-            if len(got) < n:
-                raise ValueError(f"split {name!r}: only {len(got)} unused d={d} problems left, need {n}")
-            exprs[name] += got
-    exprs["probe_length"] = _draw(PROBE_DIFFICULTY, sizes["probe_length"], taken,
-                                  random.Random(f"{seed}/probe_length"), pools)
-    # train: uniform over d, the d=1 shortfall spread over the other difficulties
-    rng = random.Random(f"{seed}/train")
-    want = _per_difficulty(sizes["train"], ID_DIFFICULTIES)
-    exprs["train"] = _draw(1, want[1], taken, rng, pools)
-    for d, n in _per_difficulty(sizes["train"] - len(exprs["train"]), ID_DIFFICULTIES[1:]).items():
-        exprs["train"] += _draw(d, n, taken, rng, pools)
-    if len(exprs["train"]) < sizes["train"]:
-        raise ValueError(f"split 'train': only {len(exprs['train'])} problems available, asked {sizes['train']}")
-    by_d = {d: [e for e in exprs["test"] if e.difficulty == d] for d in ID_DIFFICULTIES}
-    for name in ("ood_words", "ood_choice4", "ood_choice10"):
-        per_d = _per_difficulty(sizes[name], ID_DIFFICULTIES)
-        if any(per_d[d] > len(by_d[d]) for d in ID_DIFFICULTIES):
-            raise ValueError(f"split {name!r}: size {sizes[name]} exceeds the test split it re-renders "
-                             f"({sizes['test']})")
-        exprs[name] = [e for d in ID_DIFFICULTIES for e in by_d[d][:per_d[d]]]
-    out: dict[str, list[dict]] = {}
-    for name in SPLITS:
-        rng = random.Random(f"{seed}/{name}/render")
-        rows = [make_problem(e, str(SPLITS[name]["form"]), name, rng) for e in exprs[name]]
-        rng.shuffle(rows)
-        out[name] = rows
-    return out
-
-
-def heldout_expressions(splits: dict[str, list[dict]]) -> set[Expression]:
-    """Expressions of every split except `train`: SFT must never see these."""
-    return {expression_of(r) for name, rows in splits.items() if name != "train" for r in rows}
-
-
-# ------------------------------------------------------------------------------------ files
-def write_dataset(out_dir, splits: dict[str, list[dict]], fmt: str = "jsonl", meta: dict | None = None) -> dict:
-    """Write one file per split (`jsonl` or `parquet`) plus manifest.json (rows, sha256, forms).
-
-    Every file is written atomically; the manifest last, so its presence means the set is complete.
-    """
-    from pathlib import Path
-
-    from exgrpo.io import atomic_path, write_json, write_jsonl
-
-    if fmt not in ("jsonl", "parquet"):
-        raise ValueError(f"format must be jsonl or parquet, got {fmt!r}")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    manifest: dict = {"format": fmt, **(meta or {}), "splits": {}}
-    for name, rows in splits.items():
-        path = out_dir / f"{name}.{fmt}"
-        if fmt == "jsonl":
-            write_jsonl(path, rows)
-        else:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            with atomic_path(path) as tmp:
-                pq.write_table(pa.Table.from_pylist(rows), tmp)
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[str(r["difficulty"])] = counts.get(str(r["difficulty"]), 0) + 1
-        manifest["splits"][name] = {"file": path.name, "rows": len(rows), "sha256": _sha256(path),
-                                    "difficulties": dict(sorted(counts.items())), **SPLITS[name]}
-    write_json(out_dir / "manifest.json", manifest)
-    return manifest
-
-
-def load_manifest(data_dir) -> dict:
-    """manifest.json of a `make-data` directory (FileNotFoundError naming it when absent)."""
-    from pathlib import Path
-
-    from exgrpo.io import read_json
-
-    return read_json(Path(data_dir) / "manifest.json")
-
-
-def load_split(data_dir, split: str, verify: bool = True) -> list[dict]:
-    """Rows of one split; with `verify`, the file's sha256 must match the manifest."""
-    from pathlib import Path
-
-    from exgrpo.io import read_jsonl
-
-    manifest = load_manifest(data_dir)
-    if split not in manifest["splits"]:
-        raise KeyError(f"{data_dir}: no split {split!r}; has {', '.join(manifest['splits'])}")
-    info = manifest["splits"][split]
-    path = Path(data_dir) / info["file"]
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: split file listed in manifest.json is missing")
-    if verify and _sha256(path) != info["sha256"]:
-        raise ValueError(f"{path}: sha256 does not match manifest.json (file changed since make-data)")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    return read_jsonl(path)
-
-
-def _sha256(path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return getattr(splits, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
