@@ -34,7 +34,7 @@ def table4(results: Results) -> Table | None:
         frame = results.paper["table4_hparams"]
         rows = pd.DataFrame({"Parameter": frame["parameter"], "Value": frame["value"],
                              "Config field": frame["config_field"].fillna("–")})
-        return Table("table4_hparams", "Table 4", "RLVR hyper-parameters as published (paper.md §3.3).", rows,
+        return Table("table4_hparams", "Table 4", "RLVR hyper-parameters as published (paper Table 4, §5.1, App. E.1).", rows,
                      ["Config field: the ExGRPOConfig field that carries the setting in this project."])
     if results.runs.empty:
         return None

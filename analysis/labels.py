@@ -1,4 +1,4 @@
-"""Display names, orders and colours shared by tables and figures (paper.md §5.4 naming)."""
+"""Display names, orders and colours shared by tables and figures (the paper's naming of tables and figures)."""
 
 from __future__ import annotations
 
