@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis import estimates, extra_tables, labels, ledger
+from analysis import estimates, extra_tables, labels, ledger, regimes
 from analysis import paper as paper_numbers
 from analysis.loader import Results
 from analysis.tables import Table, fmt, fmt_ci, score_table
@@ -230,6 +230,10 @@ def build(results: Results, paper: Results | None, profile: str | None) -> tuple
                               ("reproduced_vs_published", lambda: reproduced_vs_published(results, est, comp, paper))):
             table = builder()
             (tables.append(table) if table else skipped.append(f"{name}: no data in results/{results.source}"))
+    if not published:
+        regime_table = regimes.table(regimes.rows(results.regimes))
+        (tables.append(regime_table) if regime_table
+         else skipped.append(f"regimes: no regime runs in results/{results.source}/regimes"))
     if results.has("bench"):
         tables += ledger.tables(results.bench, results.backbones, results.source)
     else:
@@ -242,5 +246,5 @@ TABLE_ORDER: tuple[str, ...] = (
     "table1_main", "headline_gain", "averages_check", "table2_continuous", "table3_sampler", "table4_hparams",
     "table5_backbones", "table6_ablations", "table7_retired_review", "table8_overhead", "table9_masked",
     "table10_questions", "table11_code_rules", "table12_code", "comparisons", "reproduced_vs_published",
-    "ledger_rules", "ledger_jobs")
+    "regimes", "ledger_rules", "ledger_jobs")
 """Order of tables in index.md: the paper's numbering, checks beside Table 1, comparisons and ledger last."""

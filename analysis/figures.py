@@ -289,4 +289,5 @@ def fig3(results: Results, est: pd.DataFrame, backbones: list[str]) -> Plot | No
 
 FIGURE_ORDER: tuple[str, ...] = ("fig1a_masked_scores", "fig1b_entropy_validity", "fig1c_entropy_density",
                                  "fig3_backbones", "fig4_dynamics", "fig5_buffer", "fig6_buffer_variants",
-                                 "fig7_validation", "fig8_entropy", "fig9_masked_questions", "fig10_ppl_entropy")
+                                 "fig7_validation", "fig8_entropy", "fig9_masked_questions", "fig10_ppl_entropy",
+                                 "regimes_forest")

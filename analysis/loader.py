@@ -50,6 +50,7 @@ class Results:
     samples: pd.DataFrame  # backbone, variant, seed, benchmark, profile, problem_id, sample_index, score
     trajectories: pd.DataFrame  # backbone + schema.TRAJECTORY_COLUMNS
     bench: pd.DataFrame  # rule, job, + schema.BENCHMARK_COLUMNS
+    regimes: list[Any] = field(default_factory=list)  # analysis.regimes.Regime, one per results/<source>/regimes/*
     notes: list[str] = field(default_factory=list)  # non-fatal observations, logged by the caller
 
     def has(self, name: str) -> bool:
@@ -82,14 +83,16 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
         raise ResultsError(root, "source", f"unknown source {source!r}; expected one of {list(schema.SOURCES)}")
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: results source directory not found")
+    from analysis import regimes  # it reads its sub-trees with this module's readers
+
     registry = load_backbones(backbones)
     notes: list[str] = []
     scores, paper = _load_paper_csvs(root)
-    runs, train = _load_train(root, registry)
-    evals, samples = _load_eval(root, registry, notes)
+    runs, train = load_train(root, registry)
+    evals, samples = load_eval(root, registry, notes)
     return Results(source=source, root=root, backbones=registry, scores=scores, paper=paper, runs=runs,
                    train=train, evals=evals, samples=samples, trajectories=_load_trajectories(root, registry),
-                   bench=load_benchmarks(root), notes=notes)
+                   bench=load_benchmarks(root), regimes=regimes.load(root, registry), notes=notes)
 
 
 # ------------------------------------------------------------------------------------------ value checks
@@ -113,7 +116,7 @@ def _kind_ok(value: Any, kind: str) -> bool:
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def _check_keys(path: Path, obj: Any, required: dict[str, str], optional: dict[str, str], prefix: str = "") -> None:
+def check_keys(path: Path, obj: Any, required: dict[str, str], optional: dict[str, str], prefix: str = "") -> None:
     if not isinstance(obj, dict):
         raise ResultsError(path, prefix.rstrip(".") or "<root>", f"expected a JSON object, got {type(obj).__name__}")
     for key, kind in required.items():
@@ -126,19 +129,23 @@ def _check_keys(path: Path, obj: Any, required: dict[str, str], optional: dict[s
             raise ResultsError(path, prefix + key, f"expected {kind}, got {obj[key]!r}")
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ResultsError(path, "<file>", f"corrupt JSON ({err})") from None
 
 
-def _run_dirs(root: Path, kind: str, registry: dict[str, Any]) -> list[tuple[str, str, int, Path]]:
-    """(backbone, variant, seed, dir) for every <kind>/<backbone>/<variant>/s<seed>/ directory."""
+def _run_dirs(root: Path, kind: str, registry: dict[str, Any],
+              variants: set[str] | None = None) -> list[tuple[str, str, int, Path]]:
+    """(backbone, variant, seed, dir) for every <kind>/<backbone>/<variant>/s<seed>/ directory.
+
+    `variants`: the names allowed in the variant position (default: the known method variants).
+    """
     base = root / kind
     if not base.is_dir():
         return []
-    variants = known_variants()
+    variants = known_variants() if variants is None else variants
     found = []
     for seed_dir in sorted(p for p in base.glob("*/*/*") if p.is_dir()):
         backbone, variant, seed_name = seed_dir.relative_to(base).parts
@@ -204,15 +211,17 @@ def _load_paper_csvs(root: Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]
 
 
 # ------------------------------------------------------------------------------------------ training
-def _load_train(root: Path, registry: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_train(root: Path, registry: dict[str, Any],
+               variants: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, per-step training rows) of every train/<backbone>/<variant>/s<seed>/ under `root`."""
     run_rows, frames = [], []
-    for backbone, variant, seed, run_dir in _run_dirs(root, "train", registry):
+    for backbone, variant, seed, run_dir in _run_dirs(root, "train", registry, variants):
         log, meta_path = run_dir / "log.jsonl.gz", run_dir / "run.json"
         for path in (log, meta_path):
             if not path.exists():
                 raise ResultsError(path, "<file>", "file missing (every train run has log.jsonl.gz and run.json)")
-        meta = _read_json(meta_path)
-        _check_keys(meta_path, meta, schema.RUN_REQUIRED, schema.RUN_OPTIONAL)
+        meta = read_json(meta_path)
+        check_keys(meta_path, meta, schema.RUN_REQUIRED, schema.RUN_OPTIONAL)
         for key, expected in (("backbone", backbone), ("variant", variant), ("seed", seed)):
             if meta[key] != expected:
                 raise ResultsError(meta_path, key, f"{meta[key]!r} does not match the directory ({expected!r})")
@@ -245,7 +254,7 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise ResultsError(path, f"line {lineno}", f"corrupt JSON line ({err})") from None
-                _check_keys(path, row, schema.TRAIN_REQUIRED, {}, prefix=f"line {lineno}: ")
+                check_keys(path, row, schema.TRAIN_REQUIRED, {}, prefix=f"line {lineno}: ")
                 for key, value in row.items():
                     if key != "step" and not _kind_ok(value, "number?") and not isinstance(value, bool):
                         raise ResultsError(path, f"line {lineno}: {key}", f"expected a number, got {value!r}")
@@ -260,14 +269,16 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------------------ evaluation
-def _load_eval(root: Path, registry: dict[str, Any], notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
+              variants: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(aggregates, per-sample records) of every eval/<backbone>/<variant>/s<seed>/ under `root`."""
     eval_rows, eval_paths, sample_frames = [], [], []
-    for backbone, variant, seed, run_dir in _run_dirs(root, "eval", registry):
+    for backbone, variant, seed, run_dir in _run_dirs(root, "eval", registry, variants):
         for path in sorted(run_dir.glob("*.json")):
             stem = path.name[: -len(".json")]
-            agg = _read_json(path)
-            _check_keys(path, agg, schema.EVAL_REQUIRED, schema.EVAL_OPTIONAL)
-            _check_keys(path, agg["metrics"], {"avg_at_k": "number"}, schema.EVAL_METRICS, prefix="metrics.")
+            agg = read_json(path)
+            check_keys(path, agg, schema.EVAL_REQUIRED, schema.EVAL_OPTIONAL)
+            check_keys(path, agg["metrics"], {"avg_at_k": "number"}, schema.EVAL_METRICS, prefix="metrics.")
             benchmark, profile = agg["benchmark"], agg["profile"]
             if stem != f"{benchmark}.{profile}":  # names may contain dots: the JSON says which is which
                 raise ResultsError(path, "benchmark", f"file name should be {benchmark}.{profile}.json "

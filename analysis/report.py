@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis import catalog, figures, figures_train, labels, schema
+from analysis import catalog, figures, figures_train, labels, regimes, schema
 from analysis import estimates as repro_estimates
 from analysis import paper as paper_numbers
 from analysis.figures import Plot
@@ -56,6 +56,7 @@ def build_plots(results: Results, profile: str | None) -> tuple[list[Plot], list
         "fig8_entropy": lambda: figures_train.fig8(results),
         "fig9_masked_questions": lambda: figures_train.fig9(results),
         "fig10_ppl_entropy": lambda: figures.fig10(results),
+        "regimes_forest": lambda: regimes.forest(regimes.rows(results.regimes)),
     }
     plots, skipped = [], []
     for name in figures.FIGURE_ORDER:

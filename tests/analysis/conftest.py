@@ -96,6 +96,35 @@ def _write_train(root: Path, backbone: str, variant: str, seed: int, rng: np.ran
     (run / "run.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
+REGIME_STEPS = 10
+
+
+def _write_regime_train(root: Path, backbone: str, arm: str, seed: int, groups: int, replayed: int) -> None:
+    run = root / "train" / backbone / arm / f"s{seed}"
+    run.mkdir(parents=True, exist_ok=True)
+    rows = [{"step": s, "exp/groups": groups, "replay/n_trajectories": replayed,
+             "reward/graded": 8 * groups - replayed, "response_length": 20.0} for s in range(1, REGIME_STEPS + 1)]
+    write_jsonl(run / TRAIN_LOG, rows)
+    meta = {"config": {}, "seed": seed, "git_commit": "0" * 40, "versions": {}, "backbone": backbone,
+            "variant": arm, "steps": REGIME_STEPS, "wall_time_s": 1.0}
+    (run / "run.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def write_regime(source: Path, name: str, arms: dict[str, tuple[float, int, int]],
+                 comparisons: list[tuple[str, str]], seed_base: int) -> None:
+    """results/<source>/regimes/<name>/ on tiny-math, seeds 0-2; arms: name -> (success p, groups, replayed)."""
+    root = source / "regimes" / name
+    root.mkdir(parents=True)
+    for arm, (p, groups, replayed) in arms.items():
+        for seed in (0, 1, 2):
+            # the same generator state per (regime, seed) gives every arm the same per-problem difficulties
+            _write_eval(root, "tiny-math", arm, seed, p, np.random.default_rng([seed_base, seed]))
+            _write_regime_train(root, "tiny-math", arm, seed, groups, replayed)
+    spec = {"name": name, "title": name.replace("_", " "), "backbone": "tiny-math", "tests": "a test regime",
+            "arms": {a: {} for a in arms}, "comparisons": [{"treatment": t, "control": c} for t, c in comparisons]}
+    (root / "regime.json").write_text(json.dumps(spec), encoding="utf-8")
+
+
 def build_tree(results: Path, with_paper: bool = True) -> Path:
     """results/tiny (synthetic) and, optionally, a copy of the committed results/paper CSVs."""
     root = results / "tiny"
@@ -122,6 +151,9 @@ def build_tree(results: Path, with_paper: bool = True) -> Path:
         path.write_text("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
                         f"{seconds}\t0:00:{int(seconds) % 60:02d}\t512.5\t900.1\t500.0\t505.0\t1.0\t2.0\t95.0\t{seconds * 0.9}\n",
                         encoding="utf-8")
+    write_regime(root, "fresh_anchored", {"exgrpo-anchored": (0.80, 16, 8), "on_policy-b24": (0.40, 24, 0),
+                                          "on_policy": (0.80, 16, 0)},
+                 [("exgrpo-anchored", "on_policy-b24"), ("exgrpo-anchored", "on_policy")], 7)
     if with_paper:
         shutil.copytree(REPO / "results" / "paper", results / "paper",
                         ignore=shutil.ignore_patterns("tables", "figures", "index.md", ".render"))

@@ -15,7 +15,7 @@ from analysis.tables import Table, write
 HAVE_CODE_RULES = importlib.util.find_spec("exgrpo.prelim.code_rules") is not None
 EXPECTED_TABLES = {"table1_main", "table4_hparams", "table5_backbones", "table6_ablations", "table8_overhead",
                    "table9_masked", "table10_questions", "table12_code", "comparisons", "reproduced_vs_published",
-                   "ledger_rules", "ledger_jobs"}
+                   "regimes", "ledger_rules", "ledger_jobs"}
 
 
 @pytest.fixture(scope="module")
