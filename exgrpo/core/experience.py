@@ -335,7 +335,10 @@ class ExperienceManager:
             return  # keeps its place in the bucket's arrival order
         if old is not None:
             self._buckets[old].discard(qid)
-        self._buckets.setdefault(k, IndexedOrderedSet()).add(qid)
+        bucket = self._buckets.get(k)
+        if bucket is None:
+            bucket = self._buckets[k] = IndexedOrderedSet()
+        bucket.add(qid)
         self._bucket_key[qid] = k
 
     def _unbucket(self, qid: str) -> None:
