@@ -1,4 +1,4 @@
-"""Experience buffer storage: question id -> its stored correct trajectories (paper §4.1, Alg. 1; paper.md §1.2).
+"""Experience buffer storage: question id -> its stored correct trajectories (paper §4.1, Alg. 1; docs/method.md).
 
 Only storage lives here (dedup, per-question cap, memory layout, save/load). Which trajectories are stored,
 latest success counts, buckets and retirement are `ExperienceManager`'s job (experience.py).

@@ -1,4 +1,4 @@
-"""Step-level experience bookkeeping shared by both trainers (paper §4.1-4.2, Alg. 1; paper.md §1.2-1.5, §1.10, §1.13).
+"""Step-level experience bookkeeping shared by both trainers (paper §4.1-4.2, Alg. 1, §5.3; docs/method.md).
 
 One training step, as a trainer drives it::
 
@@ -294,7 +294,7 @@ class ExperienceManager:
         return metrics
 
     def prune_training_data(self, qids: list[str], batch_size: int) -> list[str]:
-        """Epoch-boundary filtering (paper.md §1.5): the current training question list `qids` without retired
+        """Epoch-boundary filtering (released: once per epoch, docs/method.md): the current training question list `qids` without retired
         questions, plus the questions Retired Review un-retired since the last call that `qids` lacks (appended
         in review order).
 

@@ -1,4 +1,4 @@
-"""Question sampling for replay: difficulty buckets and Algorithm 2 (paper §4.1, App. C; paper.md §1.4, §1.13).
+"""Question sampling for replay: difficulty buckets and Algorithm 2 (paper §4.1, App. C, §5.3; docs/method.md).
 
 Pure functions over plain Python/numpy values; `ExperienceManager` (experience.py) calls them. Every draw
 uses a caller-supplied `numpy.random.Generator`, so a seeded run is reproducible and resumable.
