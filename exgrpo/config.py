@@ -44,6 +44,8 @@ class ExGRPOConfig:
     """K: rollouts per question (paper §3.3). Experiential groups have 1 replayed + K-1 fresh."""
     rho: float = 0.5
     """ρ: share of the batch's questions drawn from the buffer, in [0, 1) (paper Eq. 4). n_exp = min(#eligible, ⌊ρB⌋)."""
+    n_exp_rounding: str = "floor"
+    """How ⌊ρB⌋ is computed: `floor` (the exact floor, the paper's ⌊ρB⌋; a 1e-9 guard absorbs float error) or `int` (released `int(B·ρ)` on the float product: 41 of the 512,000 points B = 1..512, ρ = 0.000..0.999 in steps of 0.001 differ, e.g. B=50, ρ=0.58 gives 28, not 29)."""
 
     # ---------------------------------------------------------------- reward (paper §3.5)
     reward_region: str = "after_think"
@@ -76,7 +78,11 @@ class ExGRPOConfig:
     retire_from_data: str = "epoch"
     """When retired questions leave the training data: `epoch` (at epoch boundaries, as released) or `never`."""
     retire_data_margin: int = 20
-    """Released: pruning the data only happens if more than batch + margin questions remain."""
+    """Released: pruning the data only happens if more than batch + margin questions remain. Which count is compared (after or before pruning) is `retire_data_guard`."""
+    retire_data_guard: str = "after"
+    """When the margin is checked at an epoch boundary: `after` (prune only if more than batch + margin questions remain afterwards; the project's reading, the paper is silent) or `before` (released: prune whenever the data held more than batch + margin before pruning, however few remain; 200 questions, 190 retired, B=16 keeps 10)."""
+    keep_stale_bucket: bool = False
+    """Released: a buffered question whose new k falls outside (lbound, rbound] (e.g. 0/8) keeps its old bucket, so it stays replayable and counts towards n_exp. False (paper: buckets by the latest correctness) drops it from the buckets until k is eligible again; its trajectories stay stored either way."""
     retired_review_fraction: float = 0.0
     """"Retired Review" (paper Table 7): fraction of retired questions un-retired (removed from the retired set and returned to the training data) every `retired_review_every` steps; 0 = off."""
     retired_review_every: int = 25
@@ -133,6 +139,8 @@ class ExGRPOConfig:
     """KL coefficient to a reference policy; 0 = no KL (paper)."""
     grad_clip: float = 1.0
     """Gradient-norm clip."""
+    log_ratio_clamp: float = 20.0
+    """|log π_θ − log π_old| (and the KL's log-ratio) is clamped to this before exp, as verl 0.9 does, so an extreme ratio cannot overflow; 0 = no clamp, as released (ExGRPO's loss has none: at log-ratio 25 it gives −A·e^25 and a gradient, the clamp −A·e^20 and none). The paper states no clamp."""
     skip_grad_bound: float = 500.0
     """Released: skip the optimizer step when the grad norm is non-finite or above this; 0 disables."""
 
@@ -180,7 +188,7 @@ class ExGRPOConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)!r}")
         for name in ("max_traj_per_question", "loss_norm_const", "retire_data_margin", "entropy_coef",
-                     "kl_coef", "grad_clip", "skip_grad_bound", "buffer_lbound"):
+                     "kl_coef", "grad_clip", "skip_grad_bound", "buffer_lbound", "log_ratio_clamp"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)!r}")
         if self.n_rollouts < 2:
@@ -216,6 +224,8 @@ CHOICES: dict[str, frozenset[str]] = {
     "method": frozenset({"on_policy", "exgrpo"}),
     "reward_region": frozenset({"after_think", "full"}),
     "retire_from_data": frozenset({"epoch", "never"}),
+    "retire_data_guard": frozenset({"after", "before"}),
+    "n_exp_rounding": frozenset({"floor", "int"}),
     "sampler": frozenset({"gaussian", "uniform", "linear", "sqrt", "linear_clip"}),
     "sigma_units": frozenset({"count", "accuracy"}),
     "sample_range": frozenset({"all", "first_half", "last_half"}),
@@ -270,6 +280,11 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("reward_region", "after_think", "after_think (reward_impl_version=3)", "grader study"),
     Switch("drop_fresh_overflow", "False (B_on = B − B_exp)", "True (fresh rows dropped)", "data consumption"),
     Switch("skip_grad_bound", "not stated", 500.0, "optimizer robustness"),
+    Switch("keep_stale_bucket", "False (buckets by the latest correctness)",
+           "True (a stored question scoring 0/K keeps its old bucket, replayable, counted in n_exp)", "bookkeeping"),
+    Switch("retire_data_guard", "not stated", "before (dataset size checked before pruning)", "retirement"),
+    Switch("n_exp_rounding", "floor (⌊ρB⌋)", "int (int(B·ρ) in floats)", "bookkeeping"),
+    Switch("log_ratio_clamp", "not stated (no clamp in Eq. 4)", "0 (no clamp)", "numerical safeguard"),
 )
 """Paper-vs-release switches, rendered into the README table."""
 

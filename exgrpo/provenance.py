@@ -1,12 +1,21 @@
-"""Provenance recorded in every results file: resolved config, seed, git commit, library versions."""
+"""Provenance recorded in every results file: resolved config, seed, git commit, library versions, machine.
+
+The machine block says what bitwise reproducibility depends on: the CPU model, and torch's thread counts,
+BLAS/LAPACK back-end and the CPU instruction set its kernels dispatch to (the same seed and versions give
+bit-identical results on the same machine type; float results move on another CPU type, where MKL and
+oneDNN take other code paths), plus the environment variables that change those choices.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
 import functools
 import importlib.metadata
+import os
 import platform
+import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +49,78 @@ def git_commit(repo: str | None = None) -> str | None:
     return f"{sha}-dirty" if dirty else sha
 
 
+NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_CBWR", "ATEN_CPU_CAPABILITY",
+                "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "CUBLAS_WORKSPACE_CONFIG")
+"""Environment variables that change thread counts or which kernels run (recorded when set, else None)."""
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> dict[str, str | None]:
+    """The CPU's model name and vendor/family/model/stepping (from /proc/cpuinfo on Linux; a virtual
+    machine may report only a short name, e.g. "AMD EPYC"), else platform.processor()."""
+    fields = {"model name": "name", "vendor_id": "vendor", "cpu family": "family", "model": "model",
+              "stepping": "stepping"}
+    found: dict[str, str | None] = dict.fromkeys(fields.values())
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                if key.strip() in fields:
+                    found[fields[key.strip()]] = value.strip()
+    except OSError:
+        pass
+    found["name"] = found["name"] or platform.processor() or None
+    return found
+
+
+def machine() -> dict[str, Any]:
+    """CPU model and counts, plus torch's numerics settings when this process imported torch."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    return {"cpu_model": cpu_model(), "arch": platform.machine(), "logical_cpus": os.cpu_count(),
+            "usable_cpus": usable, "env": {name: os.environ.get(name) for name in NUMERICS_ENV},
+            "torch": torch_numerics()}
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_build() -> dict[str, Any]:
+    import torch
+
+    config = torch.__config__.show()
+    parallel = torch.__config__.parallel_info()
+
+    def grab(pattern: str, text: str) -> str | None:
+        found = re.search(pattern, text)
+        return found.group(1).strip() if found else None
+
+    return {"blas": grab(r"BLAS_INFO=([^,\n]+)", config), "lapack": grab(r"LAPACK_INFO=([^,\n]+)", config),
+            "mkl": grab(r"(Intel\(R\) (?:oneAPI )?Math Kernel Library[^\n]*)", parallel),
+            "onednn": grab(r"(Intel\(R\) (?:MKL-DNN|oneDNN)[^\n]*)", parallel),
+            "parallel_backend": grab(r"ATen parallel backend: ([^\n]+)", parallel)}
+
+
+def torch_numerics() -> dict[str, Any] | None:
+    """torch's threads, BLAS/LAPACK back-end and dispatched CPU capability; None if torch is not imported.
+
+    Read only from a process that already imported torch (its settings are the ones that produced the
+    results; importing it here would cost seconds in processes that never use it).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
+    return {"num_threads": torch.get_num_threads(), "num_interop_threads": torch.get_num_interop_threads(),
+            "cpu_capability": capability, "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            **_torch_build()}
+
+
 def provenance(config: dict[str, Any] | None = None, seed: int | None = None, **extra: Any) -> dict[str, Any]:
-    """A provenance block: resolved `config`, `seed`, git commit, versions, host and UTC time, plus `extra`."""
+    """A provenance block: resolved `config`, `seed`, git commit, versions, host, machine (CPU model, torch
+    threads and BLAS) and UTC time, plus `extra`."""
     return {
         "config": config,
         "seed": seed,
@@ -49,6 +128,7 @@ def provenance(config: dict[str, Any] | None = None, seed: int | None = None, **
         "versions": library_versions(),
         "python": platform.python_version(),
         "host": platform.node(),
+        "machine": machine(),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }

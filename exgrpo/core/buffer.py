@@ -1,4 +1,4 @@
-"""Experience buffer storage: question id -> its stored correct trajectories (paper §4.1, Alg. 1; paper.md §1.2).
+"""Experience buffer storage: question id -> its stored correct trajectories (paper §4.1, Alg. 1; docs/method.md).
 
 Only storage lives here (dedup, per-question cap, memory layout, save/load). Which trajectories are stored,
 latest success counts, buckets and retirement are `ExperienceManager`'s job (experience.py).
@@ -60,21 +60,30 @@ def _digest(token_ids: np.ndarray) -> int:
 
 
 def _validated(qid: str, traj: Trajectory) -> tuple[np.ndarray, np.ndarray]:
+    """int32 token ids and float32 log-probs of `traj`, or a ValueError naming the question.
+
+    Runs once per stored trajectory (hundreds a step), hence dtype kinds instead of np.issubdtype. Log-probs
+    are checked after the cast to float32, so a float64 value beyond float32's range is refused, not stored
+    as inf.
+    """
     if not isinstance(qid, str) or not qid:
         raise ValueError(f"question id must be a non-empty str, got {qid!r}")
     ids = np.asarray(traj.token_ids)
     lps = np.asarray(traj.logprobs)
     if ids.ndim != 1 or ids.size == 0:
         raise ValueError(f"question {qid!r}: token_ids must be a non-empty 1-D array, got shape {ids.shape}")
-    if not np.issubdtype(ids.dtype, np.integer):
+    if ids.dtype.kind not in "iu":
         raise ValueError(f"question {qid!r}: token_ids must be integers, got {ids.dtype}")
-    if int(ids.min()) < 0 or int(ids.max()) > _INT32_MAX:
+    if ids.min() < 0 or (ids.dtype != np.int32 and ids.max() > _INT32_MAX):
         raise ValueError(f"question {qid!r}: token ids must lie in [0, 2^31)")
     if lps.shape != ids.shape:
         raise ValueError(f"question {qid!r}: logprobs shape {lps.shape} != token_ids shape {ids.shape}")
-    if not np.issubdtype(lps.dtype, np.floating) or not np.all(np.isfinite(lps)):
+    if lps.dtype.kind != "f":
         raise ValueError(f"question {qid!r}: logprobs must be finite floats")
-    return ids.astype(np.int32, copy=False), lps.astype(np.float32, copy=False)
+    lps = lps.astype(np.float32, copy=False)
+    if not np.isfinite(lps).all():
+        raise ValueError(f"question {qid!r}: logprobs must be finite floats")
+    return ids.astype(np.int32, copy=False), lps
 
 
 class ExperienceBuffer:

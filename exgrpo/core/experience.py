@@ -1,4 +1,4 @@
-"""Step-level experience bookkeeping shared by both trainers (paper §4.1-4.2, Alg. 1; paper.md §1.2-1.5, §1.10, §1.13).
+"""Step-level experience bookkeeping shared by both trainers (paper §4.1-4.2, Alg. 1, §5.3; docs/method.md).
 
 One training step, as a trainer drives it::
 
@@ -40,7 +40,11 @@ stored, then deleted the same step).
 Departures from the paper / released code, stated up front:
 - A question whose latest k falls out of the eligible range (e.g. 0/8) keeps its trajectories but is not
   replayed until k is eligible again (paper: buckets by the LATEST correctness). The released code skips the
-  bucket update for such groups, leaving the question replayable under its stale bucket.
+  bucket update for such groups, leaving the question replayable under its stale bucket and counted in
+  n_exp: `keep_stale_bucket=True`.
+- Epoch pruning guard: by default retired questions leave the data only if more than B + margin questions
+  remain afterwards; the release checks the size before pruning (`retire_data_guard="before"`).
+- n_exp = ⌊ρB⌋ is the exact floor; the release's `int(B·ρ)` is `n_exp_rounding="int"` (sampler.py).
 - `reward_std` (§5.3, no released code): "correct" means reward above the mean of the counted group
   (positive advantage), and there is no retirement (no solved end of the scale).
 - `method == "on_policy"` keeps the bookkeeping (keys, retired set, metrics) but never replays, and
@@ -53,6 +57,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,13 +65,15 @@ import numpy as np
 
 from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core.buffer import DEFAULT_CHUNK_TOKENS, ExperienceBuffer, Trajectory, load_arrays, save_arrays
+from exgrpo.core.ordered_set import IndexedOrderedSet
 from exgrpo.core.sampler import n_replay, restrict_range, sample_questions, std_bucket_keys
 from exgrpo.io import read_json, write_json
 
 ARRAYS_FILE = "experience_arrays.safetensors"
 STATE_FILE = "experience_state.json"
 FORMAT = "exgrpo-experience-v1"
-_MUST_MATCH_ON_LOAD = ("n_rollouts", "difficulty_signal", "buffer_lbound", "buffer_rbound")
+_MUST_MATCH_ON_LOAD = ("n_rollouts", "difficulty_signal", "buffer_lbound", "buffer_rbound", "keep_stale_bucket")
+_LOAD_DEFAULTS = {"keep_stale_bucket": False}  # states saved before the switch existed
 
 
 def _round_half_up(x: float) -> int:
@@ -93,7 +100,8 @@ class ExperienceManager:
         self.buffer = ExperienceBuffer(cfg.max_traj_per_question, chunk_tokens)
         self._k: dict[str, int] = {}  # latest difficulty key of every question seen
         self._retired: dict[str, None] = {}  # ordered set, in order of retirement
-        self._buckets: dict[int, dict[str, None]] = {}  # key -> eligible buffered questions, in arrival order
+        self._buckets: dict[int, IndexedOrderedSet] = {}  # key -> bucketed buffered questions, arrival order
+        self._bucket_key: dict[str, int] = {}  # bucketed question -> its bucket
         self._active = cfg.method == "exgrpo" and not cfg.delayed_start
         self._activation_step: int | None = 0 if self._active else None
         self._last_step: int | None = None
@@ -138,7 +146,10 @@ class ExperienceManager:
     # ------------------------------------------------------------------ step API
     def plan_replay(self, batch_size: int) -> list[str]:
         """Question ids to replay this step: min(#eligible, ⌊ρB⌋) distinct ones drawn with `cfg.sampler` over
-        the eligible buckets (after `cfg.sample_range`). [] if `method != "exgrpo"` or replay is not active."""
+        the eligible buckets (after `cfg.sample_range`). [] if `method != "exgrpo"` or replay is not active.
+
+        O(n_exp · log |E|) with `sample_range="all"` (the buckets are indexed, nothing is copied); the halves
+        need the buffer's insertion order and cost O(|E|), as released."""
         if self._pending:
             raise RuntimeError("plan_replay called after record_group and before end_step")
         if batch_size < 1:
@@ -146,15 +157,16 @@ class ExperienceManager:
         if self.cfg.method != "exgrpo" or not self._active:
             return []
         cfg = self.cfg
+        buckets: dict[int, Sequence[str]]
         if cfg.sample_range == "all":
-            buckets = self.buckets()
+            buckets = {k: v for k, v in sorted(self._buckets.items()) if len(v)}
         else:
-            in_order = [q for q in self.buffer.qids() if self.is_eligible_key(self._k[q])]
-            buckets = {}
+            in_order = [q for q in self.buffer.qids() if q in self._bucket_key]
+            halves: dict[int, list[str]] = {}
             for q in restrict_range(in_order, cfg.sample_range):
-                buckets.setdefault(self._k[q], []).append(q)
-            buckets = dict(sorted(buckets.items()))
-        n = n_replay(cfg.rho, batch_size, sum(len(v) for v in buckets.values()))
+                halves.setdefault(self._bucket_key[q], []).append(q)
+            buckets = dict(sorted(halves.items()))
+        n = n_replay(cfg.rho, batch_size, sum(len(v) for v in buckets.values()), rounding=cfg.n_exp_rounding)
         return sample_questions(buckets, n, kind=cfg.sampler, n_rollouts=cfg.n_rollouts, mu=cfg.sampler_mu,
                                 sigma_count=cfg.sigma_count, rng=self.rng)
 
@@ -245,10 +257,10 @@ class ExperienceManager:
                     stored += added
                     duplicates += not added
             if not was_buffered and g.qid in self.buffer:
-                self._buckets.setdefault(k, {})[g.qid] = None
+                self._bucket(g.qid, k)
         if cfg.retire_from_buffer:
             for qid in newly_retired:
-                self._drop_from_buckets(qid)
+                self._unbucket(qid)
                 self.buffer.remove(qid)
         reviewed = self._review(step)
         if not self._active and cfg.method == "exgrpo" and batch_pass1 > cfg.start_threshold:
@@ -271,7 +283,7 @@ class ExperienceManager:
             "exp/reviewed": float(len(reviewed)),
             # stored token ids + log-probs (8 B/token); the arena's reserved size depends on history, so
             # it is left out of the per-step log to keep resumed logs bit-identical
-            "exp/buffer_payload_bytes": float(self.buffer.memory()["payload"]),
+            "exp/buffer_payload_bytes": float(8 * self.buffer.num_tokens),
         }
         if keys:
             metrics["exp/mean_key"] = float(np.mean(keys))
@@ -282,12 +294,14 @@ class ExperienceManager:
         return metrics
 
     def prune_training_data(self, qids: list[str], batch_size: int) -> list[str]:
-        """Epoch-boundary filtering (paper.md §1.5): the current training question list `qids` without retired
+        """Epoch-boundary filtering (released: once per epoch, docs/method.md): the current training question list `qids` without retired
         questions, plus the questions Retired Review un-retired since the last call that `qids` lacks (appended
         in review order).
 
-        Nothing is removed when `method != "exgrpo"`, when `retire_from_data == "never"`, or when
-        batch_size + `retire_data_margin` or fewer questions would remain (released guard).
+        Nothing is removed when `method != "exgrpo"`, when `retire_from_data == "never"`, or when the guard
+        fails: with `retire_data_guard="after"` batch_size + `retire_data_margin` or fewer questions would
+        remain; with `"before"` (released) `qids` itself holds that few, so the pruned list may be shorter than
+        one batch (the release's DataLoader then yields no full batch).
         """
         present = set(qids)
         returning = [q for q in self._returning if q not in present and q not in self._retired]
@@ -295,7 +309,8 @@ class ExperienceManager:
         if self.cfg.method != "exgrpo" or self.cfg.retire_from_data == "never":
             return list(qids) + returning
         kept = [q for q in qids if q not in self._retired]
-        return (kept if len(kept) > batch_size + self.cfg.retire_data_margin else list(qids)) + returning
+        checked = len(qids) if self.cfg.retire_data_guard == "before" else len(kept)
+        return (kept if checked > batch_size + self.cfg.retire_data_margin else list(qids)) + returning
 
     def drain_reviewed(self) -> list[str]:
         """Questions un-retired by Retired Review since the last call (for immediate re-injection)."""
@@ -304,19 +319,32 @@ class ExperienceManager:
 
     # ------------------------------------------------------------------ internals
     def _set_key(self, qid: str, k: int) -> None:
-        old = self._k.get(qid)
+        """Record the latest key; a buffered question follows it into bucket k, or leaves the buckets when k
+        is not eligible (with `keep_stale_bucket`, as released, it stays in its old bucket)."""
         self._k[qid] = k
-        if old == k or qid not in self.buffer:
+        if qid not in self.buffer:
             return
-        if old is not None:
-            self._buckets.get(old, {}).pop(qid, None)
         if self.is_eligible_key(k):
-            self._buckets.setdefault(k, {})[qid] = None
+            self._bucket(qid, k)
+        elif not self.cfg.keep_stale_bucket:
+            self._unbucket(qid)
 
-    def _drop_from_buckets(self, qid: str) -> None:
-        k = self._k.get(qid)
-        if k is not None:
-            self._buckets.get(k, {}).pop(qid, None)
+    def _bucket(self, qid: str, k: int) -> None:
+        old = self._bucket_key.get(qid)
+        if old == k:
+            return  # keeps its place in the bucket's arrival order
+        if old is not None:
+            self._buckets[old].discard(qid)
+        bucket = self._buckets.get(k)
+        if bucket is None:
+            bucket = self._buckets[k] = IndexedOrderedSet()
+        bucket.add(qid)
+        self._bucket_key[qid] = k
+
+    def _unbucket(self, qid: str) -> None:
+        old = self._bucket_key.pop(qid, None)
+        if old is not None:
+            self._buckets[old].discard(qid)
 
     def _review(self, step: int) -> list[str]:
         cfg = self.cfg
@@ -360,7 +388,8 @@ class ExperienceManager:
 
     @classmethod
     def load(cls, directory: str | Path, cfg: ExGRPOConfig) -> ExperienceManager:
-        """Restore a manager saved by `save`; `cfg` must agree on n_rollouts, difficulty_signal and bounds."""
+        """Restore a manager saved by `save`; `cfg` must agree on n_rollouts, difficulty_signal, bounds and
+        `keep_stale_bucket`."""
         directory = Path(directory)
         state = read_json(directory / STATE_FILE)
         arrays, meta = load_arrays(directory / ARRAYS_FILE)
@@ -369,9 +398,10 @@ class ExperienceManager:
         if meta.get("save_id") != state.get("save_id"):
             raise ValueError(f"{directory}: {ARRAYS_FILE} and {STATE_FILE} come from different saves")
         for name in _MUST_MATCH_ON_LOAD:
-            if getattr(cfg, name) != state["config"][name]:
+            saved = state["config"].get(name, _LOAD_DEFAULTS.get(name))
+            if getattr(cfg, name) != saved:
                 raise ConfigError(name, f"{getattr(cfg, name)!r} differs from the saved experience state "
-                                        f"({state['config'][name]!r}) in {directory}")
+                                        f"({saved!r}) in {directory}")
         mgr = cls(cfg, state["seed"], chunk_tokens=state["chunk_tokens"])
         mgr.buffer = ExperienceBuffer.from_arrays(arrays, state["buffer_qids"], max_per_question=cfg.max_traj_per_question,
                                                   chunk_tokens=state["chunk_tokens"], source=str(directory / ARRAYS_FILE))
@@ -379,13 +409,20 @@ class ExperienceManager:
         mgr._active, mgr._activation_step, mgr._last_step = state["active"], state["activation_step"], state["last_step"]
         mgr._k = {q: int(k) for q, k in state["latest_key"]}
         mgr._retired = dict.fromkeys(state["retired"])
-        mgr._buckets = {int(k): dict.fromkeys(v) for k, v in state["buckets"]}
+        mgr._buckets = {int(k): IndexedOrderedSet(v) for k, v in state["buckets"]}
+        mgr._bucket_key = {q: int(k) for k, v in state["buckets"] for q in v}
         mgr._reviewed = list(state["reviewed"])
         mgr._returning = list(state["returning"])
-        expected = {q for q in mgr.buffer.qids() if mgr.is_eligible_key(mgr._k.get(q, -1))}
-        members = [(k, q) for k, v in mgr._buckets.items() for q in v]
-        if {q for _, q in members} != expected or len(members) != len(expected) or any(
-                mgr._k[q] != k for k, q in members):
+        # default: bucketed = buffered with an eligible latest key, in that key's bucket; keep_stale_bucket:
+        # every buffered question, in the bucket of an eligible key (its latest or an earlier one)
+        if cfg.keep_stale_bucket:
+            expected = set(mgr.buffer.qids())
+            wrong_key = any(not mgr.is_eligible_key(k) for k in mgr._bucket_key.values())
+        else:
+            expected = {q for q in mgr.buffer.qids() if mgr.is_eligible_key(mgr._k.get(q, -1))}
+            wrong_key = any(mgr._k[q] != k for q, k in mgr._bucket_key.items())
+        n_members = sum(len(v) for v in mgr._buckets.values())
+        if set(mgr._bucket_key) != expected or n_members != len(expected) or wrong_key:
             raise ValueError(f"{directory / STATE_FILE}: buckets disagree with the buffer (corrupt state)")
         return mgr
 

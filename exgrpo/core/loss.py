@@ -15,7 +15,10 @@ same number. Per token (A = the row's group advantage, w = a per-token probabili
 - total = pg − cfg.entropy_coef · H̄ + cfg.kl_coef · KL̄, with H̄ and KL̄ token means (released verl-0.1 actor).
 
 Departures / decisions, stated up front:
-- Log-ratios are clamped to ±20 before exp (as verl and the released loss do) so a padding slot cannot make inf.
+- Log-ratios are clamped to ±`cfg.log_ratio_clamp` (20) before exp, as verl 0.9 does, so an extreme ratio
+  cannot overflow. The released ExGRPO loss has no clamp (`log_ratio_clamp=0`): at log-ratio 25 it gives
+  −A·e^25 and a gradient where the clamp gives −A·e^20 and none. Without the clamp, log-ratios outside the
+  response mask are zeroed before exp, so a padding slot cannot turn the masked gradient into NaN.
 - The released "w/o Shaping" (`off_policy_reshape=no_reshape` with off-policy clips off) is the *unclipped*
   −w*·A; `replay_shaping="clipped"` follows the paper (Eq. 4's CLIP) and the config's docstring instead. The
   released form is registered as `REPLAY_TOKEN_LOSSES["unclipped"]` for when the config admits it.
@@ -35,7 +38,14 @@ import torch
 from exgrpo.config import ConfigError, ExGRPOConfig
 
 LOG_RATIO_CLAMP = 20.0
-"""|log π_θ − log π_old| is clamped to this before exp (verl, released mix_core_alg)."""
+"""Default |log π_θ − log π_old| bound before exp (`ExGRPOConfig.log_ratio_clamp`; verl 0.9; the release has none)."""
+
+
+def _bounded(log_ratio: torch.Tensor, bound: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Clamp to ±bound; bound 0 = unclamped (released), with positions outside `mask` set to 0."""
+    if bound > 0:
+        return torch.clamp(log_ratio, -bound, bound)
+    return log_ratio if mask is None else torch.where(mask, log_ratio, 0.0)
 
 
 # --------------------------------------------------------------------------- per-token building blocks
@@ -139,12 +149,14 @@ def resolve_norm_const(cfg: ExGRPOConfig, max_response_length: int) -> int:
     return value
 
 
-def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor, log_ratio_clamp: float = LOG_RATIO_CLAMP,
+               mask: torch.Tensor | None = None) -> torch.Tensor:
     """k3 estimator of KL(π_θ‖π_ref) per token, as verl's `low_var_kl`: e^{r} − r − 1, r = ref − logp, clamped.
 
-    Args: logp, ref_logp: [B, T]. Returns: [B, T] in [−10, 10].
+    Args: logp, ref_logp: [B, T]; log_ratio_clamp: bound on |r| (0 = none, as released); mask: [B, T] bool,
+    where r is kept when unclamped. Returns: [B, T] in [−10, 10].
     """
-    r = torch.clamp(ref_logp - logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    r = _bounded(ref_logp - logp, log_ratio_clamp, mask)
     return torch.clamp(torch.exp(r) - r - 1.0, -10.0, 10.0)
 
 
@@ -231,7 +243,7 @@ def exgrpo_policy_loss(
     on_tok = ~replay[:, None] & mask
 
     # fresh tokens: π_θ / π_θold, PPO clip until the switch (or always with keep_clip_after_activation)
-    on_log_ratio = torch.clamp(logp - old_logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    on_log_ratio = _bounded(logp - old_logp, cfg.log_ratio_clamp, mask)
     on_ratio = torch.exp(on_log_ratio)
     if not replay_active or cfg.keep_clip_after_activation:
         on_loss, on_clipped = ppo_clip_token_loss(on_ratio, adv, cfg.clip_eps)
@@ -241,7 +253,7 @@ def exgrpo_policy_loss(
     # replayed tokens: π_θ / π_past (IS correction) or π_θ / π_θold, shaped or clipped
     if any_replay:
         denom = torch.where(replay[:, None], behaviour_logp, old_logp) if cfg.is_correction else old_logp
-        rep_ratio = torch.exp(torch.clamp(logp - denom, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        rep_ratio = torch.exp(_bounded(logp - denom, cfg.log_ratio_clamp, mask))
         rep_loss, rep_clipped = REPLAY_TOKEN_LOSSES[cfg.replay_shaping](rep_ratio, adv, cfg)
         token_loss = torch.where(replay[:, None], rep_loss, on_loss)
     else:
@@ -260,7 +272,7 @@ def exgrpo_policy_loss(
             total = total - cfg.entropy_coef * entropy_term
     kl_term = None
     if ref_logp is not None:
-        kl_term = torch.where(keep, low_var_kl(logp, ref_logp), 0.0).sum() / n_tok
+        kl_term = torch.where(keep, low_var_kl(logp, ref_logp, cfg.log_ratio_clamp, mask), 0.0).sum() / n_tok
         if cfg.kl_coef > 0:
             total = total + cfg.kl_coef * kl_term
 

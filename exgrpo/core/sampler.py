@@ -1,4 +1,4 @@
-"""Question sampling for replay: difficulty buckets and Algorithm 2 (paper §4.1, App. C; paper.md §1.4, §1.13).
+"""Question sampling for replay: difficulty buckets and Algorithm 2 (paper §4.1, App. C, §5.3; docs/method.md).
 
 Pure functions over plain Python/numpy values; `ExperienceManager` (experience.py) calls them. Every draw
 uses a caller-supplied `numpy.random.Generator`, so a seeded run is reproducible and resumable.
@@ -13,7 +13,10 @@ Departures from the paper / released code, stated up front:
 - `uniform` (the released `exp_bucket_manager=null`, "w/o Q. Selection") is uniform over eligible
   QUESTIONS, not over buckets, so it is a question-level draw and not a bucket weighting.
 - n_exp = ⌊ρB⌋ is computed as the mathematical floor (a 1e-9 guard against float error, e.g.
-  0.29·100 = 28.999…); the released `int(B·ρ)` would give 28 there. Identical for the paper's ρ·B.
+  0.58·50 = 28.999…); the released `int(B·ρ)` gives 28 there (`rounding="int"`, `ExGRPOConfig.n_exp_rounding`).
+  Identical for the paper's ρ·B.
+- Buckets may be any sized, indexable sequences (`IndexedOrderedSet` in the manager): a draw touches only
+  the n items it returns, so sampling costs O(n log |bucket|), not O(|E|).
 - Continuous rewards (§5.3, no released code): σ̃ rounds half up (floor(x + 0.5)), not numpy's
   round-half-to-even, so a key never depends on the parity of its neighbour.
 """
@@ -158,11 +161,21 @@ def restrict_range(items: Sequence[str], sample_range: str) -> list[str]:
     raise ValueError(f"unknown sample_range {sample_range!r}; expected all, first_half or last_half")
 
 
-def n_replay(rho: float, batch_size: int, n_eligible: int) -> int:
-    """n_exp = min(#eligible, ⌊ρB⌋) (paper §4.2; 64 for B=128, ρ=0.5)."""
+N_EXP_ROUNDINGS = ("floor", "int")
+"""`floor`: the exact ⌊ρB⌋ (paper); `int`: the released `int(B·ρ)` on the float product."""
+
+
+def n_replay(rho: float, batch_size: int, n_eligible: int, rounding: str = "floor") -> int:
+    """n_exp = min(#eligible, ⌊ρB⌋) (paper §4.2; 64 for B=128, ρ=0.5); `rounding` as `N_EXP_ROUNDINGS`."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return max(0, min(n_eligible, math.floor(rho * batch_size + 1e-9)))
+    if rounding == "floor":
+        target = math.floor(rho * batch_size + 1e-9)
+    elif rounding == "int":
+        target = int(batch_size * rho)
+    else:
+        raise ValueError(f"unknown n_exp rounding {rounding!r}; expected one of {N_EXP_ROUNDINGS}")
+    return max(0, min(n_eligible, target))
 
 
 def sample_questions(buckets: Mapping[int, Sequence[str]], n: int, *, kind: str, n_rollouts: int, mu: float,
@@ -173,10 +186,17 @@ def sample_questions(buckets: Mapping[int, Sequence[str]], n: int, *, kind: str,
     iteration order); the other kinds weight buckets with `bucket_weights` and run `bucket_sample`.
     """
     if kind in QUESTION_LEVEL_SAMPLERS:
-        pool = [q for key in buckets for q in buckets[key]]
-        if n < 0 or n > len(pool):
-            raise ValueError(f"cannot draw n={n} distinct items from {len(pool)}")
-        return [pool[i] for i in rng.choice(len(pool), size=n, replace=False)] if n else []
+        parts = [buckets[key] for key in buckets]
+        ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
+        total = int(ends[-1]) if len(parts) else 0
+        if n < 0 or n > total:
+            raise ValueError(f"cannot draw n={n} distinct items from {total}")
+        if not n:
+            return []
+        drawn = rng.choice(total, size=n, replace=False)  # indices into the concatenation, never built
+        where = np.searchsorted(ends, drawn, side="right")
+        starts = ends - [len(part) for part in parts]
+        return [parts[b][int(i - starts[b])] for i, b in zip(drawn, where)]
     nonempty = {k: v for k, v in buckets.items() if len(v) > 0}
     if not nonempty:
         if n:
@@ -206,5 +226,5 @@ def std_bucket_keys(reward_stds: np.ndarray | Sequence[float], n_rollouts: int, 
     return np.floor(normalised * n_rollouts + 0.5).astype(np.int64)
 
 
-__all__ = ["QUESTION_LEVEL_SAMPLERS", "WEIGHT_FNS", "bucket_sample", "bucket_weights", "n_replay",
+__all__ = ["N_EXP_ROUNDINGS", "QUESTION_LEVEL_SAMPLERS", "WEIGHT_FNS", "bucket_sample", "bucket_weights", "n_replay",
            "restrict_range", "sample_questions", "std_bucket_keys"]

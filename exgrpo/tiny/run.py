@@ -28,6 +28,7 @@ from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
+from exgrpo.tiny.best import clear_best, maybe_save_best
 from exgrpo.tiny.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
 from exgrpo.tiny.trainer import CPUTrainer, Question, TrainArgs, weights_digest
 
@@ -57,8 +58,9 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
         order = DataOrder.from_state(state["data_order"])
         start = int(state["step"]) + 1
         _truncate_log(log_path, int(state["step"]))
-    elif log_path.exists():
-        log_path.unlink()
+    else:
+        log_path.unlink(missing_ok=True)
+        clear_best(ckpt_dir)
 
     t_run = time.perf_counter()
     with open(log_path, "a", encoding="utf-8") as log, \
@@ -74,7 +76,10 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
             metrics["data/epoch"] = float(order.epoch)
             _write_row(log, metrics)
             if args.val_every and (step % args.val_every == 0 or step == args.steps):
-                _write_row(log, trainer.validate(step))
+                val = trainer.validate(step)
+                _write_row(log, val)
+                if "val/acc" in val:  # the release's best-validation checkpoint (tiny/best.py)
+                    maybe_save_best(ckpt_dir, step, val["val/acc"], model=model, tokenizer=tokenizer)
             if step % args.ckpt_every == 0 or step == args.steps:
                 log.flush()
                 os.fsync(log.fileno())

@@ -22,7 +22,7 @@ KEYS = list(range(1, 8))
 
 
 def test_gaussian_default_matches_paper_md_probabilities():
-    # paper.md §1.4: K=8, µ=0.5, σ=1 in count units, all 7 buckets non-empty.
+    # released weights: K=8, µ=0.5, σ=1 in count units, all 7 buckets non-empty.
     cfg = ExGRPOConfig()
     p = bucket_weights(KEYS, cfg.n_rollouts, "gaussian", cfg.sampler_mu, cfg.sigma_count)
     assert np.round(p, 3).tolist() == [0.004, 0.054, 0.242, 0.399, 0.242, 0.054, 0.004]
@@ -32,7 +32,7 @@ def test_gaussian_default_matches_paper_md_probabilities():
 
 
 def test_gaussian_accuracy_units_are_nearly_uniform():
-    # σ=1 read literally in accuracy units: σ_count = 8, probabilities .137-.147 (paper.md §1.4)
+    # σ=1 read literally in accuracy units: σ_count = 8, probabilities .137-.147
     cfg = ExGRPOConfig(sigma_units="accuracy")
     p = bucket_weights(KEYS, 8, "gaussian", 0.5, cfg.sigma_count)
     assert p.min() == pytest.approx(0.137, abs=5e-4) and p.max() == pytest.approx(0.147, abs=5e-4)
