@@ -30,7 +30,7 @@ from exgrpo.config import ExGRPOConfig
 from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.core.loss import exgrpo_policy_loss
+from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
 from exgrpo.core.reward import Verifier
 from exgrpo.core.selection import candidate_scores, select_index
 from exgrpo.tiny.rollout import generate, score
@@ -95,7 +95,7 @@ class CPUTrainer:
                            "shuffle": torch.Generator().manual_seed(seed + 1),
                            "select": torch.Generator().manual_seed(seed + 2)}
         self.verifier = Verifier.from_config(cfg)
-        self.norm_const = cfg.loss_norm_const or args.max_new_tokens
+        self.norm_const = resolve_norm_const(cfg.loss_norm_const, args.max_new_tokens)
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int, fresh_qids: list[str], replay_qids: list[str]) -> dict[str, float]:

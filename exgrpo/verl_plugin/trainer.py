@@ -49,9 +49,10 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
+from exgrpo.core.loss import resolve_norm_const
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin.checkpoint import load_plugin_state, prune_states, save_plugin_state, step_dir
-from exgrpo.verl_plugin.hydra_config import check_verl_config, norm_const_for
+from exgrpo.verl_plugin.hydra_config import check_verl_config
 from exgrpo.verl_plugin.loss import exgrpo_actor_loss
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.exgrpo_cfg = check_verl_config(config)
         self.exgrpo_seed = int(config.exgrpo.seed)
         self.manager = ExperienceManager(self.exgrpo_cfg, seed=self.exgrpo_seed)
-        self.norm_const = norm_const_for(self.exgrpo_cfg, int(config.data.max_response_length))
+        self.norm_const = resolve_norm_const(self.exgrpo_cfg.loss_norm_const, int(config.data.max_response_length))
         self.select_generator = torch.Generator().manual_seed(self.exgrpo_seed + 2)  # as CPUTrainer
         self.prompt_cache: dict[str, np.ndarray] = {}
         self.data_order: DataOrder | None = None
