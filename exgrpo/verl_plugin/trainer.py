@@ -46,6 +46,7 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
+from exgrpo import metrics as M
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
@@ -160,7 +161,8 @@ class ExGRPOTrainer(PPOTrainerSync):
                         "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
                         if bool(rows.is_replay.any()) else 0.0,
                         "exgrpo/pass1": float(self._step_pass1), "exgrpo/sample_frac": float(sample_mask.float().mean()),
-                        **vb.group_stats(rows, sample_mask, cfg)})
+                        **vb.group_stats(rows, sample_mask, cfg),
+                        **_fresh_response_stats(rows, data["entropy"], response_mask)})
         return batch
 
     def _record_groups(self, rows: vb.StepRows, data: TensorDict) -> None:
@@ -280,6 +282,19 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.select_generator.set_state(state.select_rng_state)
         logger.info("ExGRPO state restored from %s: %d buffered questions, replay active=%s", folder,
                     len(self.manager.buffer), self.manager.replay_active)
+
+
+def _fresh_response_stats(rows: vb.StepRows, entropy: torch.Tensor,
+                          response_mask: torch.Tensor) -> dict[str, float]:
+    """Token-mean entropy and mean length of the FRESH responses (replayed and padding rows left out), the
+    CPU trainer's `entropy` and `response_length` (exgrpo.metrics). Args: nested [B, response] entropy (the
+    old-policy recomputation) and response mask."""
+    fresh = [i for i in range(len(rows.qids)) if not bool(rows.is_replay[i]) and not bool(rows.is_padding[i])]
+    ent, mask = entropy.unbind(), response_mask.unbind()
+    tokens = sum(int(mask[i].sum()) for i in fresh)
+    total = sum(float((ent[i].double() * mask[i]).sum()) for i in fresh)
+    return {M.ENTROPY.verl_key: total / tokens if tokens else 0.0,
+            M.RESPONSE_LENGTH.verl_key: tokens / len(fresh) if fresh else 0.0}
 
 
 def _nested(values: torch.Tensor) -> torch.Tensor:
