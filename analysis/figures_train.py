@@ -2,7 +2,7 @@
 
 A curve is the mean over seeds at each logged step; with several seeds a band shows the 95%
 bootstrap interval over seeds at that step. Curves are not smoothed (the paper does not say how its
-curves were smoothed). Axes and series follow paper.md §5.4.
+curves were smoothed). Axes and series follow the paper's figures; every key is one of `exgrpo.metrics`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import pandas as pd
 from analysis import labels, stats
 from analysis.figures import Plot, new_figure, styled
 from analysis.loader import Results
+from exgrpo import metrics as M  # the metric registry (pure Python)
+
+BUFFERED, RETIRED = M.EXPERIENCE_BY_NAME["exp/buffered_questions"].name, M.EXPERIENCE_BY_NAME["exp/retired"].name
 
 
 def seed_curve(train: pd.DataFrame, backbone: str, variant: str, key: str, scale: float = 1.0) -> pd.DataFrame | None:
@@ -71,7 +74,8 @@ def fig4(results: Results) -> Plot | None:
     backbone = _train_backbone(results, labels.WEAK_PAPER_BACKBONE)
     if backbone is None:
         return None
-    panels = [("reward/mean", "Average reward"), ("entropy", "Entropy"), ("response_length", "Response length")]
+    # the fresh rollouts' mean reward (pass1): the same number in both runtimes and in legacy `reward/mean` logs
+    panels = [(M.PASS1.name, "Average reward"), (M.ENTROPY.name, "Entropy"), (M.RESPONSE_LENGTH.name, "Response length")]
     series = [("on_policy", "On-Policy"), ("exgrpo", "ExGRPO")]
     fig, axes = new_figure(10.5, 2.9, 1, 3)
     if not _panel_row(axes, results, backbone, series, panels):
@@ -88,8 +92,8 @@ def fig5(results: Results) -> Plot | None:
     fig, axes = new_figure(5.0, 3.2)
     ax = axes[0, 0]
     drawn = 0
-    for key, name, color in (("exp/buffered_questions", "#Buffered", "#d62728"), ("exp/retired", "#Retired", "#2ca02c"),
-                             ("data/training_questions", "#Training", "#1f77b4")):
+    for key, name, color in ((BUFFERED, "#Buffered", "#d62728"), (RETIRED, "#Retired", "#2ca02c"),
+                             (M.TRAINING_QUESTIONS.name, "#Training", "#1f77b4")):
         curve = seed_curve(results.train, backbone, "exgrpo", key)
         if curve is None:
             continue
@@ -114,7 +118,7 @@ def fig6(results: Results) -> Plot | None:
         return None
     series = [("exgrpo", "ExGRPO"), ("wo_q_selection", "w/o Ques. Sel."), ("rho_75", "ρ=75%"), ("rho_25", "ρ=25%")]
     fig, axes = new_figure(9.0, 3.0, 1, 2)
-    panels = [("exp/buffered_questions", "#Buffered"), ("exp/retired", "#Retired")]
+    panels = [(BUFFERED, "#Buffered"), (RETIRED, "#Retired")]
     if not _panel_row(axes, results, backbone, series, panels):
         return None
     return Plot("fig6_buffer_variants", "Figure 6", f"#Buffered and #Retired questions for ExGRPO variants "
@@ -153,7 +157,7 @@ def _single(results: Results, name: str, title: str, key: str, ylabel: str, seri
 
 @styled
 def fig7(results: Results) -> Plot | None:
-    return _single(results, "fig7_validation", "Figure 7", "val/acc", "Validation score (%)",
+    return _single(results, "fig7_validation", "Figure 7", M.VAL_ACC.name, "Validation score (%)",
                    [("on_policy", "On-Policy Dr.GRPO"), ("exgrpo", "ExGRPO"), ("wo_shaping", "w/o Shaping"),
                     ("wo_q_selection", "w/o Ques. Selection"), ("wo_qt_selection", "w/o Ques.+Traj. Selection")],
                    "Validation score (val/acc, %) over training for ExGRPO, On-Policy and ablations", scale=100.0)
@@ -161,13 +165,14 @@ def fig7(results: Results) -> Plot | None:
 
 @styled
 def fig8(results: Results) -> Plot | None:
-    return _single(results, "fig8_entropy", "Figure 8", "entropy", "Policy entropy",
+    return _single(results, "fig8_entropy", "Figure 8", M.ENTROPY.name, "Policy entropy",
                    [("on_policy", "On-Policy Dr.GRPO"), ("exgrpo", "ExGRPO"), ("wo_shaping", "ExGRPO w/o Shaping")],
                    "Policy entropy over training: On-Policy, ExGRPO and ExGRPO without policy shaping")
 
 
 @styled
 def fig9(results: Results) -> Plot | None:
-    return _single(results, "fig9_masked_questions", "Figure 9", "masked/questions", "#Questions per mini-batch",
+    return _single(results, "fig9_masked_questions", "Figure 9", M.MASKED_QUESTIONS.name,
+                   "#Questions per mini-batch",
                    [("masked_easy", "Easy"), ("masked_medium", "Medium"), ("masked_hard", "Hard")],
                    "Questions contributing gradient per mini-batch in the masked-GRPO runs")

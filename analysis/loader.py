@@ -260,7 +260,10 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
                         raise ResultsError(path, f"line {lineno}: {key}", f"expected a number, got {value!r}")
                 if row["step"] < 0:
                     raise ResultsError(path, f"line {lineno}: step", f"must be >= 0, got {row['step']}")
-                rows.append({k: (float(v) if isinstance(v, bool) else v) for k, v in row.items()})
+                problem = schema.train_row_problem(row)
+                if problem:
+                    raise ResultsError(path, f"line {lineno}: {problem[0]}", problem[1])
+                rows.append({k: (float(v) if isinstance(v, bool) else v) for k, v in schema.drop_legacy(row).items()})
     except (OSError, EOFError, UnicodeDecodeError) as err:  # gzip.BadGzipFile is an OSError
         raise ResultsError(path, "<file>", f"unreadable (truncated or corrupt gzip?): {err}") from None
     if not rows:

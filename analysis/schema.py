@@ -11,6 +11,8 @@ object), "list". A trailing "?" means the value may be null / missing.
 
 from __future__ import annotations
 
+from exgrpo import metrics as M  # the metric registry: pure Python, no runtime
+
 SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro", "smoke")
 """Sub-directories of results/ that share this contract (`smoke`: the CI plumbing run, never committed)."""
 
@@ -54,15 +56,36 @@ BUCKETS = ("hard", "medium", "easy")
 # ---------------------------------------------------------------------------------------- training
 TRAIN_LOG = "train/{backbone}/{variant}/s{seed}/log.jsonl.gz"
 TRAIN_REQUIRED: dict[str, str] = {"step": "int"}
-TRAIN_KEYS: dict[str, str] = {
-    "reward/mean": "number", "pass1": "number", "entropy": "number", "response_length": "number",
-    "exp/buffered_questions": "number", "exp/buffered_trajectories": "number", "exp/retired": "number",
-    "exp/buffered_tokens": "number", "exp/buffer_payload_bytes": "number", "data/training_questions": "number", "exp/active": "number",
-    "replay/n_trajectories": "number", "groups/mixed_fraction": "number", "masked/questions": "number",
-    "time/rollout": "number", "time/selection": "number", "time/update": "number", "time/step": "number",
-    "val/acc": "number",
-}
-"""Known per-step keys. Also exp/bucket_<k> and val/<benchmark>. Every value must be a number, bool or null."""
+TRAIN_KEYS: dict[str, str] = {m.name: "number" for m in (
+    M.REWARD_BATCH_MEAN, M.PASS1, M.ENTROPY, M.RESPONSE_LENGTH, M.EXPERIENCE_BY_NAME["exp/buffered_questions"],
+    M.EXPERIENCE_BY_NAME["exp/buffered_trajectories"], M.EXPERIENCE_BY_NAME["exp/retired"],
+    M.EXPERIENCE_BY_NAME["exp/buffered_tokens"], M.EXPERIENCE_BY_NAME["exp/buffer_payload_bytes"],
+    M.TRAINING_QUESTIONS, M.EXPERIENCE_BY_NAME["exp/active"], M.REPLAY_QUESTIONS, M.MIXED_FRACTION,
+    M.MASKED_QUESTIONS, M.TIME_ROLLOUT, M.TIME_SELECTION, M.TIME_UPDATE, M.TIME_STEP, M.VAL_ACC)}
+"""The per-step keys results/README.md documents (the analysis reads these). Every key of a log must be in the
+registry `exgrpo.metrics` (name, meaning, unit, writers), or a verl namespace there; every value is a number,
+bool or null."""
+
+def train_row_problem(row: dict) -> tuple[str, str] | None:
+    """(key, message) for the first key of a training-log row the registry does not know, else None.
+
+    A legacy `reward/mean` (`exgrpo.metrics.LEGACY_ALIASES`) is accepted where it equals its alias (`pass1`) in
+    the same row, as in every CPU-trainer log written before the registry; `drop_legacy` then removes it."""
+    for key, value in row.items():
+        alias = M.LEGACY_ALIASES.get(key)
+        if alias is not None:
+            if row.get(alias) != value:
+                return key, (f"legacy key (it meant {alias} in CPU-trainer logs, the all-rows mean in verl logs); "
+                             f"here it differs from {alias!r}: re-collect the run (reward/batch_mean)")
+        elif M.lookup(key) is None and not M.is_verl_passthrough(key):
+            return key, "unknown metric: not in the registry exgrpo.metrics (nor a verl namespace there)"
+    return None
+
+
+def drop_legacy(row: dict) -> dict:
+    """The row without legacy keys whose number its alias already holds (`train_row_problem` checked them)."""
+    return {k: v for k, v in row.items() if k not in M.LEGACY_ALIASES}
+
 
 RUN_JSON = "train/{backbone}/{variant}/s{seed}/run.json"
 RUN_REQUIRED: dict[str, str] = {"config": "object", "seed": "int", "backbone": "str", "variant": "str"}

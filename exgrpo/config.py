@@ -135,6 +135,12 @@ class ExGRPOConfig:
     """Constant normaliser for `seq_sum_const`; 0 = the maximum response length (released: 8192)."""
     entropy_coef: float = 0.001
     """Entropy bonus coefficient on the token-mean entropy (paper Table 4)."""
+    entropy_scale: str = "token_mean"
+    """Entropy bonus on a mini-batch split into micro-batches and ranks (the verl plug-in): `token_mean`, the
+    token mean over the whole mini-batch (paper); `per_micro_batch`, each micro-batch's own token mean summed
+    over micro-batches and averaged over ranks (released: gradient accumulation 1, FSDP average), i.e. about
+    ranks x micro-batches times larger relative to the policy term. Identical with one micro-batch on one rank
+    (the CPU trainer)."""
     kl_coef: float = 0.0
     """KL coefficient to a reference policy; 0 = no KL (paper)."""
     grad_clip: float = 1.0
@@ -236,6 +242,7 @@ CHOICES: dict[str, frozenset[str]] = {
     "entropy_mask": frozenset({"response", "as_released"}),
     "replay_shaping": frozenset({"shaped", "clipped", "unclipped"}),
     "loss_agg": frozenset({"seq_sum_const", "token_mean", "seq_mean"}),
+    "entropy_scale": frozenset({"token_mean", "per_micro_batch"}),
     "difficulty_mask": frozenset({"none", "hard", "medium", "easy"}),
 }
 """Allowed values of every enumerated field."""
@@ -267,6 +274,9 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("keep_clip_after_activation", "False (App. D.1: clipping removed)", "False (all tokens unclipped)",
            "isolates the clip removal"),
     Switch("loss_agg", "seq_sum_const", "seq_sum_const (/8192)", "aggregation study"),
+    Switch("entropy_scale", "token_mean (coefficient 0.001)",
+           "per_micro_batch (Σ of micro-batch token means, FSDP rank average)",
+           "the release's entropy-bonus size (verl, several micro-batches or ranks)"),
     Switch("adv_std_norm", False, "False (script); True (YAML default)", "Dr.GRPO vs GRPO"),
     Switch("replay_counts_in_k", "True (group of K)", True, "bookkeeping quirk"),
     Switch("collect_before_activation", "not stated", False, "buffer warm-up"),

@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", choices=sorted(BUDGETS), default="tiny")
     p.add_argument("--backbones", type=Path, default=Path("config/backbones.yaml"))
+    p.add_argument("--logger", choices=("jsonl", "tensorboard"), default="jsonl",
+                   help="also write TensorBoard events next to the log (<ckpt>/tensorboard/); needs tensorboard")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override an ExGRPOConfig field or a TrainArgs field (repeatable)")
 
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.init)
     questions = (load_questions(args.data, "train", tokenizer), load_questions(args.data, "validation", tokenizer))
     summary = run_training(model_dir=args.init, data_questions=questions, cfg=cfg, args=targs, seed=args.seed,
-                           ckpt_dir=ckpt, out_dir=args.out,
+                           ckpt_dir=ckpt, out_dir=args.out, logger=args.logger,
                            meta={"name": f"{args.backbone}/{args.method}/s{args.seed}", "backbone": args.backbone,
                                  "variant": args.method, "budget": args.budget, "init": str(args.init)})
     print(summary)

@@ -1,18 +1,30 @@
 """The mixed-policy objective: PPO-clip on fresh tokens, shaped importance weight on replayed ones (paper Eq. 4).
 
-One entry point, `exgrpo_policy_loss`, is shared by the CPU trainer and the verl plug-in so both compute the
-same number. Per token (A = the row's group advantage, w = a per-token probability ratio):
+The loss is built from pure parts, each a tensor function with shapes in its docstring and float / string
+arguments (no config object), in the style of verl's core_algos:
 
-- fresh tokens: w = π_θ/π_θold; before replay is active −min(w·A, clip(w, 1−ε, 1+ε)·A) (PPO, ε = cfg.clip_eps);
-  once replay is active the clip is removed for *all* tokens (−w·A), as released (paper App. D.1, paper.md
-  §6.6-3), unless `cfg.keep_clip_after_activation`.
-- replayed tokens: w* = π_θ/π_past with the behaviour log-probs recorded at collection (`cfg.is_correction`;
-  False uses π_θold, "w/o IS Correction"); `shaped`: −f(w*)·A with f(w) = w/(w+β), β = cfg.shaping_beta, never
-  clipped; `clipped`: the PPO clipped ratio instead ("w/o Shaping", the paper's Eq. 4 CLIP term for o*).
-- aggregation (`cfg.loss_agg`, registry `AGGREGATIONS`): `seq_sum_const` Σ_{seqs,tokens} / norm_const
-  (released `loss_remove_token_mean`, Dr.GRPO; verl `seq-mean-token-sum-norm` up to a constant), `token_mean`,
-  `seq_mean`.
-- total = pg − cfg.entropy_coef · H̄ + cfg.kl_coef · KL̄, with H̄ and KL̄ token means (released verl-0.1 actor).
+1. `policy_token_losses` (`exgrpo.core.token_loss`) -> [B, T] per-token losses of fresh and replayed rows (+ the masks and ratios the
+   metrics need). Per token (A = the row's group advantage, w = a per-token probability ratio):
+   - fresh tokens: w = π_θ/π_θold; before replay is active −min(w·A, clip(w, 1−ε, 1+ε)·A) (PPO); once replay
+     is active the clip is removed for *all* tokens (−w·A), as released (paper App. D.1), unless
+     `keep_clip_after_activation`.
+   - replayed tokens: w* = π_θ/π_past with the behaviour log-probs recorded at collection (`is_correction`;
+     False uses π_θold, "w/o IS Correction"), then `REPLAY_TOKEN_LOSSES[replay_shaping]`: `shaped` −f(w*)·A
+     with f(w) = w/(w+β), never clipped; `clipped` the PPO clipped ratio ("w/o Shaping", the paper's Eq. 4 CLIP
+     term for o*); `unclipped` −w*·A (the released "w/o Shaping").
+2. `agg_loss(loss_mat, mask, mode, norm_const=, dp_size=, batch_num_tokens=, global_batch_size=)` -> scalar
+   (registry `AGGREGATIONS`): `seq_sum_const` Σ_{seqs,tokens} / norm_const (released `loss_remove_token_mean`,
+   Dr.GRPO; verl `seq-mean-token-sum-norm` up to a constant), `token_mean`, `seq_mean`. With the data-parallel
+   arguments one micro-batch's value is its share of the whole mini-batch's (a sum over micro-batches and an
+   average over ranks gives the single-batch value), as verl's `agg_loss`.
+3. `entropy_bonus(token_entropy, mask, coef, ...)` (coef · token-mean entropy) and `kl_term(logp, ref_logp,
+   mask, ...)` (token-mean k3 KL), as the released verl-0.1 actor; `scale="per_micro_batch"` is the release's
+   entropy scale on a mini-batch split into micro-batches and ranks (`ENTROPY_SCALES`).
+
+`exgrpo_policy_loss` composes them from an `ExGRPOConfig`: total = pg − entropy bonus + kl_coef · KL. The CPU
+trainer calls it on one mini-batch; the verl plug-in (`verl_plugin/loss.py`) on each micro-batch with the
+data-parallel arguments, so both compute the same objective. `resolve_norm_const` is the one place the
+constant normaliser is resolved, for both runtimes.
 
 Departures / decisions, stated up front:
 - Log-ratios are clamped to ±`cfg.log_ratio_clamp` (20) before exp, as verl 0.9 does, so an extreme ratio
@@ -20,8 +32,7 @@ Departures / decisions, stated up front:
   −A·e^25 and a gradient where the clamp gives −A·e^20 and none. Without the clamp, log-ratios outside the
   response mask are zeroed before exp, so a padding slot cannot turn the masked gradient into NaN.
 - The released "w/o Shaping" (`off_policy_reshape=no_reshape` with off-policy clips off) is the *unclipped*
-  −w*·A; `replay_shaping="clipped"` follows the paper (Eq. 4's CLIP) and the config's docstring instead. The
-  released form is registered as `REPLAY_TOKEN_LOSSES["unclipped"]` for when the config admits it.
+  −w*·A; `replay_shaping="clipped"` follows the paper (Eq. 4's CLIP) and the config's docstring instead.
 - `sample_mask` (difficulty-masked GRPO, Eq. 14) zeroes excluded rows in every term (pg, entropy, KL), but they
   stay in every normaliser: Eq. 14 puts the indicator inside the expectation, so an excluded question
   contributes 0 rather than shrinking the batch. With `seq_sum_const` the constant is unchanged anyway.
@@ -36,80 +47,20 @@ from collections.abc import Callable
 import torch
 
 from exgrpo.config import ConfigError, ExGRPOConfig
-
-LOG_RATIO_CLAMP = 20.0
-"""Default |log π_θ − log π_old| bound before exp (`ExGRPOConfig.log_ratio_clamp`; verl 0.9; the release has none)."""
-
-
-def _bounded(log_ratio: torch.Tensor, bound: float, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Clamp to ±bound; bound 0 = unclamped (released), with positions outside `mask` set to 0."""
-    if bound > 0:
-        return torch.clamp(log_ratio, -bound, bound)
-    return log_ratio if mask is None else torch.where(mask, log_ratio, 0.0)
-
-
-# --------------------------------------------------------------------------- per-token building blocks
-def ppo_clip_token_loss(ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO clipped surrogate per token: max(−A·w, −A·clip(w, 1−ε, 1+ε)) (paper §3.1 CLIP).
-
-    Args:
-        ratio: [B, T] w; adv: [B, 1] or [B, T] advantages; clip_eps: ε.
-    Returns:
-        ([B, T] loss, [B, T] bool where the clipped branch is active).
-    """
-    unclipped = -adv * ratio
-    clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    return torch.maximum(unclipped, clipped), clipped > unclipped
-
-
-def shaped_weight(ratio: torch.Tensor, beta: float) -> torch.Tensor:
-    """Policy shaping f(w) = w / (w + β) (paper §4.2, released `p_div_p_0.1`); df/dlogπ = wβ/(w+β)².
-
-    Args:
-        ratio: [B, T] w >= 0; beta: β > 0.
-    Returns:
-        [B, T] f(w) in [0, 1).
-    """
-    return ratio / (ratio + beta)
-
-
-def identity_weight(ratio: torch.Tensor, beta: float) -> torch.Tensor:  # noqa: ARG001 (registry signature)
-    """f(w) = w: the released `no_reshape` ("w/o Shaping" as released: unclipped −w·A)."""
-    return ratio
-
-
-SHAPING_FNS: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
-    "shaped": shaped_weight,
-    "identity": identity_weight,
-}
-"""Shaping name → fn(ratio [B,T], beta) -> weight [B,T]; the replayed token loss is −A·weight."""
-
-
-def _replay_shaped(ratio: torch.Tensor, adv: torch.Tensor, cfg: ExGRPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    return -adv * SHAPING_FNS["shaped"](ratio, cfg.shaping_beta), torch.zeros_like(ratio, dtype=torch.bool)
-
-
-def _replay_clipped(ratio: torch.Tensor, adv: torch.Tensor, cfg: ExGRPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    return ppo_clip_token_loss(ratio, adv, cfg.clip_eps)
-
-
-def _replay_unclipped(ratio: torch.Tensor, adv: torch.Tensor, cfg: ExGRPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    return -adv * SHAPING_FNS["identity"](ratio, cfg.shaping_beta), torch.zeros_like(ratio, dtype=torch.bool)
-
-
-REPLAY_TOKEN_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor, ExGRPOConfig],
-                                        tuple[torch.Tensor, torch.Tensor]]] = {
-    "shaped": _replay_shaped,
-    "clipped": _replay_clipped,
-    "unclipped": _replay_unclipped,
-}
-"""`cfg.replay_shaping` → fn(ratio [B,T], adv [B,1], cfg) -> ([B,T] loss, [B,T] bool clipped). `unclipped` is the
-released "w/o Shaping" (−w·A); it is reachable once `CHOICES["replay_shaping"]` admits it."""
+from exgrpo.core.token_loss import (
+    LOG_RATIO_CLAMP,
+    REPLAY_TOKEN_LOSSES,
+    low_var_kl,
+    policy_token_losses,
+    replay_weight,
+)
 
 
 # --------------------------------------------------------------------------- aggregation
-def agg_seq_sum_const(loss_mat: torch.Tensor, mask: torch.Tensor, norm_const: int) -> torch.Tensor:
-    """Σ over sequences and tokens of the masked loss / norm_const (released, Dr.GRPO; paper.md §1.9).
+def agg_seq_sum_const(loss_mat: torch.Tensor, mask: torch.Tensor, *, norm_const: int,
+                      batch_num_tokens: int | None = None,  # noqa: ARG001 (registry signature)
+                      global_batch_size: int | None = None) -> torch.Tensor:  # noqa: ARG001
+    """Σ over sequences and tokens of the masked loss / norm_const (released, Dr.GRPO).
 
     Args: loss_mat [B, T]; mask [B, T] bool; norm_const: the constant (max response length). Returns: scalar.
     """
@@ -118,46 +69,117 @@ def agg_seq_sum_const(loss_mat: torch.Tensor, mask: torch.Tensor, norm_const: in
     return torch.where(mask, loss_mat, 0.0).sum() / norm_const
 
 
-def agg_token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, norm_const: int) -> torch.Tensor:  # noqa: ARG001
-    """Mean over all masked tokens of the batch (verl `token-mean`). Args as `agg_seq_sum_const`."""
-    return torch.where(mask, loss_mat, 0.0).sum() / mask.sum().clamp(min=1)
+def agg_token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, *, norm_const: int = 0,  # noqa: ARG001
+                   batch_num_tokens: int | None = None, global_batch_size: int | None = None,  # noqa: ARG001
+                   ) -> torch.Tensor:
+    """Σ masked loss / response tokens (verl `token-mean`); the tokens of this batch unless `batch_num_tokens`."""
+    tokens = mask.sum().clamp(min=1) if batch_num_tokens is None else max(int(batch_num_tokens), 1)
+    return torch.where(mask, loss_mat, 0.0).sum() / tokens
 
 
-def agg_seq_mean(loss_mat: torch.Tensor, mask: torch.Tensor, norm_const: int) -> torch.Tensor:  # noqa: ARG001
-    """Mean over sequences of each sequence's token mean (GRPO's 1/|o|; verl `seq-mean-token-mean`).
+def agg_seq_mean(loss_mat: torch.Tensor, mask: torch.Tensor, *, norm_const: int = 0,  # noqa: ARG001
+                 batch_num_tokens: int | None = None,  # noqa: ARG001
+                 global_batch_size: int | None = None) -> torch.Tensor:
+    """Σ over sequences of each sequence's token mean / sequences (GRPO's 1/|o|; verl `seq-mean-token-mean`).
 
-    Rows without response tokens are left out of the sequence count. Args as `agg_seq_sum_const`.
+    Rows without response tokens are left out of this batch's sequence count; `global_batch_size` replaces it.
     """
     counts = mask.sum(dim=-1)
     per_seq = torch.where(mask, loss_mat, 0.0).sum(dim=-1) / counts.clamp(min=1)
-    return per_seq.sum() / (counts > 0).sum().clamp(min=1)
+    seqs = (counts > 0).sum().clamp(min=1) if global_batch_size is None else max(int(global_batch_size), 1)
+    return per_seq.sum() / seqs
 
 
-AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
+AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
     "seq_sum_const": agg_seq_sum_const,
     "token_mean": agg_token_mean,
     "seq_mean": agg_seq_mean,
 }
-"""`cfg.loss_agg` → fn(loss_mat [B,T], mask [B,T] bool, norm_const) -> scalar."""
+"""`loss_agg` → fn(loss_mat [B,T], mask [B,T] bool, *, norm_const, batch_num_tokens, global_batch_size) -> scalar."""
 
 
-def resolve_norm_const(cfg: ExGRPOConfig, max_response_length: int) -> int:
-    """`cfg.loss_norm_const`, with 0 meaning the maximum response length (released: 8192)."""
-    value = cfg.loss_norm_const or max_response_length
+def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, *, norm_const: int = 0, dp_size: int = 1,
+             batch_num_tokens: int | None = None, global_batch_size: int | None = None) -> torch.Tensor:
+    """Aggregate a per-token loss to a scalar; with data-parallel arguments, this micro-batch's share.
+
+    The normaliser of `token_mean` (`seq_mean`) is the mini-batch's response tokens (sequences) over all ranks,
+    and the value is multiplied by `dp_size`, so summing the shares of a mini-batch's micro-batches and averaging
+    over ranks (what FSDP does with gradients) gives the value of the whole mini-batch (verl `agg_loss`).
+
+    Args:
+        loss_mat: [B, T]; mask: [B, T] bool; mode: a key of `AGGREGATIONS`.
+        norm_const: the constant of `seq_sum_const` (`resolve_norm_const`).
+        dp_size: data-parallel ranks. batch_num_tokens / global_batch_size: response tokens / sequences of the
+            whole mini-batch over all ranks; None = this batch's (only allowed with one rank).
+    Returns:
+        scalar.
+    """
+    if mode not in AGGREGATIONS:
+        raise ConfigError("loss_agg", f"got {mode!r}, expected one of {sorted(AGGREGATIONS)}")
+    if dp_size > 1 and ((mode == "token_mean" and batch_num_tokens is None)
+                        or (mode == "seq_mean" and global_batch_size is None)):
+        raise ValueError(f"{mode} over {dp_size} ranks needs the mini-batch's "
+                         f"{'batch_num_tokens' if mode == 'token_mean' else 'global_batch_size'}")
+    loss = AGGREGATIONS[mode](loss_mat, mask, norm_const=norm_const, batch_num_tokens=batch_num_tokens,
+                              global_batch_size=global_batch_size)
+    return loss * dp_size if dp_size != 1 else loss
+
+
+def resolve_norm_const(loss_norm_const: int, max_response_length: int) -> int:
+    """The constant normaliser of `seq_sum_const`: `loss_norm_const`, 0 = the maximum response length
+    (released: 8192). Both runtimes resolve it here."""
+    value = int(loss_norm_const) or int(max_response_length)
     if value < 1:
         raise ConfigError("loss_norm_const", f"resolved normaliser must be >= 1, got {value}")
     return value
 
 
-def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor, log_ratio_clamp: float = LOG_RATIO_CLAMP,
-               mask: torch.Tensor | None = None) -> torch.Tensor:
-    """k3 estimator of KL(π_θ‖π_ref) per token, as verl's `low_var_kl`: e^{r} − r − 1, r = ref − logp, clamped.
+# --------------------------------------------------------------------------- entropy and KL terms
+ENTROPY_SCALES = ("token_mean", "per_micro_batch")
+"""How the entropy bonus of a mini-batch split into micro-batches and ranks is scaled (`entropy_bonus`)."""
 
-    Args: logp, ref_logp: [B, T]; log_ratio_clamp: bound on |r| (0 = none, as released); mask: [B, T] bool,
-    where r is kept when unclamped. Returns: [B, T] in [−10, 10].
+
+def entropy_term(token_entropy: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor | None = None, *,
+                 scale: str = "token_mean", dp_size: int = 1, batch_num_tokens: int | None = None) -> torch.Tensor:
+    """The token-mean entropy H̄ (or this micro-batch's share of it) that the bonus multiplies.
+
+    `token_mean` (paper): the mean over the whole mini-batch's response tokens (`agg_loss` token_mean with the
+    data-parallel arguments), so over micro-batches m and ranks r the shares add up to H̄ of the mini-batch.
+    `per_micro_batch` (released): each micro-batch's own token mean H̄_m, scaled by `dp_size` like every other
+    term of a share; the objective is then Σ_r Σ_m H̄_{r,m}: the release's (1/R) Σ_r Σ_m H̄_{r,m} (its loss
+    sums micro-batches with gradient accumulation 1 and FSDP averages over R ranks) times the R the plug-in
+    applies to every term, so its size relative to the policy term is the release's. With one micro-batch on
+    one rank both are H̄.
+
+    Args:
+        token_entropy: [B, T]; mask: [B, T] bool response tokens (the normaliser); keep: [B, T] bool tokens
+            that get gradient (None = mask). Returns: scalar.
     """
-    r = _bounded(ref_logp - logp, log_ratio_clamp, mask)
-    return torch.clamp(torch.exp(r) - r - 1.0, -10.0, 10.0)
+    kept = torch.where(mask if keep is None else keep, token_entropy, 0.0)
+    if scale == "token_mean":
+        return agg_loss(kept, mask, "token_mean", dp_size=dp_size, batch_num_tokens=batch_num_tokens)
+    if scale == "per_micro_batch":
+        own = agg_loss(kept, mask, "token_mean")
+        return own * dp_size if dp_size != 1 else own
+    raise ConfigError("entropy_scale", f"got {scale!r}, expected one of {list(ENTROPY_SCALES)}")
+
+
+def entropy_bonus(token_entropy: torch.Tensor, mask: torch.Tensor, coef: float, keep: torch.Tensor | None = None,
+                  **agg: int | str | None) -> torch.Tensor:
+    """coef · `entropy_term(...)`: the bonus that is subtracted from the loss. Shapes as `entropy_term`."""
+    return coef * entropy_term(token_entropy, mask, keep, **agg)
+
+
+def kl_term(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor | None = None, *,
+            dp_size: int = 1, batch_num_tokens: int | None = None,
+            log_ratio_clamp: float = LOG_RATIO_CLAMP) -> torch.Tensor:
+    """Token-mean k3 KL to the reference (this micro-batch's share with the data-parallel arguments).
+
+    Args: logp, ref_logp: [B, T]; mask, keep: [B, T] bool as `entropy_term`; log_ratio_clamp as
+    `low_var_kl`. Returns: scalar.
+    """
+    kept = torch.where(mask if keep is None else keep, low_var_kl(logp, ref_logp, log_ratio_clamp, mask), 0.0)
+    return agg_loss(kept, mask, "token_mean", dp_size=dp_size, batch_num_tokens=batch_num_tokens)
 
 
 # --------------------------------------------------------------------------- the objective
@@ -188,8 +210,11 @@ def exgrpo_policy_loss(
     token_entropy: torch.Tensor | None = None,
     sample_mask: torch.Tensor | None = None,
     ref_logp: torch.Tensor | None = None,
+    dp_size: int = 1,
+    batch_num_tokens: int | None = None,
+    global_batch_size: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """ExGRPO actor loss for one (micro-)batch (paper Eq. 4 with §4.2 shaping; Eq. 14 with `sample_mask`).
+    """ExGRPO actor loss for one (micro-)batch: pg − entropy bonus + KL penalty, from `cfg`'s switches.
 
     Args:
         logp: [B, T] log π_θ of the response tokens (differentiable).
@@ -201,13 +226,16 @@ def exgrpo_policy_loss(
             `cfg.is_correction` and any row is replayed.
         replay_active: whether the run has switched to mixed-policy mode (delayed start, paper §4.2).
         cfg: the method configuration (clip_eps, keep_clip_after_activation, replay_shaping, shaping_beta,
-            is_correction, loss_agg, entropy_coef, kl_coef).
+            is_correction, loss_agg, entropy_coef, entropy_scale, kl_coef).
         norm_const: constant normaliser for `seq_sum_const` (`resolve_norm_const`); ignored by other modes.
         token_entropy: [B, T] token entropies (differentiable for the bonus); required if cfg.entropy_coef > 0.
         sample_mask: [B] bool, rows that get gradient (difficulty-masked GRPO); None = all.
         ref_logp: [B, T] reference-policy log-probs; required if cfg.kl_coef > 0.
+        dp_size, batch_num_tokens, global_batch_size: `agg_loss`'s data-parallel arguments; the defaults (one
+            rank, this batch's counts) give the loss of this batch alone.
     Returns:
-        (scalar loss to minimise, float metrics).
+        (scalar loss to minimise, float metrics). The metrics describe this batch alone (`loss`, `pg_loss`
+        normalised over its own tokens / sequences), whatever the data-parallel arguments.
     """
     _check_shapes(logp, {"old_logp": old_logp, "response_mask": response_mask, "behaviour_logp": behaviour_logp,
                          "token_entropy": token_entropy, "ref_logp": ref_logp})
@@ -226,8 +254,7 @@ def exgrpo_policy_loss(
         raise ConfigError("loss_agg", f"got {cfg.loss_agg!r}, expected one of {sorted(AGGREGATIONS)}")
     if cfg.replay_shaping not in REPLAY_TOKEN_LOSSES:
         raise ConfigError("replay_shaping", f"got {cfg.replay_shaping!r}, expected one of {sorted(REPLAY_TOKEN_LOSSES)}")
-    replay = is_replay.bool()
-    any_replay = bool(replay.any())
+    any_replay = bool(is_replay.bool().any())
     if any_replay and not replay_active:
         raise ValueError("is_replay marks replayed rows but replay_active is False (replay starts after the switch)")
     if any_replay and cfg.is_correction and behaviour_logp is None:
@@ -238,87 +265,64 @@ def exgrpo_policy_loss(
         raise ConfigError("kl_coef", f"is {cfg.kl_coef} but no ref_logp was passed to the loss")
 
     mask = response_mask.bool()
-    keep = mask if sample_mask is None else mask & sample_mask.bool()[:, None]
-    replay_tok = replay[:, None] & mask
-    on_tok = ~replay[:, None] & mask
-
-    # fresh tokens: π_θ / π_θold, PPO clip until the switch (or always with keep_clip_after_activation)
-    on_log_ratio = _bounded(logp - old_logp, cfg.log_ratio_clamp, mask)
-    on_ratio = torch.exp(on_log_ratio)
-    if not replay_active or cfg.keep_clip_after_activation:
-        on_loss, on_clipped = ppo_clip_token_loss(on_ratio, adv, cfg.clip_eps)
-    else:
-        on_loss, on_clipped = -adv * on_ratio, torch.zeros_like(mask)
-
-    # replayed tokens: π_θ / π_past (IS correction) or π_θ / π_θold, shaped or clipped
-    if any_replay:
-        denom = torch.where(replay[:, None], behaviour_logp, old_logp) if cfg.is_correction else old_logp
-        rep_ratio = torch.exp(_bounded(logp - denom, cfg.log_ratio_clamp, mask))
-        rep_loss, rep_clipped = REPLAY_TOKEN_LOSSES[cfg.replay_shaping](rep_ratio, adv, cfg)
-        token_loss = torch.where(replay[:, None], rep_loss, on_loss)
-    else:
-        rep_ratio = on_ratio
-        token_loss = on_loss
-
-    # excluded rows contribute 0 but keep their place in every normaliser (Eq. 14)
-    token_loss = torch.where(keep, token_loss, 0.0)
-    pg_loss = AGGREGATIONS[cfg.loss_agg](token_loss, mask, norm_const)
+    tl = policy_token_losses(
+        logp, old_logp, adv, mask, is_replay, behaviour_logp, replay_active=replay_active, clip_eps=cfg.clip_eps,
+        keep_clip_after_activation=cfg.keep_clip_after_activation, replay_shaping=cfg.replay_shaping,
+        shaping_beta=cfg.shaping_beta, is_correction=cfg.is_correction, sample_mask=sample_mask,
+        log_ratio_clamp=cfg.log_ratio_clamp)
+    dp = {"dp_size": dp_size, "batch_num_tokens": batch_num_tokens}
+    own_batch = dp_size == 1 and batch_num_tokens is None and global_batch_size is None
+    pg_loss = agg_loss(tl.loss, mask, cfg.loss_agg, norm_const=norm_const, global_batch_size=global_batch_size,
+                       **dp)
     total = pg_loss
-    n_tok = mask.sum().clamp(min=1)
-    entropy_term = None
-    if token_entropy is not None:
-        entropy_term = torch.where(keep, token_entropy, 0.0).sum() / n_tok
-        if cfg.entropy_coef > 0:
-            total = total - cfg.entropy_coef * entropy_term
-    kl_term = None
+    if token_entropy is not None and cfg.entropy_coef > 0:
+        total = total - entropy_bonus(token_entropy, mask, cfg.entropy_coef, tl.keep, scale=cfg.entropy_scale, **dp)
+    kl_value = None
     if ref_logp is not None:
-        kl_term = torch.where(keep, low_var_kl(logp, ref_logp, cfg.log_ratio_clamp, mask), 0.0).sum() / n_tok
+        kl_value = kl_term(logp, ref_logp, mask, tl.keep, log_ratio_clamp=cfg.log_ratio_clamp, **dp)
         if cfg.kl_coef > 0:
-            total = total + cfg.kl_coef * kl_term
+            total = total + cfg.kl_coef * kl_value
 
     with torch.no_grad():
+        if own_batch:
+            own_pg, own_total, own_kl = pg_loss, total, kl_value
+        else:  # the metrics describe this batch alone, as in a one-batch call
+            own_pg = agg_loss(tl.loss, mask, cfg.loss_agg, norm_const=norm_const)
+            own_total, own_kl = own_pg, None
+            if token_entropy is not None and cfg.entropy_coef > 0:
+                own_total = own_total - entropy_bonus(token_entropy, mask, cfg.entropy_coef, tl.keep)
+            if ref_logp is not None:
+                own_kl = kl_term(logp, ref_logp, mask, tl.keep, log_ratio_clamp=cfg.log_ratio_clamp)
+                if cfg.kl_coef > 0:
+                    own_total = own_total + cfg.kl_coef * own_kl
         metrics: dict[str, float] = {
-            "loss": float(total.item()),
-            "pg_loss": float(pg_loss.item()),
-            "on_tokens": float(on_tok.sum().item()),
-            "replay_tokens": float(replay_tok.sum().item()),
-            "clipfrac": _masked_mean(on_clipped.float(), on_tok),
-            "ppo_kl": _masked_mean(-on_log_ratio, on_tok),
-            "on_ratio_mean": _masked_mean(on_ratio, on_tok),
-            "sample_frac": float(keep.any(dim=-1).float().mean().item()) if b else 0.0,
+            "loss": float(own_total.item()),
+            "pg_loss": float(own_pg.item()),
+            "on_tokens": float(tl.on_tokens.sum().item()),
+            "replay_tokens": float(tl.replay_tokens.sum().item()),
+            "clipfrac": _masked_mean(tl.on_clipped.float(), tl.on_tokens),
+            "ppo_kl": _masked_mean(-tl.on_log_ratio, tl.on_tokens),
+            "on_ratio_mean": _masked_mean(tl.on_ratio, tl.on_tokens),
+            "sample_frac": float(tl.keep.any(dim=-1).float().mean().item()) if b else 0.0,
         }
         if any_replay:
-            weight = {"shaped": SHAPING_FNS["shaped"](rep_ratio, cfg.shaping_beta),
-                      "clipped": torch.clamp(rep_ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps),
-                      }.get(cfg.replay_shaping, rep_ratio)
+            rep, rep_ratio = tl.replay_tokens, tl.replay_ratio
+            weight = replay_weight(rep_ratio, cfg.replay_shaping, cfg.clip_eps, cfg.shaping_beta)
             metrics.update({
-                "replay_ratio_mean": _masked_mean(rep_ratio, replay_tok),
-                "replay_ratio_max": float(torch.where(replay_tok, rep_ratio, 0.0).max().item()),
-                "replay_weight_mean": _masked_mean(weight, replay_tok),
-                "replay_clipfrac": _masked_mean(rep_clipped.float(), replay_tok),
+                "replay_ratio_mean": _masked_mean(rep_ratio, rep),
+                "replay_ratio_max": float(torch.where(rep, rep_ratio, 0.0).max().item()),
+                "replay_weight_mean": _masked_mean(weight, rep),
+                "replay_clipfrac": _masked_mean(tl.replay_clipped.float(), rep),
             })
         else:
             metrics.update({"replay_ratio_mean": 0.0, "replay_ratio_max": 0.0, "replay_weight_mean": 0.0,
                             "replay_clipfrac": 0.0})
         if token_entropy is not None:
             metrics["entropy"] = _masked_mean(token_entropy.detach(), mask)
-        if kl_term is not None:
-            metrics["kl"] = float(kl_term.item())
+        if own_kl is not None:
+            metrics["kl"] = float(own_kl.item())
     return total, metrics
 
 
-__all__ = [
-    "AGGREGATIONS",
-    "LOG_RATIO_CLAMP",
-    "REPLAY_TOKEN_LOSSES",
-    "SHAPING_FNS",
-    "agg_seq_mean",
-    "agg_seq_sum_const",
-    "agg_token_mean",
-    "exgrpo_policy_loss",
-    "identity_weight",
-    "low_var_kl",
-    "ppo_clip_token_loss",
-    "resolve_norm_const",
-    "shaped_weight",
-]
+__all__ = ["AGGREGATIONS", "ENTROPY_SCALES", "agg_loss", "agg_seq_mean", "agg_seq_sum_const", "agg_token_mean",
+           "entropy_bonus", "entropy_term", "exgrpo_policy_loss", "kl_term", "resolve_norm_const"]

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from exgrpo import metrics as M
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
@@ -30,13 +31,21 @@ from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
 from exgrpo.tiny.best import clear_best, maybe_save_best
 from exgrpo.tiny.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
+from exgrpo.tiny.tracker import TENSORBOARD_DIR, Tracker, open_tracker
 from exgrpo.tiny.trainer import CPUTrainer, Question, TrainArgs, weights_digest
 
 
 def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[Question]], cfg: ExGRPOConfig,
-                 args: TrainArgs, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """Train (or resume) and write the results. Returns the final summary."""
+                 args: TrainArgs, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any],
+                 logger: str = "jsonl") -> dict[str, Any]:
+    """Train (or resume) and write the results. Returns the final summary.
+
+    `logger`: `jsonl` (the log only) or `tensorboard` (also TensorBoard events under `<ckpt>/tensorboard/`,
+    next to the log, with the log's keys as tags; needs the `tensorboard` package).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tracker = open_tracker(logger, ckpt_dir / TENSORBOARD_DIR)  # a missing package fails before any work
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(seed)
@@ -63,7 +72,8 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
         clear_best(ckpt_dir)
 
     t_run = time.perf_counter()
-    with open(log_path, "a", encoding="utf-8") as log, \
+    tracker.start(start)
+    with open(log_path, "a", encoding="utf-8") as log, tracker, \
             tqdm(total=args.steps, initial=start - 1, desc=meta.get("name", "train"), unit="step") as bar:
         for step in range(start, args.steps + 1):
             replay = trainer.manager.plan_replay(args.batch_size)
@@ -72,21 +82,21 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
             fresh, _ = order.take(consume, prune=lambda active: trainer.manager.prune_training_data(
                 active, args.batch_size))
             metrics = trainer.step(step, fresh[:n_fresh], replay)
-            metrics["data/training_questions"] = float(len(order.active))
-            metrics["data/epoch"] = float(order.epoch)
-            _write_row(log, metrics)
+            metrics[M.TRAINING_QUESTIONS.name] = float(len(order.active))
+            metrics[M.DATA_EPOCH.name] = float(order.epoch)
+            _write_row(log, metrics, tracker)
             if args.val_every and (step % args.val_every == 0 or step == args.steps):
                 val = trainer.validate(step)
-                _write_row(log, val)
-                if "val/acc" in val:  # the release's best-validation checkpoint (tiny/best.py)
-                    maybe_save_best(ckpt_dir, step, val["val/acc"], model=model, tokenizer=tokenizer)
+                _write_row(log, val, tracker)
+                if M.VAL_ACC.name in val:  # the release's best-validation checkpoint (tiny/best.py)
+                    maybe_save_best(ckpt_dir, step, val[M.VAL_ACC.name], model=model, tokenizer=tokenizer)
             if step % args.ckpt_every == 0 or step == args.steps:
                 log.flush()
                 os.fsync(log.fileno())
                 save_checkpoint(ckpt_dir, step, model=model, tokenizer=tokenizer, optimizer=trainer.optimizer,
                                 generators=trainer.generators, manager=trainer.manager,
                                 trainer_state={"data_order": order.state_dict()})
-            bar.set_postfix(pass1=f"{metrics['pass1']:.2f}", replay=int(metrics["replay/n_trajectories"]))
+            bar.set_postfix(pass1=f"{metrics[M.PASS1.name]:.2f}", replay=int(metrics[M.REPLAY_QUESTIONS.name]))
             bar.update(1)
             if args.stop_after and step >= args.stop_after:
                 return {"stopped_at": step}
@@ -118,10 +128,11 @@ def load_questions(data_dir: Path, split: str, tokenizer: Any) -> list[Question]
             for row in load_split(data_dir, split)]
 
 
-def _write_row(log: Any, row: dict[str, Any]) -> None:
+def _write_row(log: Any, row: dict[str, Any], tracker: Tracker) -> None:
     if row:
         log.write(json.dumps(row, sort_keys=True) + "\n")
         log.flush()
+        tracker.log(row)
 
 
 def _truncate_log(path: Path, last_step: int) -> None:

@@ -26,11 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from exgrpo import metrics as M
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.core.loss import exgrpo_policy_loss
+from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
 from exgrpo.core.reward import Verifier
 from exgrpo.core.selection import candidate_scores, select_index
 from exgrpo.tiny.rollout import generate, score
@@ -95,7 +96,7 @@ class CPUTrainer:
                            "shuffle": torch.Generator().manual_seed(seed + 1),
                            "select": torch.Generator().manual_seed(seed + 2)}
         self.verifier = Verifier.from_config(cfg)
-        self.norm_const = cfg.loss_norm_const or args.max_new_tokens
+        self.norm_const = resolve_norm_const(cfg.loss_norm_const, args.max_new_tokens)
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int, fresh_qids: list[str], replay_qids: list[str]) -> dict[str, float]:
@@ -124,20 +125,21 @@ class CPUTrainer:
         pass1 = float(np.mean(rewards)) if len(rewards) else 0.0
         exp_metrics = self.manager.end_step(step, pass1)
         mixed, buckets = success_histogram(self._group_success(owners, rewards, set(replay_qids)), K)
+        trained_rewards = [*rewards.tolist(), *(1.0 for _ in chosen)]  # stored o* are correct by construction
         metrics: dict[str, float] = {
-            "step": step,
-            "reward/mean": pass1,
-            "pass1": pass1,
-            "entropy": _masked_mean(roll.entropy, roll.response_mask),
-            "response_length": float(roll.response_mask.sum(1).float().mean()),
-            "truncated_fraction": float(roll.truncated.float().mean()),
-            "replay/n_trajectories": len(replay_qids),
-            "groups/mixed_fraction": mixed,
-            "masked/questions": float(batch["question_mask"].sum()),
+            M.STEP.name: step,
+            M.PASS1.name: pass1,
+            M.REWARD_BATCH_MEAN.name: float(np.mean(trained_rewards)) if trained_rewards else 0.0,
+            M.ENTROPY.name: _masked_mean(roll.entropy, roll.response_mask),
+            M.RESPONSE_LENGTH.name: float(roll.response_mask.sum(1).float().mean()),
+            M.TRUNCATED_FRACTION.name: float(roll.truncated.float().mean()),
+            M.REPLAY_QUESTIONS.name: len(replay_qids),
+            M.MIXED_FRACTION.name: mixed,
+            M.MASKED_QUESTIONS.name: float(batch["question_mask"].sum()),
             **{f"exp/bucket_{k}": n for k, n in enumerate(buckets)},
             **exp_metrics, **update_metrics, **self.verifier.metrics(),
-            "time/selection": t_sel, "time/rollout": t_roll, "time/update": t_upd,
-            "time/step": time.perf_counter() - t0,
+            M.TIME_SELECTION.name: t_sel, M.TIME_ROLLOUT.name: t_roll, M.TIME_UPDATE.name: t_upd,
+            M.TIME_STEP.name: time.perf_counter() - t0,
         }
         self.verifier.reset_metrics()
         return metrics
@@ -275,7 +277,7 @@ class CPUTrainer:
                             top_p=1.0, generator=gen)
         scores = self.verifier.scores(roll.texts, [q.answer for q in self.valid], [q.kind for q in self.valid])
         self.verifier.reset_metrics()
-        return {"step": step, "val/acc": float(np.mean(scores))}
+        return {M.STEP.name: step, M.VAL_ACC.name: float(np.mean(scores))}
 
 
 def _pad(rows: list[torch.Tensor], value: float | int) -> tuple[torch.Tensor, torch.Tensor]:

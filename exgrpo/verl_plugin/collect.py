@@ -11,21 +11,22 @@ Attempts are merged in start order. A later attempt resumed from a checkpoint, s
 invalidates every earlier row at step >= r (steps past the checkpoint that were lost); for a step logged twice
 otherwise (e.g. a validation-only row on resume), the later attempt's values win key by key.
 
-Where the contract keys come from, and where they differ from the CPU trainer's (stated up front):
-- `reward/mean` is verl's `critic/score/mean`: the mean reward over ALL rows of the step, replayed trajectories
-  (o*) included. `pass1` is the plug-in's `exgrpo/pass1`, over freshly generated rollouts only (the
-  delayed-start signal). The CPU trainer logs the fresh-rollout mean under both keys.
-- `entropy` is the plug-in loss's `actor/exgrpo/entropy` (token mean over the update's micro-batches); verl's
-  `actor/entropy` aggregates with `loss_agg_mode` and the constant normaliser, so it is not a token mean and is
-  kept under its own name.
+Where the contract keys come from (stated up front): every key is defined once in `exgrpo.metrics`, with its
+meaning, unit and, where verl records it under another name, `verl_key`; `KEY_MAP` is that registry's rename
+table, so a collected log has the CPU trainer's names with the CPU trainer's meanings:
+- `pass1` (`exgrpo/pass1`), `entropy` (`exgrpo/entropy`) and `response_length` (`exgrpo/response_length`)
+  are over freshly generated rollouts only, as the CPU trainer's; `reward/batch_mean` is verl's
+  `critic/score/mean`, over every trained row, replayed o* included (the CPU trainer computes the same).
+- `update/<k>` are the plug-in loss's `actor/exgrpo/<k>` (verl averages them over micro-batches and ranks);
+  verl's own `actor/entropy` aggregates with `loss_agg_mode` and the constant normaliser, so it is not a token
+  mean and is kept under its own name.
 - `val/<benchmark>` is `val-core/<data_source>/acc/mean@N` (N = the largest logged), named after the benchmark
   whose released data source it is (`aime` -> `aime24`, exgrpo.eval.benchmarks; unknown sources keep their
   name); `val/acc` is their unweighted mean (the paper's benchmark average), on a separate row, same step.
-- `groups/mixed_fraction` and `masked/questions` are the trainer's `exgrpo/mixed_fraction` and
-  `exgrpo/masked_questions` (`batch.group_stats`, the same definitions as the CPU trainer's).
 - `wall_time_s` in run.json is the sum of `time/step` over the kept steps: start-up and work lost to failed
   attempts are not counted.
-Every other metric is kept under its verl name; non-numeric values are dropped, non-finite ones become null.
+Every other metric is kept under its verl name (`contract_key`); non-numeric values are dropped, non-finite ones
+become null.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from exgrpo.metrics import is_verl_passthrough, lookup, verl_key_map
+
 METRICS_GLOB = "metrics.attempt*.jsonl"
 _METRICS_NAME = re.compile(r"^metrics\.attempt(\d+)\.(\d+)\.jsonl$")
 RESOLVED_FILE = "resolved_config.json"
@@ -48,24 +51,18 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 EXPORT_MARKER = "exgrpo_export.json"
 """Written into an HF export: which actor checkpoint it was merged from (a rerun skips an identical export)."""
 
-KEY_MAP: dict[str, str] = {
-    "critic/score/mean": "reward/mean",
-    "exgrpo/pass1": "pass1",
-    "actor/exgrpo/entropy": "entropy",
-    "response_length/mean": "response_length",
-    "exgrpo/replay_questions": "replay/n_trajectories",
-    "exgrpo/training_questions": "data/training_questions",
-    "exgrpo/data_epoch": "data/epoch",
-    "exgrpo/mixed_fraction": "groups/mixed_fraction",
-    "exgrpo/masked_questions": "masked/questions",
-    "exgrpo/selection_seconds": "time/selection",
-    "timing_s/gen": "time/rollout",
-    "timing_s/update_actor": "time/update",
-    "timing_s/step": "time/step",
-}
-"""verl / plug-in metric -> results-contract key (results/README.md). `exp/*` keys already have their names."""
+KEY_MAP: dict[str, str] = verl_key_map()
+"""verl / plug-in metric -> results-log key (exgrpo.metrics). `exp/*` keys already have their names."""
 VAL_PREFIXES = ("val-core/", "val-aux/")
 _VAL_CORE_ACC = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
+
+
+def contract_key(key: str) -> str:
+    """The results-log key of a verl / plug-in training metric: renamed by the registry (`KEY_MAP`), kept when
+    registered or in one of verl's namespaces, else kept as `verl/<key>` so that every collected key is known to
+    `exgrpo.metrics` (the loader rejects unknown keys)."""
+    key = KEY_MAP.get(key, key)
+    return key if lookup(key) is not None or is_verl_passthrough(key) else f"verl/{key}"
 
 
 class CollectError(ValueError):
@@ -160,7 +157,7 @@ def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
                 if match and int(match["n"]) >= accs.get(match["source"], (-1, None))[0]:
                     accs[match["source"]] = (int(match["n"]), value)
             else:
-                train[KEY_MAP.get(key, key)] = value
+                train[contract_key(key)] = value
         if len(train) > 1:
             rows.append(train)
         if len(val) > 1:
@@ -302,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["KEY_MAP", "CollectError", "cached_model_dir", "clean_value", "collect_run", "contract_rows",
+__all__ = ["KEY_MAP", "CollectError", "cached_model_dir", "clean_value", "collect_run", "contract_key", "contract_rows",
            "export_hf", "latest_checkpoint", "merge_argv", "merge_attempts", "metric_files", "read_metrics"]
 
 if __name__ == "__main__":

@@ -58,11 +58,6 @@ def variant_config(variant: str, backbone: Mapping[str, Any], overrides: Mapping
     return config_for(variant, **{**backbone_method_settings(backbone), **(overrides or {})})
 
 
-def norm_const_for(cfg: ExGRPOConfig, max_response_length: int) -> int:
-    """The constant loss normaliser: `cfg.loss_norm_const`, 0 = the maximum response length (released 8192)."""
-    return cfg.loss_norm_const or int(max_response_length)
-
-
 def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOConfig, *, variant: str,
                    seed: int, run_dir: str | Path, train_files: str, val_files: str,
                    model_path: str | None = None, nnodes: int | None = None,
@@ -78,7 +73,9 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
     nodes = int(nnodes or res.get("nodes", 1))
     gpus = int(gpus_per_node or res.get("gpus_per_node", 8))
     max_resp = int(backbone["max_response_length"])
-    norm = norm_const_for(cfg, max_resp)
+    from exgrpo.core.loss import resolve_norm_const  # torch: only where a run is configured
+
+    norm = resolve_norm_const(cfg.loss_norm_const, max_resp)
     run_dir = str(Path(run_dir).resolve())
     actor = "actor_rollout_ref.actor"
     flat = {
@@ -278,5 +275,5 @@ def write_resolved(run_dir: str | Path, resolved: Mapping[str, Any]) -> Path:
 
 
 __all__ = ["CONFIG_DIR", "DEPARTURES", "LOSS_AGG_TO_VERL", "RUN_CONFIG_NAME", "check_verl_config",
-           "compose_run_config", "exgrpo_config_from", "nest", "norm_const_for", "run_config",
+           "compose_run_config", "exgrpo_config_from", "nest", "run_config",
            "table4", "variant_config", "verl_overrides", "write_resolved", "write_run_config"]

@@ -1,4 +1,4 @@
-"""The actor loss installed with `ActorRolloutRefWorker.set_loss_fn` (verl.md §6, §11.3).
+"""The actor loss installed with `ActorRolloutRefWorker.set_loss_fn` (docs/verl-plugin.md).
 
 A registered verl policy loss only sees old_log_probs, log_prob, advantages, response_mask and
 rollout_is_weights, so it cannot tell replayed rows from fresh ones; a full loss function sees every
@@ -8,31 +8,30 @@ core's `exgrpo_policy_loss`, the function the CPU trainer calls, so both compute
 tensors (paper Eq. 4 with §4.2 shaping; Eq. 14 with the sample mask).
 
 verl's FSDP engine calls the loss once per micro-batch, SUMS the micro-batch losses of a mini-batch and
-AVERAGES gradients over data-parallel ranks. `micro_batch_loss` rescales each micro-batch's terms so that
-this sum-then-average equals the core loss of the whole mini-batch (verl's own global-batch normalisation):
-  pg (`seq_sum_const`: Σ/const)  × 1              × dp_size
-  pg (`token_mean`)              × n_tok / N_glob × dp_size      (N_glob = response tokens of the mini-batch)
-  pg (`seq_mean`)                × n_seq / G_glob × dp_size      (G_glob = verl's global_batch_size)
-  entropy / KL token means       Σ_micro / N_glob × dp_size
-With one micro-batch on one rank the factors are exactly 1 and the value is the core's.
+AVERAGES gradients over data-parallel ranks. The core's `agg_loss` data-parallel arguments (verl's
+`dp_size`, `batch_num_tokens` = response tokens of the mini-batch over all ranks, `global_batch_size`) make
+each micro-batch's value its share, so this sum-then-average equals the core loss of the whole mini-batch
+(verl's own global-batch normalisation). With one micro-batch on one rank the value is the core's.
 
 Departures, stated up front:
 - The released code divided the Σ/8192 loss of each micro-batch by gradient_accumulation = 1 and let FSDP
   average over 8 GPUs, i.e. its mini-batch loss was the core's divided by dp_size (Adam is invariant to it,
   the grad-norm clip at 1.0 is not). This loss is global-batch invariant instead, like the CPU trainer.
+- The released entropy bonus used each micro-batch's own token mean (summed over micro-batches, averaged
+  over ranks): `entropy_scale="per_micro_batch"` reproduces its size relative to the policy term; the default
+  `token_mean` is the paper's (core `entropy_term`).
 - `seq_mean` divides by verl's global_batch_size, which also counts verl's synthetic padding rows (only
   present when the batch is not divisible by the mini-batch size; never in the paper's 128 x 8 setting).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 
 from exgrpo.config import ExGRPOConfig
-from exgrpo.core.loss import exgrpo_policy_loss, low_var_kl
+from exgrpo.core.loss import exgrpo_policy_loss
 from exgrpo.verl_plugin.batch import BEHAV_FIELD, IS_REPLAY_FIELD, REPLAY_ACTIVE_KEY, SAMPLE_MASK_FIELD
 
 
@@ -62,37 +61,19 @@ def micro_batch_loss(
         batch_num_tokens: response tokens of the whole mini-batch over all ranks (verl `batch_num_tokens`);
             None = this micro-batch's. global_batch_size: sequences of the mini-batch; None = this one's.
     Returns:
-        (scalar loss to backpropagate, the core's metrics for this micro-batch).
+        (scalar loss to backpropagate, the core's metrics for this micro-batch alone).
     """
-    bonus_free = dataclasses.replace(cfg, entropy_coef=0.0, kl_coef=0.0)
-    pg, metrics = exgrpo_policy_loss(
+    if cfg.entropy_coef > 0 and token_entropy is None:
+        raise ValueError("cfg.entropy_coef > 0 but the model output has no entropy "
+                         "(set actor_rollout_ref.actor.calculate_entropy=true)")
+    if cfg.kl_coef > 0 and ref_logp is None:
+        raise ValueError("cfg.kl_coef > 0 but the batch has no ref_log_prob (use_kl_loss must be true)")
+    return exgrpo_policy_loss(
         logp, old_logp, advantages, response_mask, is_replay=is_replay, behaviour_logp=behaviour_logp,
-        replay_active=replay_active, cfg=bonus_free, norm_const=norm_const, token_entropy=None,
-        sample_mask=sample_mask)
-    mask = response_mask.bool()
-    keep = mask if sample_mask is None else mask & sample_mask.bool()[:, None]
-    n_tok = mask.sum().clamp(min=1)
-    n_seq = (mask.sum(dim=-1) > 0).sum().clamp(min=1)
-    tokens = n_tok if batch_num_tokens is None else max(int(batch_num_tokens), 1)
-    seqs = n_seq if global_batch_size is None else max(int(global_batch_size), 1)
-    if cfg.loss_agg == "seq_sum_const":
-        total = pg
-    elif cfg.loss_agg == "token_mean":
-        total = pg * (n_tok / tokens)
-    else:
-        total = pg * (n_seq / seqs)
-    if cfg.entropy_coef > 0:
-        if token_entropy is None:
-            raise ValueError("cfg.entropy_coef > 0 but the model output has no entropy "
-                             "(set actor_rollout_ref.actor.calculate_entropy=true)")
-        total = total - cfg.entropy_coef * torch.where(keep, token_entropy, 0.0).sum() / tokens
-    if cfg.kl_coef > 0:
-        if ref_logp is None:
-            raise ValueError("cfg.kl_coef > 0 but the batch has no ref_log_prob (use_kl_loss must be true)")
-        total = total + cfg.kl_coef * torch.where(keep, low_var_kl(logp, ref_logp), 0.0).sum() / tokens
-    if token_entropy is not None:
-        metrics["entropy"] = float(torch.where(mask, token_entropy.detach(), 0.0).sum() / n_tok)
-    return total * dp_size, metrics
+        replay_active=replay_active, cfg=cfg, norm_const=norm_const, token_entropy=token_entropy,
+        sample_mask=sample_mask, ref_logp=ref_logp, dp_size=dp_size,
+        batch_num_tokens=None if batch_num_tokens is None else max(int(batch_num_tokens), 1),
+        global_batch_size=None if global_batch_size is None else max(int(global_batch_size), 1))
 
 
 def exgrpo_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = None, *, cfg: ExGRPOConfig,

@@ -46,12 +46,14 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
+from exgrpo import metrics as M
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
+from exgrpo.core.loss import resolve_norm_const
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin.checkpoint import load_plugin_state, prune_states, save_plugin_state, step_dir
-from exgrpo.verl_plugin.hydra_config import check_verl_config, norm_const_for
+from exgrpo.verl_plugin.hydra_config import check_verl_config
 from exgrpo.verl_plugin.loss import exgrpo_actor_loss
 
 logger = logging.getLogger(__name__)
@@ -77,7 +79,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.exgrpo_cfg = check_verl_config(config)
         self.exgrpo_seed = int(config.exgrpo.seed)
         self.manager = ExperienceManager(self.exgrpo_cfg, seed=self.exgrpo_seed)
-        self.norm_const = norm_const_for(self.exgrpo_cfg, int(config.data.max_response_length))
+        self.norm_const = resolve_norm_const(self.exgrpo_cfg.loss_norm_const, int(config.data.max_response_length))
         self.select_generator = torch.Generator().manual_seed(self.exgrpo_seed + 2)  # as CPUTrainer
         self.prompt_cache: dict[str, np.ndarray] = {}
         self.data_order: DataOrder | None = None
@@ -159,7 +161,8 @@ class ExGRPOTrainer(PPOTrainerSync):
                         "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
                         if bool(rows.is_replay.any()) else 0.0,
                         "exgrpo/pass1": float(self._step_pass1), "exgrpo/sample_frac": float(sample_mask.float().mean()),
-                        **vb.group_stats(rows, sample_mask, cfg)})
+                        **vb.group_stats(rows, sample_mask, cfg),
+                        **_fresh_response_stats(rows, data["entropy"], response_mask)})
         return batch
 
     def _record_groups(self, rows: vb.StepRows, data: TensorDict) -> None:
@@ -279,6 +282,19 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.select_generator.set_state(state.select_rng_state)
         logger.info("ExGRPO state restored from %s: %d buffered questions, replay active=%s", folder,
                     len(self.manager.buffer), self.manager.replay_active)
+
+
+def _fresh_response_stats(rows: vb.StepRows, entropy: torch.Tensor,
+                          response_mask: torch.Tensor) -> dict[str, float]:
+    """Token-mean entropy and mean length of the FRESH responses (replayed and padding rows left out), the
+    CPU trainer's `entropy` and `response_length` (exgrpo.metrics). Args: nested [B, response] entropy (the
+    old-policy recomputation) and response mask."""
+    fresh = [i for i in range(len(rows.qids)) if not bool(rows.is_replay[i]) and not bool(rows.is_padding[i])]
+    ent, mask = entropy.unbind(), response_mask.unbind()
+    tokens = sum(int(mask[i].sum()) for i in fresh)
+    total = sum(float((ent[i].double() * mask[i]).sum()) for i in fresh)
+    return {M.ENTROPY.verl_key: total / tokens if tokens else 0.0,
+            M.RESPONSE_LENGTH.verl_key: tokens / len(fresh) if fresh else 0.0}
 
 
 def _nested(values: torch.Tensor) -> torch.Tensor:

@@ -76,13 +76,13 @@ def _write_train(root: Path, backbone: str, variant: str, seed: int, rng: np.ran
     run.mkdir(parents=True, exist_ok=True)
     rows = []
     for step in range(1, STEPS + 1):
-        row = {"step": step, "reward/mean": 0.3 + 0.01 * step + float(rng.normal(0, 0.01)), "pass1": 0.3 + 0.01 * step,
+        row = {"step": step, "reward/batch_mean": 0.3 + 0.01 * step + float(rng.normal(0, 0.01)), "pass1": 0.3 + 0.01 * step,
                "entropy": 0.8 - 0.01 * step, "response_length": 40 + step,
                "data/training_questions": 4096 - 10 * step, "time/step": 1.0 + float(rng.random()),
                "time/rollout": 0.5, "time/update": 0.4}
         if variant != "on_policy" and not variant.startswith("masked"):
             row.update({"exp/buffered_questions": 30 * step, "exp/buffered_trajectories": 70 * step,
-                        "exp/retired": 5 * step, "exp/active": 1, "exp/buffer_bytes": 1000.0 * step,
+                        "exp/retired": 5 * step, "exp/active": 1, "exp/buffer_payload_bytes": 1000.0 * step,
                         "replay/n_trajectories": 8})
         if variant.startswith("masked"):
             row["masked/questions"] = 20 + int(rng.integers(0, 5))

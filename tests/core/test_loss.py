@@ -1,4 +1,4 @@
-"""exgrpo.core.loss against hand-computed values and a scalar per-token reference (paper Eq. 4, §1.8-1.9)."""
+"""exgrpo.core.loss against hand-computed values and a scalar per-token reference (paper Eq. 4, §4.2, App. D.1)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,8 @@ import pytest
 import torch
 
 from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.core.loss import (
-    AGGREGATIONS,
-    REPLAY_TOKEN_LOSSES,
-    SHAPING_FNS,
-    exgrpo_policy_loss,
-    low_var_kl,
-    resolve_norm_const,
-)
+from exgrpo.core.loss import AGGREGATIONS, exgrpo_policy_loss, resolve_norm_const
+from exgrpo.core.token_loss import REPLAY_TOKEN_LOSSES, SHAPING_FNS, low_var_kl
 
 LN = math.log
 
@@ -40,7 +34,7 @@ def one_token(logp: float, old: float, adv: float, *, replay: bool, behaviour: f
 
 # ----------------------------------------------------------------------------- shaping (paper §4.2)
 def test_shaping_gradient_at_w1_is_0_0826():
-    # f(w) = w/(w+β); d f / d logπ = wβ/(w+β)^2 = 0.1/1.21 at w=1, β=0.1 (paper.md §1.8: "0.083 at w=1")
+    # f(w) = w/(w+β); d f / d logπ = wβ/(w+β)^2 = 0.1/1.21 at w=1, β=0.1 (paper §4.2: replayed tokens get ~8% of an on-policy gradient)
     loss, grad, m = one_token(LN(0.5), LN(0.5), 1.0, replay=True, behaviour=LN(0.5))
     assert loss == pytest.approx(-1 / 1.1, abs=1e-12)
     assert grad == pytest.approx(-0.1 / 1.21, abs=1e-12)
@@ -108,7 +102,7 @@ def test_wo_shaping_uses_ppo_clipped_ratio(adv, want):
 
 def test_released_wo_shaping_registry_entry_is_unclipped():
     ratio, adv = torch.tensor([[2.0, 0.5]]), torch.tensor([[1.0]])
-    loss, clipped = REPLAY_TOKEN_LOSSES["unclipped"](ratio, adv, cfg())
+    loss, clipped = REPLAY_TOKEN_LOSSES["unclipped"](ratio, adv, 0.2, 0.1)
     assert loss.tolist() == [[-2.0, -0.5]] and not clipped.any()
 
 
@@ -151,15 +145,17 @@ def test_aggregation_modes(mode, want, want_masked):
     masked.backward()
     assert torch.all(logp.grad[1] == 0)  # excluded row gets no gradient
     assert torch.all(logp.grad[0, 2] == 0)  # nor does padding
-    assert AGGREGATIONS[mode](torch.tensor([[-1.0, -1.0, 7.0], [-3.0, 7.0, 7.0]]), mask, 10).item() == \
+    assert AGGREGATIONS[mode](torch.tensor([[-1.0, -1.0, 7.0], [-3.0, 7.0, 7.0]]), mask, norm_const=10).item() == \
         pytest.approx(want, abs=1e-6)
 
 
 def test_seq_sum_const_needs_positive_constant():
     with pytest.raises(ConfigError, match="loss_norm_const"):
-        AGGREGATIONS["seq_sum_const"](torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), 0)
-    assert resolve_norm_const(cfg(), 8192) == 8192
-    assert resolve_norm_const(cfg(loss_norm_const=100), 8192) == 100
+        AGGREGATIONS["seq_sum_const"](torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), norm_const=0)
+    assert resolve_norm_const(cfg().loss_norm_const, 8192) == 8192
+    assert resolve_norm_const(cfg(loss_norm_const=100).loss_norm_const, 8192) == 100
+    with pytest.raises(ConfigError, match="loss_norm_const"):
+        resolve_norm_const(0, 0)
 
 
 # ----------------------------------------------------------------------------- entropy and KL terms
@@ -202,7 +198,7 @@ def test_bad_input_errors():
 
 # ----------------------------------------------------------------------------- scalar reference, all switches
 def _reference(logp, old, beh, adv, mask, replay, keep, active, c: ExGRPOConfig, norm):
-    """Per-token loop with Python floats: the objective as written in paper.md §1.7-1.9."""
+    """Per-token loop with Python floats: the objective as written (paper Eq. 4, §4.2 shaping, constant normaliser)."""
     eps, beta = c.clip_eps, c.shaping_beta
     rows = []
     for i in range(len(logp)):

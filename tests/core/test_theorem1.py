@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from exgrpo.core.advantages import group_advantages
-from exgrpo.core.loss import shaped_weight
+from exgrpo.core.token_loss import shaped_weight
 
 K = 8  # 1 replayed + 7 fresh, as in the paper
 Z99 = 2.5758  # two-sided 99% normal quantile

@@ -17,6 +17,7 @@ from verl.utils.config import validate_config  # noqa: E402
 
 from exgrpo.backbones import load_backbones  # noqa: E402
 from exgrpo.config import ABLATIONS, ConfigError  # noqa: E402
+from exgrpo.core.loss import resolve_norm_const  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
 BACKBONES = {k: v for k, v in load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml").items() if v["scale"] == "paper"}
@@ -107,7 +108,7 @@ def test_overrides_for_all_backbone_variant_pairs_are_consistent(tmp_path):
             cfg = hc.variant_config(variant, bb)
             flat = hc.verl_overrides(name, bb, cfg, variant=variant, seed=0, run_dir=tmp_path, train_files="a",
                                      val_files="b")
-            assert flat["actor_rollout_ref.actor.loss_scale_factor"] == hc.norm_const_for(cfg, 8192) == 8192
+            assert flat["actor_rollout_ref.actor.loss_scale_factor"] == resolve_norm_const(cfg.loss_norm_const, 8192) == 8192
             assert flat["exgrpo.config"] == cfg.to_dict()
             assert flat["trainer.experiment_name"] == f"{name}-{variant}-s0"
     with pytest.raises(ConfigError, match="scale"):

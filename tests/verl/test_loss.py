@@ -199,3 +199,44 @@ def test_loss_refuses_a_batch_without_the_trainer_flag():
     tu.assign_non_tensor(data, **{vb.REPLAY_ACTIVE_KEY: False})
     with pytest.raises(ValueError, match="replay_active"):
         exgrpo_actor_loss(out, data, cfg=dataclasses.replace(cfg), norm_const=NORM)
+
+
+def test_released_entropy_scale_on_two_ranks_two_micro_batches():
+    """`entropy_scale="per_micro_batch"`: each micro-batch's own token-mean entropy, as the release's loss, whose
+    micro-batch values FSDP sums and averages over ranks. The plug-in scales every term by the rank count R, so
+    the objective (rank average of summed micro-batch losses) is R x the release's: core pg − c·Σ_r Σ_m H̄_{r,m}."""
+    _, t = _padded_batch(seed=4)
+    coef = 0.25  # large, so a wrong scale cannot hide in the tolerance
+    split = [[slice(0, 2), slice(2, 3)], [slice(3, 5), slice(5, 6)]]  # 2 ranks x 2 micro-batches
+    n_tok, n_seq = int(t["mask"].sum()), len(PROMPT_LENS)
+
+    def objective(scale):
+        cfg = config_for("exgrpo", entropy_coef=coef, entropy_scale=scale)
+        per_rank = []
+        for rank in split:
+            per_rank.append(sum(micro_batch_loss(
+                t["logp"][rows], t["old"][rows], t["adv"][rows], t["mask"][rows],
+                is_replay=torch.tensor(IS_REPLAY)[rows], behaviour_logp=t["behav"][rows],
+                sample_mask=None, token_entropy=t["entropy"][rows], ref_logp=None, replay_active=True,
+                cfg=cfg, norm_const=NORM, dp_size=2, batch_num_tokens=n_tok, global_batch_size=n_seq)[0]
+                for rows in rank))
+        return sum(per_rank) / 2, cfg
+
+    def pg(rows=slice(None)):  # the core's policy term of `rows` alone (Σ / const), no entropy bonus
+        return exgrpo_policy_loss(t["logp"][rows], t["old"][rows], t["adv"][rows], t["mask"][rows],
+                                  is_replay=torch.tensor(IS_REPLAY)[rows], behaviour_logp=t["behav"][rows],
+                                  replay_active=True, cfg=config_for("exgrpo", entropy_coef=0.0),
+                                  norm_const=NORM)[0]
+
+    def mean(rows):
+        return float(t["entropy"][rows][t["mask"][rows]].mean())
+
+    paper, _ = objective("token_mean")
+    torch.testing.assert_close(paper, pg() - coef * t["entropy"][t["mask"]].mean(), rtol=1e-6, atol=1e-7)
+    released, _ = objective("per_micro_batch")
+    micro_means = [mean(rows) for rank in split for rows in rank]
+    assert float(released) == pytest.approx(float(pg()) - coef * sum(micro_means), rel=1e-6)
+    # the release's own objective: (1/R) Σ_r Σ_m (pg_{r,m} − c·H̄_{r,m}); the plug-in's is R = 2 times it
+    release = sum(float(pg(rows)) - coef * mean(rows) for rank in split for rows in rank) / 2
+    assert float(released) == pytest.approx(2 * release, rel=1e-6)
+    assert config_for("exgrpo").entropy_scale == "token_mean"

@@ -193,11 +193,13 @@ def _resolved_run(run_dir: Path, steps: int) -> None:
 def _train(step: int, tag: float) -> dict:
     """A training step's metrics under verl / plug-in names; `tag` tells the attempts apart."""
     return {"critic/score/mean": step / 10 + tag, "exgrpo/pass1": step / 20 + tag, "actor/exgrpo/entropy": 0.5 + tag,
+            "exgrpo/entropy": 0.4 + tag, "exgrpo/response_length": 90.0 + step,
             "actor/entropy": 9.0, "response_length/mean": 100.0 + step, "exgrpo/replay_questions": float(step),
             "exgrpo/training_questions": 1000.0 - step, "exgrpo/data_epoch": 0.0, "exgrpo/selection_seconds": 0.5,
             "timing_s/gen": 10.0, "timing_s/update_actor": 5.0, "timing_s/step": 20.0,
             "exp/buffered_questions": 3.0 * step, "exp/active": 1.0, "exp/activation_step": None, "exp/bucket_1": 2.0,
-            "training/global_step": step, "perf/throughput": 123.4, "hist/lengths": [1, 2], "note": "text"}
+            "training/global_step": step, "perf/throughput": 123.4, "hist/lengths": [1, 2], "note": "text",
+            "new_verl_namespace/x": 1.0}
 
 
 def _val(aime: float, math: float) -> dict:
@@ -252,23 +254,25 @@ def test_collect_merges_attempts_into_the_contract_and_passes_the_loader(verl_ru
                       str(actor), "--target_dir", str(verl_run / ".final.tmp")]]
     assert (verl_run / "final/config.json").exists()
     rows = read_jsonl(out / TRAIN_LOG)
-    train = {r["step"]: r for r in rows if "reward/mean" in r}
+    train = {r["step"]: r for r in rows if "reward/batch_mean" in r}
     val = {r["step"]: r for r in rows if "val/acc" in r}
     assert sorted(train) == [1, 2, 3, 4, 5, 6] and sorted(val) == [3, 4, 6]
     assert [r["step"] for r in rows] == [1, 2, 3, 3, 4, 4, 5, 6, 6]  # a step's training row, then its validation
-    assert train[4]["reward/mean"] == pytest.approx(0.4)  # kept from attempt A (before C's resume point 5)
-    assert train[5]["reward/mean"] == pytest.approx(0.52) and train[6]["pass1"] == pytest.approx(0.32)  # from C
+    assert train[4]["reward/batch_mean"] == pytest.approx(0.4)  # kept from attempt A (before C's resume point 5)
+    assert train[5]["reward/batch_mean"] == pytest.approx(0.52) and train[6]["pass1"] == pytest.approx(0.32)  # from C
     assert "exgrpo/only_in_a" not in train[5]  # A's rows past the resume point are dropped, not merged
     assert train[5] == {
-        "step": 5, "reward/mean": pytest.approx(0.52), "pass1": pytest.approx(0.27), "entropy": pytest.approx(0.52),
-        "actor/entropy": 9.0, "response_length": 105.0, "replay/n_trajectories": 5.0,
+        "step": 5, "reward/batch_mean": pytest.approx(0.52), "pass1": pytest.approx(0.27),
+        "entropy": pytest.approx(0.42), "update/entropy": pytest.approx(0.52), "actor/entropy": 9.0,
+        "response_length": 95.0, "response_length/mean": 105.0, "replay/n_trajectories": 5.0,
         "data/training_questions": 995.0, "data/epoch": 0.0, "time/selection": 0.5, "time/rollout": 10.0,
         "time/update": 5.0, "time/step": 20.0, "exp/buffered_questions": 15.0, "exp/active": 1.0,
-        "exp/activation_step": None, "exp/bucket_1": 2.0, "training/global_step": 5, "perf/throughput": 123.4}
+        "exp/activation_step": None, "exp/bucket_1": 2.0, "training/global_step": 5, "perf/throughput": 123.4,
+        "verl/new_verl_namespace/x": 1.0}  # a key the registry does not know is kept under verl/
     assert val[3]["val/acc"] == pytest.approx((0.125 + 0.5) / 2)
     assert (val[3]["val/aime24"], val[3]["val/math500"]) == (0.125, 0.5)  # released data sources aime, math
     assert val[4]["val/acc"] == pytest.approx(0.3) and val[6]["val/acc"] == pytest.approx(0.5)
-    assert val[6]["val-aux/num_turns/mean"] == 1.0 and "reward/mean" not in val[6]
+    assert val[6]["val-aux/num_turns/mean"] == 1.0 and "reward/batch_mean" not in val[6]
 
     meta = json.loads((out / "run.json").read_text())
     assert meta == {**meta, "backbone": "qwen2.5-math-7b", "variant": "exgrpo", "seed": 0, "steps": 6,

@@ -1,0 +1,231 @@
+"""Every key of a training log, defined once: its name, meaning, unit and the runtimes that write it.
+
+A results log (`results/<source>/train/.../log.jsonl.gz`, results/README.md) has the same keys whichever
+runtime made it. The CPU trainer writes these names directly; the verl plug-in logs under verl's namespaces
+(its trackers show `exgrpo/...`, `actor/...`, `critic/...`), and `exgrpo verl-collect` renames each key by
+`Metric.verl_key` (`verl_key_map`). `analysis.loader` checks every training log against `lookup`: an
+unknown key is an error naming it. Pure Python, no torch: the analysis imports it without a runtime.
+
+Where a metric is computed differently by the two runtimes, its meaning says how, and it is a number of the
+same quantity. Keys verl computes itself and the project does not interpret (its perf, timing and actor
+statistics) pass through under their verl names: `VERL_NAMESPACES`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TINY, VERL = "tiny", "verl"
+"""Runtime tags: the CPU trainer (exgrpo/tiny) and the verl plug-in (exgrpo/verl_plugin)."""
+BOTH = frozenset({TINY, VERL})
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One logged key."""
+
+    name: str
+    """The key in the results log; `{k}` / `{name}` stand for an integer / a benchmark in a family of keys."""
+    meaning: str
+    """What the number is, and how each runtime computes it when they differ."""
+    unit: str
+    """fraction, count, tokens, nats, seconds, bytes, step, loss, ratio or flag (0/1)."""
+    writers: frozenset[str]
+    """Runtimes that write it (`TINY`, `VERL`)."""
+    verl_key: str | None = None
+    """The key verl's own logger records for it, when that differs from `name` (renamed by verl-collect)."""
+
+    def pattern(self) -> re.Pattern[str]:
+        """A regex matching the key, or every key of the family."""
+        text = re.escape(self.name).replace(r"\{k\}", r"\d+").replace(r"\{name\}", r"[A-Za-z0-9_.@-]+")
+        return re.compile(f"^{text}$")
+
+
+def _m(name: str, meaning: str, unit: str, writers: frozenset[str] | str = BOTH,
+       verl_key: str | None = None) -> Metric:
+    return Metric(name, meaning, unit, frozenset({writers}) if isinstance(writers, str) else writers, verl_key)
+
+
+# ------------------------------------------------------------------------------------------ the step
+STEP = _m("step", "Training step (1-based); validation rows carry the step they follow.", "step")
+PASS1 = _m("pass1", "Mean reward of the step's freshly generated rollouts (replayed o* excluded): batch pass@1, "
+           "the delayed-start signal.", "fraction", verl_key="exgrpo/pass1")
+REWARD_BATCH_MEAN = _m("reward/batch_mean", "Mean reward over every row the update trained on, replayed o* "
+                       "(reward 1) included (verl: its critic/score/mean).", "fraction",
+                       verl_key="critic/score/mean")
+ENTROPY = _m("entropy", "Token-mean entropy of the fresh responses under the policy that generated them (CPU: "
+             "at sampling; verl: the old-policy recomputation before the update).", "nats",
+             verl_key="exgrpo/entropy")
+RESPONSE_LENGTH = _m("response_length", "Mean response length of the fresh rollouts.", "tokens",
+                     verl_key="exgrpo/response_length")
+TRUNCATED_FRACTION = _m("truncated_fraction", "Fresh rollouts that hit the length cap.", "fraction", TINY)
+REPLAY_QUESTIONS = _m("replay/n_trajectories", "Replayed questions (one o* each) in the step.", "count",
+                      verl_key="exgrpo/replay_questions")
+MIXED_FRACTION = _m("groups/mixed_fraction", "Groups with 0 < k < K successes (k as trained, "
+                    "core.advantages.success_histogram).", "fraction", verl_key="exgrpo/mixed_fraction")
+MASKED_QUESTIONS = _m("masked/questions", "Questions that got gradient under the difficulty mask (all of them "
+                      "without one).", "count", verl_key="exgrpo/masked_questions")
+GROUP_BUCKET = _m("exp/bucket_{k}", "Groups of the step with k successes (as trained).", "count")
+TRAINING_QUESTIONS = _m("data/training_questions", "Questions left in the training data (retired pruned at epoch "
+                        "boundaries).", "count", verl_key="exgrpo/training_questions")
+DATA_EPOCH = _m("data/epoch", "Epoch of the data order (0-based).", "count", verl_key="exgrpo/data_epoch")
+TIME_SELECTION = _m("time/selection", "Seconds choosing o* (scoring the candidates).", "seconds",
+                    verl_key="exgrpo/selection_seconds")
+TIME_ROLLOUT = _m("time/rollout", "Seconds generating rollouts (CPU: with grading; verl: its timing_s/gen).",
+                  "seconds", verl_key="timing_s/gen")
+TIME_UPDATE = _m("time/update", "Seconds of the actor update (CPU: with batch assembly).", "seconds",
+                 verl_key="timing_s/update_actor")
+TIME_STEP = _m("time/step", "Seconds of the whole step.", "seconds", verl_key="timing_s/step")
+VAL_ACC = _m("val/acc", "Validation accuracy (CPU: one sample per question at T=0.6; verl: the unweighted mean "
+             "of val/<benchmark>).", "fraction")
+VAL_BENCHMARK = _m("val/{name}", "Validation accuracy on one benchmark (verl: val-core/<source>/acc/mean@N, the "
+                   "largest N).", "fraction", VERL)
+
+# ------------------------------------------------------------------------------------------ the experience manager
+_EXP = {
+    "active": ("Replay is active (the delayed start has switched).", "flag"),
+    "collecting": ("The step's groups were collected into the buffer.", "flag"),
+    "activation_step": ("Step at which replay activated; -1 before.", "step"),
+    "groups": ("Groups handed to the manager this step.", "count"),
+    "stored": ("Trajectories stored this step.", "count"),
+    "duplicates": ("Stored trajectories that duplicated one already buffered.", "count"),
+    "buffered_questions": ("Questions in the experience buffer.", "count"),
+    "buffered_trajectories": ("Trajectories in the experience buffer.", "count"),
+    "buffered_tokens": ("Response tokens in the experience buffer.", "tokens"),
+    "eligible_questions": ("Buffered questions in a replayable bucket.", "count"),
+    "retired": ("Retired questions (all rollouts correct), in total.", "count"),
+    "retired_this_step": ("Questions retired this step.", "count"),
+    "reviewed": ("Retired questions brought back for review this step.", "count"),
+    "buffer_payload_bytes": ("Stored token ids + log-probs (8 B/token).", "bytes"),
+    "mean_key": ("Mean bucket key of the step's groups (success count, or the reward-std bucket).", "count"),
+}
+EXPERIENCE = tuple(_m(f"exp/{key}", meaning, unit) for key, (meaning, unit) in _EXP.items())
+EXPERIENCE_BY_NAME = {m.name: m for m in EXPERIENCE}
+BUFFER_BUCKET = _m("exp/buffer_bucket_{k}", "Eligible buffered questions in bucket k.", "count")
+
+# ------------------------------------------------------------------------------------------ the reward (CPU trainer)
+_REWARD = {
+    "graded": ("Responses graded this step.", "count"), "correct": ("Graded correct.", "count"),
+    "timeouts": ("Grades that timed out.", "count"), "parse_errors": ("Unparsable answers.", "count"),
+    "no_think_close": ("Responses without </think>.", "count"), "no_answer": ("Responses without an answer.", "count"),
+    "errors": ("Grader errors.", "count"), "math_verify_calls": ("math-verify calls.", "count"),
+    "pool_restarts": ("Grader pool restarts.", "count"), "seconds": ("Seconds grading.", "seconds"),
+    "correct_rate": ("correct / graded.", "fraction"), "timeout_rate": ("timeouts / graded.", "fraction"),
+    "parse_error_rate": ("parse_errors / graded.", "fraction"),
+    "no_think_close_rate": ("no_think_close / graded.", "fraction"),
+    "no_answer_rate": ("no_answer / graded.", "fraction"), "error_rate": ("errors / graded.", "fraction"),
+}
+REWARD_COUNTERS = tuple(_m(f"reward/{key}", f"Verifier: {meaning}", unit, TINY) for key, (meaning, unit) in _REWARD.items())
+
+# ------------------------------------------------------------------------------------------ the update (the loss)
+_UPDATE = {
+    "loss": ("Loss of each loss call on its own batch (CPU: a mini-batch; verl: a micro-batch), averaged.", "loss"),
+    "pg_loss": ("Policy term of `loss`.", "loss"),
+    "on_tokens": ("Fresh response tokens per loss call.", "tokens"),
+    "replay_tokens": ("Replayed response tokens per loss call.", "tokens"),
+    "clipfrac": ("Fresh tokens on PPO's clipped branch.", "fraction"),
+    "ppo_kl": ("Mean log π_θold − log π_θ over fresh tokens.", "nats"),
+    "on_ratio_mean": ("Mean π_θ/π_θold over fresh tokens.", "ratio"),
+    "sample_frac": ("Rows that got gradient (difficulty mask).", "fraction"),
+    "replay_ratio_mean": ("Mean w* over replayed tokens.", "ratio"),
+    "replay_ratio_max": ("Largest w* over replayed tokens.", "ratio"),
+    "replay_weight_mean": ("Mean shaped weight f(w*) (or clip(w*), w*) over replayed tokens.", "ratio"),
+    "replay_clipfrac": ("Replayed tokens on the clipped branch (`clipped` shaping).", "fraction"),
+    "entropy": ("Token-mean entropy in the update's forward pass, all rows.", "nats"),
+    "kl": ("Token-mean k3 KL to the reference (kl_coef > 0).", "nats"),
+}
+UPDATE = tuple(_m(f"update/{key}", meaning, unit, verl_key=f"actor/exgrpo/{key}") for key, (meaning, unit)
+               in _UPDATE.items())
+GRAD_NORM = _m("update/grad_norm", "Gradient norm before clipping, averaged over optimizer steps.", "ratio",
+               verl_key="actor/grad_norm")
+SKIPPED_STEPS = _m("update/skipped_steps", "Optimizer steps skipped (non-finite or > skip_grad_bound grad norm).",
+                   "count", TINY)
+REPLAY_ACTIVE_IN_LOSS = _m("update/replay_active", "The loss ran in mixed-policy mode.", "flag", VERL,
+                           verl_key="actor/exgrpo/replay_active")
+
+# ------------------------------------------------------------------------------------------ plug-in only
+PLUGIN = (
+    _m("exgrpo/fresh_questions", "Fresh questions in the step.", "count", VERL),
+    _m("exgrpo/replay_rows", "Replayed rows in the step's batch.", "count", VERL),
+    _m("exgrpo/replay_reward_mean", "Mean reward of the replayed rows (1 by construction).", "fraction", VERL),
+    _m("exgrpo/replay_age_mean", "Mean age in steps of the replayed trajectories.", "step", VERL),
+    _m("exgrpo/sample_frac", "Rows that get gradient under the difficulty mask.", "fraction", VERL),
+    _m("exgrpo/selection_candidates", "Candidate trajectories scored for the next step.", "count", VERL),
+)
+
+METRICS: tuple[Metric, ...] = (
+    STEP, PASS1, REWARD_BATCH_MEAN, ENTROPY, RESPONSE_LENGTH, TRUNCATED_FRACTION, REPLAY_QUESTIONS, MIXED_FRACTION,
+    MASKED_QUESTIONS, GROUP_BUCKET, TRAINING_QUESTIONS, DATA_EPOCH, TIME_SELECTION, TIME_ROLLOUT, TIME_UPDATE,
+    TIME_STEP, VAL_ACC, VAL_BENCHMARK, *EXPERIENCE, BUFFER_BUCKET, *REWARD_COUNTERS, *UPDATE, GRAD_NORM,
+    SKIPPED_STEPS, REPLAY_ACTIVE_IN_LOSS, *PLUGIN,
+)
+"""The registry: every key of a training log."""
+
+VERL_NAMESPACES: tuple[str, ...] = (
+    "actor/", "critic/", "training/", "validation/", "perf/", "rollout/", "rollout_corr/", "global_seqlen/",
+    "response_length/", "response_length_non_aborted/", "prompt_length/", "num_turns/", "tool_call_counts/",
+    "agent_loop/", "timing_s/", "timing_per_token_ms/", "response/", "val-core/", "val-aux/", "verl/",
+)
+"""verl's own metric namespaces, kept in a collected log under their verl names (see verl's documentation).
+`verl/` holds any other key verl logged that the registry does not know (verl-collect prefixes it)."""
+
+LEGACY_ALIASES: dict[str, str] = {
+    "reward/mean": "pass1",
+}
+"""Keys of logs written before this registry -> the key that holds the same number. `reward/mean` meant the
+fresh-rollout mean (= pass1) in the CPU trainer's logs and the all-rows mean in the plug-in's; the loader
+accepts it where it equals `pass1` on every row (the committed CPU logs) and drops it."""
+
+
+def _index() -> tuple[dict[str, Metric], list[Metric]]:
+    exact, families = {}, []
+    for metric in METRICS:
+        if "{" in metric.name:
+            families.append(metric)
+        elif metric.name in exact:
+            raise ValueError(f"metric {metric.name!r} is registered twice")
+        else:
+            exact[metric.name] = metric
+    return exact, families
+
+
+_EXACT, _FAMILIES = _index()
+
+
+def lookup(key: str) -> Metric | None:
+    """The registered metric of a results-log key (an exact name or a family member); None if unknown."""
+    if key in _EXACT:
+        return _EXACT[key]
+    return next((m for m in _FAMILIES if m.pattern().match(key)), None)
+
+
+def is_verl_passthrough(key: str) -> bool:
+    """A verl metric kept under its own name (one of `VERL_NAMESPACES`)."""
+    return key.startswith(VERL_NAMESPACES)
+
+
+def verl_key_map() -> dict[str, str]:
+    """verl / plug-in key -> results-log key, for every metric verl records under another name."""
+    return {m.verl_key: m.name for m in METRICS if m.verl_key}
+
+
+def written_by(runtime: str) -> list[Metric]:
+    """The metrics a runtime writes."""
+    return [m for m in METRICS if runtime in m.writers]
+
+
+def markdown_table() -> str:
+    """The registry as a Markdown table (`python -m exgrpo.metrics`)."""
+    rows = ["| key | meaning | unit | written by | verl key |", "|---|---|---|---|---|"]
+    for m in METRICS:
+        verl = f"`{m.verl_key}`" if m.verl_key else ""
+        rows.append(f"| `{m.name}` | {m.meaning} | {m.unit} | {', '.join(sorted(m.writers))} | {verl} |")
+    return "\n".join(rows)
+
+
+__all__ = ["BOTH", "LEGACY_ALIASES", "METRICS", "TINY", "VERL", "VERL_NAMESPACES", "Metric", "is_verl_passthrough",
+           "lookup", "markdown_table", "verl_key_map", "written_by"]
+
+if __name__ == "__main__":
+    print(markdown_table())
