@@ -65,22 +65,21 @@ def test_a_stored_question_scoring_zero_keeps_its_bucket_only_as_released(keep_s
     assert mgr.buckets() == {3: ["p"]} and "q" not in mgr.buffer
 
 
-def test_stale_questions_count_towards_n_exp():
-    mgr = ExperienceManager(cfg(keep_stale_bucket=True), seed=0)
+def _ten_stored_then_six_at_zero(mgr: ExperienceManager) -> ExperienceManager:
+    """Step 1 stores q0..q9 (2/8 each); in step 2, q0..q5 score 0/8."""
     for i in range(10):
         group(mgr, f"q{i}", 2, 1)
     mgr.end_step(1, 0.5)
     for i in range(6):
         group(mgr, f"q{i}", 0, 2)
     mgr.end_step(2, 0.5)
+    return mgr
+
+
+def test_stale_questions_count_towards_n_exp():
+    mgr = _ten_stored_then_six_at_zero(ExperienceManager(cfg(keep_stale_bucket=True), seed=0))
     assert len(mgr.plan_replay(16)) == 8  # min(10 pooled, ⌊0.5·16⌋)
-    default = ExperienceManager(cfg(), seed=0)
-    for i in range(10):
-        group(default, f"q{i}", 2, 1)
-    default.end_step(1, 0.5)
-    for i in range(6):
-        group(default, f"q{i}", 0, 2)
-    default.end_step(2, 0.5)
+    default = _ten_stored_then_six_at_zero(ExperienceManager(cfg(), seed=0))
     assert sorted(default.plan_replay(16)) == ["q6", "q7", "q8", "q9"]  # only the 4 with an eligible latest k
 
 
