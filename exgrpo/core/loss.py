@@ -3,8 +3,8 @@
 The loss is built from pure parts, each a tensor function with shapes in its docstring and float / string
 arguments (no config object), in the style of verl's core_algos:
 
-1. `policy_token_losses` (`exgrpo.core.token_loss`) -> [B, T] per-token losses of fresh and replayed rows (+ the masks and ratios the
-   metrics need). Per token (A = the row's group advantage, w = a per-token probability ratio):
+1. `policy_token_losses` (`exgrpo.core.token_loss`) -> [B, T] per-token losses of fresh and replayed rows
+   (+ the masks and ratios the metrics need). Per token (A = the row's group advantage, w = a per-token probability ratio):
    - fresh tokens: w = π_θ/π_θold; before replay is active −min(w·A, clip(w, 1−ε, 1+ε)·A) (PPO); once replay
      is active the clip is removed for *all* tokens (−w·A), as released (paper App. D.1), unless
      `keep_clip_after_activation`.
@@ -18,8 +18,9 @@ arguments (no config object), in the style of verl's core_algos:
    arguments one micro-batch's value is its share of the whole mini-batch's (a sum over micro-batches and an
    average over ranks gives the single-batch value), as verl's `agg_loss`.
 3. `entropy_bonus(token_entropy, mask, coef, ...)` (coef · token-mean entropy) and `kl_term(logp, ref_logp,
-   mask, ...)` (token-mean k3 KL), as the released verl-0.1 actor; `scale="per_micro_batch"` is the release's
-   entropy scale on a mini-batch split into micro-batches and ranks (`ENTROPY_SCALES`).
+   mask, ...)` (token-mean k3 KL), as the released verl-0.1 actor. `cfg.entropy_scale` picks the scale on a
+   mini-batch split into micro-batches and ranks (`ENTROPY_SCALES`): `token_mean` (paper, default) or
+   `per_micro_batch` (released); with one micro-batch on one rank (the CPU trainer) they are equal.
 
 `exgrpo_policy_loss` composes them from an `ExGRPOConfig`: total = pg − entropy bonus + kl_coef · KL. The CPU
 trainer calls it on one mini-batch; the verl plug-in (`verl_plugin/loss.py`) on each micro-batch with the
