@@ -71,7 +71,7 @@ def test_all_with_the_slurm_profile(wf, snakemake):
     for name, job in models.items():
         assert f"--model {REGISTRY[name]['hf_id']} --name {name} " in job.shell
     for job in jobs:
-        if job.rule in ("download", "download_model", "all"):
+        if job.rule in ("download", "download_model", "all") or job.local:
             # Light jobs: sized by the profile's default-resources.
             assert (job.resources["mem_mb"], job.resources["runtime"]) == ("4000", "60")
         elif "backbone" in job.wildcards:

@@ -4,13 +4,17 @@
 #   results/<source>/{train,eval,prelim}/...       results (tracked for tiny and paper sources)
 #   results/<source>/benchmarks/<rule>/...         Snakemake benchmark files -> compute ledger
 #   work/<source>/{data,ckpt}/..., work/tiny/sft/  data and checkpoints (git-ignored)
+#   work/<source>/runs/<backbone>/<variant>/s<seed>/method.json   each run's resolved config
 #   <hf_cache>/                                    paper-scale downloads (shared, see config.yaml)
 #   logs/<rule>/...                                job logs; logs of shared jobs also hold
 #                                                  their benchmark files (no study to charge)
+import json
 import os
 import re
 
 from exgrpo.config import ABLATIONS
+from exgrpo.io import write_json
+from exgrpo.resolve import code_digest
 from exgrpo.workflow_config import (
     GPU_SITE_ENV,
     SITE_ENV,
@@ -23,7 +27,11 @@ from exgrpo.workflow_config import (
 )
 
 # Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is.
-WF = load_workflow_config(config, schema_dir=f"{workflow.current_basedir}/../schemas")
+WF = load_workflow_config(
+    config,
+    schema_dir=f"{workflow.current_basedir}/../schemas",
+    config_files=workflow.configfiles,
+)
 REPORT_DIR = f"{workflow.current_basedir}/../report"
 BACKBONES = WF.backbones
 STUDIES = WF.studies
@@ -73,6 +81,11 @@ def train_dir(source, backbone, variant, seed):
 def ckpt_dir(source, backbone, variant, seed):
     """Checkpoints of one training run; a retried job resumes from here."""
     return f"work/{source}/ckpt/{backbone}/{variant}/s{seed}"
+
+
+def run_file(source, backbone, variant, seed):
+    """The run's resolved config (rule resolve_run), read by `exgrpo train` / `exgrpo verl-config`."""
+    return f"work/{source}/runs/{backbone}/{variant}/s{seed}/method.json"
 
 
 def eval_dir(source, backbone, variant, seed):
@@ -183,17 +196,28 @@ def eval_limit_arg(source):
     return "--limit 32" if study_of_source(source).budget == "smoke" else ""
 
 
-def budget_args(source):
-    budget = study_of_source(source).budget
-    return "" if budget == "full" else f"--budget {budget}"
+def resolved_run(wc):
+    """The run's resolution (exgrpo.resolve.run_spec) as canonical JSON: rule resolve_run's params,
+    so a config change that alters it reruns that rule, and through method.json the training."""
+    spec = WF.study_run(wc.source, wc.backbone, wc.variant, int(wc.seed))
+    return json.dumps(spec.to_dict(), sort_keys=True)
 
 
-def set_args(variant):
-    """`--set key=value ...` for the config's extra overrides of a variant (ABLATIONS gives the rest)."""
-    items = WF.variant_overrides[variant].items()
-    return " ".join(
-        f"--set {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in items
-    )
+def write_resolved_run(path, spec_json, log):
+    """Write the run's resolution to `path` atomically, and what it is to `log` (the resolve_run job)."""
+    spec = json.loads(spec_json)
+    write_json(path, spec)
+    with open(log, "w") as fh:
+        fh.write(
+            f"{spec['backbone']}/{spec['variant']}/s{spec['seed']} ({spec['budget']} budget): "
+            f"resolved {' < '.join(spec['precedence'])} -> {path}\n"
+        )
+
+
+def code_digest_of(stage):
+    """Digest of the package sources a stage runs (exgrpo.resolve.CODE_OF_STAGE): a params entry, so
+    a code change reruns the jobs of the stages it touches."""
+    return code_digest(stage)
 
 
 def benchmarks_arg(source):
