@@ -22,6 +22,7 @@ Qwen2.5-Math-1.5B; this project applies the 7B's edit, a departure stated in the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -163,11 +164,33 @@ def extended_model_dir(snapshot: str | Path, out: str | Path, extension: Mapping
         link = out / item.name
         if item.name == "config.json" or link.exists() or link.is_symlink():
             continue
-        os.symlink(item, link)
+        with contextlib.suppress(FileExistsError):  # another job (one per benchmark) made it first
+            os.symlink(item, link)
     config = json.loads(config_file.read_text(encoding="utf-8"))
     write_json(out / "config.json", {**config, **{k: extension[k] for k in sorted(extension)}})
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m exgrpo.backbones extend-context --backbones F --backbone B --snapshot S --out O`: print the
+    folder to load backbone B from (S itself, or O with B's context extension applied)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m exgrpo.backbones")
+    parser.add_argument("command", choices=["extend-context"])
+    parser.add_argument("--backbones", type=Path, default=DEFAULT_BACKBONES)
+    parser.add_argument("--backbone", required=True)
+    parser.add_argument("--snapshot", type=Path, required=True, help="the downloaded model folder")
+    parser.add_argument("--out", type=Path, required=True, help="where the extended copy goes")
+    args = parser.parse_args(argv)
+    ext = load_backbone(args.backbones, args.backbone).get("context_extension")
+    print(extended_model_dir(args.snapshot, args.out, ext) if ext else args.snapshot)
+    return 0
+
+
 __all__ = ["DEFAULT_BACKBONES", "FAMILIES", "SCHEMA_DIR", "TEMPLATES", "backbone_method_settings",
            "extended_model_dir", "load_backbone", "load_backbones", "run_context"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -27,6 +27,7 @@ RUN = "results/smoke/train/tiny-math-small/exgrpo/s0/run.json"
 EVAL = "results/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.json"
 SAMPLES = "results/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.samples.parquet"
 TRAIN_LOG = "logs/train/smoke/tiny-math-small/exgrpo/s0.log"
+
 TARGETS = (RUN, EVAL)
 
 
@@ -50,12 +51,14 @@ def first_run(tmp_path_factory, snakemake, workflow_copier):
     return wf
 
 
+@pytest.mark.slow  # with the next test: two trainings and evaluations through Snakemake (about 2.5 min quiet)
 def test_untouched_rerun_does_nothing(first_run, snakemake):
     result = snakemake("-n", *TARGETS, cwd=first_run)
     assert result.returncode == 0, result.stdout
     assert "Nothing to be done" in result.stdout and not result.jobs
 
 
+@pytest.mark.slow
 def test_changed_setting_retrains_from_step_1_and_reevaluates(first_run, snakemake):
     wf = first_run
     before = json.loads((wf / RUN).read_text())
@@ -84,3 +87,23 @@ def test_changed_setting_retrains_from_step_1_and_reevaluates(first_run, snakema
 
     again = snakemake("-n", *TARGETS, *overlay, cwd=wf)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout and not again.jobs, again.stdout
+
+
+def test_paper_path_reresolves_exactly_the_changed_run(tmp_path, snakemake, workflow_copier):
+    """The paper path's hand-off: method.json per run, rewritten only for the runs a change touches
+    (train_paper reads it: test_paper_rules checks the shell)."""
+    wf = workflow_copier(tmp_path / "wf")
+    files = [f"work/paper-repro/runs/qwen2.5-math-1.5b/{v}/s0/method.json" for v in ("exgrpo", "on_policy")]
+    first = snakemake("-c1", *files, cwd=wf)
+    assert first.returncode == 0 and first.counts == {"resolve_run": 2}, first.stdout[-2000:]
+    spec = json.loads((wf / files[0]).read_text())
+    assert (spec["method"]["rho"], spec["data_order_seed"], spec["scale"]) == (0.5, 47, "paper")
+    untouched = snakemake("-n", *files, cwd=wf)
+    assert untouched.returncode == 0 and not untouched.jobs, untouched.stdout
+    (wf / "rho.yaml").write_text(yaml.safe_dump({"methods": {"exgrpo": {"rho": 0.375}}}))
+    overlay = ("--configfile", "config/config.yaml", "rho.yaml")
+    planned = snakemake("-n", *files, *overlay, cwd=wf)
+    assert [(j.rule, j.wildcards["variant"]) for j in planned.jobs] == [("resolve_run", "exgrpo")], planned.stdout
+    assert snakemake("-c1", *files, *overlay, cwd=wf).returncode == 0
+    assert json.loads((wf / files[0]).read_text())["method"]["rho"] == 0.375
+    assert json.loads((wf / files[1]).read_text())["method"]["rho"] == 0.5

@@ -369,3 +369,24 @@ def test_valid_configs_keep_running(case, mutate, tmp_path):
     mutate(config, registry["backbones"])
     wf = load(config, registry, tmp_path)
     assert wf.studies["smoke"].runs() and wf.studies["paper_repro"].runs()
+
+
+def test_snakemake_names_the_file_and_line_of_a_bad_config(wf, snakemake):
+    config = wf / "config/config.yaml"
+    text = config.read_text()
+    config.write_text(text.replace("  exgrpo: {}\n", "  exgrpo: {rho: 0.4\n", 1))
+    result = snakemake("-n", "smoke", cwd=wf)
+    assert result.returncode != 0 and "Job stats" not in result.stdout
+    assert "config/config.yaml': not valid YAML at line" in result.stdout, result.stdout[-2000:]
+    config.write_text(text + "\nallow_no_gpu: true\n")
+    result = snakemake("-n", "smoke", cwd=wf)
+    assert result.returncode != 0 and "Job stats" not in result.stdout
+    assert "config field 'allow_no_gpu': duplicate key in config/config.yaml" in result.stdout, result.stdout[-2000:]
+
+
+def test_snakemake_checks_an_overlay_for_duplicate_keys(wf, snakemake):
+    (wf / "over.yaml").write_text("methods:\n  exgrpo: {rho: 0.4}\n  exgrpo: {rho: 0.3}\n")
+    result = snakemake("-n", "smoke", "--configfile", "config/config.yaml", "over.yaml", cwd=wf)
+    assert result.returncode != 0 and "Job stats" not in result.stdout
+    assert "config field 'methods.exgrpo': duplicate key in " in result.stdout, result.stdout[-2000:]
+    assert "over.yaml (line 3; first at line 2)" in result.stdout

@@ -89,9 +89,19 @@ def paper_eval_model_input(wc):
 
 
 def paper_eval_model(wc):
-    """The HF folder evaluated: the cached backbone (`base`) or the run's export (ckpt_dir/final)."""
+    """The HF folder evaluated: the cached backbone (`base`) or the run's export (ckpt_dir/final).
+
+    A backbone with a `context_extension` (config/backbones.yaml) is evaluated, like it is trained,
+    from a copy whose config.json carries the extension (the export of a run already does)."""
     if wc.variant == "base":
-        return cached_model_cmd(model_manifest(wc.backbone))
+        snapshot = cached_model_cmd(model_manifest(wc.backbone))
+        if not BACKBONES[wc.backbone].get("context_extension"):
+            return snapshot
+        return (
+            f"$(python -m exgrpo.backbones extend-context --backbones {backbones_file()}"
+            f" --backbone {wc.backbone} --snapshot {snapshot}"
+            f" --out work/{wc.source}/models/{wc.backbone})"
+        )
     return eval_model_path(wc)
 
 
