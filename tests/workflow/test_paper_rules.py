@@ -158,7 +158,7 @@ def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_pat
     result = snakemake("--profile", "slurm", "-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf, env=slurm_site)
     assert result.returncode == 0, result.stdout[-3000:]
     new = [j for j in result.jobs if j.wildcards.get("backbone") == "qwen2.5-72b"]
-    assert sorted({j.rule for j in new}) == ["download_model", "eval_paper", "train_paper"]
+    assert sorted({j.rule for j in new}) == ["download_model", "eval_paper", "resolve_run", "train_paper"]
     trains = [j for j in new if j.rule == "train_paper"]
     assert sorted(j.wildcards["variant"] for j in trains) == ["exgrpo", "on_policy"]
     for job in trains:

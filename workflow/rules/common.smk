@@ -198,7 +198,8 @@ def eval_limit_arg(source):
 
 def resolved_run(wc):
     """The run's resolution (exgrpo.resolve.run_spec) as canonical JSON: rule resolve_run's params,
-    so a config change that alters it reruns that rule, and through method.json the training."""
+    so a config change that alters it reruns that rule, and through method.json the training.
+    """
     spec = WF.study_run(wc.source, wc.backbone, wc.variant, int(wc.seed))
     return json.dumps(spec.to_dict(), sort_keys=True)
 

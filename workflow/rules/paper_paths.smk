@@ -92,7 +92,8 @@ def paper_eval_model(wc):
     """The HF folder evaluated: the cached backbone (`base`) or the run's export (ckpt_dir/final).
 
     A backbone with a `context_extension` (config/backbones.yaml) is evaluated, like it is trained,
-    from a copy whose config.json carries the extension (the export of a run already does)."""
+    from a copy whose config.json carries the extension (the export of a run already does).
+    """
     if wc.variant == "base":
         snapshot = cached_model_cmd(model_manifest(wc.backbone))
         if not BACKBONES[wc.backbone].get("context_extension"):
