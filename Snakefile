@@ -8,9 +8,19 @@
 #   figures    re-render tables and figures from what is already under results/
 # `snakemake --profile slurm all` submits to SLURM (./slurm -> profiles/slurm). Run locally, `all`
 # refuses to start where nvidia-smi sees no GPU (dry runs always work).
+import os
+
 from snakemake.utils import min_version
 
+from exgrpo.workflow_config import check_config_files
+
 min_version("9.0")
+
+# Snakemake's own YAML reader lets a duplicated key win silently and reports a syntax error
+# without the file: read the file strictly first (overlays given with --configfile are checked
+# by common.smk once Snakemake has merged them).
+if os.path.exists("config/config.yaml"):
+    check_config_files(["config/config.yaml"])
 
 
 configfile: "config/config.yaml"

@@ -17,7 +17,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 from analysis import schema
 
@@ -59,21 +58,36 @@ class Results:
 
 
 def load_backbones(path: str | Path = DEFAULT_BACKBONES) -> dict[str, dict[str, Any]]:
-    """The backbone registry (config/backbones.yaml) as {name: entry}."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: file not found")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data.get("backbones"), dict):
-        raise ResultsError(path, "backbones", "expected a mapping of backbone entries")
-    return data["backbones"]
+    """The backbone registry (config/backbones.yaml) as {name: entry}, read by the project's one reader."""
+    from exgrpo.backbones import load_backbones as read_registry  # pure configuration, no runtime
+
+    return read_registry(path)
 
 
 def known_variants() -> set[str]:
-    """Variant names allowed in train/ and eval/: the ABLATIONS keys plus 'base' (the backbone before RL)."""
-    from exgrpo.config import ABLATIONS  # pure configuration, no runtime
+    """Variant names allowed in train/ and eval/: the ABLATIONS keys, their aliases (VARIANT_ALIASES) and
+    'base' (the backbone before RL)."""
+    from exgrpo.config import ABLATIONS, VARIANT_ALIASES  # pure configuration, no runtime
 
-    return set(ABLATIONS) | {"base"}
+    return set(ABLATIONS) | set(VARIANT_ALIASES) | {"base"}
+
+
+def with_aliases(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` plus, per backbone, the rows of an alias's target under the alias's name (VARIANT_ALIASES:
+    Table 9's "Full" row `masked_full` is the `on_policy` run), where the backbone has runs of the alias's
+    family (`masked_*`) but none under the alias itself."""
+    from exgrpo.config import VARIANT_ALIASES
+
+    if frame.empty or "variant" not in frame:
+        return frame
+    extra = []
+    for alias, target in VARIANT_ALIASES.items():
+        family = alias.split("_")[0] + "_"
+        for _, rows in frame.groupby("backbone"):
+            variants = set(rows["variant"])
+            if alias not in variants and target in variants and any(v.startswith(family) for v in variants):
+                extra.append(rows[rows["variant"] == target].assign(variant=alias))
+    return pd.concat([frame, *extra], ignore_index=True) if extra else frame
 
 
 def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKBONES) -> Results:
@@ -90,6 +104,7 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
     scores, paper = _load_paper_csvs(root)
     runs, train = load_train(root, registry)
     evals, samples = load_eval(root, registry, notes)
+    evals, samples = with_aliases(evals), with_aliases(samples)
     return Results(source=source, root=root, backbones=registry, scores=scores, paper=paper, runs=runs,
                    train=train, evals=evals, samples=samples, trajectories=_load_trajectories(root, registry),
                    bench=load_benchmarks(root), regimes=regimes.load(root, registry), notes=notes)

@@ -317,16 +317,23 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "retired_review": {"retired_review_fraction": 0.1, "retired_review_every": 25},
     "ppl_selection": {"selection_metric": "nll"},
     "entropy_as_released": {"entropy_mask": "as_released"},
-    "masked_full": {"method": "on_policy"},
     "masked_easy": {"method": "on_policy", "difficulty_mask": "easy"},
     "masked_medium": {"method": "on_policy", "difficulty_mask": "medium"},
     "masked_hard": {"method": "on_policy", "difficulty_mask": "hard"},
 }
 """Named variants (paper Tables 3, 6, 7, 9) as overrides of the defaults. `exgrpo` and `on_policy` are the two methods."""
 
+VARIANT_ALIASES: dict[str, str] = {"masked_full": "on_policy"}
+"""Names the analysis uses for a run of another variant, never trained under their own name: Table 9's
+"Full" row (masked GRPO with no mask) is the on-policy run itself."""
+
 
 def config_for(variant: str, **overrides: Any) -> ExGRPOConfig:
-    """The validated config of a named variant, with extra `overrides` on top."""
+    """The validated config of a named variant (or alias), with extra `overrides` on top.
+
+    Only the variant and the overrides: a run's config is `exgrpo.resolve.resolve`, which adds the
+    backbone's and the budget's settings in its documented order."""
+    variant = VARIANT_ALIASES.get(variant, variant)
     if variant not in ABLATIONS:
         raise ConfigError("variant", f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
     return ExGRPOConfig.from_dict({**ABLATIONS[variant], **overrides})
@@ -365,5 +372,5 @@ def _check_range(name: str, value: float, lo: float, hi: float, hi_open: bool = 
         raise ConfigError(name, f"must be in [{lo}, {hi}{')' if hi_open else ']'}, got {value!r}")
 
 
-__all__ = ["ABLATIONS", "CHOICES", "SWITCHES", "ConfigError", "ExGRPOConfig", "Switch", "config_for",
-           "field_docs"]
+__all__ = ["ABLATIONS", "CHOICES", "SWITCHES", "VARIANT_ALIASES", "ConfigError", "ExGRPOConfig", "Switch",
+           "config_for", "field_docs"]

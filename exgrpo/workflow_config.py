@@ -1,13 +1,16 @@
 """Load and validate the Snakemake workflow configuration before any job starts.
 
-Used by the Snakefile (workflow/rules/common.smk) and the tests. Three layers, in order:
+Used by the Snakefile (workflow/rules/common.smk) and the tests. Four layers, in order:
+0. every config file Snakemake read, re-read strictly (exgrpo.yaml_files): a duplicated key or a
+   syntax error names the file and line;
 1. config/config.yaml against workflow/schemas/config.schema.yaml (JSON Schema, via `jsonschema`);
-2. the backbone registry (config/backbones.yaml by default) against backbones.schema.yaml;
+2. the backbone registry (config/backbones.yaml by default): exgrpo.backbones.load_backbones;
 3. cross-references against the registries that own them: backbone names, variant names
    (exgrpo.config.ABLATIONS), benchmark names (exgrpo.eval.benchmarks), decoding profiles
-   (exgrpo.eval.profiles), studies sharing a source; and every method, ablation and
-   preliminary-study variant through `ExGRPOConfig.from_dict`, so the core stays the one source of
-   truth for method settings (no method field is repeated in a schema).
+   (exgrpo.eval.profiles), studies sharing a source; and every run of every study resolved by
+   `exgrpo.resolve.run_spec` (the one resolution, which also refuses an entry that overrides
+   `method:` or turns a variant into another), so the core stays the one source of truth for
+   method settings (no method field is repeated in a schema).
 Every failure is a `ConfigError` whose field is a path such as `studies.tiny.seeds[0]` or
 `methods.exgrpo.rho`.
 
@@ -19,7 +22,6 @@ whether GPU work may start here (`gpu_refusal`).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -27,13 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from exgrpo.backbones import backbone_method_settings
-from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig
-
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "workflow" / "schemas"
-"""Schemas of a source checkout; the Snakefile passes its own location explicitly."""
+from exgrpo.backbones import SCHEMA_DIR, load_backbones
+from exgrpo.config import ABLATIONS, VARIANT_ALIASES, ConfigError, ExGRPOConfig
+from exgrpo.resolve import RunSpec, run_spec
+from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
 TARGET_STUDIES: dict[str, str] = {"tiny": "tiny", "tiny_full": "tiny_full", "smoke": "smoke", "all": "paper_repro"}
 """Snakemake target -> the study (key of `studies`) it runs."""
@@ -69,6 +68,8 @@ class Study:
     ablation_backbones: tuple[str, ...]
     budget: str
     data_seed: int | None
+    data_order_seed: int | None
+    """Seed of the training-data shuffle; None = each run's own seed (config `data_order_seed: run`)."""
     seeds: tuple[int, ...]
     methods: tuple[str, ...]
     ablations: tuple[str, ...]
@@ -98,10 +99,21 @@ class WorkflowConfig:
     hf_cache: str
     allow_no_gpu: bool
 
-    def method_config(self, variant: str, backbone: str) -> ExGRPOConfig:
-        """The resolved method settings of `variant` trained on `backbone` (backbone's delayed_start applied)."""
-        return _variant_config(variant, self.variant_overrides[variant], self.backbones[backbone],
-                               where=f"{self.group_of(variant)}.{variant}.")
+    def method_config(self, variant: str, backbone: str, budget: str = "full") -> ExGRPOConfig:
+        """The resolved method settings of `variant` trained on `backbone` (exgrpo.resolve precedence)."""
+        return self.run(backbone, variant, 0, budget).method
+
+    def run(self, backbone: str, variant: str, seed: int, budget: str,
+            data_order_seed: int | None = None) -> RunSpec:
+        """One run, resolved once (exgrpo.resolve.run_spec): what the workflow writes to method.json."""
+        return run_spec(backbone, self.backbones[backbone], variant, seed, budget=budget,
+                        overrides=self.variant_overrides[variant], data_order_seed=data_order_seed,
+                        where=f"{self.group_of(variant)}.{variant}.")
+
+    def study_run(self, source: str, backbone: str, variant: str, seed: int) -> RunSpec:
+        """The resolved run of (backbone, variant, seed) in the studies writing to `source`."""
+        study = self.study_for_source(source)
+        return self.run(backbone, variant, seed, study.budget, study.data_order_seed)
 
     def group_of(self, variant: str) -> str:
         return next(g for g in VARIANT_GROUPS if variant in (self.raw.get(g) or {}))
@@ -111,54 +123,6 @@ class WorkflowConfig:
         return next(s for s in self.studies.values() if s.source == source)
 
 
-def load_yaml(path: str | Path, what: str) -> Any:
-    """Read a YAML file; missing or unparsable files raise errors naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} {path}: file not found")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise ConfigError(what, f"{path} is not valid YAML: {err}") from None
-
-
-def field_path(parts: Iterable[Any]) -> str:
-    """`['studies', 'tiny', 'seeds', 0]` -> `studies.tiny.seeds[0]`; names with dots are bracketed."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", str(part)):
-            out += f".{part}" if out else str(part)
-        else:
-            out += f"['{part}']"
-    return out
-
-
-def check_schema(instance: Any, schema_path: str | Path, prefix: Iterable[Any] = (), source: str = "") -> None:
-    """Validate `instance` against a JSON-Schema YAML file; raise ConfigError naming the first bad field."""
-    import jsonschema
-
-    schema = load_yaml(schema_path, "schema")
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
-    if error is None:
-        return
-    parts = [*prefix, *error.absolute_path]
-    message = error.message
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = set(error.schema.get("properties", {}))
-        unknown = sorted(k for k in error.instance if k not in known)
-        if unknown:
-            parts.append(unknown[0])
-            message = f"unknown key; allowed keys: {', '.join(sorted(known))}"
-    elif "propertyNames" in error.schema_path and isinstance(error.instance, str):
-        parts.append(error.instance)  # a bad mapping key: name the key itself
-        message = f"invalid name: {error.message}"
-    where = f" ({source})" if source else ""
-    raise ConfigError(field_path(parts) or "<root>", f"{message}{where}")
-
-
 def _coerce_cli_bool(value: Any) -> Any:
     # `--config allow_no_gpu=true` arrives as the string "true" (Snakemake parses only True/False).
     if isinstance(value, str) and value.lower() in ("true", "false"):
@@ -166,30 +130,20 @@ def _coerce_cli_bool(value: Any) -> Any:
     return value
 
 
-def load_backbones(path: str | Path, schema_dir: str | Path = SCHEMA_DIR) -> dict[str, dict[str, Any]]:
-    """Read and validate a backbone registry; returns name -> entry."""
-    data = load_yaml(path, "backbones_file")
-    check_schema(data, Path(schema_dir) / "backbones.schema.yaml", source=str(path))
-    backbones: dict[str, dict[str, Any]] = data["backbones"]
-    for name, entry in backbones.items():
-        where = ["backbones", name]
-        mirrors = entry.get("mirrors")
-        if mirrors is not None and backbones.get(mirrors, {}).get("scale") != "paper":
-            raise ConfigError(field_path([*where, "mirrors"]),
-                              f"{mirrors!r} is not a paper-scale backbone in {path}")
-        init = (entry.get("sft") or {}).get("init")
-        if init is not None and (init == name or backbones.get(init, {}).get("scale") != "tiny"):
-            raise ConfigError(field_path([*where, "sft", "init"]),
-                              f"{init!r} is not another tiny backbone in {path}")
-    return backbones
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Re-read each config file Snakemake merged, strictly: duplicate keys and syntax errors name the file."""
+    for path in paths:
+        load_yaml(path, "configfile")
 
 
 def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCHEMA_DIR,
-                         workdir: str | Path = ".") -> WorkflowConfig:
+                         workdir: str | Path = ".", config_files: Iterable[str | Path] = ()) -> WorkflowConfig:
     """Validate a merged Snakemake `config` (and the backbones file it names) and resolve studies.
 
+    `config_files`: the YAML files `config` was merged from (checked strictly first).
     Raises ConfigError (field path + reason) or FileNotFoundError (file name) on bad input.
     """
+    check_config_files(config_files)
     config = dict(config)
     if "allow_no_gpu" in config:
         config["allow_no_gpu"] = _coerce_cli_bool(config["allow_no_gpu"])
@@ -201,11 +155,6 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
     backbones = load_backbones(backbones_path, schema_dir)
 
     overrides = _variant_overrides(config)
-    for variant, extra in overrides.items():
-        group = next(g for g in VARIANT_GROUPS if variant in (config[g] or {}))
-        for entry in backbones.values():  # a variant must be valid on every backbone it may meet
-            _variant_config(variant, extra, entry, where=f"{group}.{variant}.")
-
     _check_benchmark_names(config["benchmarks"])
     studies = {name: _resolve_study(name, raw, config, backbones) for name, raw in config["studies"].items()}
     for target, study in TARGET_STUDIES.items():
@@ -213,8 +162,15 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
             raise ConfigError(f"studies.{study}", f"missing; target `{target}` runs this study")
     _check_shared_sources(studies)
     hf_cache = os.environ.get("EXGRPO_HF_CACHE") or config["hf_cache"]
-    return WorkflowConfig(raw=config, backbones=backbones, studies=studies, variant_overrides=overrides,
-                          hf_cache=hf_cache, allow_no_gpu=bool(config.get("allow_no_gpu", False)))
+    wf = WorkflowConfig(raw=config, backbones=backbones, studies=studies, variant_overrides=overrides,
+                        hf_cache=hf_cache, allow_no_gpu=bool(config.get("allow_no_gpu", False)))
+    for variant in overrides:  # a variant must be valid on every backbone it may meet
+        for name in backbones:
+            wf.run(name, variant, 0, "full")
+    for study in studies.values():  # and every run as its study resolves it
+        for backbone, variant, seed in study.runs():
+            wf.run(backbone, variant, seed, study.budget, study.data_order_seed)
+    return wf
 
 
 def _check_benchmark_names(sets: Mapping[str, list[str]]) -> None:
@@ -233,6 +189,10 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for group in VARIANT_GROUPS:
         for variant, extra in (config[group] or {}).items():
+            if variant in VARIANT_ALIASES:
+                raise ConfigError(f"{group}.{variant}",
+                                  f"`{variant}` is the analysis' name for the `{VARIANT_ALIASES[variant]}` run "
+                                  f"(exgrpo.config.VARIANT_ALIASES), not a variant to train: remove it")
             if variant not in ABLATIONS:
                 raise ConfigError(f"{group}.{variant}",
                                   f"unknown variant; known (exgrpo.config.ABLATIONS): {', '.join(sorted(ABLATIONS))}")
@@ -241,13 +201,6 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             seen[variant] = group
             out[variant] = dict(extra or {})
     return out
-
-
-def _variant_config(variant: str, extra: Mapping[str, Any], backbone: Mapping[str, Any], where: str) -> ExGRPOConfig:
-    # Order: the core's variant, then what the backbone decides (delayed start, graded region),
-    # then the config's explicit overrides. Errors name the config field.
-    values = {**ABLATIONS[variant], **backbone_method_settings(backbone), **extra}
-    return ExGRPOConfig.from_dict(values, where=where)
 
 
 def _resolve_study(name: str, raw: Mapping[str, Any], config: Mapping[str, Any],
@@ -290,9 +243,14 @@ def _resolve_study(name: str, raw: Mapping[str, Any], config: Mapping[str, Any],
                               f"{', '.join(sorted(PROFILES))}")
     return Study(name=name, source=raw["source"], scale=scale, backbones=tuple(chosen),
                  ablation_backbones=tuple(ablation_backbones), budget=raw["budget"],
-                 data_seed=raw.get("data_seed"), seeds=tuple(raw["seeds"]), methods=tuple(raw["methods"]),
+                 data_seed=raw.get("data_seed"), data_order_seed=_data_order_seed(raw), seeds=tuple(raw["seeds"]), methods=tuple(raw["methods"]),
                  ablations=tuple(raw["ablations"]), prelim=tuple(raw["prelim"]),
                  benchmarks=tuple(benchmarks), profiles=tuple(raw["eval"]["profiles"]))
+
+
+def _data_order_seed(raw: Mapping[str, Any]) -> int | None:
+    value = raw.get("data_order_seed", "run")
+    return None if value == "run" else int(value)
 
 
 def _known_backbone(name: str, where: list[Any], backbones: Mapping[str, Mapping[str, Any]], scale: str) -> str:
@@ -308,7 +266,7 @@ def _check_shared_sources(studies: Mapping[str, Study]) -> None:
     first: dict[str, Study] = {}
     for study in studies.values():
         other = first.setdefault(study.source, study)
-        for attr in ("scale", "budget", "data_seed"):
+        for attr in ("scale", "budget", "data_seed", "data_order_seed"):
             if getattr(study, attr) != getattr(other, attr):
                 raise ConfigError(f"studies.{study.name}.{attr}",
                                   f"{getattr(study, attr)!r} differs from study {other.name!r} "
@@ -384,5 +342,5 @@ def gpu_refusal(targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: boo
 
 
 __all__ = ["GPU_SITE_ENV", "SCHEMA_DIR", "SITE_ENV", "TARGET_STUDIES", "VARIANT_GROUPS", "Study",
-           "WorkflowConfig", "check_schema", "field_path", "gpu_refusal", "job_resources", "job_threads",
-           "load_backbones", "load_workflow_config", "load_yaml", "site_resources", "visible_gpus"]
+           "WorkflowConfig", "check_config_files", "check_schema", "field_path", "gpu_refusal", "job_resources",
+           "job_threads", "load_backbones", "load_workflow_config", "load_yaml", "site_resources", "visible_gpus"]

@@ -1,4 +1,9 @@
-"""Train a tiny backbone on CPU with on-policy Dr.GRPO, ExGRPO or one of its named variants."""
+"""Train a tiny backbone on CPU with on-policy Dr.GRPO, ExGRPO or one of its named variants.
+
+The run's settings come from one resolution (exgrpo.resolve): either a run file written by the
+workflow (`--run-file method.json`), or the same resolution made here from `--backbone`, `--method`,
+`--budget` and `--set` (defaults < backbone < variant < budget < --set).
+"""
 
 from __future__ import annotations
 
@@ -7,51 +12,41 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from exgrpo.backbones import backbone_method_settings
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig
+from exgrpo.resolve import BUDGETS, RunSpec, read_run_file, run_spec
 
 HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant); resumes from --ckpt"
 
-BUDGETS: dict[str, dict[str, Any]] = {
-    "tiny": {},
-    # CI smoke: minimal budget, replay forced on from step 1 so every path runs; asserts plumbing only.
-    "smoke": {"trainer": {"steps": 6, "batch_size": 8, "val_every": 3, "val_size": 16, "ckpt_every": 3,
-                          "max_new_tokens": 48},
-              "method": {"delayed_start": False, "collect_before_activation": True}},
-}
-"""Budget presets layered under the backbone entry and the variant (`--set` wins over all)."""
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backbone", required=True, help="a key of config/backbones.yaml with scale: tiny")
-    p.add_argument("--method", required=True, help=f"variant: one of {', '.join(sorted(ABLATIONS))}")
+    p.add_argument("--run-file", type=Path, default=None,
+                   help="the run's resolved config (method.json, written by the workflow); replaces --backbone, "
+                        "--method, --seed, --budget and --set")
+    p.add_argument("--backbone", default=None, help="a key of config/backbones.yaml with scale: tiny")
+    p.add_argument("--method", default=None, help=f"variant: one of {', '.join(sorted(ABLATIONS))}")
     p.add_argument("--data", required=True, type=Path, help="directory written by `exgrpo make-data`")
     p.add_argument("--init", required=True, type=Path, help="SFT checkpoint (HF model directory)")
     p.add_argument("--out", required=True, type=Path, help="results directory for log.jsonl.gz and run.json")
-    p.add_argument("--ckpt", type=Path, default=None, help="checkpoint directory (default: <out>/../ckpt under work/)")
+    p.add_argument("--ckpt", type=Path, default=None, help="checkpoint directory (default: work/tiny/ckpt/...)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", choices=sorted(BUDGETS), default="tiny")
+    p.add_argument("--budget", choices=sorted(set(BUDGETS) - {"full"}), default="tiny")
     p.add_argument("--backbones", type=Path, default=Path("config/backbones.yaml"))
     p.add_argument("--logger", choices=("jsonl", "tensorboard"), default="jsonl",
                    help="also write TensorBoard events next to the log (<ckpt>/tensorboard/); needs tensorboard")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (not part of the run's identity)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override an ExGRPOConfig field or a TrainArgs field (repeatable)")
 
 
-def resolve(backbone: dict[str, Any], variant: str, budget: str, overrides: list[str]) -> tuple[ExGRPOConfig,
-                                                                                                 Any]:
-    """Layer: defaults < backbone entry < variant < budget < --set. Returns (method config, trainer args)."""
+def resolve_cli(backbone_name: str, backbone: dict[str, Any], variant: str, seed: int, budget: str,
+                overrides: list[str]) -> RunSpec:
+    """The run of `--set KEY=VALUE` strings: parsed by field type, then exgrpo.resolve.run_spec."""
     from exgrpo.tiny.trainer import TrainArgs
 
-    if variant not in ABLATIONS:
-        raise ConfigError("method", f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
-    method: dict[str, Any] = {**backbone_method_settings(backbone), **ABLATIONS[variant]}
-    trainer: dict[str, Any] = {"steps": int(backbone.get("steps", 200)),
-                               "max_new_tokens": int(backbone.get("max_response_length", 72))}
-    method.update(BUDGETS[budget].get("method", {}))
-    trainer.update(BUDGETS[budget].get("trainer", {}))
     method_fields = {f.name: f.type for f in dataclasses.fields(ExGRPOConfig)}
     trainer_fields = {f.name: f.type for f in dataclasses.fields(TrainArgs)}
+    method: dict[str, Any] = {}
+    trainer: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep:
@@ -62,7 +57,8 @@ def resolve(backbone: dict[str, Any], variant: str, budget: str, overrides: list
             trainer[key] = _parse(key, raw, trainer_fields[key])
         else:
             raise ConfigError(key, "unknown setting (neither an ExGRPOConfig nor a TrainArgs field)")
-    return ExGRPOConfig.from_dict(method), TrainArgs(**trainer)
+    return run_spec(backbone_name, backbone, variant, seed, budget=budget, overrides=method,
+                    trainer_overrides=trainer, where="--set ")
 
 
 def _parse(key: str, raw: str, typ: Any) -> Any:
@@ -80,19 +76,35 @@ def _parse(key: str, raw: str, typ: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from exgrpo.backbones import load_backbone
     from exgrpo.tiny.run import load_questions, run_training
+    from exgrpo.tiny.trainer import TrainArgs
 
-    entry = load_backbone(args.backbones, args.backbone, scale="tiny")
-    cfg, targs = resolve(entry, args.method, args.budget, args.overrides)
-    ckpt = args.ckpt or Path("work/tiny/ckpt") / args.backbone / args.method / f"s{args.seed}"
+    if args.run_file is not None:
+        if args.backbone or args.method or args.overrides:
+            raise ConfigError("--run-file", "the run file holds the whole run: drop --backbone, --method and --set")
+        spec = read_run_file(args.run_file)
+        if spec.scale != "tiny":
+            raise ConfigError(f"{args.run_file}: scale", f"expected a tiny run, got {spec.scale!r}")
+    else:
+        if not (args.backbone and args.method):
+            raise ConfigError("--backbone", "give --run-file, or --backbone and --method")
+        entry = load_backbone(args.backbones, args.backbone, scale="tiny")
+        spec = resolve_cli(args.backbone, entry, args.method, args.seed, args.budget, args.overrides)
+    trainer = dict(spec.trainer)
+    if args.threads is not None:
+        trainer["threads"] = args.threads
+    targs = TrainArgs(**trainer)
+    ckpt = args.ckpt or Path("work/tiny/ckpt") / spec.backbone / spec.variant / f"s{spec.seed}"
     from transformers import AutoTokenizer
 
     if not (args.init / "config.json").exists():
         raise FileNotFoundError(f"{args.init}: no SFT checkpoint (config.json) found; run `exgrpo sft` first")
     tokenizer = AutoTokenizer.from_pretrained(args.init)
     questions = (load_questions(args.data, "train", tokenizer), load_questions(args.data, "validation", tokenizer))
-    summary = run_training(model_dir=args.init, data_questions=questions, cfg=cfg, args=targs, seed=args.seed,
-                           ckpt_dir=ckpt, out_dir=args.out, logger=args.logger,
-                           meta={"name": f"{args.backbone}/{args.method}/s{args.seed}", "backbone": args.backbone,
-                                 "variant": args.method, "budget": args.budget, "init": str(args.init)})
+    summary = run_training(model_dir=args.init, data_questions=questions, cfg=spec.method, args=targs,
+                           seed=spec.seed, ckpt_dir=ckpt, out_dir=args.out, data_dir=args.data, spec=spec,
+                           logger=args.logger,
+                           meta={"name": f"{spec.backbone}/{spec.variant}/s{spec.seed}", "backbone": spec.backbone,
+                                 "variant": spec.variant, "budget": spec.budget, "init": str(args.init),
+                                 "run_file": str(args.run_file) if args.run_file else None})
     print(summary)
     return 0

@@ -1,4 +1,17 @@
-"""`exgrpo verl-config`: write the verl Hydra config of one paper-scale run (backbone x method variant)."""
+"""`exgrpo verl-config`: write the verl Hydra config of one paper-scale run (backbone x method variant).
+
+The run comes from one resolution (exgrpo.resolve): the workflow's run file (`--run-file method.json`),
+or the same resolution made here from `--backbone`, `--variant`, `--seed` and `--set`.
+
+Nothing stale: the run directory records the run's fingerprint (`fingerprint.json`: the resolved
+method, the verl keys, the data files' hashes, the model and the plug-in code's digest). verl resumes
+from `<run_dir>/checkpoints` (`resume_mode=auto`), so checkpoints of another fingerprint are moved
+aside to `checkpoints.stale-<fingerprint>` and the run starts from step 1, saying so.
+
+Context extension: a backbone whose registry entry has a `context_extension` (Qwen2.5-Math-1.5B:
+4096 positions for 1024 + 8192 tokens) trains a copy of the model folder whose config.json carries
+the release's 16k edit (exgrpo.backbones.extended_model_dir), in `<run_dir>/model`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +23,10 @@ HELP = "Write the verl Hydra config (exgrpo_run.yaml) of a paper-scale run: a ba
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backbone", required=True, help="entry of the backbones file with scale: paper")
+    parser.add_argument("--run-file", type=Path, default=None,
+                        help="the run's resolved config (method.json, written by the workflow); replaces --backbone, "
+                             "--variant, --seed and --set")
+    parser.add_argument("--backbone", default=None, help="entry of the backbones file with scale: paper")
     parser.add_argument("--variant", default="exgrpo", help="method variant (exgrpo.config.ABLATIONS), default exgrpo")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path, help="run directory (config, checkpoints, logs)")
@@ -43,21 +59,79 @@ def _parse_overrides(items: list[str]) -> dict:
     return out
 
 
+def run_fingerprint(spec, flat: dict, model_path: str | None) -> tuple[str, dict]:
+    """(fingerprint, parts) of a verl run: resolved run, verl keys, data files, model, plug-in code."""
+    from exgrpo.resolve import code_digest, file_digest, fingerprint
+
+    def digest(path: str) -> str | None:
+        return file_digest([path]) if Path(path).is_file() else None
+
+    model = Path(model_path) if model_path else None
+    parts = {"run": spec.fingerprint_parts(),
+             "verl": {k: v for k, v in flat.items() if k not in ("exgrpo.run_dir",)},
+             "data": {k: digest(flat[k]) for k in ("data.train_files", "data.val_files")},
+             # the snapshot folder names its revision; its config.json (weights are named by that revision)
+             "model": {"path": str(model.resolve()) if model else flat["actor_rollout_ref.model.path"],
+                       "config": digest(str(model / "config.json")) if model else None},
+             "code": code_digest("train_paper")}
+    return fingerprint(parts), parts
+
+
+def _set_aside_stale(run_dir: Path, fp: str) -> None:
+    from exgrpo.io import read_json
+
+    record = run_dir / "fingerprint.json"
+    old = read_json(record).get("fingerprint") if record.is_file() else None
+    checkpoints = run_dir / "checkpoints"
+    if not checkpoints.exists() or old == fp:
+        if checkpoints.exists():
+            print(f"{run_dir}: checkpoints have this run's fingerprint {fp[:12]}; verl resumes from them")
+        return
+    aside = run_dir / f"checkpoints.stale-{(old or 'unknown')[:12]}"
+    checkpoints.rename(aside)
+    print(f"{run_dir}: checkpoints were made by another configuration, data, model or code (fingerprint "
+          f"{(old or 'none')[:12]}, this run {fp[:12]}): moved to {aside}; training starts from step 1")
+
+
 def run(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from exgrpo.backbones import load_backbone
+    from exgrpo.backbones import extended_model_dir, load_backbone
+    from exgrpo.config import ConfigError
+    from exgrpo.io import write_json
+    from exgrpo.resolve import read_run_file, run_spec
     from exgrpo.verl_plugin import hydra_config as hc
 
-    backbone = load_backbone(args.backbones, args.backbone, scale="paper")
-    cfg = hc.variant_config(args.variant, backbone, _parse_overrides(args.overrides))
+    if args.run_file is not None:
+        if args.backbone or args.overrides:
+            raise ConfigError("--run-file", "the run file holds the whole run: drop --backbone and --set")
+        spec = read_run_file(args.run_file)
+        backbone = load_backbone(args.backbones, spec.backbone, scale="paper")
+    else:
+        if not args.backbone:
+            raise ConfigError("--backbone", "give --run-file, or --backbone")
+        backbone = load_backbone(args.backbones, args.backbone, scale="paper")
+        spec = run_spec(args.backbone, backbone, args.variant, args.seed, overrides=_parse_overrides(args.overrides),
+                        where="--set ")
+    model_path = args.model_path
+    if backbone.get("context_extension") and not model_path:
+        raise ConfigError("--model-path", f"backbone {spec.backbone!r} has a context_extension, applied to a local "
+                                          "copy of its model: pass the downloaded snapshot folder")
+    if backbone.get("context_extension"):
+        model_path = str(extended_model_dir(model_path, args.out / "model", backbone["context_extension"]))
+        print(f"context extension {backbone['context_extension']} applied: training {model_path}")
     template = backbone.get("template", "luffy")
     train = args.train_files or str(Path(f"data/verl/{template}/train.parquet").resolve())
     val = args.val_files or str(Path(f"data/verl/{template}/valid.parquet").resolve())
-    flat = hc.verl_overrides(args.backbone, backbone, cfg, variant=args.variant, seed=args.seed, run_dir=args.out,
-                             train_files=train, val_files=val, model_path=args.model_path, nnodes=args.nnodes,
-                             gpus_per_node=args.gpus_per_node)
+    flat = hc.verl_overrides(spec.backbone, backbone, spec.method, variant=spec.variant, seed=spec.seed,
+                             run_dir=args.out, train_files=train, val_files=val, model_path=model_path,
+                             nnodes=args.nnodes, gpus_per_node=args.gpus_per_node,
+                             data_order_seed=spec.data_order_seed)
+    fp, parts = run_fingerprint(spec, flat, model_path)
+    args.out.mkdir(parents=True, exist_ok=True)
+    _set_aside_stale(args.out, fp)
     path = hc.write_run_config(args.out, flat)
+    write_json(args.out / "fingerprint.json", {"fingerprint": fp, "parts": parts})
     print(f"wrote {path}")
     have_verl = all(importlib.util.find_spec(m) is not None for m in ("hydra", "verl"))
     if args.resolve == "yes" and not have_verl:

@@ -10,6 +10,11 @@ Layout (RESULTS LAYOUT CONTRACT, results/README.md), inside one model's eval fol
 
 A file is complete when both exist: the parquet is replaced atomically and the JSON is written last,
 so an interrupted run never leaves an aggregate without its samples.
+
+Nothing stale: the metadata records `weights`, the fingerprint of the evaluated model's weights and
+config (`model_fingerprint`), next to the decoding settings; `cache_state` treats a file made from
+other weights or settings as missing, so a retrained model is evaluated again, never read from the
+samples of the model it replaced.
 """
 
 from __future__ import annotations
@@ -160,11 +165,21 @@ def write_aggregate(path: str | Path, aggregate: dict[str, Any]) -> None:
     write_json(path, aggregate)
 
 
+def model_fingerprint(model: str | Path) -> str | None:
+    """sha256 of a local model folder's weights and config.json (exgrpo.resolve.weights_digest); None
+    for a model that is not a local folder (a hub id: its revision is the identity)."""
+    from exgrpo.resolve import weights_digest
+
+    path = Path(model)
+    return weights_digest(path) if path.is_dir() else None
+
+
 def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[str, Any]) -> str:
     """`complete`, `samples_only` (aggregate missing: recompute it) or `missing` (generate again).
 
-    `expect` holds the run settings that must match the stored metadata (k, seed, limit, model, ...);
-    a file made with other settings counts as missing, so it is regenerated rather than reused.
+    `expect` holds the run settings that must match the stored metadata (k, seed, limit, model, the
+    weights' fingerprint, ...); a file made with other settings or weights counts as missing, so it is
+    regenerated rather than reused.
     """
     samples = samples_path(out_dir, benchmark, profile)
     if not samples.exists():
@@ -186,4 +201,4 @@ def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[
 
 
 __all__ = ["SAMPLE_SCHEMA", "CacheError", "aggregate_path", "aggregate_path_for", "build_aggregate", "cache_state",
-           "find_caches", "read_samples", "records_table", "samples_path", "write_aggregate", "write_samples"]
+           "find_caches", "model_fingerprint", "read_samples", "records_table", "samples_path", "write_aggregate", "write_samples"]

@@ -5,7 +5,9 @@ A checkpoint is a directory `step_<N>/` holding
 - `optimizer.safetensors` + `optimizer.json`   AdamW state tensors and the param groups / scalars;
 - `rng.safetensors`   the torch generator states (rollout, minibatch shuffling);
 - `experience/`       the ExperienceManager (buffer, retired set, delayed start, its numpy RNG);
-- `trainer.json`      step, data position, numpy RNG states, the log length.
+- `trainer.json`      step, data position, numpy RNG states, the log length, and the run's
+                      `fingerprint` (exgrpo.tiny.run.run_fingerprint): a run resumes only from a
+                      checkpoint with its own fingerprint.
 It is written to `step_<N>.tmp/` and renamed when complete, and `latest` names the newest complete
 step, so a run killed at any point resumes from a whole checkpoint. Nothing is pickled.
 """
@@ -49,7 +51,7 @@ def optimizer_from_plain(opt: torch.optim.Optimizer, tensors: dict[str, torch.Te
 
 def save_checkpoint(root: Path, step: int, *, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
                     generators: dict[str, torch.Generator], manager: Any, trainer_state: dict[str, Any],
-                    keep: int = 2) -> Path:
+                    fingerprint: str | None = None, keep: int = 2) -> Path:
     """Write checkpoint `root/step_<step>` atomically and point `root/latest` at it; keep the newest `keep`."""
     final = root / f"step_{step}"
     tmp = root / f"step_{step}.tmp"
@@ -63,7 +65,7 @@ def save_checkpoint(root: Path, step: int, *, model: Any, tokenizer: Any, optimi
     write_json(tmp / "optimizer.json", meta)
     save_file({name: g.get_state() for name, g in generators.items()}, str(tmp / "rng.safetensors"))
     manager.save(tmp / "experience")
-    write_json(tmp / "trainer.json", {"step": step, **trainer_state})
+    write_json(tmp / "trainer.json", {"step": step, "fingerprint": fingerprint, **trainer_state})
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -82,6 +84,20 @@ def latest_checkpoint(root: Path) -> Path | None:
     if not (path / "trainer.json").exists():
         raise FileNotFoundError(f"{pointer}: names checkpoint {path} which is missing or incomplete")
     return path
+
+
+def checkpoint_fingerprint(path: Path) -> str | None:
+    """The fingerprint a checkpoint was written with (None for one written without)."""
+    return read_json(path / "trainer.json").get("fingerprint")
+
+
+def discard_checkpoints(root: Path) -> None:
+    """Remove every checkpoint, the `latest` pointer and the final model under `root` (a stale run's)."""
+    for path in root.glob("step_*"):
+        shutil.rmtree(path, ignore_errors=True)
+    for name in ("final", "final.tmp"):
+        shutil.rmtree(root / name, ignore_errors=True)
+    (root / "latest").unlink(missing_ok=True)
 
 
 def load_checkpoint_state(path: Path, optimizer: torch.optim.Optimizer,

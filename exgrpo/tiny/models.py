@@ -30,16 +30,10 @@ def default_backbones_path() -> Path:
 
 
 def load_backbones(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
-    """The `backbones` mapping of backbones.yaml."""
-    import yaml
+    """The `backbones` mapping of backbones.yaml, read and checked by the project's one reader."""
+    from exgrpo.backbones import load_backbones as read_registry
 
-    path = Path(path) if path else default_backbones_path()
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: backbone registry not found")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data.get("backbones"), dict):
-        raise ConfigError("backbones", f"{path}: expected a top-level 'backbones' mapping")
-    return data["backbones"]
+    return read_registry(Path(path) if path else default_backbones_path())
 
 
 def tiny_entry(name: str, path: str | Path | None = None) -> dict[str, Any]:

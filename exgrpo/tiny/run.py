@@ -7,7 +7,13 @@ Outputs:
 - `<out>/log.jsonl.gz`, `<out>/run.json`  copied/written atomically at the end; `run.json` is last, so
   its presence means the run is complete.
 A run killed at any point and started again with the same arguments continues from its last
-checkpoint, and its final metrics are bit-identical to an uninterrupted run (tests/tiny/test_resume.py).
+checkpoint, and its final metrics are bit-identical to an uninterrupted run (tests/train/test_resume.py).
+
+Nothing stale: every checkpoint and run.json records the run's fingerprint (`run_fingerprint`: the
+resolved method and trainer settings, the seeds, the data manifest's hash, the init weights' hash and
+the trainer code's digest). A run resumes only from a checkpoint with its own fingerprint; any other
+checkpoint is discarded and training starts from step 1, saying so in the log. A finished run
+(run.json and the final model) with the same fingerprint is not trained again.
 """
 
 from __future__ import annotations
@@ -29,17 +35,38 @@ from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
+from exgrpo.resolve import RUNTIME_ONLY, RunSpec, code_digest, file_digest, fingerprint
+from exgrpo.resolve import weights_digest as model_dir_digest
 from exgrpo.tiny.best import clear_best, maybe_save_best
-from exgrpo.tiny.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint
+from exgrpo.tiny.checkpoint import (
+    checkpoint_fingerprint,
+    discard_checkpoints,
+    latest_checkpoint,
+    load_checkpoint_state,
+    save_checkpoint,
+)
 from exgrpo.tiny.tracker import TENSORBOARD_DIR, Tracker, open_tracker
 from exgrpo.tiny.trainer import CPUTrainer, Question, TrainArgs, weights_digest
 
 
+def run_fingerprint(cfg: ExGRPOConfig, args: TrainArgs, seed: int, data_order_seed: int, data_dir: Path | None,
+                    model_dir: Path) -> tuple[str, dict[str, Any]]:
+    """(fingerprint, its parts) of a CPU training run: what decides the weights it produces."""
+    parts = {"method": cfg.to_dict(),
+             "trainer": {k: v for k, v in dataclasses.asdict(args).items() if k not in RUNTIME_ONLY},
+             "seed": seed, "data_order_seed": data_order_seed,
+             "data": file_digest([data_dir / "manifest.json"]) if data_dir is not None else None,
+             "init": model_dir_digest(model_dir), "code": code_digest("train_tiny")}
+    return fingerprint(parts), parts
+
+
 def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[Question]], cfg: ExGRPOConfig,
                  args: TrainArgs, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any],
+                 data_dir: Path | None = None, spec: RunSpec | None = None,
                  logger: str = "jsonl") -> dict[str, Any]:
-    """Train (or resume) and write the results. Returns the final summary.
+    """Train (or resume, or recognise as done) and write the results. Returns the final summary.
 
+    `data_dir` (its manifest.json) enters the fingerprint; `spec` gives the data-order seed (default: `seed`).
     `logger`: `jsonl` (the log only) or `tensorboard` (also TensorBoard events under `<ckpt>/tensorboard/`,
     next to the log, with the log's keys as tags; needs the `tensorboard` package).
     """
@@ -50,15 +77,28 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
     torch.set_num_threads(args.threads)
     torch.manual_seed(seed)
     train, valid = data_questions
+    data_order_seed = spec.data_order_seed if spec is not None else seed
+    fp, fp_parts = run_fingerprint(cfg, args, seed, data_order_seed, data_dir, model_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    done = _finished(out_dir, ckpt_dir, fp)
+    if done is not None:
+        print(f"{meta.get('name', 'run')}: finished with the same fingerprint {fp[:12]} ({out_dir / 'run.json'}); "
+              "not training again", flush=True)
+        return done
     resume = latest_checkpoint(ckpt_dir)
+    if resume is not None and checkpoint_fingerprint(resume) != fp:
+        print(f"{meta.get('name', 'run')}: checkpoint {resume} was made by another configuration, data, init or "
+              f"code (fingerprint {str(checkpoint_fingerprint(resume))[:12]}, this run {fp[:12]}): discarding "
+              "the checkpoints and starting from step 1", flush=True)
+        discard_checkpoints(ckpt_dir)
+        resume = None
     source = resume / "model" if resume else model_dir
     if not (source / "config.json").exists():
         raise FileNotFoundError(f"{source}: no HF model (config.json) found; run `exgrpo sft` first")
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(source)
     trainer = CPUTrainer(model, tokenizer, cfg, args, train, valid, seed)
-    order = DataOrder([q.qid for q in train], seed)
+    order = DataOrder([q.qid for q in train], data_order_seed)
     log_path = ckpt_dir / "log.jsonl"
     start = 1
     if resume:
@@ -67,9 +107,12 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
         order = DataOrder.from_state(state["data_order"])
         start = int(state["step"]) + 1
         _truncate_log(log_path, int(state["step"]))
+        print(f"{meta.get('name', 'run')}: resuming from step {start} ({resume}, same fingerprint {fp[:12]})",
+              flush=True)
     else:
         log_path.unlink(missing_ok=True)
         clear_best(ckpt_dir)
+        print(f"{meta.get('name', 'run')}: training from step 1 (fingerprint {fp[:12]})", flush=True)
 
     t_run = time.perf_counter()
     tracker.start(start)
@@ -95,7 +138,7 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
                 os.fsync(log.fileno())
                 save_checkpoint(ckpt_dir, step, model=model, tokenizer=tokenizer, optimizer=trainer.optimizer,
                                 generators=trainer.generators, manager=trainer.manager,
-                                trainer_state={"data_order": order.state_dict()})
+                                trainer_state={"data_order": order.state_dict()}, fingerprint=fp)
             bar.set_postfix(pass1=f"{metrics[M.PASS1.name]:.2f}", replay=int(metrics[M.REPLAY_QUESTIONS.name]))
             bar.update(1)
             if args.stop_after and step >= args.stop_after:
@@ -111,11 +154,29 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     val = [r["val/acc"] for r in rows if "val/acc" in r]
     summary = {"final_val_acc": val[-1] if val else None, "weights_sha256": weights_digest(model),
-               "steps": args.steps, "final_model": str(final)}
+               "steps": args.steps, "final_model": str(final), "final_model_sha256": model_dir_digest(final)}
     write_jsonl(out_dir / TRAIN_LOG, rows)
     write_json(out_dir / "run.json", provenance(
-        {"method": cfg.to_dict(), "trainer": dataclasses.asdict(args)}, seed,
-        **meta, summary=summary, wall_time_s=time.perf_counter() - t_run, resumed_from=start - 1))
+        {"method": cfg.to_dict(), "trainer": dataclasses.asdict(args), "data_order_seed": data_order_seed}, seed,
+        **meta, summary=summary, wall_time_s=time.perf_counter() - t_run, resumed_from=start - 1,
+        fingerprint=fp, fingerprint_parts=fp_parts))
+    return summary
+
+
+def _finished(out_dir: Path, ckpt_dir: Path, fp: str) -> dict[str, Any] | None:
+    """The summary of a finished run with fingerprint `fp` whose final model is intact, else None."""
+    from exgrpo.io import read_json
+
+    run_json, final = out_dir / "run.json", ckpt_dir / "final"
+    if not (run_json.is_file() and (out_dir / TRAIN_LOG).is_file() and (final / "config.json").is_file()):
+        return None
+    try:
+        record = read_json(run_json)
+    except ValueError:
+        return None
+    summary = record.get("summary") or {}
+    if record.get("fingerprint") != fp or summary.get("final_model_sha256") != model_dir_digest(final):
+        return None
     return summary
 
 

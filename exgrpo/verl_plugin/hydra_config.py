@@ -13,6 +13,15 @@ Departures, stated up front:
   hook short of patching the FSDP engine; verl skips only non-finite grad norms. Recorded in the
   resolved JSON under `departures`.
 - `grad_clip = 0` (no clipping) becomes verl `clip_grad = 1e10`: verl requires a number.
+
+Matched to the release:
+- Steps: `trainer.total_training_steps` is the backbone's `steps` (700 for Qwen2.5-Math-7B). The
+  release's script sets 701, but its trainer (verl 0.1 fork, `mix_trainer_experience.fit`) increments
+  the step counter after each update and stops once it reaches 701, so it runs updates 1..700 and
+  saves at 700. verl 0.9.1 runs steps 1..total_training_steps, so 700 here is the release's 700.
+- Data order: `data.seed` is the run's `data_order_seed` (config.yaml `studies.*.data_order_seed`;
+  `paper_repro` sets 47, the release's fixed `ResumableRandomSampler` seed): verl 0.9.1 draws the
+  first epoch as `torch.randperm(n)` from a generator seeded with it, the release's draw.
 """
 
 from __future__ import annotations
@@ -23,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from exgrpo.backbones import backbone_method_settings
-from exgrpo.config import ConfigError, ExGRPOConfig, config_for
+from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.resolve import resolve
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 """The plug-in's Hydra config directory (exgrpo_trainer.yaml)."""
@@ -53,16 +62,18 @@ DEPARTURES = (
 
 def variant_config(variant: str, backbone: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
                    ) -> ExGRPOConfig:
-    """The ExGRPOConfig of `variant` for `backbone`: what the entry decides (backbone_method_settings:
-    delayed start, graded region), then `overrides` (field -> value) on top."""
-    return config_for(variant, **{**backbone_method_settings(backbone), **(overrides or {})})
+    """The ExGRPOConfig of `variant` for `backbone`, with `overrides` (field -> value): exgrpo.resolve.resolve,
+    the one resolution (defaults < backbone < variant < overrides)."""
+    return resolve(backbone, variant, overrides)
 
 
 def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOConfig, *, variant: str,
                    seed: int, run_dir: str | Path, train_files: str, val_files: str,
                    model_path: str | None = None, nnodes: int | None = None,
-                   gpus_per_node: int | None = None) -> dict[str, Any]:
-    """Dotted verl config keys → values for one run (everything not fixed in exgrpo_trainer.yaml)."""
+                   gpus_per_node: int | None = None, data_order_seed: int | None = None) -> dict[str, Any]:
+    """Dotted verl config keys → values for one run (everything not fixed in exgrpo_trainer.yaml).
+
+    `data_order_seed` seeds the training-data shuffle (`data.seed`); None = the run's `seed`."""
     for key in ("hf_id", "steps", "max_prompt_length", "max_response_length"):
         if key not in backbone:
             raise ConfigError(f"backbones.{backbone_name}.{key}", "missing (needed for a verl run)")
@@ -83,7 +94,7 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
         "data.val_files": val_files,
         "data.max_prompt_length": int(backbone["max_prompt_length"]),
         "data.max_response_length": max_resp,
-        "data.seed": int(seed),
+        "data.seed": int(seed if data_order_seed is None else data_order_seed),
         "actor_rollout_ref.model.path": model_path or backbone["hf_id"],
         "actor_rollout_ref.rollout.n": cfg.n_rollouts,
         "actor_rollout_ref.rollout.seed": int(seed),

@@ -33,11 +33,15 @@ def test_registry_errors_name_the_field(tmp_path):
         models.tiny_entry("no-such-model")
     with pytest.raises(ConfigError, match="qwen2.5-math-7b.scale"):
         models.tiny_entry("qwen2.5-math-7b")
+    import yaml
+
+    registry = yaml.safe_load(models.default_backbones_path().read_text())
+    registry["backbones"]["t"] = {**registry["backbones"]["tiny-math"],
+                                  "arch": {"hidden_size": 30, "num_hidden_layers": 1, "num_attention_heads": 4,
+                                           "intermediate_size": 8}}
     bad = tmp_path / "b.yaml"
-    bad.write_text("backbones:\n  t:\n    scale: tiny\n    family: qwen2\n"
-                   "    arch: {hidden_size: 30, num_hidden_layers: 1, num_attention_heads: 4, intermediate_size: 8}\n"
-                   "    sft: {steps: 1, lr: 0.1, init: null}\n")
-    with pytest.raises(ConfigError, match="t.arch.num_attention_heads"):
+    bad.write_text(yaml.safe_dump(registry))
+    with pytest.raises(ConfigError, match="backbones.t.arch.num_attention_heads"):
         models.tiny_entry("t", bad)
     with pytest.raises(FileNotFoundError):
         models.load_backbones(tmp_path / "missing.yaml")

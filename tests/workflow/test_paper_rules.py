@@ -83,8 +83,8 @@ def test_exact_shell_of_a_train_and_an_eval_job(dry_all):
     assert _norm(train.shell) == _norm(
         "(export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
         " && model=$(python -m exgrpo.verl_plugin.collect model-dir work/hf/models/qwen2.5-math-7b.json)"
-        f" && exgrpo verl-config --backbone qwen2.5-math-7b --variant exgrpo --seed 0 --out {run}"
-        ' --backbones config/backbones.yaml --model-path "$model"'
+        " && exgrpo verl-config --run-file work/paper-repro/runs/qwen2.5-math-7b/exgrpo/s0/method.json"
+        f' --out {run} --backbones config/backbones.yaml --model-path "$model"'
         f" --train-files {files}/openr1_math_46k.parquet --val-files {files}/exgrpo_valid.parquet"
         f" && exgrpo verl-launch --run-dir {run} --hf-home work/hf"
         f" && bash {run}/launch_single_node.sh"
@@ -125,7 +125,7 @@ def test_base_models_prelim_and_variant_overrides_in_the_shell(dry_all):
             assert f"model={exports[job.wildcards['backbone'], job.wildcards['variant']]} " in job.shell
     assert f"--model {exports['qwen2.5-math-7b', 'on_policy']} " in prelim.shell
     (masked,) = [j for j in _by_rule(result, "train_paper") if j.wildcards["variant"] == "masked_hard"]
-    assert "--variant masked_hard" in masked.shell
+    assert "--run-file work/paper-repro/runs/qwen2.5-math-7b/masked_hard/s0/method.json" in masked.shell
 
 
 def test_tiny_and_paper_targets_go_to_their_own_rules(wf, snakemake):
@@ -158,7 +158,7 @@ def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_pat
     result = snakemake("--profile", "slurm", "-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf, env=slurm_site)
     assert result.returncode == 0, result.stdout[-3000:]
     new = [j for j in result.jobs if j.wildcards.get("backbone") == "qwen2.5-72b"]
-    assert sorted({j.rule for j in new}) == ["download_model", "eval_paper", "train_paper"]
+    assert sorted({j.rule for j in new}) == ["download_model", "eval_paper", "resolve_run", "train_paper"]
     trains = [j for j in new if j.rule == "train_paper"]
     assert sorted(j.wildcards["variant"] for j in trains) == ["exgrpo", "on_policy"]
     for job in trains:

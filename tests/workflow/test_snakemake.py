@@ -71,7 +71,7 @@ def test_all_with_the_slurm_profile(wf, snakemake):
     for name, job in models.items():
         assert f"--model {REGISTRY[name]['hf_id']} --name {name} " in job.shell
     for job in jobs:
-        if job.rule in ("download", "download_model", "all"):
+        if job.rule in ("download", "download_model", "all", "resolve_run"):
             # Light jobs: sized by the profile's default-resources.
             assert (job.resources["mem_mb"], job.resources["runtime"]) == ("4000", "60")
         elif "backbone" in job.wildcards:
@@ -114,7 +114,8 @@ def test_a_new_backbone_entry_appears_in_the_dag(wf, tmp_path, snakemake):
     new = [j for j in result.jobs if j.wildcards.get("backbone") == "qwen3-8b"]
     rules = [j.rule for j in new]
     # Download, the two methods (not an ablation backbone), evaluation of both and of the base model.
-    assert {r: rules.count(r) for r in set(rules)} == {"download_model": 1, "train_paper": 2, "eval_paper": 3 * 9}
+    assert {r: rules.count(r) for r in set(rules)} == {"download_model": 1, "resolve_run": 2, "train_paper": 2,
+                                                       "eval_paper": 3 * 9}
     (download,) = [j for j in new if j.rule == "download_model"]
     assert "--model Qwen/Qwen3-8B --name qwen3-8b " in download.shell
     assert result.counts["download_model"] == len(PAPER_BACKBONES) + 1

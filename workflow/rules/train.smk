@@ -2,8 +2,30 @@
 # backbone x variant x seed (Study.runs: methods on every backbone, ablations and prelim variants
 # on the ablation backbones).
 #
+# Each run is resolved once (rule resolve_run: exgrpo.resolve.run_spec) into method.json, which
+# the training job reads; Snakemake reruns resolve_run when that resolution changes (params) and
+# then, through method.json, the training and everything downstream. Training jobs also carry the
+# digest of the code they run (params), so a code change reruns exactly its stage's jobs.
 # A retried job (profile `retries`) resumes from its last checkpoint because it is handed the same
-# --ckpt folder again; checkpoints live in work/, never under results/.
+# --ckpt folder again, but only if the checkpoint's fingerprint (resolved config, data, init, code)
+# is this run's: otherwise it starts from step 1 and says so in its log. Checkpoints live in
+# work/, never under results/.
+
+
+rule resolve_run:
+    output:
+        run_file("{source}", "{backbone}", "{variant}", "{seed}"),
+    log:
+        log_file("resolve_run", "{source}", "{backbone}", "{variant}", "s{seed}"),
+    benchmark:
+        "logs/resolve_run/{source}/{backbone}/{variant}/s{seed}.benchmark.tsv"
+    localrule: True
+    params:
+        spec=resolved_run,
+    run:
+        write_resolved_run(output[0], params.spec, log[0])
+
+
 # Paper-scale backbones train with the verl plug-in instead (train_paper, GPUs, offline from the
 # shared HF cache); both write the same results: log.jsonl.gz and run.json under results/.
 
@@ -47,6 +69,7 @@ rule train_tiny:
     input:
         data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
         init=f"{sft_dir('{source}', '{backbone}')}/config.json",
+        run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
@@ -64,14 +87,10 @@ rule train_tiny:
         init=lambda wc, input: os.path.dirname(input.init),
         out=lambda wc, output: os.path.dirname(output.run),
         ckpt=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
-        budget=lambda wc: budget_args(wc.source),
-        sets=lambda wc: set_args(wc.variant),
-        backbones=backbones_file(),
+        code=code_digest_of("train_tiny"),
     shell:
-        "exgrpo train --backbone {wildcards.backbone} --method {wildcards.variant}"
-        " --data {params.data} --init {params.init} --out {params.out} --ckpt {params.ckpt}"
-        " --seed {wildcards.seed} {params.budget} {params.sets} --backbones {params.backbones}"
-        " --set threads={threads} > {log} 2>&1"
+        "exgrpo train --run-file {input.run} --data {params.data} --init {params.init}"
+        " --out {params.out} --ckpt {params.ckpt} --threads {threads} > {log} 2>&1"
 
 
 register_stage("train", scales=("tiny",))
@@ -87,6 +106,7 @@ rule train_paper:
         data=download_manifest(),
         model=model_manifest("{backbone}"),
         prompts=retemplated_inputs,
+        run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
@@ -106,16 +126,15 @@ rule train_paper:
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         out=lambda wc, output: os.path.dirname(output.run),
         data=lambda wc: verl_data_args(wc.backbone),
-        sets=lambda wc: set_args(wc.variant),
+        code=code_digest_of("train_paper"),
         launch=lambda wc: launch_script(wc.backbone),
         hf_home=lambda wc, input: os.path.dirname(input.data),
         backbones=backbones_file(),
     shell:
         "(export {params.offline}"
         " && model=$(python -m exgrpo.verl_plugin.collect model-dir {input.model})"
-        " && exgrpo verl-config --backbone {wildcards.backbone} --variant {wildcards.variant}"
-        " --seed {wildcards.seed} --out {params.run_dir} --backbones {params.backbones}"
-        ' --model-path "$model" {params.data} {params.sets}'
+        " && exgrpo verl-config --run-file {input.run} --out {params.run_dir}"
+        ' --backbones {params.backbones} --model-path "$model" {params.data}'
         " && exgrpo verl-launch --run-dir {params.run_dir} --hf-home {params.hf_home}"
         " && bash {params.run_dir}/{params.launch}"
         " && exgrpo verl-collect --run-dir {params.run_dir} --out {params.out}"

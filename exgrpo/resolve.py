@@ -1,0 +1,223 @@
+"""One resolution of a training run's settings, and the file that hands them to the runtime.
+
+`resolve(backbone, variant, overrides)` is the only place an `ExGRPOConfig` is assembled for a run;
+the workflow, `exgrpo train`, `exgrpo verl-config` and the verl Hydra config all call it.
+
+Precedence, lowest first (`PRECEDENCE`):
+1. the `ExGRPOConfig` defaults (the paper's settings);
+2. what the backbone entry decides (`backbone_method_settings`: delayed start, graded region);
+3. the named variant (`ABLATIONS[variant]`): a variant means the same thing on every backbone;
+4. the budget preset (`BUDGETS`: the smoke budget turns replay on from step 1);
+5. explicit overrides (a `methods` / `ablations` / `prelim` entry of config.yaml, or `--set`).
+Explicit overrides may tune a variant but not change what it is: setting `method`, changing a field
+the variant itself sets, or landing exactly on another named variant is refused (`check_overrides`).
+
+The workflow writes the resolved run (`run_spec`) once per run as JSON (`method.json`, atomically);
+`exgrpo train --run-file` and `exgrpo verl-config --run-file` read it back (`read_run_file`), so the
+runtime trains exactly what was validated, with no `--set` strings in between.
+
+`fingerprint` hashes what produced an artefact (a checkpoint, a finished run, an evaluation cache);
+`code_digest` hashes the package sources a stage runs, so a code change invalidates what it affects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from exgrpo.backbones import backbone_method_settings
+from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig, config_for
+
+PRECEDENCE = ("defaults", "backbone", "variant", "budget", "overrides")
+"""Layers of `resolve`, lowest first (module docstring)."""
+
+BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
+    "full": {},
+    "tiny": {},
+    # CI smoke: minimal budget, replay forced on from step 1 so every path runs; asserts plumbing only.
+    "smoke": {"trainer": {"steps": 6, "batch_size": 8, "val_every": 3, "val_size": 16, "ckpt_every": 3,
+                          "max_new_tokens": 48},
+              "method": {"delayed_start": False, "collect_before_activation": True}},
+}
+"""Budget presets: `method` (ExGRPOConfig fields) and `trainer` (CPU TrainArgs fields) settings."""
+
+RUN_FILE_FORMAT = 1
+RUNTIME_ONLY = frozenset({"threads", "stop_after"})
+"""TrainArgs fields that say where or how far a process runs, not what it trains (not fingerprinted)."""
+PACKAGE_ROOT = Path(__file__).resolve().parent
+
+
+def check_overrides(variant: str, overrides: Mapping[str, Any], where: str = "") -> None:
+    """Refuse overrides that would turn `variant` into something else (ConfigError naming the field)."""
+    if variant not in ABLATIONS:
+        raise ConfigError(f"{where}variant".rstrip("."),
+                          f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
+    own = {"method": ExGRPOConfig().method, **ABLATIONS[variant]}
+    for key, value in overrides.items():
+        if key in own and value != own[key]:
+            what = "the method" if key == "method" else f"what `{variant}` is"
+            raise ConfigError(f"{where}{key}", f"{value!r} would change {what} (the variant sets {key}="
+                                               f"{own[key]!r}); add a named variant to exgrpo.config.ABLATIONS "
+                                               "instead")
+    if not overrides:
+        return
+    mine = ExGRPOConfig.from_dict({**ABLATIONS[variant], **overrides}, where=where).to_dict()
+    for other in ABLATIONS:
+        if other != variant and config_for(other).to_dict() == mine:
+            key = next(iter(overrides))
+            raise ConfigError(f"{where}{key}", f"turns `{variant}` into the named variant `{other}`; "
+                                               f"train `{other}` instead")
+
+
+def resolve(backbone: Mapping[str, Any], variant: str, overrides: Mapping[str, Any] | None = None, *,
+            budget: str = "full", where: str = "") -> ExGRPOConfig:
+    """The validated method config of `variant` on `backbone` (layers in `PRECEDENCE` order).
+
+    `where` prefixes field names in errors (e.g. `methods.exgrpo.`)."""
+    overrides = dict(overrides or {})
+    check_overrides(variant, overrides, where)
+    if budget not in BUDGETS:
+        raise ConfigError("budget", f"unknown budget {budget!r}; known: {', '.join(sorted(BUDGETS))}")
+    values = {**backbone_method_settings(backbone), **ABLATIONS[variant], **BUDGETS[budget].get("method", {})}
+    try:
+        ExGRPOConfig.from_dict(values)
+    except ConfigError as err:  # a layer below the overrides is wrong: not the user's field
+        raise ConfigError(err.field, f"{err} (from the backbone, variant {variant!r} or budget {budget!r})") from None
+    return ExGRPOConfig.from_dict({**values, **overrides}, where=where)
+
+
+def trainer_settings(backbone: Mapping[str, Any], budget: str, overrides: Mapping[str, Any] | None = None
+                     ) -> dict[str, Any]:
+    """CPU-trainer settings (TrainArgs fields) of a tiny run: backbone steps and length, budget, overrides."""
+    values: dict[str, Any] = {"steps": int(backbone["steps"]), "max_new_tokens": int(backbone["max_response_length"]),
+                              **BUDGETS[budget].get("trainer", {}), **(overrides or {})}
+    if overrides:  # the presets above are known-good; importing the trainer (torch) only to check user keys
+        from exgrpo.tiny.trainer import TrainArgs
+
+        known = {f.name for f in dataclasses.fields(TrainArgs)}
+        for key in overrides:
+            if key not in known:
+                raise ConfigError(f"trainer.{key}", f"unknown CPU-trainer setting; known: {', '.join(sorted(known))}")
+    return values
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run, resolved: what `method.json` holds."""
+
+    backbone: str
+    variant: str
+    seed: int
+    budget: str
+    scale: str
+    data_order_seed: int
+    """Seed of the training-data shuffle (the study's `data_order_seed`; the release fixes 47)."""
+    method: ExGRPOConfig
+    trainer: dict[str, Any]
+    """CPU-trainer settings (tiny scale); empty at paper scale, where the verl config holds them."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": RUN_FILE_FORMAT, "backbone": self.backbone, "variant": self.variant, "seed": self.seed,
+                "budget": self.budget, "scale": self.scale, "data_order_seed": self.data_order_seed,
+                "precedence": list(PRECEDENCE), "method": self.method.to_dict(), "trainer": dict(self.trainer)}
+
+    def fingerprint_parts(self) -> dict[str, Any]:
+        """What of the run decides its training (runtime-only trainer fields dropped)."""
+        return {"method": self.method.to_dict(), "seed": self.seed, "data_order_seed": self.data_order_seed,
+                "trainer": {k: v for k, v in self.trainer.items() if k not in RUNTIME_ONLY}}
+
+
+def run_spec(name: str, backbone: Mapping[str, Any], variant: str, seed: int, *, budget: str = "full",
+             overrides: Mapping[str, Any] | None = None, trainer_overrides: Mapping[str, Any] | None = None,
+             data_order_seed: int | None = None, where: str = "") -> RunSpec:
+    """Resolve one run of `variant` on backbone `name`. `data_order_seed` None = the run seed."""
+    method = resolve(backbone, variant, overrides, budget=budget, where=where)
+    trainer = trainer_settings(backbone, budget, trainer_overrides) if backbone["scale"] == "tiny" else {}
+    return RunSpec(backbone=name, variant=variant, seed=int(seed), budget=budget, scale=backbone["scale"],
+                   data_order_seed=int(seed if data_order_seed is None else data_order_seed), method=method,
+                   trainer=trainer)
+
+
+def write_run_file(path: str | Path, spec: RunSpec) -> Path:
+    """Write `spec` as JSON atomically (the workflow's one writer of method.json)."""
+    from exgrpo.io import write_json
+
+    write_json(path, spec.to_dict())
+    return Path(path)
+
+
+def read_run_file(path: str | Path) -> RunSpec:
+    """Read and validate a run file; errors name the file and field."""
+    from exgrpo.io import read_json
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: run file not found")
+    data = read_json(path)
+    keys = ("backbone", "variant", "seed", "budget", "scale", "data_order_seed", "method", "trainer")
+    missing = [k for k in keys if k not in (data if isinstance(data, dict) else {})]
+    if missing or data.get("format") != RUN_FILE_FORMAT:
+        raise ConfigError(str(path), f"not a run file of format {RUN_FILE_FORMAT} (missing {missing or 'format'})")
+    method = ExGRPOConfig.from_dict(data["method"], where=f"{path}: method.")
+    if data["variant"] not in ABLATIONS:
+        raise ConfigError(f"{path}: variant", f"unknown variant {data['variant']!r}")
+    return RunSpec(backbone=data["backbone"], variant=data["variant"], seed=int(data["seed"]),
+                   budget=data["budget"], scale=data["scale"], data_order_seed=int(data["data_order_seed"]),
+                   method=method, trainer=dict(data["trainer"]))
+
+
+def fingerprint(parts: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of `parts` (sorted keys): equal inputs, equal fingerprints."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def file_digest(paths: Iterable[str | Path]) -> str:
+    """sha256 over the named files' bytes, in the given order (each prefixed by its name)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        path = Path(path)
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_digest(model_dir: str | Path) -> str:
+    """sha256 of an HF model folder's weights and config (`*.safetensors`, `*.bin`, config.json)."""
+    model_dir = Path(model_dir)
+    files = sorted(p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json")
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no model weights (*.safetensors) found")
+    return file_digest(files)
+
+
+CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
+    "train_tiny": ("config.py", "resolve.py", "core", "tiny"),
+    "train_paper": ("config.py", "resolve.py", "core", "verl_plugin"),
+    "eval": ("eval", "core/reward.py", "core/_verify_worker.py"),
+}
+"""Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint."""
+
+
+def code_digest(stage: str) -> str:
+    """sha256 of the package sources `stage` runs (CODE_OF_STAGE), by relative path and content."""
+    files: list[Path] = []
+    for part in CODE_OF_STAGE[stage]:
+        path = PACKAGE_ROOT / part
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+__all__ = ["BUDGETS", "CODE_OF_STAGE", "PRECEDENCE", "RunSpec", "check_overrides", "code_digest", "file_digest",
+           "fingerprint", "read_run_file", "resolve", "run_spec", "trainer_settings", "weights_digest",
+           "write_run_file"]

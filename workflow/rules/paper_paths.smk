@@ -1,0 +1,112 @@
+# Paper-scale helpers: the verl plug-in's data and launch, vLLM evaluation, the preliminary
+# study's judge. Included by common.smk (which holds the configuration and the paths).
+# ---------------------------------------------------------------- paper scale (verl plug-in, vLLM)
+def backbones_of_scale(scale):
+    """Regex of the registered backbones of `scale`. As a rule's wildcard constraint it keeps
+    the paper rules off tiny targets; `ruleorder` prefers them on paper targets."""
+    names = [re.escape(n) for n, e in BACKBONES.items() if e["scale"] == scale]
+    return "|".join(names) if names else "(?!)"
+
+
+VERL_DATA_FILES = {"train": "openr1_math_46k", "val": "exgrpo_valid"}
+"""`exgrpo download` files (<hf_cache>/files/<name>.parquet) that verl trains and validates on:
+the released training set (paper §3.2) and the released 2.2k validation set (paper.md §4.1)."""
+VLLM_TP = 2
+"""vLLM tensor parallel size of evaluation and trajectory sampling: the training rollouts' TP
+(run_exgrpo.sh), which divides every paper backbone's attention heads (8 would not divide 28)."""
+JUDGE_MODEL = "Qwen/Qwen3-32B"
+JUDGE_NAME = "judge-qwen3-32b"
+"""The preliminary study's LLM judge (paper §F.2) and its manifest name in the HF cache."""
+JUDGE_TP = 4
+PRELIM_QUESTIONS = 1000
+"""Training questions the paper-scale trajectory analysis samples K rollouts for (paper: unstated)."""
+
+
+def downloads_dir():
+    """Where `exgrpo download` writes the training set and the released evaluation files."""
+    return f"{hf_cache()}/files"
+
+
+def downloaded_file(name):
+    """A parquet file `exgrpo download` wrote (not a declared output: the manifest stands for it)."""
+    return f"{downloads_dir()}/{name}.parquet"
+
+
+def retemplated_file(name, prompt_format):
+    """`exgrpo retemplate` copy of a downloaded file, its prompts in `prompt_format` (rule retemplate)."""
+    return f"{downloads_dir()}/{name}.{prompt_format}.parquet"
+
+
+def retemplated_formats():
+    """Regex of the prompt formats some backbone trains on other than the chat template (rule retemplate)."""
+    formats = sorted({prompt_format_of(b) for b in BACKBONES} - {"chat"})
+    return "|".join(re.escape(f) for f in formats) if formats else "(?!)"
+
+
+def verl_data_files(backbone):
+    """role (train, val) -> the parquet verl reads for `backbone`: the downloaded file, or
+    for a backbone not prompted through its chat template (Llama base, paper §G.1) its
+    re-templated copy."""
+    fmt = prompt_format_of(backbone)
+    return {
+        role: downloaded_file(name) if fmt == "chat" else retemplated_file(name, fmt)
+        for role, name in VERL_DATA_FILES.items()
+    }
+
+
+def retemplated_inputs(wildcards):
+    """train_paper's re-templated data files: none for chat-template backbones."""
+    if prompt_format_of(wildcards.backbone) == "chat":
+        return []
+    return list(verl_data_files(wildcards.backbone).values())
+
+
+def verl_data_args(backbone):
+    """`--train-files/--val-files` of `exgrpo verl-config`, absolute: the launch script runs in the
+    run directory."""
+    files = verl_data_files(backbone)
+    train, val = (os.path.abspath(files[r]) for r in ("train", "val"))
+    return f"--train-files {train} --val-files {val}"
+
+
+def launch_script(backbone):
+    """The script `exgrpo verl-launch` renders for the backbone's node count; the train job runs it
+    inside its own allocation (the multi-node one starts Ray on the allocated nodes)."""
+    nodes = int(BACKBONES[backbone]["resources"].get("nodes", 1))
+    return "launch_multi_node.sbatch" if nodes > 1 else "launch_single_node.sh"
+
+
+def cached_model_cmd(manifest):
+    """Shell substitution printing the snapshot folder named by a model manifest of `exgrpo
+    download` (its commit is known only once the download ran)."""
+    return f"$(python -m exgrpo.verl_plugin.collect model-dir {manifest})"
+
+
+def paper_eval_model_input(wc):
+    if wc.variant == "base":
+        return model_manifest(wc.backbone)
+    return f"{train_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/run.json"
+
+
+def paper_eval_model(wc):
+    """The HF folder evaluated: the cached backbone (`base`) or the run's export (ckpt_dir/final).
+
+    A backbone with a `context_extension` (config/backbones.yaml) is evaluated, like it is trained,
+    from a copy whose config.json carries the extension (the export of a run already does).
+    """
+    if wc.variant == "base":
+        snapshot = cached_model_cmd(model_manifest(wc.backbone))
+        if not BACKBONES[wc.backbone].get("context_extension"):
+            return snapshot
+        return (
+            f"$(python -m exgrpo.backbones extend-context --backbones {backbones_file()}"
+            f" --backbone {wc.backbone} --snapshot {snapshot}"
+            f" --out work/{wc.source}/models/{wc.backbone})"
+        )
+    return eval_model_path(wc)
+
+
+def prompt_format_of(backbone):
+    """`exgrpo eval --prompt-format`: the paper's plain prompt for Llama base, else the chat template."""
+    template = BACKBONES[backbone].get("template")
+    return "llama_base" if template == "llama_base" else "chat"

@@ -1,0 +1,123 @@
+# What each stage adds to a study's target, the report hook and the GPU guard. Included by
+# common.smk.
+# ---------------------------------------------------------------- targets
+# What each stage adds to a study's target. A stage file calls register_stage(name) once its rules
+# exist, so a target lists exactly the stages that are wired (never a stage without a command).
+def data_targets(study):
+    if study.scale == "tiny":
+        return [data_manifest(study.source, study.data_seed)]
+    return [download_manifest()] + [model_manifest(b) for b in study.backbones]
+
+
+def train_targets(study):
+    return [f"{train_dir(study.source, b, v, s)}/run.json" for b, v, s in study.runs()]
+
+
+def eval_targets(study):
+    return [
+        f"{eval_dir(study.source, b, v, s)}/{bench}.{profile}.json"
+        for b, v, s in study.runs()
+        for bench in study.benchmarks
+        for profile in study.profiles
+    ]
+
+
+def base_eval_targets(study):
+    """Evaluation of every backbone before RL (variant `base`: the SFT checkpoint or the HF model)."""
+    return [
+        f"{eval_dir(study.source, b, 'base', s)}/{bench}.{profile}.json"
+        for b in study.backbones
+        for s in study.seeds[:1]
+        for bench in study.benchmarks
+        for profile in study.profiles
+    ]
+
+
+def prelim_targets(study):
+    """Trajectory analysis of the on-policy model of each ablation backbone (paper §3.2 uses Full)."""
+    if not study.prelim:
+        return []
+    return [
+        prelim_file(study.source, b, "on_policy", s)
+        for b in study.ablation_backbones
+        for s in study.seeds
+    ]
+
+
+def report_targets(study):
+    """A flag written once the study's source is rendered (results/<source>/{tables,figures,index.md}).
+
+    The flag is per study, not per source: `tiny` and `tiny_full` share results/tiny/, but each
+    renders only after its own runs are done.
+    """
+    return [f"work/{study.source}/rendered.{study.name}.done"]
+
+
+def prelim_file(source, backbone, variant, seed):
+    """The loader reads prelim/<backbone>/trajectories*.parquet (results/README.md)."""
+    return f"results/{source}/prelim/{backbone}/trajectories.{variant}.s{seed}.parquet"
+
+
+STAGE_TARGET_FUNCTIONS = {
+    "data": data_targets,
+    "train": train_targets,
+    "eval": eval_targets,
+    "eval_base": base_eval_targets,
+    "prelim": prelim_targets,
+    "report": report_targets,
+}
+REGISTERED_STAGES = {}
+
+
+def register_stage(stage, scales=("tiny", "paper")):
+    """Add a wired stage's outputs to the targets of the studies of `scales` (tiny and/or paper)."""
+    REGISTERED_STAGES.setdefault(stage, set()).update(scales)
+
+
+def study_targets(name):
+    study = STUDIES[name]
+    return [
+        path
+        for st, scales in REGISTERED_STAGES.items()
+        if study.scale in scales
+        for path in STAGE_TARGET_FUNCTIONS[st](study)
+    ]
+
+
+def study_inputs(wildcards):
+    """Everything a study's rendering depends on: its train, eval and prelim outputs."""
+    study = STUDIES[wildcards.study]
+    return [
+        p
+        for st, scales in REGISTERED_STAGES.items()
+        if st not in ("report", "data") and study.scale in scales
+        for p in STAGE_TARGET_FUNCTIONS[st](study)
+    ]
+
+
+# ---------------------------------------------------------------- report hook
+# `snakemake --report report.html <target>` collects outputs wrapped in report().
+def as_report(path, category, caption=None, **kwargs):
+    """Mark an output for the Snakemake report, with its caption from workflow/report/."""
+    if caption:
+        caption = os.path.join(REPORT_DIR, caption)
+    return report(path, category=category, caption=caption, **kwargs)
+
+
+# ---------------------------------------------------------------- GPU guard
+def refuse_without_gpus(dag, targets):
+    """Stop a real local run of GPU work where no GPU is visible (called from `onstart`)."""
+    gpu_jobs = [
+        job.rule.name
+        for job in dag.needrun_jobs()
+        if (job.resources.get("gpu") or 0) > 0
+    ]
+    why = gpu_refusal(
+        targets,
+        gpu_jobs,
+        local_exec=workflow.local_exec,
+        gpus=visible_gpus() if workflow.local_exec else 0,
+        allow_no_gpu=WF.allow_no_gpu,
+    )
+    if why:
+        raise WorkflowError(why)
