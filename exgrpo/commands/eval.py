@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, help="weights dtype (default: float32 for hf and tiny, auto for vllm)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the hf / tiny backend (tiny default: 1)")
     parser.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per replica (default: all visible)")
+    parser.add_argument("--data-parallel-size", type=int, default=1,
+                        help="vllm: engine replicas (default 1). lm-eval starts every replica anew for each "
+                             "benchmark, so one replica over tensor parallelism starts the engine once")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vllm: memory share (released: 0.85)")
     parser.add_argument("--max-model-len", type=int, default=None, help="vllm: context length (default: 1024 + profile max tokens)")
     parser.add_argument("--grader-timeout", type=float, default=None, help="seconds per answer (default: config reward_timeout_s)")
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         model_args = harness.vllm_model_args(
             model_id, seed=args.seed, profile=profile, tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
-            dtype=args.dtype or "auto", revision=args.revision)
+            dtype=args.dtype or "auto", revision=args.revision, data_parallel_size=args.data_parallel_size)
 
     def make_lm():
         if args.threads is not None:
