@@ -178,11 +178,27 @@ def fetch_hf_dataset(source: Source, out: Path) -> Path:
     return dest
 
 
-def fetch_model(hf_id: str, out: Path, revision: str | None) -> Path:
-    """Snapshot a model repo into out/hub (the HF hub cache layout); returns the snapshot folder."""
-    from huggingface_hub import snapshot_download
+GATED_HELP = ("is gated on the Hugging Face hub: accept its license on the model page with your account, then "
+              "give this shell a read token, either `export HF_TOKEN=hf_...` or `hf auth login` (stored in "
+              "~/.cache/huggingface/token). Never put the token in a tracked file (config/, profiles/, "
+              "environment.yml): only the submit host, which runs the downloads, needs it; compute jobs read the "
+              "shared cache offline.")
+"""What to do when a model (the Llama-3.1 backbones) is gated (docs/cluster.md)."""
 
-    return Path(snapshot_download(repo_id=hf_id, revision=revision, cache_dir=str(out / "hub")))
+
+def fetch_model(hf_id: str, out: Path, revision: str | None) -> Path:
+    """Snapshot a model repo into out/hub (the HF hub cache layout); returns the snapshot folder.
+
+    The token comes from huggingface_hub's own lookup (HF_TOKEN, else the stored login); a gated repo
+    without access is a DownloadError saying how to get it.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError
+
+    try:
+        return Path(snapshot_download(repo_id=hf_id, revision=revision, cache_dir=str(out / "hub")))
+    except GatedRepoError:
+        raise DownloadError(f"{hf_id} {GATED_HELP}") from None
 
 
 FETCHERS: dict[str, Callable[[Source, Path], Path]] = {"hf_dataset": fetch_hf_dataset, "url": fetch_url}
@@ -284,7 +300,11 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(f"would fetch model {args.model} into {out / 'hub'} and write {out / 'models' / (name + '.json')}")
             return 0
-        download_model(out, args.model, name, args.revision)
+        try:
+            download_model(out, args.model, name, args.revision)
+        except DownloadError as err:
+            print(f"exgrpo download: error: {err}", file=sys.stderr)
+            return 1
         return 0
     if args.name is not None or args.revision is not None:
         raise ConfigError("--name" if args.name is not None else "--revision", "only applies with --model")

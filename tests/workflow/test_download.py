@@ -208,3 +208,16 @@ def test_a_file_changed_after_the_download_stops_the_evaluation(tmp_path, monkey
     pq.write_table(pa.Table.from_pylist(rows * 2), out / "files/luffy_arc_c.parquet")
     with pytest.raises(DataChangedError, match="luffy_arc_c.parquet: sha256 .* differs from .* recorded by"):
         load_docs_with_info(get_benchmark("arc_c"), out / "files")
+
+
+def test_a_gated_model_says_how_to_give_the_token(tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError
+
+    def gated(**kwargs):
+        raise GatedRepoError.__new__(GatedRepoError)  # its __init__ needs an HTTP response
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
+    assert main(["download", "--out", str(tmp_path), "--model", "meta-llama/Llama-3.1-8B", "--name", "llama"]) == 1
+    err = capsys.readouterr().err
+    assert "meta-llama/Llama-3.1-8B is gated" in err and "HF_TOKEN" in err and "Never put the token" in err
+    assert not (tmp_path / "models").exists()
