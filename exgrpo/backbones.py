@@ -73,11 +73,7 @@ def _check_entry(name: str, entry: Mapping[str, Any], path: str) -> None:
     if entry["template"] not in TEMPLATES[scale]:
         raise fail(["template"], f"template {entry['template']!r} does not fit scale {scale!r}; "
                                  f"use one of {', '.join(sorted(TEMPLATES[scale]))}")
-    res = entry["resources"]
-    if scale == "tiny":
-        if res.get("gpus_per_node", 0) or res.get("nodes", 1) != 1:
-            raise fail(["resources", "gpus_per_node" if res.get("gpus_per_node", 0) else "nodes"],
-                       "a tiny backbone trains on one CPU node (the CPU trainer uses no GPU): remove it")
+    if scale == "tiny":  # (its resources have no GPUs or nodes: the schema's tiny_resources)
         _check_arch(entry, fail)
     lengths = int(entry["max_prompt_length"]) + int(entry["max_response_length"])
     context = run_context(entry)

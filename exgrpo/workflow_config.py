@@ -14,7 +14,7 @@ Used by the Snakefile (workflow/rules/common.smk) and the tests. Four layers, in
 Every failure is a `ConfigError` whose field is a path such as `studies.tiny.seeds[0]` or
 `methods.exgrpo.rho`.
 
-It also maps a backbone's `resources` entry onto Snakemake resources (`job_resources`), reads the
+It also maps a backbone's per-stage `resources` onto Snakemake resources (`job_resources`), reads the
 site settings for SLURM from EXGRPO_SLURM_* environment variables (`site_resources`), and decides
 whether GPU work may start here (`gpu_refusal`).
 """
@@ -276,25 +276,60 @@ def _check_shared_sources(studies: Mapping[str, Study]) -> None:
 # ---------------------------------------------------------------------------- resources
 
 
-def job_resources(entry: Mapping[str, Any]) -> dict[str, int]:
-    """Snakemake resources of a backbone's jobs, from its `resources` entry.
+STAGES = ("train", "eval", "judge")
+"""Job kinds a backbone's `resources` sizes: training (SFT too), evaluation, the preliminary study's analysis."""
 
-    `gpu` is the job's total GPU count (nodes × gpus_per_node; the SLURM plugin emits `--gpus=N`,
-    the local executor caps it with `--resources gpu=N`); CPU-only backbones get no gpu/nodes keys.
-    `threads` is not a resource: rules pass `job_threads(entry)` to `threads:`.
+
+def stage_resources(entry: Mapping[str, Any], stage: str) -> Mapping[str, Any]:
+    """The backbone's `resources.<stage>` entry (schema-checked: every stage is present)."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
+    return entry["resources"][stage]
+
+
+def vllm_parallel(entry: Mapping[str, Any], stage: str) -> tuple[int, int]:
+    """(tensor_parallel, data_parallel) of a vLLM stage (`eval`, `judge`); (0, 0) on a CPU backbone."""
+    res = stage_resources(entry, stage)
+    if "tensor_parallel" not in res:
+        return 0, 0
+    return int(res["tensor_parallel"]), int(res.get("data_parallel", 1))
+
+
+def stage_gpus(entry: Mapping[str, Any], stage: str) -> int:
+    """GPUs the stage's command uses, so its job requests exactly that many.
+
+    train: nodes x gpus_per_node (verl's trainer.nnodes x n_gpus_per_node); eval: tensor_parallel x
+    data_parallel (vLLM's engine); judge: the policy's engine (eval's tensor_parallel) and then the
+    judge's, one after the other, so the larger of the two. CPU-only backbones: 0.
     """
-    res = entry["resources"]
+    res = stage_resources(entry, stage)
+    if stage == "train":
+        return int(res.get("gpus_per_node", 0)) * int(res.get("nodes", 1))
+    tp, dp = vllm_parallel(entry, stage)
+    if stage == "judge":
+        return max(tp, vllm_parallel(entry, "eval")[0])
+    return tp * dp
+
+
+def job_resources(entry: Mapping[str, Any], stage: str) -> dict[str, int]:
+    """Snakemake resources of a backbone's `stage` jobs, from its `resources.<stage>` entry.
+
+    `gpu` is the job's total GPU count (`stage_gpus`; the SLURM plugin emits `--gpus=N`, the local
+    executor caps it with `--resources gpu=N`); CPU-only jobs get no gpu/nodes keys.
+    `threads` is not a resource: rules pass `job_threads(entry, stage)` to `threads:`.
+    """
+    res = stage_resources(entry, stage)
     out = {"mem_mb": int(res["mem_mb"]), "runtime": int(res["runtime_min"])}
-    gpus = int(res.get("gpus_per_node", 0)) * int(res.get("nodes", 1))
+    gpus = stage_gpus(entry, stage)
     if gpus:
         out["gpu"] = gpus
         out["nodes"] = int(res.get("nodes", 1))
     return out
 
 
-def job_threads(entry: Mapping[str, Any]) -> int:
-    """`threads:` of a backbone's jobs (the SLURM plugin turns it into --cpus-per-task)."""
-    return int(entry["resources"]["cpus_per_task"])
+def job_threads(entry: Mapping[str, Any], stage: str) -> int:
+    """`threads:` of a backbone's `stage` jobs (the SLURM plugin turns it into --cpus-per-task)."""
+    return int(stage_resources(entry, stage)["cpus_per_task"])
 
 
 def site_resources(gpu: bool = False, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -341,6 +376,7 @@ def gpu_refusal(targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: boo
             "(`snakemake -n all` dry-runs anywhere; `--config allow_no_gpu=True` overrides this check.)")
 
 
-__all__ = ["GPU_SITE_ENV", "SCHEMA_DIR", "SITE_ENV", "TARGET_STUDIES", "VARIANT_GROUPS", "Study",
+__all__ = ["GPU_SITE_ENV", "SCHEMA_DIR", "SITE_ENV", "STAGES", "TARGET_STUDIES", "VARIANT_GROUPS", "Study",
            "WorkflowConfig", "check_config_files", "check_schema", "field_path", "gpu_refusal", "job_resources",
-           "job_threads", "load_backbones", "load_workflow_config", "load_yaml", "site_resources", "visible_gpus"]
+           "job_threads", "load_backbones", "load_workflow_config", "load_yaml", "site_resources", "stage_gpus",
+           "stage_resources", "visible_gpus", "vllm_parallel"]

@@ -11,11 +11,20 @@ caches in `<out>/datasets`, plain parquet copies in `<out>/files`.
 Each manifest records, per item, its row count (tables), sha256 (files) or commit (snapshots), so
 results can name the exact bytes they were computed from.
 
-Departure from the paper's setup: the evaluation sets are the official parquet files of the
-released code (ElliottYan/LUFFY: `ExGRPO/data/test.id.parquet` with Avg@32 rows duplicated, and
-LUFFY's OOD files), fetched from GitHub and checked against the row counts known from the repo
-(shared/docs/paper.md §4.1, peers.md §4.3). The MMLU-Pro file's row count is unknown, so it is only
-recorded. The training set is `Elliott/Openr1-Math-46k-8192` (paper §3.2), exported to parquet.
+Pinned data. Every released file is fetched at one commit of the release (ElliottYan/LUFFY
+01f4ae0..., `RELEASE_COMMIT`), never a branch, and its bytes are checked before anything is written
+to the manifest: against the sha256 recorded here, or, for the two files whose bytes were not
+available when the registry was written (LUFFY's MMLU-Pro file and the release's combined OOD file),
+against the git blob id the release's tree records for them (`git_blob`, a SHA-1 of the content).
+A mismatch stops the download with a `ChecksumError` naming the file; `exgrpo eval` checks the files
+it reads against this manifest again, so a file changed afterwards stops the evaluation.
+The training set `Elliott/Openr1-Math-46k-8192` (paper §3.2) lives on the Hugging Face hub; the
+revision the release trained on is not known, so it is fetched from `main` and the manifest records
+the commit actually fetched (`resolved_revision`) and the exported file's sha256.
+
+Departure from the paper's setup: the evaluation sets are the release's own parquet files
+(`ExGRPO/data/test.id.parquet`, Avg@32 rows duplicated, and LUFFY's OOD files) with the row counts
+of the release; MMLU-Pro's row count is unknown, so it is recorded, not checked.
 """
 
 from __future__ import annotations
@@ -37,12 +46,19 @@ from exgrpo.provenance import provenance
 
 HELP = "Fetch paper-scale data, benchmarks and backbone weights into a shared HF cache (needs internet)."
 
-_RAW = "https://raw.githubusercontent.com/ElliottYan/LUFFY/main"
+RELEASE_REPO = "ElliottYan/LUFFY"
+RELEASE_COMMIT = "01f4ae066249e6965ce0d5512ccdf99a12895c74"
+"""The released code's commit whose data files are fetched (2026-03-20, the HEAD the project was checked at)."""
+
+
+def release_url(path: str, commit: str = RELEASE_COMMIT) -> str:
+    """raw.githubusercontent.com URL of `path` in the release at `commit`."""
+    return f"https://raw.githubusercontent.com/{RELEASE_REPO}/{commit}/{path}"
 
 
 @dataclass(frozen=True)
 class Source:
-    """One downloadable item: a Hugging Face dataset split or a parquet file at a URL."""
+    """One downloadable item: a Hugging Face dataset split or a parquet file of the release."""
 
     name: str
     kind: str
@@ -53,21 +69,73 @@ class Source:
     split: str | None = None
     expected_rows: int | None = None
     """Row count known from the released repo; a mismatch stops the download."""
+    revision: str | None = None
+    """Commit the file is fetched at (part of `ref` for URLs; `revision=` of the hub); None = not known."""
+    sha256: str | None = None
+    """sha256 of the file's bytes as released; a mismatch stops the download (ChecksumError)."""
+    git_blob: str | None = None
+    """Git blob id (SHA-1 of `blob <size>\\0<bytes>`) of the file in the release's tree: the check of files
+    whose sha256 could not be recorded."""
+
+
+def _released(name: str, path: str, rows: int | None, sha256: str | None, git_blob: str) -> Source:
+    return Source(name, "url", release_url(path), "benchmark", expected_rows=rows, revision=RELEASE_COMMIT,
+                  sha256=sha256, git_blob=git_blob)
 
 
 SOURCES: tuple[Source, ...] = (
     Source("openr1_math_46k", "hf_dataset", "Elliott/Openr1-Math-46k-8192", "train", split="train"),
-    Source("exgrpo_test_id", "url", f"{_RAW}/ExGRPO/data/test.id.parquet", "benchmark", expected_rows=6023),
-    Source("exgrpo_valid", "url", f"{_RAW}/ExGRPO/data/valid.parquet", "benchmark", expected_rows=2259),
-    Source("luffy_arc_c", "url", f"{_RAW}/data/valid.arc_c.parquet", "benchmark", expected_rows=1172),
-    Source("luffy_gpqa_diamond", "url", f"{_RAW}/data/valid.gpqa.parquet", "benchmark", expected_rows=198),
-    Source("luffy_mmlu_pro", "url", f"{_RAW}/data/valid.mmlu_pro.parquet", "benchmark"),
+    _released("exgrpo_test_id", "ExGRPO/data/test.id.parquet", 6023,
+              "92503399b914212d2e3d85839882bc1376a0111652fec0dcb722e86307e97617",
+              "1e1d71d380fbb4a89ed7c8cd9fec717ca9bcb0fe"),
+    _released("exgrpo_valid", "ExGRPO/data/valid.parquet", 2259,
+              "7828d704c3539651f757272071c7e17cba84efe956434adceb363442b665da49",
+              "8a3dea25ae463c7661b5f54fea53ee0ddb4cce54"),
+    _released("luffy_arc_c", "data/valid.arc_c.parquet", 1172,
+              "7c3d1df8f11ade8be258ee0b0c7bbd6ac9a8e535dee3dbb3b5410f974f0d8fe5",
+              "098365231da050f78cf5abd4e12c40ef3fbb9a32"),
+    _released("luffy_gpqa_diamond", "data/valid.gpqa.parquet", 198,
+              "55bde3943eeb6906d6d569d0ab882638c2f395a716ab5fa1fa20a186e722e58b",
+              "a3a1476f866957b5b0236b792a3b6404a9fa0485"),
+    _released("luffy_mmlu_pro", "data/valid.mmlu_pro.parquet", None, None,
+              "48cd2b38bf2690f5ebfda3695a23a188d472c6b6"),
 )
-"""What `exgrpo download --out DIR` fetches (paper §3.2, §4.1)."""
+"""What `exgrpo download --out DIR` fetches (paper §3.2, §4.1), with the release's checksums."""
 
 
 class DownloadError(RuntimeError):
     """A fetched item is not what the released repo says it is (row count, format)."""
+
+
+class ChecksumError(DownloadError):
+    """A file's bytes differ from the release's (sha256 or git blob id); the message names the file."""
+
+
+def git_blob_id(path: str | Path) -> str:
+    """Git's object id of a file's content: SHA-1 of `blob <size>\\0` + bytes (what `git hash-object` prints)."""
+    path = Path(path)
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode(), usedforsecurity=False)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_file(source: Source, path: Path) -> str:
+    """Check `path` against the source's recorded sha256 / git blob id; returns its sha256.
+
+    Raises ChecksumError naming the file, the expected and the found value.
+    """
+    found = sha256_of(path)
+    if source.sha256 is not None and found != source.sha256:
+        raise ChecksumError(f"{path}: sha256 {found} differs from the release's {source.sha256} "
+                            f"({source.name}, {source.ref}); the file changed, delete it and download again")
+    if source.git_blob is not None:
+        blob = git_blob_id(path)
+        if blob != source.git_blob:
+            raise ChecksumError(f"{path}: git blob {blob} differs from the release's {source.git_blob} "
+                                f"({source.name}, {source.ref})")
+    return found
 
 
 def sha256_of(path: str | Path) -> str:
@@ -98,21 +166,39 @@ def fetch_url(source: Source, out: Path) -> Path:
 
 
 def fetch_hf_dataset(source: Source, out: Path) -> Path:
-    """Load the dataset split into out/datasets (the HF cache) and export it to out/files/<name>.parquet."""
+    """Load the dataset split at `source.revision` (None: `main`) into out/datasets (the HF cache) and
+    export it to out/files/<name>.parquet."""
     import datasets
 
-    table = datasets.load_dataset(source.ref, split=source.split, cache_dir=str(out / "datasets"))
+    table = datasets.load_dataset(source.ref, split=source.split, revision=source.revision,
+                                  cache_dir=str(out / "datasets"))
     dest = out / "files" / f"{source.name}.parquet"
     with atomic_path(dest) as tmp:
         table.to_parquet(str(tmp))
     return dest
 
 
-def fetch_model(hf_id: str, out: Path, revision: str | None) -> Path:
-    """Snapshot a model repo into out/hub (the HF hub cache layout); returns the snapshot folder."""
-    from huggingface_hub import snapshot_download
+GATED_HELP = ("is gated on the Hugging Face hub: accept its license on the model page with your account, then "
+              "give this shell a read token, either `export HF_TOKEN=hf_...` or `hf auth login` (stored in "
+              "~/.cache/huggingface/token). Never put the token in a tracked file (config/, profiles/, "
+              "environment.yml): only the submit host, which runs the downloads, needs it; compute jobs read the "
+              "shared cache offline.")
+"""What to do when a model (the Llama-3.1 backbones) is gated (docs/cluster.md)."""
 
-    return Path(snapshot_download(repo_id=hf_id, revision=revision, cache_dir=str(out / "hub")))
+
+def fetch_model(hf_id: str, out: Path, revision: str | None) -> Path:
+    """Snapshot a model repo into out/hub (the HF hub cache layout); returns the snapshot folder.
+
+    The token comes from huggingface_hub's own lookup (HF_TOKEN, else the stored login); a gated repo
+    without access is a DownloadError saying how to get it.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError
+
+    try:
+        return Path(snapshot_download(repo_id=hf_id, revision=revision, cache_dir=str(out / "hub")))
+    except GatedRepoError:
+        raise DownloadError(f"{hf_id} {GATED_HELP}") from None
 
 
 FETCHERS: dict[str, Callable[[Source, Path], Path]] = {"hf_dataset": fetch_hf_dataset, "url": fetch_url}
@@ -143,16 +229,34 @@ def select_sources(only: str | None) -> list[Source]:
     return [s for s in SOURCES if s.name in wanted]
 
 
+def resolved_revision(source: Source) -> str | None:
+    """The hub commit a dataset download got (its `revision`, or what `main` pointed at); None offline."""
+    if source.kind != "hf_dataset":
+        return source.revision
+    try:
+        from huggingface_hub import HfApi
+
+        return HfApi().dataset_info(source.ref, revision=source.revision).sha
+    except Exception:  # offline, or the hub unreachable: the file's sha256 still identifies it
+        return source.revision
+
+
 def download_data(out: Path, sources: list[Source]) -> dict[str, Any]:
-    """Fetch `sources`, check row counts, write out/manifest.json; returns the manifest."""
+    """Fetch `sources`, check checksums and row counts, write out/manifest.json; returns the manifest."""
     entries = []
     for source in sources:
         path = FETCHERS[source.kind](source, out)
+        try:
+            digest = verify_file(source, path)
+        except ChecksumError:
+            path.replace(path.with_name(path.name + ".rejected"))  # never read by a later job; kept to inspect
+            raise
         rows = parquet_rows(path)
         if source.expected_rows is not None and rows != source.expected_rows:
             raise DownloadError(f"{source.name}: {rows} rows, the released repo has {source.expected_rows} ({source.ref})")
         entries.append({**asdict(source), "path": str(path.relative_to(out)), "rows": rows,
-                        "sha256": sha256_of(path), "bytes": path.stat().st_size})
+                        "sha256": digest, "expected_sha256": source.sha256, "bytes": path.stat().st_size,
+                        "resolved_revision": resolved_revision(source)})
         print(f"{source.name}: {rows} rows -> {path}", flush=True)
     manifest = {"kind": "data", "sources": entries, "offline_env": _offline_env(out), "provenance": provenance()}
     write_json(out / "manifest.json", manifest)
@@ -196,7 +300,11 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(f"would fetch model {args.model} into {out / 'hub'} and write {out / 'models' / (name + '.json')}")
             return 0
-        download_model(out, args.model, name, args.revision)
+        try:
+            download_model(out, args.model, name, args.revision)
+        except DownloadError as err:
+            print(f"exgrpo download: error: {err}", file=sys.stderr)
+            return 1
         return 0
     if args.name is not None or args.revision is not None:
         raise ConfigError("--name" if args.name is not None else "--revision", "only applies with --model")
@@ -209,6 +317,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         download_data(out, sources)
     except DownloadError as err:
-        print(f"exgrpo download: error: {err}", file=sys.stderr)
+        print(f"exgrpo download: error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
     return 0

@@ -40,8 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, help="weights dtype (default: float32 for hf and tiny, auto for vllm)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the hf / tiny backend (tiny default: 1)")
     parser.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per replica (default: all visible)")
+    parser.add_argument("--data-parallel-size", type=int, default=1,
+                        help="vllm: engine replicas (default 1). lm-eval starts every replica anew for each "
+                             "benchmark, so one replica over tensor parallelism starts the engine once")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vllm: memory share (released: 0.85)")
-    parser.add_argument("--max-model-len", type=int, default=None, help="vllm: context length (default: 1024 + profile max tokens)")
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="vllm: context length (default: the model's own, as the release)")
+    parser.add_argument("--overlong-prompts", default="auto", choices=("auto", "filter", "truncate"),
+                        help="a prompt that does not fit the context next to the full token budget: filter (drop "
+                             "and count it), truncate (lm-eval's left truncation); auto: filter on vllm, "
+                             "truncate on hf and tiny")
     parser.add_argument("--grader-timeout", type=float, default=None, help="seconds per answer (default: config reward_timeout_s)")
     parser.add_argument("--grader-workers", type=int, default=None, help="grader processes (default: config reward_workers)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -86,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
         workers=defaults.workers if args.grader_workers is None else args.grader_workers)
     settings = harness.EvalSettings(profile=profile, seed=args.seed, limit=args.limit, k=args.k,
                                     data_dir=args.data_dir, prompt_format=args.prompt_format, grading=grading,
-                                    batch_size=_batch_size(args.batch_size, args.backend), backend=args.backend)
+                                    batch_size=_batch_size(args.batch_size, args.backend), backend=args.backend,
+                                    max_model_len=args.max_model_len, overlong_prompts=args.overlong_prompts)
     model_id = str(model_dir.resolve())
     if args.backend == "hf":
         model_args = harness.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")
@@ -97,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         model_args = harness.vllm_model_args(
             model_id, seed=args.seed, profile=profile, tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
-            dtype=args.dtype or "auto", revision=args.revision)
+            dtype=args.dtype or "auto", revision=args.revision, data_parallel_size=args.data_parallel_size)
 
     def make_lm():
         if args.threads is not None:

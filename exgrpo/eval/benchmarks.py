@@ -13,7 +13,10 @@ Where the data come from, first match wins:
 2. `data_dir/<released file>.parquet`: the release's own evaluation files as `exgrpo download` writes
    them to `<out>/files/` (`exgrpo_test_id` filtered by `data_source`, LUFFY's OOD files): the paper's
    exact problems and prompts; the ×32 duplicated rows collapse to unique problems, the system
-   message is dropped (released `--remove_system`) and the user message is the question;
+   message is dropped (released `--remove_system`) and the user message is the question exactly as
+   released (not whitespace-stripped: the release hands it to the chat template as it is). When
+   `exgrpo download` wrote a manifest next to the files, each file's sha256 must still match it
+   (`DataChangedError` otherwise);
 3. the hub via `datasets.load_dataset` (set HF_HUB_OFFLINE=1 on compute nodes after a download step).
 The tiny testbed splits are local only: `data_dir` is the folder written by `exgrpo make-data`.
 
@@ -58,6 +61,10 @@ class HFSource:
     config: str | None
     split: str
     revision: str | None = None
+
+
+class DataChangedError(ConfigError):
+    """A downloaded evaluation file no longer matches the checksum `exgrpo download` recorded for it."""
 
 
 @dataclass(frozen=True)
@@ -269,7 +276,7 @@ def released_docs(bench: Benchmark, rows: list[dict[str, Any]], where: str = "")
         try:
             if bench.released.data_source is not None and row["data_source"] != bench.released.data_source:
                 continue
-            question = user_message(row["prompt"]).strip()
+            question = user_message(row["prompt"])  # as released: surrounding whitespace is part of the prompt
             gold = clean_answer(row["reward_model"]["ground_truth"])
         except (KeyError, TypeError) as err:
             raise ConfigError("benchmarks", f"{bench.name}: row {i} of {where} does not fit the released schema "
@@ -315,8 +322,10 @@ def load_docs_with_info(bench: Benchmark, data_dir: str | Path | None = None) ->
     Sources in order: `<data_dir>/<name>.*` (hub schema), the release's file in `data_dir`, the hub.
     """
     released = None if local_file(bench, data_dir) is not None else released_file(bench, data_dir)
+    file_info: dict[str, Any] = {}
     if released is not None:
         where = f"released:{released.resolve()}#{bench.released.data_source or '*'}"  # type: ignore[union-attr]
+        file_info = check_downloaded(released)
         docs = released_docs(bench, _read_rows(released), where)
     else:
         rows, where = load_raw_rows(bench, data_dir)
@@ -324,7 +333,36 @@ def load_docs_with_info(bench: Benchmark, data_dir: str | Path | None = None) ->
     digest = docs_sha256(docs)
     if bench.sha256 is not None and where.startswith("hf:") and digest != bench.sha256:
         raise ConfigError("benchmarks", f"{bench.name}: checksum {digest} != recorded {bench.sha256} ({where})")
-    return docs, {"source": where, "rows": len(docs), "rows_expected": bench.n_rows, "sha256": digest}
+    return docs, {"source": where, "rows": len(docs), "rows_expected": bench.n_rows, "sha256": digest, **file_info}
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_downloaded(path: Path) -> dict[str, Any]:
+    """`{file_sha256, revision}` of a released file; with `exgrpo download`'s manifest next to its folder
+    (`<out>/manifest.json` for `<out>/files/<name>.parquet`), its sha256 must match the recorded one."""
+    digest = file_sha256(path)
+    manifest = path.parent.parent / "manifest.json"
+    if not manifest.is_file():
+        return {"file_sha256": digest, "revision": None}
+    try:
+        entries = json.loads(manifest.read_text(encoding="utf-8")).get("sources", [])
+    except (OSError, ValueError) as err:
+        raise ConfigError("data_dir", f"{manifest}: unreadable download manifest ({err})") from None
+    rel = f"{path.parent.name}/{path.name}"
+    entry = next((e for e in entries if e.get("path") == rel), None)
+    if entry is None:
+        return {"file_sha256": digest, "revision": None}
+    if entry.get("sha256") != digest:
+        raise DataChangedError("data_dir", f"{path}: sha256 {digest} differs from {entry.get('sha256')} recorded by "
+                                           f"`exgrpo download` in {manifest}; the file changed, download it again")
+    return {"file_sha256": digest, "revision": entry.get("revision")}
 
 
 def load_dataset_dict(benchmark: str, data_dir: str | None = None, prompt_format: str = "chat",
@@ -357,7 +395,7 @@ def format_question(question: str, prompt_format: str) -> str:
     raise ConfigError("prompt_format", f"unknown prompt format {prompt_format!r}; known: {', '.join(PROMPT_FORMATS)}")
 
 
-__all__ = ["BENCHMARKS", "PAPER_ID", "PAPER_OOD", "PROMPT_FORMATS", "SUITES", "TINY", "Benchmark", "HFSource",
-           "ReleasedSource", "docs_sha256", "format_question", "get_benchmark", "load_dataset_dict",
+__all__ = ["BENCHMARKS", "PAPER_ID", "PAPER_OOD", "PROMPT_FORMATS", "SUITES", "TINY", "Benchmark", "DataChangedError",
+           "HFSource", "ReleasedSource", "check_downloaded", "docs_sha256", "format_question", "get_benchmark", "load_dataset_dict",
            "load_docs_with_info", "load_raw_rows", "local_file", "normalise_rows", "parse_benchmarks",
            "released_docs", "released_file"]

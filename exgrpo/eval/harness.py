@@ -15,9 +15,20 @@ Departures from lm-eval's defaults, stated up front: lm-eval's own metrics and o
 used (its `--output_path` files are timestamped, ecosystem.md §3.4; its per-task metrics take the
 first sample only): the project's cache is the record and every number is computed from it.
 vLLM: k samples are k cloned requests (lm-eval `repeats`), with one engine seed; vLLM's `n` is not
-used because lm-eval reads only `outputs[0]` (ecosystem.md §3.6). lm-eval returns text only, so
-`n_tokens` is the completion re-tokenised with the model's tokenizer and `truncated` means
-`n_tokens >= max_new_tokens` (special tokens dropped by decoding are not counted).
+used because lm-eval reads only `outputs[0]`. lm-eval returns text only, so `n_tokens` is the
+completion re-tokenised with the model's tokenizer and `truncated` means `n_tokens >= max_new_tokens`
+(special tokens dropped by decoding are not counted).
+
+vLLM settings matched to the release's `generate_vllm.py` (each a switch, part of the cache identity):
+- context: the model's own (`max_model_len` unset, as the release builds its engine); `--max-model-len`
+  sets one;
+- decoding drops special tokens (vLLM's default, which the release uses; lm-eval's vLLM backend would
+  keep them: `skip_special_tokens=False`);
+- a prompt that does not fit the context with the full token budget is filtered out of the evaluation
+  and counted (`data.overlong` in every result), never left-truncated as lm-eval would
+  (`overlong_prompts`: `filter`, or `truncate` for lm-eval's behaviour). With each paper backbone's own
+  context no released prompt is filtered; the release evaluates every prompt whole.
+- user messages of the released files are passed as released, whitespace included (benchmarks.py).
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ import pandas as pd
 from exgrpo.config import ConfigError
 from exgrpo.eval import cache
 from exgrpo.eval.benchmarks import PROMPT_FORMATS, Benchmark, load_docs_with_info
+from exgrpo.eval.contexts import filter_overlong, overlong_policy
 from exgrpo.eval.grading import GradingSettings, get_grader, grade_records, region_for_prompt
 from exgrpo.eval.profiles import DecodingProfile
 from exgrpo.eval.tasks import TASK_DIR
@@ -61,6 +73,24 @@ class EvalSettings:
     batch_size: int | str = 8
     backend: str = "hf"
     """Backend that generates (`BACKENDS`); recorded in the cache and part of its identity."""
+    max_model_len: int | None = None
+    """vLLM context length (prompt + generation); None = the model's own, as the release."""
+    overlong_prompts: str = "auto"
+    """A prompt whose tokens + max_new_tokens exceed the context: `filter` (drop and count it), `truncate`
+    (lm-eval's left truncation) or `auto`: filter on vLLM, truncate on the CPU backends (`hf`, `tiny`, whose
+    testbed caches were made that way)."""
+
+
+VLLM_DECODING = {"skip_special_tokens": True, "spaces_between_special_tokens": True}
+"""vLLM's own detokenisation defaults, which the release used; lm-eval's vLLM backend sets both False."""
+
+
+def generation_identity(settings: EvalSettings) -> dict[str, Any] | None:
+    """What, beyond the profile, decides a vLLM generation (cache identity); None for the CPU backends."""
+    if settings.backend != "vllm":
+        return None
+    return {"max_model_len": settings.max_model_len,
+            "overlong_prompts": overlong_policy(settings.overlong_prompts, settings.backend), **VLLM_DECODING}
 
 
 # ------------------------------------------------------------------------------------- model arguments
@@ -85,12 +115,12 @@ def hf_model_args(model: str, *, revision: str | None = None, dtype: str = "floa
 
 def vllm_model_args(model: str, *, seed: int, profile: DecodingProfile, tensor_parallel_size: int | None = None,
                     gpu_memory_utilization: float = 0.85, max_model_len: int | None = None,
-                    max_prompt_tokens: int = 1024, dtype: str = "auto", revision: str | None = None,
+                    dtype: str = "auto", revision: str | None = None,
                     data_parallel_size: int = 1, trust_remote_code: bool = False) -> dict[str, Any]:
     """`model_args` for lm-eval's `vllm` backend (released: TP over all visible GPUs, 0.85 memory).
 
-    `max_model_len` defaults to `max_prompt_tokens + profile.max_new_tokens` (1024 + 8192 for `paper`,
-    the release's prompt and response caps), so lm-eval never shortens the generation budget to fit.
+    `max_model_len` None leaves the context to vLLM, which takes the model's own (the release's engine);
+    prompts that do not fit with the full budget are filtered by the harness (`overlong_prompts`).
     `tensor_parallel_size` defaults to the number of visible GPUs (CUDA_VISIBLE_DEVICES, else torch).
     """
     if tensor_parallel_size is None:
@@ -103,9 +133,13 @@ def vllm_model_args(model: str, *, seed: int, profile: DecodingProfile, tensor_p
         "pretrained": str(model), "dtype": dtype, "seed": int(seed),
         "tensor_parallel_size": int(tensor_parallel_size), "data_parallel_size": int(data_parallel_size),
         "gpu_memory_utilization": float(gpu_memory_utilization),
-        "max_model_len": int(max_model_len or max_prompt_tokens + profile.max_new_tokens),
         "max_gen_toks": profile.max_new_tokens, "trust_remote_code": trust_remote_code,
     }
+    if max_model_len is not None:
+        if max_model_len <= profile.max_new_tokens:
+            raise ConfigError("max_model_len", f"{max_model_len} leaves no room for a prompt next to the "
+                                               f"profile's {profile.max_new_tokens} new tokens")
+        args["max_model_len"] = int(max_model_len)
     if revision:
         args["revision"] = revision
     return args
@@ -174,8 +208,10 @@ class Generation:
 
 
 def generate(lm: Any, bench: Benchmark, profile: DecodingProfile, k: int, settings: EvalSettings,
-             tm: Any | None = None) -> list[Generation]:
+             tm: Any | None = None, overlong: dict[str, Any] | None = None) -> list[Generation]:
     """k samples per problem of `bench` through lm-eval's `evaluate` with the metrics bypassed (no grading).
+
+    Over-long prompts are handled first (`filter_overlong`); what was done is written into `overlong`.
 
     `evaluate` is called directly rather than `simple_evaluate`: the latter spends ~2 s per call
     collecting pip/torch environment info (subprocesses) that provenance records once anyway.
@@ -193,10 +229,18 @@ def generate(lm: Any, bench: Benchmark, profile: DecodingProfile, k: int, settin
         raise ConfigError("benchmarks", f"{bench.name}: lm-eval task {bench.task_name} not found in {TASK_DIR}")
     task = loaded["tasks"][bench.task_name]
     task.set_config("repeats", int(k))
-    task.set_config("generation_kwargs", profile.gen_kwargs())
+    gen_kwargs = profile.gen_kwargs()
+    if settings.backend == "vllm":
+        gen_kwargs.update(VLLM_DECODING)
+    task.set_config("generation_kwargs", gen_kwargs)
     task.set_config("num_fewshot", 0)
     task.set_fewshot_seed(seed=settings.seed)
     task.override_metric(metric_name="bypass")  # lm-eval's predict_only: generate, do not score
+    if overlong is not None:
+        overlong.update(filter_overlong(lm, task, max_new_tokens=profile.max_new_tokens,
+                                        policy=overlong_policy(settings.overlong_prompts, settings.backend),
+                                        system_prompt=profile.system_prompt,
+                                        chat=settings.prompt_format == "chat"))
     random.seed(settings.seed)
     np.random.seed(settings.seed)
     if "torch" in sys.modules:  # only a torch backend draws from torch's generator
@@ -316,7 +360,8 @@ def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings
     profile = settings.profile
     expect = {"benchmark": bench.name, "profile": profile.name, "k": k, "seed": settings.seed,
               "limit": settings.limit, "model": model_id, "prompt_format": settings.prompt_format,
-              "backend": settings.backend, "weights": cache.model_fingerprint(model_id)}
+              "backend": settings.backend, "weights": cache.model_fingerprint(model_id),
+              "generation": generation_identity(settings)}
     samples_file = cache.samples_path(out_dir, bench.name, profile.name)
     agg_file = cache.aggregate_path(out_dir, bench.name, profile.name)
     status = cache.cache_state(out_dir, bench.name, profile.name, expect)
@@ -333,7 +378,9 @@ def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings
         _check_chat_template(state["lm"], settings.prompt_format, model_id)
         state["tm"] = task_manager(settings.data_dir, settings.prompt_format)
     lm = state["lm"]
-    gens = generate(lm, bench, profile, k, settings, state["tm"])
+    overlong: dict[str, Any] = {}
+    gens = generate(lm, bench, profile, k, settings, state["tm"], overlong=overlong)
+    data_info = {**data_info, "overlong": overlong}
     records, regions = records_from_generations(gens, seed=settings.seed, max_new_tokens=profile.max_new_tokens,
                                                 count_tokens=token_counter(lm))
     graded = grade_records(records, bench.kind, regions, grader)
@@ -355,6 +402,7 @@ def _check_chat_template(lm: Any, prompt_format: str, model_id: str) -> None:
                                            f"use --prompt-format llama_base for base models without one")
 
 
-__all__ = ["BACKENDS", "EvalSettings", "Generation", "build_lm", "check_model_dir", "evaluate_model", "generate",
+__all__ = ["BACKENDS", "VLLM_DECODING", "EvalSettings", "Generation", "build_lm",
+           "check_model_dir", "evaluate_model", "generate", "generation_identity",
            "hf_model_args", "model_info", "records_from_generations", "region_meta", "regions_from_meta",
            "task_manager", "tiny_model_args", "token_counter", "visible_gpus", "vllm_model_args"]

@@ -80,7 +80,7 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
     if backbone.get("scale") != "paper":
         raise ConfigError(f"backbones.{backbone_name}.scale",
                           f"verl runs are for scale 'paper' backbones, got {backbone.get('scale')!r}")
-    res = backbone.get("resources") or {}
+    res = (backbone.get("resources") or {}).get("train") or {}  # the training stage's job size
     nodes = int(nnodes or res.get("nodes", 1))
     gpus = int(gpus_per_node or res.get("gpus_per_node", 8))
     max_resp = int(backbone["max_response_length"])

@@ -18,8 +18,7 @@ def test_vllm_model_args_for_the_paper_profile():
     assert args == {
         "pretrained": "/models/qwen", "dtype": "auto", "seed": 3, "tensor_parallel_size": 8, "data_parallel_size": 1,
         "gpu_memory_utilization": 0.85,        # released generate_vllm.py
-        "max_model_len": 1024 + 8192,          # prompt cap + the paper's 8192 new tokens, never shortened
-        "max_gen_toks": 8192, "trust_remote_code": False,
+        "max_gen_toks": 8192, "trust_remote_code": False,  # no max_model_len: the model's own, as released
     }
     tiny = harness.vllm_model_args("/m", seed=0, profile=get_profile("tiny"), tensor_parallel_size=1,
                                    max_model_len=256, gpu_memory_utilization=0.3, dtype="float32", revision="abc")
@@ -61,7 +60,7 @@ def test_eval_command_passes_these_arguments_to_the_vllm_backend(tmp_path: Path,
              "--data-dir", str(paper_data), "--no-progress"])
     assert seen == {"backend": "vllm", "batch_size": "auto", "device": None, "model_args": {
         "pretrained": str(model.resolve()), "dtype": "auto", "seed": 5, "tensor_parallel_size": 2,
-        "data_parallel_size": 1, "gpu_memory_utilization": 0.85, "max_model_len": 9216, "max_gen_toks": 8192,
+        "data_parallel_size": 1, "gpu_memory_utilization": 0.85, "max_gen_toks": 8192,
         "trust_remote_code": False}}
 
 

@@ -60,7 +60,7 @@ def toy_run(tmp_path):
     _toy_parquet(tmp_path / "valid.parquet", 8)
     reward.write_text(TOY_REWARD)
     backbone = {"scale": "paper", "hf_id": str(model), "steps": 4, "max_prompt_length": 32,
-                "max_response_length": 16, "resources": {"nodes": 1, "gpus_per_node": 1}}
+                "max_response_length": 16, "resources": {"train": {"nodes": 1, "gpus_per_node": 1}}}
     cfg = hc.variant_config("exgrpo", backbone, {"n_rollouts": 4, "delayed_start": False})
     flat = hc.verl_overrides("toy", backbone, cfg, variant="exgrpo", seed=0, run_dir=run,
                              train_files=str(tmp_path / "train.parquet"), val_files=str(tmp_path / "valid.parquet"))

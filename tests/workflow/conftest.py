@@ -32,6 +32,7 @@ class Job:
     resources: dict[str, str] = field(default_factory=dict)
     threads: int = 1
     shell: str = ""
+    output: list[str] = field(default_factory=list)
 
 
 def copy_workflow(dest: Path) -> Path:
@@ -116,6 +117,8 @@ def parse_jobs(output: str) -> list[Job]:
             current.resources = dict(item.split("=", 1) for item in value.split(", ") if "=" in item)
         elif key == "threads":
             current.threads = int(value)
+        elif key == "output":
+            current.output = value.split(", ")
     return jobs
 
 
@@ -156,13 +159,14 @@ PROBE_RULE = """
 rule probe:
     output:
         "probe/{{backbone}}.txt",
-    threads: backbone_threads
+    threads: backbone_threads("train")
     resources:
-        **backbone_resources(),
+        **backbone_resources("train"),
     shell:
         "{shell}"
 """
-"""A one-rule workflow sized by the real per-backbone helpers (backbone_threads, backbone_resources)."""
+"""A one-rule workflow sized by the real per-backbone helpers (backbone_threads, backbone_resources) for the
+training stage."""
 
 
 def write_probe(wf: Path, header: str, shell: str) -> None:

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,8 +27,11 @@ def _write_parquet(path: Path, rows: int) -> Path:
 
 @pytest.fixture
 def fake_fetchers(monkeypatch):
-    """Fetchers that write parquet files with the row count the registry expects (or 7)."""
+    """Fetchers that write parquet files with the row count the registry expects (or 7); the registry's
+    checksums are dropped for these tests (theirs are in the checksum tests below)."""
     calls: list[str] = []
+    monkeypatch.setattr(download, "SOURCES", tuple(dataclasses.replace(s, sha256=None, git_blob=None)
+                                                   for s in download.SOURCES))
 
     def fake(source, out):
         calls.append(source.name)
@@ -57,7 +64,7 @@ def test_all_sources_by_default(tmp_path, fake_fetchers):
     assert fake_fetchers == [s.name for s in download.SOURCES]
 
 
-def test_row_count_mismatch_fails_without_manifest(tmp_path, monkeypatch, capsys):
+def test_row_count_mismatch_fails_without_manifest(tmp_path, monkeypatch, capsys, fake_fetchers):
     monkeypatch.setitem(download.FETCHERS, "url",
                         lambda source, out: _write_parquet(out / "files" / "x.parquet", 5))
     assert main(["download", "--out", str(tmp_path), "--only", "luffy_gpqa_diamond"]) == 1
@@ -72,6 +79,7 @@ def test_a_git_lfs_pointer_is_not_taken_for_parquet(tmp_path, monkeypatch, capsy
         path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
         return path
     monkeypatch.setitem(download.FETCHERS, "url", pointer)
+    monkeypatch.setattr(download, "SOURCES", tuple(dataclasses.replace(s, git_blob=None) for s in download.SOURCES))
     assert main(["download", "--out", str(tmp_path), "--only", "luffy_mmlu_pro"]) == 1
     assert "not a readable parquet file" in capsys.readouterr().err
 
@@ -111,3 +119,105 @@ def test_dry_run_fetches_nothing(tmp_path, capsys, fake_fetchers):
     assert main(["download", "--out", str(tmp_path / "hf"), "--dry-run"]) == 0
     assert fake_fetchers == [] and not (tmp_path / "hf").exists()
     assert "Elliott/Openr1-Math-46k-8192" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------ pinned data
+RELEASE_SHA256 = {  # the release's files at 01f4ae0, first and last characters as measured independently
+    "exgrpo_test_id": ("92503399", "e97617"), "exgrpo_valid": ("7828d704", "da49"),
+    "luffy_arc_c": ("7c3d1df8", "8fe5"), "luffy_gpqa_diamond": ("55bde394", "e58b"),
+}
+
+
+def test_every_released_file_is_pinned_to_a_commit_and_a_checksum():
+    commit = "01f4ae066249e6965ce0d5512ccdf99a12895c74"
+    urls = [s for s in download.SOURCES if s.kind == "url"]
+    assert {s.name for s in urls} == {*RELEASE_SHA256, "luffy_mmlu_pro"}
+    for source in urls:
+        assert source.ref.startswith(f"https://raw.githubusercontent.com/ElliottYan/LUFFY/{commit}/"), source
+        assert "/main/" not in source.ref and source.revision == commit
+        assert re.fullmatch(r"[0-9a-f]{40}", source.git_blob or ""), source  # every file has its tree's blob id
+        if source.name in RELEASE_SHA256:
+            head, tail = RELEASE_SHA256[source.name]
+            assert source.sha256.startswith(head) and source.sha256.endswith(tail) and len(source.sha256) == 64
+    mmlu = next(s for s in urls if s.name == "luffy_mmlu_pro")
+    assert mmlu.sha256 is None and mmlu.expected_rows is None  # bytes and count unknown: checked by blob id
+    (train,) = [s for s in download.SOURCES if s.kind == "hf_dataset"]
+    assert train.revision is None  # the release's revision of the training set is unknown (recorded on fetch)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_blob_id_is_what_git_computes(tmp_path):
+    path = _write_parquet(tmp_path / "x.parquet", 11)
+    want = subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+    assert download.git_blob_id(path) == want
+
+
+def _pinned_local(tmp_path: Path, rows: int = 9) -> tuple[download.Source, Path]:
+    """A local parquet file and a registry entry pinning it (file:// URL, its sha256 and blob id)."""
+    origin = _write_parquet(tmp_path / "origin" / "valid.arc_c.parquet", rows)
+    source = download.Source("luffy_arc_c", "url", origin.as_uri(), "benchmark", expected_rows=rows,
+                             revision="0" * 40, sha256=hashlib.sha256(origin.read_bytes()).hexdigest(),
+                             git_blob=download.git_blob_id(origin))
+    return source, origin
+
+
+def test_pinned_local_file_downloads_and_is_recorded(tmp_path, monkeypatch):
+    source, origin = _pinned_local(tmp_path)
+    monkeypatch.setattr(download, "SOURCES", (source,))
+    out = tmp_path / "hf"
+    assert main(["download", "--out", str(out)]) == 0  # the real URL fetcher, over file://
+    (entry,) = json.loads((out / "manifest.json").read_text())["sources"]
+    assert entry["sha256"] == entry["expected_sha256"] == source.sha256 and entry["revision"] == "0" * 40
+    assert (out / "files/luffy_arc_c.parquet").read_bytes() == origin.read_bytes()
+
+
+def test_a_changed_file_stops_the_download_with_a_named_error(tmp_path, monkeypatch, capsys):
+    source, origin = _pinned_local(tmp_path)
+    _write_parquet(origin, 10)  # upstream changed the file after the registry recorded it
+    monkeypatch.setattr(download, "SOURCES", (source,))
+    out = tmp_path / "hf"
+    assert main(["download", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"ChecksumError: {out / 'files/luffy_arc_c.parquet'}: sha256 " in err and source.sha256 in err
+    assert not (out / "manifest.json").exists() and not (out / "files/luffy_arc_c.parquet").exists()
+    assert (out / "files/luffy_arc_c.parquet.rejected").exists()
+    # Without a recorded sha256 (MMLU-Pro), the git blob id catches the change.
+    monkeypatch.setattr(download, "SOURCES", (dataclasses.replace(source, sha256=None),))
+    assert main(["download", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "ChecksumError" in err and f"git blob {download.git_blob_id(origin)} differs from" in err
+
+
+def test_a_file_changed_after_the_download_stops_the_evaluation(tmp_path, monkeypatch):
+    from exgrpo.eval.benchmarks import DataChangedError, get_benchmark, load_docs_with_info
+
+    rows = [{"data_source": "arc_c", "prompt": [{"role": "system", "content": "S"},
+                                                 {"role": "user", "content": " Which gas? \n\nA) x\nB) y "}],
+             "reward_model": {"ground_truth": "B", "style": "rule"}}]
+    origin = tmp_path / "origin" / "valid.arc_c.parquet"
+    origin.parent.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), origin)
+    source = download.Source("luffy_arc_c", "url", origin.as_uri(), "benchmark", expected_rows=1,
+                             revision="0" * 40, sha256=hashlib.sha256(origin.read_bytes()).hexdigest())
+    monkeypatch.setattr(download, "SOURCES", (source,))
+    out = tmp_path / "hf"
+    assert main(["download", "--out", str(out)]) == 0
+    docs, info = load_docs_with_info(get_benchmark("arc_c"), out / "files")
+    assert docs[0]["question"] == " Which gas? \n\nA) x\nB) y "  # the user message as released, unstripped
+    assert info["file_sha256"] == source.sha256 and info["revision"] == "0" * 40
+    pq.write_table(pa.Table.from_pylist(rows * 2), out / "files/luffy_arc_c.parquet")
+    with pytest.raises(DataChangedError, match="luffy_arc_c.parquet: sha256 .* differs from .* recorded by"):
+        load_docs_with_info(get_benchmark("arc_c"), out / "files")
+
+
+def test_a_gated_model_says_how_to_give_the_token(tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError
+
+    def gated(**kwargs):
+        raise GatedRepoError.__new__(GatedRepoError)  # its __init__ needs an HTTP response
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
+    assert main(["download", "--out", str(tmp_path), "--model", "meta-llama/Llama-3.1-8B", "--name", "llama"]) == 1
+    err = capsys.readouterr().err
+    assert "meta-llama/Llama-3.1-8B is gated" in err and "HF_TOKEN" in err and "Never put the token" in err
+    assert not (tmp_path / "models").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,12 @@ def _by_rule(result, rule):
 
 
 # ------------------------------------------------------------------------------------------ dry runs
+def _flag(shell: str, name: str) -> int:
+    """The integer value of `--name N` in a shell command (exactly one occurrence)."""
+    (value,) = re.findall(rf"(?:^|\s){re.escape(name)} (\d+)(?=\s|$|\))", shell)
+    return int(value)
+
+
 def test_all_lists_the_paper_jobs_with_the_right_counts(dry_all):
     _, result = dry_all
     study = CONFIG["studies"]["paper_repro"]
@@ -50,11 +57,17 @@ def test_all_lists_the_paper_jobs_with_the_right_counts(dry_all):
     assert len(runs) == 6 * 2 + 12 + 3  # hand count: methods on 6 backbones, 15 variants on Qwen2.5-Math-7B
     train = {(j.wildcards["backbone"], j.wildcards["variant"]) for j in _by_rule(result, "train_paper")}
     assert train == runs and result.counts["train_paper"] == 27
-    evals = {(j.wildcards["backbone"], j.wildcards["variant"], j.wildcards["benchmark"], j.wildcards["profile"])
-             for j in _by_rule(result, "eval_paper")}
+    # One evaluation job (one vLLM start) per model and profile, writing every benchmark's result.
     models = runs | {(b, "base") for b in PAPER}
-    assert evals == {(b, v, bench, "paper") for b, v in models for bench in BENCHMARKS}
-    assert result.counts["eval_paper"] == (27 + 6) * 9 == 297
+    evals = _by_rule(result, "eval_paper")
+    assert {(j.wildcards["backbone"], j.wildcards["variant"], j.wildcards["profile"]) for j in evals} \
+        == {(b, v, "paper") for b, v in models}
+    assert result.counts["eval_paper"] == 27 + 6 == 33
+    outputs = {path for j in evals for path in j.output}
+    assert outputs == {f"results/paper-repro/eval/{b}/{v}/s0/{bench}.paper.json" for b, v in models
+                       for bench in BENCHMARKS}  # every model on all 9 benchmarks: 297 results
+    for job in evals:
+        assert _norm(job.shell).count("exgrpo eval ") == 1 and f"--benchmarks {','.join(BENCHMARKS)} " in job.shell
     (prelim,) = _by_rule(result, "prelim_paper")
     assert prelim.wildcards == {"source": "paper-repro", "backbone": "qwen2.5-math-7b", "variant": "on_policy",
                                 "seed": "0"}
@@ -62,16 +75,80 @@ def test_all_lists_the_paper_jobs_with_the_right_counts(dry_all):
     assert not {"sft", "make_data", "train_tiny", "eval_tiny", "prelim_tiny"} & set(result.counts)
 
 
-def test_paper_jobs_get_the_backbone_resources(dry_all):
+def _gpus_used(job, registry: dict) -> int:
+    """The GPUs a job's command uses, read from the command (vLLM flags) or from what it configures (verl)."""
+    if job.rule == "eval_paper":
+        return _flag(job.shell, "--tensor-parallel-size") * _flag(job.shell, "--data-parallel-size")
+    if job.rule == "prelim_paper":  # the policy's engine is freed before the judge's starts
+        return max(_flag(job.shell, "--tp"), _flag(job.shell, "--judge-tp"))
+    if job.rule == "train_paper":  # `exgrpo verl-config` writes trainer.nnodes x n_gpus_per_node from the registry
+        name = job.wildcards["backbone"]
+        flat = hc.verl_overrides(name, registry[name], hc.variant_config(job.wildcards["variant"], registry[name]),
+                                 variant=job.wildcards["variant"], seed=0, run_dir="/r", train_files="t",
+                                 val_files="v")
+        return flat["trainer.nnodes"] * flat["trainer.n_gpus_per_node"]
+    assert "--backend vllm" not in job.shell and "verl" not in job.shell, job
+    return 0
+
+
+def test_every_job_requests_the_gpus_its_command_uses(dry_all):
+    wf, result = dry_all
+    registry = yaml.safe_load((wf / "config/backbones.yaml").read_text())["backbones"]
+    total_gpu_hours = 0.0
+    for job in result.jobs:
+        if job.local:
+            assert not job.resources.get("gpu"), job
+            continue
+        requested = int(job.resources.get("gpu") or 0)
+        assert requested == _gpus_used(job, registry), (job.rule, job.wildcards, requested)
+        total_gpu_hours += requested * int(job.resources["runtime"]) / 60
+    # Hand count from config/backbones.yaml: 17 runs of 700 steps on Qwen2.5-Math-7B (8 GPUs, 48 h), 10 runs of
+    # 500 steps (8 GPUs, 36 h); 33 evaluations of 12 h (2 GPUs, 1 for the three Qwen2.5-Math-1.5B models); one
+    # preliminary-study analysis (4 GPUs, 12 h).
+    assert total_gpu_hours == 17 * 8 * 48 + 10 * 8 * 36 + 30 * 2 * 12 + 3 * 1 * 12 + 4 * 12 == 10212
+    print(f"\nGPU-hours requested by `snakemake --profile slurm all`: {total_gpu_hours:,.0f}")
+    assert total_gpu_hours < 25_000
+    vllm_starts = sum(j.shell.count("--backend vllm") + j.shell.count("--engine vllm") for j in result.jobs)
+    assert vllm_starts == 33 + 1  # one engine per evaluated model and profile, plus the trajectory analysis
+
+
+def test_paper_jobs_get_their_stage_resources(dry_all):
     _, result = dry_all
-    # Hand-copied from config/backbones.yaml: 8 GPUs on one node; the 1.5B has half the memory and 48 h.
+    # Hand-copied from config/backbones.yaml.
     for job in result.jobs:
         if job.rule not in ("train_paper", "eval_paper", "prelim_paper"):
             continue
-        small = job.wildcards["backbone"] == "qwen2.5-math-1.5b"
-        want = {"gpu": "8", "nodes": "1", "mem_mb": "400000" if small else "800000",
-                "runtime": "2880" if small else "4320", "slurm_partition": "gpu-x", "slurm_account": "acct-x"}
+        name = job.wildcards["backbone"]
+        small = name == "qwen2.5-math-1.5b"
+        want = {"train_paper": {"gpu": "8", "mem_mb": "480000",
+                                "runtime": "2880" if name == "qwen2.5-math-7b" else "2160"},
+                "eval_paper": {"gpu": "1" if small else "2", "mem_mb": "48000" if small else "96000", "runtime": "720"},
+                "prelim_paper": {"gpu": "4", "mem_mb": "192000", "runtime": "720"}}[job.rule]
+        want.update(nodes="1", slurm_partition="gpu-x", slurm_account="acct-x")
         assert {k: job.resources.get(k) for k in want} == want, job
+        assert int(job.resources["mem_mb"]) <= 60_000 * int(job.resources["gpu"])  # fits 512 GB 8-GPU nodes
+
+
+LOCAL_RULES = {"download", "download_model", "download_judge", "all"}
+"""`localrule: True` (the submit host fetches from the internet); Snakemake prints them as `rule`."""
+
+
+def test_every_submitted_job_gets_the_site_account(dry_all):
+    _, result = dry_all
+    submitted = [j for j in result.jobs if not j.local and j.rule not in LOCAL_RULES]
+    assert {"render_study", "retemplate", "train_paper", "eval_paper", "prelim_paper"} <= {j.rule for j in submitted}
+    for job in submitted:
+        partition = "gpu-x" if job.resources.get("gpu") else "cpu-x"
+        assert (job.resources.get("slurm_account"), job.resources.get("slurm_partition")) == ("acct-x", partition), job
+
+
+def test_memory_and_runtime_are_overridden_per_site(wf, snakemake, slurm_site):
+    target = "results/paper-repro/train/qwen2.5-math-7b/exgrpo/s0/run.json"
+    result = snakemake("--profile", "slurm", "-n", target, "--set-resources", "train_paper:mem_mb=900000",
+                       "train_paper:runtime=4320", cwd=wf, env=slurm_site)
+    assert result.returncode == 0, result.stdout[-3000:]
+    (train,) = _by_rule(result, "train_paper")
+    assert (train.resources["mem_mb"], train.resources["runtime"], train.resources["gpu"]) == ("900000", "4320", "8")
 
 
 def test_exact_shell_of_a_train_and_an_eval_job(dry_all):
@@ -90,20 +167,21 @@ def test_exact_shell_of_a_train_and_an_eval_job(dry_all):
         f" && bash {run}/launch_single_node.sh"
         f" && exgrpo verl-collect --run-dir {run} --out results/paper-repro/train/qwen2.5-math-7b/exgrpo/s0"
         f" --export-hf {run}/final) > logs/train/paper-repro/qwen2.5-math-7b/exgrpo/s0.log 2>&1")
-    (ev,) = [j for j in _by_rule(result, "eval_paper") if (j.wildcards["backbone"], j.wildcards["variant"],
-                                                            j.wildcards["benchmark"]) == ("qwen2.5-math-7b", "exgrpo", "aime24")]
+    (ev,) = [j for j in _by_rule(result, "eval_paper")
+             if (j.wildcards["backbone"], j.wildcards["variant"]) == ("qwen2.5-math-7b", "exgrpo")]
     out = "results/paper-repro/eval/qwen2.5-math-7b/exgrpo/s0"
     assert _norm(ev.shell) == _norm(
         f"(export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 && model={run}/final"
-        ' && exgrpo eval --model "$model" --benchmarks aime24 --profile paper --data-dir work/hf/files'
-        f" --out {out} --seed 0 --backend vllm --tensor-parallel-size 2 --prompt-format chat --no-progress)"
-        " > logs/eval/paper-repro/qwen2.5-math-7b/exgrpo/s0/aime24.paper.log 2>&1")
+        f' && exgrpo eval --model "$model" --benchmarks {",".join(BENCHMARKS)} --profile paper'
+        f" --data-dir work/hf/files --out {out} --seed 0 --backend vllm --tensor-parallel-size 2"
+        " --data-parallel-size 1 --prompt-format chat --no-progress)"
+        " > logs/eval/paper-repro/qwen2.5-math-7b/exgrpo/s0/paper.log 2>&1")
 
 
 def test_base_models_prelim_and_variant_overrides_in_the_shell(dry_all):
     _, result = dry_all
-    (base,) = [j for j in _by_rule(result, "eval_paper") if (j.wildcards["backbone"], j.wildcards["variant"],
-                                                              j.wildcards["benchmark"]) == ("llama3.1-8b", "base", "amc")]
+    (base,) = [j for j in _by_rule(result, "eval_paper")
+               if (j.wildcards["backbone"], j.wildcards["variant"]) == ("llama3.1-8b", "base")]
     assert "model=$(python -m exgrpo.verl_plugin.collect model-dir work/hf/models/llama3.1-8b.json)" in base.shell
     assert "--prompt-format llama_base" in base.shell  # paper §G.1 prompt for the Llama base model
     (prelim,) = _by_rule(result, "prelim_paper")
@@ -111,8 +189,8 @@ def test_base_models_prelim_and_variant_overrides_in_the_shell(dry_all):
         "(export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
         " && judge=$(python -m exgrpo.verl_plugin.collect model-dir work/hf/models/judge-qwen3-32b.json)"
         " && exgrpo prelim-analyze --engine vllm --model work/paper-repro/ckpt/qwen2.5-math-7b/on_policy/s0/final"
-        " --data work/hf/files/openr1_math_46k.parquet --questions 1000 --k 8 --tp 2 --judge llm"
-        ' --judge-model "$judge" --judge-tp 4 --judge-cache work/paper-repro/prelim/judge_cache.jsonl --seed 0'
+        " --data work/hf/files/openr1_math_46k.parquet --questions 1000 --k 8 --tp 2 --judge-tp 4 --judge llm"
+        ' --judge-model "$judge" --judge-cache work/paper-repro/prelim/judge_cache.jsonl --seed 0'
         " --backbone qwen2.5-math-7b --out results/paper-repro/prelim/qwen2.5-math-7b/trajectories.on_policy.s0.parquet"
         " --no-progress) > logs/prelim/paper-repro/qwen2.5-math-7b/on_policy/s0.log 2>&1")
     (judge,) = _by_rule(result, "download_judge")
@@ -151,7 +229,7 @@ def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_pat
     registry = {"backbones": copy.deepcopy(REGISTRY)}
     big = copy.deepcopy(REGISTRY["qwen2.5-math-7b"])
     big.update(label="Qwen2.5-72B", hf_id="Qwen/Qwen2.5-72B")
-    big["resources"].update(nodes=2, runtime_min=100)
+    big["resources"]["train"].update(nodes=2, runtime_min=100)
     registry["backbones"]["qwen2.5-72b"] = big
     path = tmp_path / "backbones.yaml"
     path.write_text(yaml.safe_dump(registry))
@@ -166,7 +244,8 @@ def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_pat
                                                                                    "runtime": "100"}
         run = f"work/paper-repro/ckpt/qwen2.5-72b/{job.wildcards['variant']}/s0"
         assert f"&& bash {run}/launch_multi_node.sbatch &&" in job.shell
-    assert sum(j.rule == "eval_paper" for j in new) == 3 * 9
+    evals = [j for j in new if j.rule == "eval_paper"]
+    assert len(evals) == 3 and all(len(j.output) == 9 for j in evals)  # base, on_policy, exgrpo on 9 benchmarks
 
 
 # ------------------------------------------------------------------------------------------ verl-collect

@@ -73,11 +73,11 @@ def test_smoke_dag_through_the_slurm_plugin(e2e):
 
 
 def test_gpu_backbone_job_sbatch_line(e2e):
-    # 1 node, 8 GPUs, 64 CPUs, 800 GB, 72 h: the qwen2.5-math-7b entry of config/backbones.yaml.
+    # 1 node, 8 GPUs, 64 CPUs, 480 GB, 48 h: the qwen2.5-math-7b training stage in config/backbones.yaml.
     wf, result, calls = e2e
     assert result.returncode == 0, result.stdout
     argv = _call_of(calls, "probe")
-    flags = ["-A", ACCOUNT, "-p", "standin-gpu", "-t", "4320", "--mem", "800000", "--nodes=1", "--cpus-per-task=64"]
+    flags = ["-A", ACCOUNT, "-p", "standin-gpu", "-t", "2880", "--mem", "480000", "--nodes=1", "--cpus-per-task=64"]
     assert argv[:-1] == _expected_prefix(wf, "probe", "qwen2.5-math-7b", argv[2], flags, gres=("--gpus=8",))
     wrapped = shlex.split(argv[-1].removeprefix("--wrap="))
     assert wrapped[wrapped.index("--target-jobs") + 1] == "probe:backbone=qwen2.5-math-7b"

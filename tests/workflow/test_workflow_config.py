@@ -12,6 +12,7 @@ import yaml
 
 from exgrpo.config import ConfigError
 from exgrpo.workflow_config import (
+    STAGES,
     field_path,
     gpu_refusal,
     job_resources,
@@ -19,6 +20,8 @@ from exgrpo.workflow_config import (
     load_backbones,
     load_workflow_config,
     site_resources,
+    stage_gpus,
+    vllm_parallel,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,8 +152,16 @@ BAD_BACKBONES = [
     ("wrong key", lambda b: b["tiny-math"].update(stepz=3), "backbones.tiny-math.stepz"),
     ("wrong type", lambda b: b["tiny-math"].update(steps="200"), "backbones.tiny-math.steps"),
     ("paper backbone without hf_id", lambda b: b["qwen2.5-math-1.5b"].pop("hf_id"), "backbones['qwen2.5-math-1.5b']"),
-    ("paper backbone without GPUs", lambda b: b["llama3.1-8b"]["resources"].update(gpus_per_node=0),
-     "backbones['llama3.1-8b'].resources.gpus_per_node"),
+    ("paper backbone without GPUs", lambda b: b["llama3.1-8b"]["resources"]["train"].update(gpus_per_node=0),
+     "backbones['llama3.1-8b'].resources.train.gpus_per_node"),
+    ("paper backbone without an eval stage", lambda b: b["llama3.1-8b"]["resources"].pop("eval"),
+     "backbones['llama3.1-8b'].resources"),
+    ("eval without tensor parallelism", lambda b: b["llama3.1-8b"]["resources"]["eval"].pop("tensor_parallel"),
+     "backbones['llama3.1-8b'].resources.eval"),
+    ("judge with data parallelism", lambda b: b["llama3.1-8b"]["resources"]["judge"].update(data_parallel=2),
+     "backbones['llama3.1-8b'].resources.judge"),
+    ("GPUs on a tiny backbone", lambda b: b["tiny-math"]["resources"]["eval"].update(tensor_parallel=1),
+     "backbones.tiny-math.resources.eval.tensor_parallel"),
     ("mirrors an unknown backbone", lambda b: b["tiny-llama"].update(mirrors="llama-4"), "backbones.tiny-llama.mirrors"),
     ("SFT init from itself", lambda b: b["tiny-math"]["sft"].update(init="tiny-math"), "backbones.tiny-math.sft.init"),
     ("name with a slash", lambda b: b.update({"org/model": b["tiny-math"]}), "backbones['org/model']"),
@@ -179,14 +190,29 @@ def test_field_path_formatting():
     assert field_path(["backbones", "qwen2.5-math-7b", "steps"]) == "backbones['qwen2.5-math-7b'].steps"
 
 
-def test_job_resources_map_the_backbone_entry():
+def test_job_resources_map_each_stage_of_the_backbone_entry():
     entries = BACKBONES["backbones"]
-    # Hand-computed from config/backbones.yaml: 1 node x 8 GPUs, 800 GB, 72 h, 64 CPUs.
-    assert job_resources(entries["qwen2.5-math-7b"]) == {"gpu": 8, "nodes": 1, "mem_mb": 800000, "runtime": 4320}
-    assert job_threads(entries["qwen2.5-math-7b"]) == 64
-    assert job_resources(entries["tiny-math"]) == {"mem_mb": 2000, "runtime": 30}
-    two_nodes = {"resources": {"nodes": 2, "gpus_per_node": 4, "cpus_per_task": 32, "mem_mb": 1, "runtime_min": 5}}
-    assert job_resources(two_nodes) == {"gpu": 8, "nodes": 2, "mem_mb": 1, "runtime": 5}
+    q7, q15 = entries["qwen2.5-math-7b"], entries["qwen2.5-math-1.5b"]
+    # Hand-computed from config/backbones.yaml: training on 1 node x 8 GPUs, 480 GB, 48 h, 64 CPUs; evaluation
+    # on vLLM TP 2 x DP 1 (TP 1 for the 1.5B), 12 h; the judge job the larger of the policy's TP 2 and the judge's 4.
+    assert job_resources(q7, "train") == {"gpu": 8, "nodes": 1, "mem_mb": 480000, "runtime": 2880}
+    assert job_threads(q7, "train") == 64
+    assert job_resources(q7, "eval") == {"gpu": 2, "nodes": 1, "mem_mb": 96000, "runtime": 720}
+    assert job_resources(q15, "eval") == {"gpu": 1, "nodes": 1, "mem_mb": 48000, "runtime": 720}
+    assert job_resources(q7, "judge") == {"gpu": 4, "nodes": 1, "mem_mb": 192000, "runtime": 720}
+    assert job_threads(q7, "eval") == 16 and job_threads(q7, "judge") == 32
+    for stage in STAGES:
+        assert job_resources(entries["tiny-math"], stage) == {"mem_mb": 2000, "runtime": 30}
+        assert stage_gpus(entries["tiny-math"], stage) == 0
+    job = {"cpus_per_task": 32, "mem_mb": 1, "runtime_min": 5}
+    custom = {"resources": {"train": {"nodes": 2, "gpus_per_node": 4, **job},
+                            "eval": {"tensor_parallel": 2, "data_parallel": 3, **job},
+                            "judge": {"tensor_parallel": 1, **job}}}
+    assert job_resources(custom, "train") == {"gpu": 8, "nodes": 2, "mem_mb": 1, "runtime": 5}
+    assert vllm_parallel(custom, "eval") == (2, 3) and stage_gpus(custom, "eval") == 6
+    assert stage_gpus(custom, "judge") == 2  # the policy's engine (eval TP 2) outsizes the judge's (TP 1)
+    with pytest.raises(ValueError, match="unknown stage 'sft'"):
+        job_resources(custom, "sft")
 
 
 def test_site_resources_come_from_the_environment():
@@ -319,10 +345,10 @@ BAD_REGISTRY = [
      "backbones.tiny-instruct.sft.init", "another family or arch"),
     ("SFT init of another family", lambda b: b["tiny-llama-instruct"]["sft"].update(init="tiny-math-small"),
      "backbones.tiny-llama-instruct.sft.init", "another family or arch"),
-    ("GPUs on a tiny backbone", lambda b: b["tiny-math"]["resources"].update(gpus_per_node=1),
-     "backbones.tiny-math.resources.gpus_per_node", "uses no GPU"),
-    ("nodes on a tiny backbone", lambda b: b["tiny-llama"]["resources"].update(nodes=2),
-     "backbones.tiny-llama.resources.nodes", "one CPU node"),
+    ("GPUs on a tiny backbone", lambda b: b["tiny-math"]["resources"]["train"].update(gpus_per_node=1),
+     "backbones.tiny-math.resources.train.gpus_per_node", "unknown key"),
+    ("nodes on a tiny backbone", lambda b: b["tiny-llama"]["resources"]["train"].update(nodes=2),
+     "backbones.tiny-llama.resources.train.nodes", "unknown key"),
     ("lengths beyond the context", lambda b: b["qwen2.5-7b-instruct"].update(max_context=4096),
      "backbones['qwen2.5-7b-instruct'].max_response_length", "9216 exceeds the model's context (max_context = 4096)"),
     ("the 1.5B without its context extension", lambda b: b["qwen2.5-math-1.5b"].pop("context_extension"),
@@ -356,8 +382,8 @@ def test_every_backbone_records_its_context_and_the_15b_is_extended():
 
 VALID = [
     ("several seeds", lambda c, b: c["studies"]["smoke"].update(seeds=[0, 1, 2, 7])),
-    ("multi-node paper backbone", lambda c, b: b["qwen2.5-7b-instruct"]["resources"].update(nodes=2)),
-    ("a short runtime", lambda c, b: b["tiny-math-small"]["resources"].update(runtime_min=1)),
+    ("multi-node paper backbone", lambda c, b: b["qwen2.5-7b-instruct"]["resources"]["train"].update(nodes=2)),
+    ("a short runtime", lambda c, b: b["tiny-math-small"]["resources"]["train"].update(runtime_min=1)),
     ("an hf_id on a tiny backbone", lambda c, b: b["tiny-math"].update(hf_id="someone/tiny-math")),
     ("kv heads dividing the heads", lambda c, b: b["tiny-math-small"]["arch"].update(num_key_value_heads=2)),
 ]

@@ -44,6 +44,9 @@ rule render_study:
         "results/{source}/benchmarks/render/{study}.tsv"
     conda:
         "../envs/cpu.yaml"
+    threads: 1
+    resources:
+        **cpu_resources(),
     params:
         backbones=backbones_file(),
         figures="results/{source}/figures",

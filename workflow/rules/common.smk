@@ -24,6 +24,7 @@ from exgrpo.workflow_config import (
     load_workflow_config,
     site_resources,
     visible_gpus,
+    vllm_parallel,
 )
 
 # Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is.
@@ -120,16 +121,16 @@ def figure_sources():
 
 
 # ---------------------------------------------------------------- evaluated models
-def tiny_eval_benchmarks():
-    """Every benchmark a tiny-scale study evaluates, in config order.
+def eval_benchmarks(scale):
+    """Every benchmark the studies of `scale` evaluate, in config order.
 
-    A tiny model is evaluated on all of them in one `exgrpo eval` call (one job per model and
-    profile): lm-eval's start-up (~8 s) costs more than generating a tiny benchmark (~1-3 s), so
-    one process per benchmark would spend most of the `tiny` budget importing.
+    A model is evaluated on all of them in one `exgrpo eval` call (one job per model and profile):
+    one start of lm-eval (~8 s, which dominates a tiny benchmark) or of the vLLM engine (minutes at
+    paper scale) serves every benchmark.
     """
     names = []
     for study in STUDIES.values():
-        if study.scale == "tiny":
+        if study.scale == scale:
             names += [b for b in study.benchmarks if b not in names]
     return names
 
@@ -231,19 +232,23 @@ def offline_env():
 
 
 # ---------------------------------------------------------------- resources
-def backbone_threads(wildcards):
-    return job_threads(BACKBONES[wildcards.backbone])
+# Per-backbone jobs take their size from one stage of the backbone's `resources` in
+# config/backbones.yaml (train for train_*, eval for eval_*, judge for prelim_*). The vLLM arguments
+# below come from the same entry, so a job requests exactly the GPUs its command uses.
+def backbone_threads(stage):
+    """`threads:` of a per-backbone rule of `stage` (a callable of the wildcards)."""
+    return lambda wildcards: job_threads(BACKBONES[wildcards.backbone], stage)
 
 
-def backbone_resources():
-    """`resources:` of a per-backbone rule: the backbone's entry plus EXGRPO_SLURM_* site settings.
+def backbone_resources(stage):
+    """`resources:` of a per-backbone rule: the backbone's `stage` entry plus EXGRPO_SLURM_* site settings.
 
-    Use as `resources: **backbone_resources()` with `threads: backbone_threads`. A value of None
-    drops the resource for that job (CPU backbones get no gpu/nodes; unset site settings vanish).
+    Use as `resources: **backbone_resources(stage)` with `threads: backbone_threads(stage)`. A value
+    of None drops the resource for that job (CPU backbones get no gpu/nodes; unset site settings vanish).
     """
 
     def resources_of(backbone):
-        entry = job_resources(BACKBONES[backbone])
+        entry = job_resources(BACKBONES[backbone], stage)
         return {**entry, **site_resources(gpu=bool(entry.get("gpu")))}
 
     def pick(key):
@@ -263,6 +268,20 @@ def backbone_resources():
 def cpu_resources():
     """Site settings for light CPU jobs (sizes come from the profile's default-resources)."""
     return site_resources(gpu=False)
+
+
+def eval_parallel_args(backbone):
+    """`exgrpo eval` vLLM flags: the backbone's eval tensor_parallel x data_parallel (= the job's GPUs)."""
+    tp, dp = vllm_parallel(BACKBONES[backbone], "eval")
+    return f"--tensor-parallel-size {tp} --data-parallel-size {dp}"
+
+
+def prelim_parallel_args(backbone):
+    """`exgrpo prelim-analyze` flags: the policy samples on eval's tensor_parallel, then the judge runs
+    on its own (the job requests the larger of the two)."""
+    policy_tp, _ = vllm_parallel(BACKBONES[backbone], "eval")
+    judge_tp, _ = vllm_parallel(BACKBONES[backbone], "judge")
+    return f"--tp {policy_tp} --judge-tp {judge_tp}"
 
 
 # Paper-scale helpers (verl plug-in, vLLM) and the targets of each study, by responsibility.

@@ -1,11 +1,11 @@
 # Evaluation stage: `exgrpo eval` into eval_dir(source, backbone, variant, seed) as
 # <benchmark>.<profile>.json + .samples.parquet. Variant `base` is the backbone before RL (the SFT
-# checkpoint of a tiny backbone).
-# Tiny models: one job per (model, profile) covering every tiny benchmark (tiny_eval_benchmarks():
-# lm-eval's start-up dominates a tiny benchmark). Paper-scale models: one vLLM job per benchmark,
-# offline from the shared HF cache: the run's HF export, or the cached backbone for variant `base`.
-# An interrupted job leaves no complete-looking file (each aggregate JSON is written last,
-# atomically); a rerun completes the cache.
+# checkpoint of a tiny backbone, the cached HF model of a paper-scale one).
+# One job per (model, profile) covers every benchmark of the model's scale (eval_benchmarks): one
+# start of lm-eval and of the model (a vLLM engine at paper scale) serves them all. Paper-scale jobs
+# run offline from the shared HF cache and request exactly the GPUs of their vLLM engine
+# (resources.eval: tensor_parallel x data_parallel). An interrupted job leaves no complete-looking
+# file (each aggregate JSON is written last, atomically); a rerun completes the cache.
 
 
 rule eval_tiny:
@@ -15,7 +15,7 @@ rule eval_tiny:
     output:
         [
             f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{bench}.{{profile}}.json"
-            for bench in tiny_eval_benchmarks()
+            for bench in eval_benchmarks("tiny")
         ],
     log:
         log_file("eval", "{source}", "{backbone}", "{variant}", "s{seed}", "{profile}"),
@@ -27,10 +27,10 @@ rule eval_tiny:
         "../envs/cpu.yaml"
     threads: 1
     resources:
-        **backbone_resources(),
+        **backbone_resources("eval"),
     params:
         model=eval_model_path,
-        benchmarks=",".join(tiny_eval_benchmarks()),
+        benchmarks=",".join(eval_benchmarks("tiny")),
         data=lambda wc, input: os.path.dirname(input.data),
         out=lambda wc, output: os.path.dirname(output[0]),
         limit=lambda wc: eval_limit_arg(wc.source),
@@ -49,44 +49,36 @@ rule eval_paper:
         model=paper_eval_model_input,
         data=download_manifest(),
     output:
-        f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{{benchmark}}.{{profile}}.json",
+        [
+            f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{bench}.{{profile}}.json"
+            for bench in eval_benchmarks("paper")
+        ],
     log:
-        log_file(
-            "eval",
-            "{source}",
-            "{backbone}",
-            "{variant}",
-            "s{seed}",
-            "{benchmark}.{profile}",
-        ),
+        log_file("eval", "{source}", "{backbone}", "{variant}", "s{seed}", "{profile}"),
     benchmark:
         bench_file(
-            "{source}",
-            "eval",
-            "{backbone}",
-            "{variant}",
-            "s{seed}",
-            "{benchmark}.{profile}",
+            "{source}", "eval", "{backbone}", "{variant}", "s{seed}", "{profile}"
         )
     wildcard_constraints:
         backbone=backbones_of_scale("paper"),
     conda:
         "../envs/gpu.yaml"
-    threads: backbone_threads
+    threads: backbone_threads("eval")
     resources:
-        **backbone_resources(),
+        **backbone_resources("eval"),
     params:
         offline=offline_env(),
         model=paper_eval_model,
+        benchmarks=",".join(eval_benchmarks("paper")),
         data=lambda wc: eval_data_for(wc.source),
         out=lambda wc, output: os.path.dirname(output[0]),
         prompt_format=lambda wc: prompt_format_of(wc.backbone),
-        tp=VLLM_TP,
+        parallel=lambda wc: eval_parallel_args(wc.backbone),
     shell:
         "(export {params.offline} && model={params.model}"
-        ' && exgrpo eval --model "$model" --benchmarks {wildcards.benchmark}'
+        ' && exgrpo eval --model "$model" --benchmarks {params.benchmarks}'
         " --profile {wildcards.profile} --data-dir {params.data} --out {params.out}"
-        " --seed {wildcards.seed} --backend vllm --tensor-parallel-size {params.tp}"
+        " --seed {wildcards.seed} --backend vllm {params.parallel}"
         " --prompt-format {params.prompt_format} --no-progress) > {log} 2>&1"
 
 

@@ -11,13 +11,9 @@ def backbones_of_scale(scale):
 VERL_DATA_FILES = {"train": "openr1_math_46k", "val": "exgrpo_valid"}
 """`exgrpo download` files (<hf_cache>/files/<name>.parquet) that verl trains and validates on:
 the released training set (paper §3.2) and the released 2.2k validation set (paper.md §4.1)."""
-VLLM_TP = 2
-"""vLLM tensor parallel size of evaluation and trajectory sampling: the training rollouts' TP
-(run_exgrpo.sh), which divides every paper backbone's attention heads (8 would not divide 28)."""
 JUDGE_MODEL = "Qwen/Qwen3-32B"
 JUDGE_NAME = "judge-qwen3-32b"
 """The preliminary study's LLM judge (paper §F.2) and its manifest name in the HF cache."""
-JUDGE_TP = 4
 PRELIM_QUESTIONS = 1000
 """Training questions the paper-scale trajectory analysis samples K rollouts for (paper: unstated)."""
 
@@ -72,7 +68,7 @@ def verl_data_args(backbone):
 def launch_script(backbone):
     """The script `exgrpo verl-launch` renders for the backbone's node count; the train job runs it
     inside its own allocation (the multi-node one starts Ray on the allocated nodes)."""
-    nodes = int(BACKBONES[backbone]["resources"].get("nodes", 1))
+    nodes = int(BACKBONES[backbone]["resources"]["train"].get("nodes", 1))
     return "launch_multi_node.sbatch" if nodes > 1 else "launch_single_node.sh"
 
 

@@ -19,7 +19,7 @@ rule prelim_tiny:
         "../envs/cpu.yaml"
     threads: 1
     resources:
-        **backbone_resources(),
+        **backbone_resources("judge"),
     params:
         model=lambda wc: f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final",
         data=lambda wc, input: os.path.dirname(input.data),
@@ -69,23 +69,22 @@ rule prelim_paper:
         backbone=backbones_of_scale("paper"),
     conda:
         "../envs/gpu.yaml"
-    threads: backbone_threads
+    threads: backbone_threads("judge")
     resources:
-        **backbone_resources(),
+        **backbone_resources("judge"),
     params:
         offline=offline_env(),
         model=lambda wc: f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final",
         data=downloaded_file(VERL_DATA_FILES["train"]),
         questions=PRELIM_QUESTIONS,
-        tp=VLLM_TP,
-        judge_tp=JUDGE_TP,
+        parallel=lambda wc: prelim_parallel_args(wc.backbone),
         judge_cache=lambda wc: f"work/{wc.source}/prelim/judge_cache.jsonl",
     shell:
         "(export {params.offline}"
         " && judge=$(python -m exgrpo.verl_plugin.collect model-dir {input.judge})"
         " && exgrpo prelim-analyze --engine vllm --model {params.model} --data {params.data}"
-        " --questions {params.questions} --k 8 --tp {params.tp} --judge llm"
-        ' --judge-model "$judge" --judge-tp {params.judge_tp} --judge-cache {params.judge_cache}'
+        " --questions {params.questions} --k 8 {params.parallel} --judge llm"
+        ' --judge-model "$judge" --judge-cache {params.judge_cache}'
         " --seed {wildcards.seed} --backbone {wildcards.backbone} --out {output}"
         " --no-progress) > {log} 2>&1"
 

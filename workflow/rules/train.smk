@@ -79,9 +79,9 @@ rule train_tiny:
         bench_file("{source}", "train", "{backbone}", "{variant}", "s{seed}")
     conda:
         "../envs/cpu.yaml"
-    threads: backbone_threads
+    threads: backbone_threads("train")
     resources:
-        **backbone_resources(),
+        **backbone_resources("train"),
     params:
         data=lambda wc, input: os.path.dirname(input.data),
         init=lambda wc, input: os.path.dirname(input.init),
@@ -118,9 +118,9 @@ rule train_paper:
         backbone=backbones_of_scale("paper"),
     conda:
         "../envs/gpu.yaml"
-    threads: backbone_threads
+    threads: backbone_threads("train")
     resources:
-        **backbone_resources(),
+        **backbone_resources("train"),
     params:
         offline=offline_env(),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
