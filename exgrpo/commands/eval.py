@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per replica (default: all visible)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vllm: memory share (released: 0.85)")
     parser.add_argument("--max-model-len", type=int, default=None, help="vllm: context length (default: 1024 + profile max tokens)")
+    parser.add_argument("--grader", default=None, choices=["release", "strict"],
+                        help="evaluation grader (default: the profile's; paper: release)")
     parser.add_argument("--grader-timeout", type=float, default=None, help="seconds per answer (default: config reward_timeout_s)")
     parser.add_argument("--grader-workers", type=int, default=None, help="grader processes (default: config reward_workers)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"{args.data_dir}: data folder not found")
     defaults = GradingSettings()
     grading = GradingSettings(
+        grader=args.grader or profile.grader,
         timeout_s=defaults.timeout_s if args.grader_timeout is None else args.grader_timeout,
         workers=defaults.workers if args.grader_workers is None else args.grader_workers)
     settings = harness.EvalSettings(profile=profile, seed=args.seed, limit=args.limit, k=args.k,
