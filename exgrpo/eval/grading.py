@@ -121,7 +121,10 @@ class ReleaseGrader:
         if not (len(responses) == len(golds) == len(kinds)):
             raise ValueError(f"responses, golds and kinds differ in length: {len(responses)}, {len(golds)}, {len(kinds)}")
         opens_think = region == "after_think"
-        tasks = [(str(r), str(g), opens_think) for r, g in zip(responses, golds)]
+        # The release gives math-verify 1 s per parse / compare; a label should not depend on machine
+        # load, so the limit here is half the per-answer wall clock (the pool's kill is the real bound).
+        inner = max(1, int(self.settings.timeout_s // 2))
+        tasks = [(str(r), str(g), opens_think, inner) for r, g in zip(responses, golds)]
         if self.settings.workers == 0:
             return [release_label(*t) for t in tasks]
         from exgrpo.core._verify_worker import TIMED_OUT, TimeoutPool
