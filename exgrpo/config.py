@@ -52,6 +52,9 @@ class ExGRPOConfig:
     """Which part of the response is graded: `after_think` (text after `</think>`, as released) or `full`."""
     reward_require_think_close: bool = True
     """With `after_think`: a response without `</think>` scores 0 (released). False grades the whole response instead."""
+    reward_answer_rule: str = "release"
+    """`release`: the region as math-verify 0.6.0 (pinned by the release) read it, several boxes joined by
+    "and"/"or"/"," as a set and a final answer after the last box included; `last_box`: only the last box."""
     reward_timeout_s: float = 5.0
     """Wall-clock timeout per answer, enforced by a process pool (never signals in threads)."""
     reward_max_chars: int = 4000
@@ -229,6 +232,7 @@ class ExGRPOConfig:
 CHOICES: dict[str, frozenset[str]] = {
     "method": frozenset({"on_policy", "exgrpo"}),
     "reward_region": frozenset({"after_think", "full"}),
+    "reward_answer_rule": frozenset({"release", "last_box"}),
     "retire_from_data": frozenset({"epoch", "never"}),
     "retire_data_guard": frozenset({"after", "before"}),
     "n_exp_rounding": frozenset({"floor", "int"}),
@@ -288,6 +292,8 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("difficulty_signal", "success", "success (no code for reward_std)", "Table 2 continuous reward"),
     Switch("difficulty_mask", "none", "none (no code)", "Table 9/10, Fig. 1a masked GRPO"),
     Switch("reward_region", "after_think", "after_think (reward_impl_version=3)", "grader study"),
+    Switch("reward_answer_rule", "release (Math-Verify)", "release (math-verify 0.6.0 on the region)",
+           "last_box: stricter grader study"),
     Switch("drop_fresh_overflow", "False (B_on = B − B_exp)", "True (fresh rows dropped)", "data consumption"),
     Switch("skip_grad_bound", "not stated", 500.0, "optimizer robustness"),
     Switch("keep_stale_bucket", "False (buckets by the latest correctness)",

@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a prompt that does not fit the context next to the full token budget: filter (drop "
                              "and count it), truncate (lm-eval's left truncation); auto: filter on vllm, "
                              "truncate on hf and tiny")
+    parser.add_argument("--grader", default=None, choices=["release", "strict"],
+                        help="evaluation grader (default: the profile's; paper: release)")
     parser.add_argument("--grader-timeout", type=float, default=None, help="seconds per answer (default: config reward_timeout_s)")
     parser.add_argument("--grader-workers", type=int, default=None, help="grader processes (default: config reward_workers)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -90,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"{args.data_dir}: data folder not found")
     defaults = GradingSettings()
     grading = GradingSettings(
+        grader=args.grader or profile.grader,
         timeout_s=defaults.timeout_s if args.grader_timeout is None else args.grader_timeout,
         workers=defaults.workers if args.grader_workers is None else args.grader_workers)
     settings = harness.EvalSettings(profile=profile, seed=args.seed, limit=args.limit, k=args.k,

@@ -4,7 +4,8 @@ Reads `*.samples.parquet` caches written by `exgrpo eval`, grades each completio
 label, and writes new records and aggregates, either under `--out` (mirroring the paths below
 `--cache`) or over the originals (`--in-place`). Generation settings and provenance are carried
 over; the new provenance records the grader, its version and the file it came from
-(ecosystem.md §4.6: math-verify 0.6.0 and 0.9.0 grade some answers differently).
+(docs/evaluation.md: what each grader counts). `--grader release|strict` re-grades any cache, old
+ones included (`math-verify`, the former name of `strict`, is read as `strict`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", type=Path, help="write regraded files here (same relative paths)")
     where.add_argument("--in-place", action="store_true", help="replace the cached files")
-    parser.add_argument("--grader", default="math-verify", help="grader name (math-verify)")
+    parser.add_argument("--grader", default=None,
+                        help="release (the release's evaluation label, the paper's) or strict (the training reward's "
+                             "rule); default: the grader stored in the cache")
     parser.add_argument("--timeout-s", type=float, default=None, help="seconds per answer (default: as stored)")
     parser.add_argument("--workers", type=int, default=None, help="grader processes (default: as stored)")
     parser.add_argument("--max-chars", type=int, default=None, help="grade the last N characters (default: as stored)")
@@ -51,7 +54,7 @@ def regrade(args: argparse.Namespace) -> list[str]:
     from exgrpo.eval.harness import regions_from_meta
     from exgrpo.provenance import provenance
 
-    if args.grader not in GRADERS:
+    if args.grader is not None and args.grader not in GRADERS:
         raise ConfigError("grader", f"unknown grader {args.grader!r}; known: {', '.join(sorted(GRADERS))}")
     if args.region not in ("stored", "after_think", "full"):
         raise ConfigError("region", f"expected stored, after_think or full, got {args.region!r}")
@@ -74,7 +77,8 @@ def regrade(args: argparse.Namespace) -> list[str]:
         prov = provenance(seed=meta.get("seed"), regraded_from=str(src.resolve()),
                           grader=grader.name, grader_version=grader.version,
                           generation=meta.get("provenance"))
-        new_meta = {**meta, "grading": {**settings.to_dict(), **region_info}, "provenance": prov}
+        new_meta = {**meta, "grading": {**settings.to_dict(), **region_info}, "provenance": prov,
+                    "grader": grader.name, "grader_version": grader.version}  # the cache identity's grader
         new_meta.pop("format_version", None)
         dest = src if args.in_place else Path(args.out) / src.relative_to(root)
         cache.write_samples(dest, graded, new_meta)

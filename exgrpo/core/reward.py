@@ -1,24 +1,35 @@
-"""Binary verifiable reward: Math-Verify grading of the final answer (paper §3.5, paper.md §3.5).
+"""Binary verifiable training reward: math-verify grading of the final answer (paper §3.5).
 
 As released (`reward_impl_version=3`, `math_verify_reward.py`): the graded region is the text after
-`</think>` (`response.split("</think>")[1]`); a response without `</think>` scores 0; the gold is
-parsed as `parse("$" + gold + "$")` and compared with `verify(gold, pred)`; reward 1.0 / 0.0.
+`</think>` (`response.split("</think>")[1]`); a response without `</think>` scores 0; the region goes
+whole to `parse`, the gold as `parse("$" + gold + "$")`, and `verify(gold, pred)` decides; reward
+1.0 / 0.0. The release pins math-verify 0.6.0; the installed library is 0.9.0.
+
+Answer rules (`reward_answer_rule`, a switch):
+- `release` (default): the release's reading. The region goes whole to math-verify, after one
+  rewrite (`answers.release_box_view`) that makes 0.9.0 read several bare boxes as 0.6.0 did: boxes
+  joined by "and" / "or" / "," are one answer (a set), otherwise the last box wins; a final answer
+  written after the last box still counts. On math-verify's own test suite plus project cases
+  this gives 0.6.0's verdict wherever 0.6.0 and 0.9.0 agree on the release's call, and on every
+  several-box case; the remaining differences are library changes listed in docs/evaluation.md.
+  Hedged answers (`\\boxed{1} or \\boxed{2}`) are read as the set {1, 2} and score 0 against a
+  single gold, as in 0.6.0.
+- `last_box`: math-verify sees only the last balanced box (the whole region when there is none).
+  Stricter: a set of boxes or an answer after the last box scores 0.
 
 Departures from the release, stated up front:
-- Last `\\boxed{}` wins. math-verify 0.9.0 merges boxes within ~70 characters into a set
-  (`Step \\boxed{3}. Final \\boxed{5}` -> {3, 5}, wrong for gold 5); 0.6.0, pinned by the release,
-  took the last box (ecosystem.md §4.2, §4.6). We pass math-verify only the last balanced box, which
-  restores the 0.6.0 outcome on 0.9.0. Without any box the whole region goes to `parse`, as released.
-- The graded text is capped to its last `max_chars` characters (ecosystem.md §4.4: long outputs
-  are slow to parse; answers come last).
+- The graded text is capped to its last `max_chars` characters (long outputs are slow to parse;
+  answers come last).
 - Timeouts are a hard wall-clock limit per answer in a process pool (`_verify_worker.TimeoutPool`),
-  not SIGALRM in the caller: signals raise in non-main threads, and silently scored 0 (peers.md §2.6).
+  not SIGALRM in the caller: signals raise in non-main threads, and silently scored 0.
   Every 0 that is not an honest wrong answer has a status and a counter (`Verifier.metrics`).
-- Fast path (throughput only, same outcome): when the last box and the gold are both plain integers
-  they are compared as integers in the parent, without math-verify (tests check agreement).
-- Multiple choice (`kind="choice"`, OOD sets with letter golds A-J): the last of `\\boxed{C}`,
-  `ANSWER: C`, `the answer is (C)` is compared with the gold letter. The release graded these in
-  its eval scripts, not in the training reward.
+- Fast path (throughput only, same outcome): when the region is a single box holding a plain
+  integer and the gold is a plain integer, they are compared as integers in the parent, without
+  math-verify (tests check agreement).
+- Multiple choice (`kind="choice"`, letter golds A-J): the last of `\\boxed{C}`, `ANSWER: C`,
+  `the answer is (C)` is compared with the gold letter; a numbered gold (`2`, ARC-c items whose
+  options are 1)-4)) is the option at that position, answered `\\boxed{2}` or with its letter. The
+  release never trained on multiple choice; evaluation has its own graders (`exgrpo.eval.grading`), kept apart from this reward.
 """
 
 from __future__ import annotations
@@ -27,7 +38,6 @@ import contextlib
 import importlib.metadata
 import logging
 import os
-import re
 import threading
 import time
 from collections import Counter
@@ -37,6 +47,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from exgrpo.config import ConfigError
+from exgrpo.core.answers import (
+    THINK_CLOSE,
+    choice_letter,
+    extract_choice,
+    find_boxes,
+    only_boxed_content,
+    plain_int,
+    release_box_view,
+    select_region,
+)
 
 if TYPE_CHECKING:
     from exgrpo.config import ExGRPOConfig
@@ -51,14 +71,11 @@ STATUSES = ("ok", "no_think_close", "no_answer", "parse_error", "timeout", "erro
 wall-clock limit; `error`: unparseable gold, or the grader itself failed."""
 KINDS = ("math", "choice")
 REGIONS = ("after_think", "full")
-THINK_CLOSE = "</think>"
-_RULES_VERSION = "1"  # bump when extraction rules change: eval caches key on grader_version()
-
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_PLAIN_INT_RE = re.compile(r"[+-]?\d{1,300}")
-_TEXT_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|texttt)\s*\{([^{}]*)\}")
-_LETTER_RE = re.compile(r"\(?([A-J])(?:[).:]|\s|$)")
-_ANSWER_LETTER_RE = re.compile(r"(?i:answer)(?:\s*(?i:is))?\s*[:：]?[\s*$]*\(?\s*([A-J])(?![A-Za-z0-9])")
+ANSWER_RULES = ("release", "last_box")
+"""`release`: the whole region as math-verify 0.6.0 read it; `last_box`: only the last box (stricter)."""
+_LETTERS = "ABCDEFGHIJ"
+_OPTION_NUMBERS = "123456789"
+_RULES_VERSION = "2"  # bump when extraction rules change: eval caches key on grader_version()
 
 
 @dataclass(frozen=True)
@@ -83,94 +100,44 @@ def grader_version() -> str:
     return ";".join([*parts, f"rules={_RULES_VERSION}"])
 
 
-# ---------------------------------------------------------------------- extraction (pure, linear time)
-def select_region(response: str, region: str = "after_think", require_think_close: bool = True) -> str | None:
-    """The graded text: after the first `</think>` up to the next one (released `split(...)[1]`),
-    or the whole response for `full`. None when `</think>` is required but missing."""
-    if region == "full":
-        return response
-    if THINK_CLOSE in response:
-        return response.split(THINK_CLOSE, 2)[1]
-    return None if require_think_close else response
-
-
-def find_boxes(text: str) -> list[tuple[int, str]]:
-    """All balanced `\\boxed{...}` / `\\fbox{...}` as (start offset, content), in text order.
-
-    One pass over the braces (escaped `\\{` `\\}` are literal set braces), so adversarial inputs
-    stay linear. Unclosed boxes are skipped.
-    """
-    close_of: dict[int, int] = {}
-    stack: list[int] = []
-    for m in re.finditer(r"(?<!\\)[{}]", text):
-        if m.group() == "{":
-            stack.append(m.start())
-        elif stack:
-            close_of[stack.pop()] = m.start()
-    boxes = []
-    for m in _BOX_RE.finditer(text):
-        open_at = m.end() - 1
-        if open_at in close_of:
-            boxes.append((m.start(), text[open_at + 1:close_of[open_at]]))
-    return boxes
-
-
-def _plain_int(text: str) -> tuple[str, str] | None:
-    """(sign, digits) of a plain integer literal, canonical (no leading zeros, no -0); else None."""
-    text = text.strip()
-    if not _PLAIN_INT_RE.fullmatch(text):
-        return None
-    sign = "-" if text[0] == "-" else ""
-    digits = text.lstrip("+-").lstrip("0") or "0"
-    return ("" if digits == "0" else sign), digits
-
-
-def _letter(text: str) -> str | None:
-    """A choice letter from short text such as `C`, `(C)`, `\\text{C}`, `C) 42`."""
-    text = _TEXT_WRAP_RE.sub(r"\1", text).replace("$", "").strip()
-    m = _LETTER_RE.match(text)
-    return m.group(1) if m else None
-
-
-def extract_choice(text: str) -> str | None:
-    """The final letter A-J: the last of a boxed letter, `ANSWER: C` or `answer is (C)`; a region
-    that is just a letter also counts. None when there is none."""
-    candidates = [(pos, _letter(content)) for pos, content in find_boxes(text)]
-    candidates += [(m.start(), m.group(1)) for m in _ANSWER_LETTER_RE.finditer(text)]
-    candidates = [c for c in candidates if c[1] is not None]
-    if candidates:
-        return max(candidates)[1]
-    stripped = text.strip()
-    return _letter(stripped) if len(stripped) <= 12 else None
-
-
 # ---------------------------------------------------------------------- grading
 def _prepare(response: str, gold: str, kind: str, region: str, require_think_close: bool,
-             max_chars: int) -> GradeResult | tuple[str, str | None]:
+             max_chars: int, rule: str = "release") -> GradeResult | tuple[str, str | None]:
     """Everything decidable without math-verify (cheap, safe in the parent): a final GradeResult,
-    or `(capped text, last box content or None)` still to be graded by math-verify."""
+    or `(text for math-verify, last box content or None)` still to be graded."""
     text = select_region(response, region, require_think_close)
     if text is None:
         return GradeResult(0.0, "no_think_close", None)
     text = text[-max_chars:]
     if kind == "choice":
         short = gold.strip()
-        gold_letter = _letter(short.upper() if len(short) <= 3 else short)  # "c", "(c)" -> C
+        numbered = len(short) == 1 and short in _OPTION_NUMBERS  # ARC-c items whose options are 1)-4)
+        gold_letter = (_LETTERS[int(short) - 1] if numbered
+                       else choice_letter(short.upper() if len(short) <= 3 else short))  # "c", "(c)" -> C
         if gold_letter is None:
             return GradeResult(0.0, "error", None)
-        letter = extract_choice(text)
+        boxes = find_boxes(text)
+        last = boxes[-1][1].strip() if boxes else ""
+        letter = _LETTERS[int(last) - 1] if numbered and len(last) == 1 and last in _OPTION_NUMBERS \
+            else extract_choice(text)
         if letter is None:
             return GradeResult(0.0, "no_answer", None)
         return GradeResult(float(letter == gold_letter), "ok", letter)
     boxes = find_boxes(text)
-    boxed = boxes[-1][1] if boxes else None
-    if boxed is not None and not boxed.strip():
+    boxed = boxes[-1][1] if boxes else None  # shown as `extracted` (maj@k votes on it)
+    if rule == "release":
+        source = release_box_view(text)
+        only = only_boxed_content(text)  # the fast path is exact only for a region that is one box
+    else:
+        source = text if boxed is None else "\\boxed{" + boxed + "}"
+        only = boxed
+    if only is not None and not only.strip():
         return GradeResult(0.0, "no_answer", "")
-    if boxed is not None:
-        pred_int, gold_int = _plain_int(boxed), _plain_int(gold)
+    if only is not None:
+        pred_int, gold_int = plain_int(only), plain_int(gold)
         if pred_int is not None and gold_int is not None:
-            return GradeResult(float(pred_int == gold_int), "ok", boxed.strip())
-    return text, boxed
+            return GradeResult(float(pred_int == gold_int), "ok", only.strip())
+    return source, boxed
 
 
 def _grade_prepared(text: str, boxed: str | None, gold: str, inner_timeout: int | None) -> GradeResult:
@@ -188,9 +155,8 @@ def _grade_prepared(text: str, boxed: str | None, gold: str, inner_timeout: int 
         return GradeResult(0.0, "error", shown)
     if not gold_parsed:
         return GradeResult(0.0, "error", shown)
-    source = text if boxed is None else "\\boxed{" + boxed + "}"
     try:
-        pred = parse(source, parsing_timeout=inner_timeout, raise_on_error=True)
+        pred = parse(text, parsing_timeout=inner_timeout, raise_on_error=True)
     except TimeoutException:
         return GradeResult(0.0, "timeout", shown)
     except Exception:
@@ -220,7 +186,9 @@ def _grade_prepared(text: str, boxed: str | None, gold: str, inner_timeout: int 
     return GradeResult(0.0, "ok" if compared else "error", shown)
 
 
-def _check_options(region: str, max_chars: int) -> None:
+def _check_options(region: str, max_chars: int, rule: str = "release") -> None:
+    if rule not in ANSWER_RULES:
+        raise ConfigError("reward_answer_rule", f"got {rule!r}, expected one of {list(ANSWER_RULES)}")
     if region not in REGIONS:
         raise ConfigError("reward_region", f"got {region!r}, expected one of {list(REGIONS)}")
     if not isinstance(max_chars, int) or max_chars < 1:
@@ -244,13 +212,13 @@ def _inner_timeout() -> int | None:
 
 
 def grade_one(response: str, gold: str, kind: str = "math", *, region: str = "after_think",
-              require_think_close: bool = True, max_chars: int = 4000) -> GradeResult:
+              require_think_close: bool = True, max_chars: int = 4000, rule: str = "release") -> GradeResult:
     """Grade one response in this process (paper §3.5). No outer timeout: a pathological answer can
     block for a long time, so trainers use `Verifier`. In the main thread math-verify's own 5 s
     SIGALRM limits apply (they cancel any outer `signal.alarm`); in other threads none do."""
-    _check_options(region, max_chars)
+    _check_options(region, max_chars, rule)
     _check_item(response, gold, kind)
-    prepared = _prepare(response, gold, kind, region, require_think_close, max_chars)
+    prepared = _prepare(response, gold, kind, region, require_think_close, max_chars, rule)
     if isinstance(prepared, GradeResult):
         return prepared
     return _grade_prepared(*prepared, gold, _inner_timeout())
@@ -272,14 +240,15 @@ class Verifier:
     """
 
     def __init__(self, *, timeout_s: float = 5.0, workers: int = 1, region: str = "after_think",
-                 require_think_close: bool = True, max_chars: int = 4000, start_method: str | None = None):
-        _check_options(region, max_chars)
+                 require_think_close: bool = True, max_chars: int = 4000, rule: str = "release",
+                 start_method: str | None = None):
+        _check_options(region, max_chars, rule)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ConfigError("reward_timeout_s", f"must be > 0, got {timeout_s!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ConfigError("reward_workers", f"must be an int >= 0, got {workers!r}")
         self.timeout_s, self.workers, self.region = float(timeout_s), workers, region
-        self.require_think_close, self.max_chars = require_think_close, max_chars
+        self.require_think_close, self.max_chars, self.rule = require_think_close, max_chars, rule
         # Inside workers math-verify's SIGALRM limits are a cheap first line (no worker restart);
         # the pool's wall-clock kill is what guarantees the limit.
         self._inner_timeout = max(1, int(self.timeout_s // 2))
@@ -293,7 +262,8 @@ class Verifier:
     def from_config(cls, cfg: ExGRPOConfig) -> Verifier:
         """A Verifier with the `reward_*` settings of `cfg`."""
         return cls(timeout_s=cfg.reward_timeout_s, workers=cfg.reward_workers, region=cfg.reward_region,
-                   require_think_close=cfg.reward_require_think_close, max_chars=cfg.reward_max_chars)
+                   require_think_close=cfg.reward_require_think_close, max_chars=cfg.reward_max_chars,
+                   rule=cfg.reward_answer_rule)
 
     def grade(self, responses: list[str], golds: list[str], kinds: list[str] | None = None) -> list[GradeResult]:
         """Grade `responses[i]` against `golds[i]` (kind `kinds[i]`, default "math"), in input order."""
@@ -310,7 +280,8 @@ class Verifier:
             todo: list[int] = []
             tasks: list[tuple] = []
             for i, (response, gold, kind) in enumerate(zip(responses, golds, kinds)):
-                prepared = _prepare(response, gold, kind, self.region, self.require_think_close, self.max_chars)
+                prepared = _prepare(response, gold, kind, self.region, self.require_think_close, self.max_chars,
+                                    self.rule)
                 if isinstance(prepared, GradeResult):
                     results.append(prepared)
                 else:
@@ -402,5 +373,5 @@ class Verifier:
                 pool.close()
 
 
-__all__ = ["GRADER_NAME", "KINDS", "REGIONS", "STATUSES", "GradeResult", "Verifier", "extract_choice",
-           "find_boxes", "grade_one", "grader_version", "select_region"]
+__all__ = ["ANSWER_RULES", "GRADER_NAME", "KINDS", "REGIONS", "STATUSES", "THINK_CLOSE", "GradeResult", "Verifier",
+           "extract_choice", "find_boxes", "grade_one", "grader_version", "select_region"]

@@ -361,7 +361,9 @@ def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings
     expect = {"benchmark": bench.name, "profile": profile.name, "k": k, "seed": settings.seed,
               "limit": settings.limit, "model": model_id, "prompt_format": settings.prompt_format,
               "backend": settings.backend, "weights": cache.model_fingerprint(model_id),
-              "generation": generation_identity(settings)}
+              "generation": generation_identity(settings),
+              # another grader is another result: regenerated here (`exgrpo regrade` re-grades without generating)
+              "grader": grader.name, "grader_version": grader.version}
     samples_file = cache.samples_path(out_dir, bench.name, profile.name)
     agg_file = cache.aggregate_path(out_dir, bench.name, profile.name)
     status = cache.cache_state(out_dir, bench.name, profile.name, expect)

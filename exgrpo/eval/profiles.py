@@ -2,7 +2,8 @@
 
 - `paper`: temperature 0.6, top-p 1.0, 8,192 new tokens; avg@32 on AIME24, AIME25 and AMC, one sample
   elsewhere; the model's chat template with the system prompt removed (released `generate_vllm.py`,
-  `--remove_system True`). k is fixed: a different k is not the paper's protocol (use `community`).
+  `--remove_system True`); graded by the `release` grader (the release's OAT label). k is fixed: a
+  different k is not the paper's protocol (use `community`). The other profiles grade with `strict`.
 - `community`: temperature 0.6, top-p 0.95 (the DeepSeek-R1 / DeepScaleR / Unify-Post-Training
   re-evaluation protocol), 8,192 new tokens; the same k per benchmark as `paper` unless `--k` sets one
   k for every benchmark.
@@ -47,6 +48,9 @@ class DecodingProfile:
     """Per-benchmark k (the paper's avg@32 sets)."""
     k_configurable: bool = True
     """Whether `--k` may override k (False for `paper`, whose k is part of the protocol)."""
+    grader: str = "strict"
+    """Evaluation grader by default (`exgrpo.eval.grading.GRADERS`): `release` grades as the paper's tables
+    were graded (the release's OAT label), `strict` with the training reward's math-verify rule."""
     system_prompt: str | None = None
     """System message given to the chat template; None = no system message (released `--remove_system`)."""
     description: str = ""
@@ -81,9 +85,9 @@ class DecodingProfile:
 PROFILES: dict[str, DecodingProfile] = {
     "paper": DecodingProfile(
         name="paper", temperature=0.6, top_p=1.0, max_new_tokens=8192, k_default=1, k_by_benchmark=_PAPER_K,
-        k_configurable=False,
+        k_configurable=False, grader="release",
         description="ExGRPO release: T=0.6, top-p 1.0, 8192 tokens, avg@32 on AIME24/AIME25/AMC, 1 sample elsewhere, "
-                    "chat template without system prompt"),
+                    "chat template without system prompt, the release's grader"),
     "community": DecodingProfile(
         name="community", temperature=0.6, top_p=0.95, max_new_tokens=8192, k_default=1, k_by_benchmark=_PAPER_K,
         description="T=0.6, top-p 0.95, 8192 tokens; k as in `paper` unless --k sets one k for all benchmarks"),

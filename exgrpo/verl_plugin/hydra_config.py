@@ -112,7 +112,8 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
         f"{actor}.data_loader_seed": int(seed),
         "reward.custom_reward_function.reward_kwargs": {
             "region": cfg.reward_region, "require_think_close": cfg.reward_require_think_close,
-            "max_chars": cfg.reward_max_chars, "timeout_s": cfg.reward_timeout_s, "workers": cfg.reward_workers},
+            "max_chars": cfg.reward_max_chars, "timeout_s": cfg.reward_timeout_s, "workers": cfg.reward_workers,
+            "rule": cfg.reward_answer_rule},
         "trainer.total_training_steps": int(backbone["steps"]),
         "trainer.nnodes": nodes,
         "trainer.n_gpus_per_node": gpus,

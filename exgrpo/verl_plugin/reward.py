@@ -20,25 +20,26 @@ _VERIFIERS: dict[tuple, Verifier] = {}
 _LOCK = threading.Lock()
 
 
-def _verifier(region: str, require_think_close: bool, max_chars: int, timeout_s: float, workers: int) -> Verifier:
-    key = (region, bool(require_think_close), int(max_chars), float(timeout_s), int(workers))
+def _verifier(region: str, require_think_close: bool, max_chars: int, timeout_s: float, workers: int,
+              rule: str = "release") -> Verifier:
+    key = (region, bool(require_think_close), int(max_chars), float(timeout_s), int(workers), rule)
     with _LOCK:
         if key not in _VERIFIERS:
             _VERIFIERS[key] = Verifier(timeout_s=timeout_s, workers=workers, region=region,
-                                       require_think_close=require_think_close, max_chars=max_chars)
+                                       require_think_close=require_think_close, max_chars=max_chars, rule=rule)
         return _VERIFIERS[key]
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, *,
                   region: str = "after_think", require_think_close: bool = True, max_chars: int = 4000,
-                  timeout_s: float = 5.0, workers: int = 1, **_: Any) -> dict[str, Any]:
+                  timeout_s: float = 5.0, workers: int = 1, rule: str = "release", **_: Any) -> dict[str, Any]:
     """Reward of one response: {"score": 1.0 | 0.0, "acc": same, "timeout": 0/1, "no_think_close": 0/1}.
 
     Extra keys are numeric because verl averages them in its validation metrics. `extra_info["kind"]`
     selects `math` (default) or `choice` grading.
     """
     kind = str((extra_info or {}).get("kind", "math"))
-    result = _verifier(region, require_think_close, max_chars, timeout_s, workers).grade(
+    result = _verifier(region, require_think_close, max_chars, timeout_s, workers, rule).grade(
         [solution_str], [str(ground_truth)], [kind])[0]
     return {"score": float(result.score), "acc": float(result.score),
             "timeout": float(result.status == "timeout"), "no_think_close": float(result.status == "no_think_close")}

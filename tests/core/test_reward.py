@@ -114,13 +114,14 @@ def test_region_is_the_released_split():
     assert grade_one(resp, "4", region="full").score == 1.0
 
 
-def test_last_boxed_wins_even_when_boxes_are_close():
+@pytest.mark.parametrize("rule", ["release", "last_box"])
+def test_last_boxed_wins_even_when_boxes_are_close(rule):
     text = "</think>Step: \\boxed{3}. Final: \\boxed{5}"
-    assert grade_one(text, "5") == GradeResult(1.0, "ok", "5")
-    assert grade_one(text, "3").score == 0.0
-    fractions = "</think>First \\boxed{\\frac{1}{3}}, then \\boxed{\\frac{1}{2}}"  # math-verify path
-    assert grade_one(fractions, "0.5").score == 1.0
-    assert grade_one(fractions, "\\frac{1}{3}").score == 0.0
+    assert grade_one(text, "5", rule=rule) == GradeResult(1.0, "ok", "5")
+    assert grade_one(text, "3", rule=rule).score == 0.0
+    fractions = "</think>First \\boxed{\\frac{1}{3}}. Then \\boxed{\\frac{1}{2}}"  # math-verify path
+    assert grade_one(fractions, "0.5", rule=rule).score == 1.0
+    assert grade_one(fractions, "\\frac{1}{3}", rule=rule).score == 0.0
     # why this rule exists: math-verify 0.9.0 alone merges the nearby boxes into a set {3, 5}
     from math_verify import parse, verify
 
@@ -166,14 +167,19 @@ INT_PAIRS = [("5", "5"), ("5", "6"), ("-3", "-3"), ("-3", "3"), ("007", "7"), ("
              ("12345678901234567890123", "12345678901234567890124")]
 
 
-def test_integer_fast_path_agrees_with_math_verify():
+@pytest.mark.parametrize("rule", ["release", "last_box"])
+def test_integer_fast_path_agrees_with_math_verify(rule):
     for boxed, gold in INT_PAIRS:
-        fast = _prepare(answer(boxed), gold, "math", "after_think", True, 4000)
-        assert isinstance(fast, GradeResult), (boxed, gold)  # decided without math-verify
-        slow = _grade_prepared("", boxed, gold, 5)
-        assert (fast.score, fast.status) == (slow.score, slow.status), (boxed, gold)
+        for response in ("</think>\\boxed{" + boxed + "}", "</think>\n$\\boxed{" + boxed + "}$."):
+            fast = _prepare(response, gold, "math", "after_think", True, 4000, rule)
+            assert isinstance(fast, GradeResult), (boxed, gold)  # decided without math-verify
+            slow = _grade_prepared("\\boxed{" + boxed + "}", boxed, gold, 5)
+            assert (fast.score, fast.status) == (slow.score, slow.status), (boxed, gold)
     for boxed, gold in [("1,000", "1000"), ("5.0", "5"), ("10^3", "1000"), ("5", "\\frac{10}{2}")]:
-        assert not isinstance(_prepare(answer(boxed), gold, "math", "after_think", True, 4000), GradeResult)
+        assert not isinstance(_prepare(answer(boxed), gold, "math", "after_think", True, 4000, rule), GradeResult)
+    # `release` reads the whole region: text around the box goes to math-verify, never the fast path
+    prepared = _prepare(answer("12"), "12", "math", "after_think", True, 4000, "release")
+    assert not isinstance(prepared, GradeResult)
 
 
 def test_statuses_for_unanswerable_outputs():
@@ -193,8 +199,8 @@ def test_graded_text_is_capped_to_its_tail():
 def test_counters_and_rates(verifier):
     verifier.reset_metrics()
     batch = [
-        (answer("12"), "12", "math"),            # correct, fast path
-        (answer("13"), "12", "math"),            # wrong, fast path
+        ("</think>\\boxed{12}", "12", "math"),  # correct, fast path
+        ("</think>\\boxed{13}", "12", "math"),  # wrong, fast path
         (answer("\\frac{2}{4}"), "0.5", "math"),  # correct, math-verify
         ("<think>\\boxed{12}", "12", "math"),    # no </think>
         ("</think>no idea", "12", "math"),       # no answer

@@ -89,7 +89,7 @@ def test_aggregate_provenance(evaluated):
     agg = evaluated["aggs"][0]
     prov = agg["provenance"]
     assert prov["seed"] == 0 and prov["profile"]["name"] == "community" and prov["profile"]["top_p"] == 0.95
-    assert prov["grader"] == "math-verify" and prov["grader_version"].startswith("math-verify==")
+    assert prov["grader"] == "strict" and prov["grader_version"].startswith("math-verify==")  # community: strict
     assert {"lm-eval", "math-verify", "transformers", "vllm", "torch"} <= set(prov["versions"])
     assert "git_commit" in prov and prov["model"] == {"path": "fake-model"}
     assert agg["data"]["source"].startswith("file:") and agg["data"]["rows"] == 2
