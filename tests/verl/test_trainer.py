@@ -60,9 +60,10 @@ class FakeActor:
     """compute_log_prob as the worker does it: writes full-sequence log_probs / entropy for the keys.
     Entropy of a token = token id / 100, so a candidate's score is its mean response id / 100."""
 
+    world_size = 2  # the public WorkerGroup property; no private dispatch info exists on this fake
+
     def __init__(self, tq):
         self.tq, self.calls = tq, []
-        self._dispatch_info = {"actor": [0, 1]}  # dp size 2
 
     def compute_log_prob(self, meta):
         self.calls.append(meta)
@@ -132,14 +133,18 @@ CORRECT = {f"q{i}": (2, 4, 0, 1, 3, 1)[i % 6] for i in range(12)}
 """Correct fresh sessions per question (sessions 0..c-1 are correct)."""
 
 
-def rollout(tq, batch, step):
-    """What the agent loops would put into the TransferQueue for a submitted prompt batch."""
+def rollout(tq, batch, step, failed=()):
+    """What the agent loops would put into the TransferQueue for a submitted prompt batch; `failed` holds
+    (prompt index, session) pairs whose session fails (writes nothing)."""
     keys, g = [], torch.Generator().manual_seed(step)
-    for row in _rows(batch):
+    for p, row in enumerate(_rows(batch)):
         for s in range(K):
+            if (p, s) in failed:
+                continue
             replay = row[vb.AGENT_NAME] == vb.REPLAY_AGENT and s == K - 1
             if replay:
-                resp, reward = torch.tensor(list(row[vb.REPLAY_IDS])), 1.0
+                stored = tq.rows[(vb.REPLAY_PARTITION, row["uid"])]  # what ReplayAgentLoop fetches
+                resp, reward = stored[vb.REPLAY_IDS].clone(), 1.0
             else:
                 resp = torch.randint(10, 60, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g)
                 reward = float(s < CORRECT[row[vb.EXGRPO_QID]])
@@ -172,13 +177,13 @@ def _rows(batch):
     return out
 
 
-def run_step(t, tq, monkeypatch):
+def run_step(t, tq, monkeypatch, failed=()):
     """One global step through the trainer's own hooks (PPOTrainerSync.step replaced by its data path)."""
     seen = {}
 
     def fake_parent_step(self, metrics, timing_raw):
         self.prepare_step()
-        meta = rollout(tq, self.submitted[-1], self.global_steps)
+        meta = rollout(tq, self.submitted[-1], self.global_steps, failed)
         meta = self._compute_advantage(meta, metrics)
         return self._update_actor(meta, metrics)
 
@@ -247,6 +252,29 @@ def test_two_steps_collect_then_replay_into_mixed_groups(config, fake_tq, tmp_pa
         assert torch.allclose(row["advantages"], torch.full_like(row["advantages"], 1.0 - k / K))
         assert (qid in t.manager.retired) == (k == K)  # the replayed success counts toward k (released)
     assert m2["exgrpo/replay_reward_mean"] == 1.0 and m2["exgrpo/replay_questions"] == n_exp
+
+
+def test_failed_sessions_and_prompts_never_stop_a_step(config, fake_tq, tmp_path, monkeypatch):
+    """verl's sync sampler hands over a group whose session failed (short) and a prompt whose sessions all
+    failed (no rows): the step trains, records only the complete groups, and counts the rest."""
+    t = make_trainer(config, fake_tq, tmp_path)
+    t._plan_next_step()
+    _, m1, _ = run_step(t, fake_tq, monkeypatch)
+    t._plan_next_step()
+    assert t._plan, "step 1 must leave something to replay"
+    t.global_steps = 2
+    recorded = []
+    monkeypatch.setattr(t.manager, "record_group", lambda qid, *a, **kw: recorded.append(qid))
+    last = B - 1  # an experiential prompt (they come last): its replayed session fails
+    failed = {(0, 1)} | {(1, s) for s in range(K)} | {(last, K - 1)}
+    meta, m2, seen = run_step(t, fake_tq, monkeypatch, failed=failed)
+    assert seen["replay_active"] is True and m2["exgrpo/failed_prompts"] == 1.0
+    assert m2["exgrpo/short_groups"] == 2.0 and m2["exgrpo/missing_rollouts"] == 2.0
+    assert m2["exgrpo/replay_rows"] == len(t.submitted[1]) - (B - len(t._replay_by_uid)) - 1
+    submitted = _rows(t.submitted[1])
+    assert recorded == [r[vb.EXGRPO_QID] for i, r in enumerate(submitted) if i not in (0, 1, last)]
+    assert all(torch.isfinite(fake_tq.rows[("train", k)]["advantages"]).all() for k in meta.keys)
+    assert not any(p == vb.REPLAY_PARTITION for p, _ in fake_tq.rows)  # the replay payloads were cleared
 
 
 def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, tmp_path, monkeypatch):
