@@ -152,6 +152,11 @@ PLUGIN = (
     _m("exgrpo/replay_age_mean", "Mean age in steps of the replayed trajectories.", "step", VERL),
     _m("exgrpo/sample_frac", "Rows that get gradient under the difficulty mask.", "fraction", VERL),
     _m("exgrpo/selection_candidates", "Candidate trajectories scored for the next step.", "count", VERL),
+    _m("exgrpo/short_groups", "Groups trained with fewer than K rollouts (failed agent-loop sessions; "
+       "core.step.step_stats).", "count", VERL),
+    _m("exgrpo/missing_rollouts", "Rollouts the short groups lack.", "count", VERL),
+    _m("exgrpo/failed_prompts", "Submitted prompts with no rollout back at all (not trained, not recorded).",
+       "count", VERL),
 )
 
 METRICS: tuple[Metric, ...] = (

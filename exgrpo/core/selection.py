@@ -5,10 +5,10 @@ lowest score is replayed (`argmin`; `argmax` is the "w/ Highest Entropy T." abla
 "w/o T. Selection", paper Table 6).
 
 Departures from the paper, stated up front:
-- The paper gives three definitions of the trajectory entropy H (paper.md §1.6). `entropy` here is the released
+- The paper gives three definitions of the trajectory entropy H (§3.1, Alg. 1 and §F.3 differ). `entropy` here is the released
   one: the mean over response tokens of the full-vocabulary token entropy. `nll` is Alg. 1 line 11's mean
   negative log-prob (log-perplexity; §F.3 "PPL selection"); ranking by NLL and by PPL = exp(NLL) is the same.
-- The released code averages entropy with a buggy mask (paper.md §1.6, upstream issue #57). The default
+- The released code averages entropy with a buggy mask (upstream issue #57). The default
   (`entropy_mask="response"`) is the clean mean; `entropy_mask="as_released"` re-creates the bug exactly, as
   pure tensor code (`released_entropy_mask`, `to_left_padded_window`, `released_sequence_scores`), so its
   effect on which trajectory is picked can be measured.
@@ -119,7 +119,7 @@ def sequence_scores(
 def released_entropy_mask(
     response_ids: torch.Tensor, pad_id: int, chunk_size: int = RELEASED_CHUNK_SIZE
 ) -> torch.Tensor:
-    """The averaging mask the released `compute_postcal_metrics` applies to candidate i (paper.md §1.6).
+    """The averaging mask the released `compute_postcal_metrics` applies to candidate i (upstream issue #57).
 
     Released: `mask = ~(ppl_batch.batch['responses'][i % BATCH_SIZE] != pad_token_id)`, where `ppl_batch` is the
     *last* chunk of 8 candidates, whose `responses` are right-padded token ids (prompt-free, EOS appended). So
@@ -265,17 +265,6 @@ def candidate_scores(
     return released_sequence_scores(window, released_entropy_mask(response_ids, pad_id))
 
 
-def select_trajectory(cfg: ExGRPOConfig, scores: torch.Tensor, generator: torch.Generator | None = None) -> int:
-    """Pick one question's trajectory per `cfg.selection_mode` (paper §4.1).
-
-    Args:
-        scores: [n] this question's candidate scores (a slice of `candidate_scores`).
-    Returns:
-        int index into the question's candidates.
-    """
-    return select_index(scores, cfg.selection_mode, generator)
-
-
 __all__ = [
     "RELEASED_CHUNK_SIZE",
     "SCORE_FNS",
@@ -283,7 +272,6 @@ __all__ = [
     "released_entropy_mask",
     "released_sequence_scores",
     "select_index",
-    "select_trajectory",
     "sequence_scores",
     "to_left_padded_window",
     "token_entropy_from_logits",

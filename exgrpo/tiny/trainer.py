@@ -1,12 +1,12 @@
 """The CPU trainer: on-policy Dr.GRPO and ExGRPO on tiny transformers backbones.
 
 Everything that is the method comes from `exgrpo.core` (the verl plug-in calls the same functions):
-question sampling, bookkeeping, retirement and the delayed start (`ExperienceManager`), trajectory
-selection (`selection`), mixed-group advantages (`advantages`), the shaped loss (`loss`) and the
-reward (`reward.Verifier`). This file only moves data: rollouts, batches, optimizer steps, logs,
-checkpoints.
+question sampling, bookkeeping, retirement and the delayed start (`ExperienceManager`), the step's
+assembly (`step`: o* per replayed question, groups, success counts, records, pass@1, advantages and the
+difficulty mask), the shaped loss (`loss`) and the reward (`reward.Verifier`). This file only moves
+data: rollouts, batches, optimizer steps, logs, checkpoints.
 
-One training step, as released (paper.md §6.2): plan replay → select o* per replayed question →
+One training step, as in the released code: plan replay → select o* per replayed question →
 roll out K fresh (K-1 for replayed questions) → reward → mixed-group advantages → `mini_batches`
 optimizer steps over the batch (paper: 128 prompts, mini-batch 64 → 2 steps) → collect experience
 → step-end bookkeeping (retire, delayed-start switch).
@@ -28,12 +28,12 @@ import torch
 
 from exgrpo import metrics as M
 from exgrpo.config import ExGRPOConfig
-from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
+from exgrpo.core import step as core_step
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
 from exgrpo.core.reward import Verifier
-from exgrpo.core.selection import candidate_scores, select_index
+from exgrpo.core.selection import candidate_scores
 from exgrpo.tiny.rollout import generate, score
 
 
@@ -48,7 +48,7 @@ class TrainArgs:
     mini_batches: int = 2
     """Optimizer steps per training step (paper: 128 prompts, mini-batch 64 → 2)."""
     lr: float = 1e-4
-    """AdamW learning rate (tiny-testbed.md §4: 1e-4 gains without eroding greedy accuracy)."""
+    """AdamW learning rate (1e-4: the largest that gains on the tiny task without eroding greedy accuracy)."""
     adam_beta2: float = 0.99
     """AdamW β2 (β1 = 0.9)."""
     weight_decay: float = 0.0
@@ -106,7 +106,8 @@ class CPUTrainer:
         chosen = self._select_all(replay_qids)
         t_sel = time.perf_counter() - t0
 
-        owners = [qid for qid in fresh_qids for _ in range(K)] + [qid for qid in replay_qids for _ in range(K - 1)]
+        qids, slots, is_replay = core_step.canonical_layout(fresh_qids, replay_qids, K)
+        owners = qids[: len(qids) - len(replay_qids)]  # the rows that are rolled out
         prompts = [self.questions[qid].prompt_ids for qid in owners]
         self.model.eval()
         with torch.no_grad():
@@ -117,26 +118,28 @@ class CPUTrainer:
                                        [self.questions[q].kind for q in owners])
         t_roll = time.perf_counter() - t0 - t_sel
 
-        batch = self._assemble(owners, prompts, roll, torch.as_tensor(rewards, dtype=torch.float32), chosen)
+        # stored trajectories are correct by construction: the replayed rows' reward is 1
+        rows = core_step.step_rows(qids, slots, is_replay, [*np.asarray(rewards, dtype=np.float32), *[1.0] * len(chosen)],
+                                   K)
+        batch = self._assemble(rows, roll, chosen)
         update_metrics = self._update(batch)
         t_upd = time.perf_counter() - t0 - t_sel - t_roll
 
-        self._record(step, owners, roll, rewards, set(replay_qids))
-        pass1 = float(np.mean(rewards)) if len(rewards) else 0.0
+        core_step.record_groups(self.manager, rows, lambda i: _rollout_trajectory(roll, i, step), step)
+        pass1 = core_step.batch_pass1(rows)
         exp_metrics = self.manager.end_step(step, pass1)
-        mixed, buckets = success_histogram(self._group_success(owners, rewards, set(replay_qids)), K)
-        trained_rewards = [*rewards.tolist(), *(1.0 for _ in chosen)]  # stored o* are correct by construction
+        stats = core_step.step_stats(rows, batch["sample_mask"], self.cfg)
         metrics: dict[str, float] = {
             M.STEP.name: step,
             M.PASS1.name: pass1,
-            M.REWARD_BATCH_MEAN.name: float(np.mean(trained_rewards)) if trained_rewards else 0.0,
+            M.REWARD_BATCH_MEAN.name: float(rows.rewards.mean()) if len(rows.rewards) else 0.0,
             M.ENTROPY.name: _masked_mean(roll.entropy, roll.response_mask),
             M.RESPONSE_LENGTH.name: float(roll.response_mask.sum(1).float().mean()),
             M.TRUNCATED_FRACTION.name: float(roll.truncated.float().mean()),
             M.REPLAY_QUESTIONS.name: len(replay_qids),
-            M.MIXED_FRACTION.name: mixed,
-            M.MASKED_QUESTIONS.name: float(batch["question_mask"].sum()),
-            **{f"exp/bucket_{k}": n for k, n in enumerate(buckets)},
+            M.MIXED_FRACTION.name: stats["mixed_fraction"],
+            M.MASKED_QUESTIONS.name: stats["kept_groups"],
+            **{f"exp/bucket_{k}": stats[f"bucket_{k}"] for k in range(K + 1)},
             **exp_metrics, **update_metrics, **self.verifier.metrics(),
             M.TIME_SELECTION.name: t_sel, M.TIME_ROLLOUT.name: t_roll, M.TIME_UPDATE.name: t_upd,
             M.TIME_STEP.name: time.perf_counter() - t0,
@@ -145,70 +148,44 @@ class CPUTrainer:
         return metrics
 
     # ------------------------------------------------------------------ pieces
-    def _select_all(self, qids: list[str]) -> dict[str, Trajectory]:
-        """o* per replayed question: the candidate with the lowest (highest / a random) score (paper §4.1).
+    def _select_all(self, qids: list[str]) -> list[Trajectory]:
+        """o* per replayed question, in plan order (`core.step.choose_replayed`; paper §4.1).
 
-        All candidates of the step are scored in one forward pass, in plan order, as the released
-        collate function does (the released entropy mask depends on the global candidate index).
+        Current-policy scores come from one forward pass over all candidates of the step, in plan order, as
+        the released collate function does (the released entropy mask depends on the global candidate index).
         """
         if not qids:
-            return {}
+            return []
         cands = {qid: self.manager.candidates(qid) for qid in qids}
-        flat = [(qid, c) for qid in qids for c in cands[qid]]
-        cfg = self.cfg
-        if cfg.selection_mode == "random" or cfg.selection_metric == "random":
-            scores = torch.rand(len(flat), generator=self.generators["select"])
-        elif cfg.selection_policy == "at_collection":
-            scores = torch.tensor([c.entropy for _, c in flat], dtype=torch.float32)
-        else:
+        scores = None
+        if core_step.scoring_needed(self.cfg):
+            flat = core_step.flat_candidates(qids, cands)
             ids, mask = _pad([torch.tensor(c.token_ids, dtype=torch.long) for _, c in flat], self.tok.pad_token_id)
             self.model.eval()
             with torch.no_grad():
                 logp, ent = score(self.model, [self.questions[q].prompt_ids for q, _ in flat], ids, mask,
-                                  temperature=1.0, with_entropy=cfg.selection_metric == "entropy")
-            scores = candidate_scores(cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids,
+                                  temperature=1.0, with_entropy=self.cfg.selection_metric == "entropy")
+            scores = candidate_scores(self.cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids,
                                       pad_id=self.tok.pad_token_id)
-        chosen, offset = {}, 0
-        for qid in qids:
-            n = len(cands[qid])
-            chosen[qid] = cands[qid][select_index(scores[offset:offset + n], cfg.selection_mode,
-                                                  self.generators["select"])]
-            offset += n
-        return chosen
+        picked = core_step.choose_replayed(self.cfg, qids, cands, self.generators["select"], scores)
+        return [cands[q][i] for q, i in zip(qids, picked)]
 
-    def _assemble(self, owners: list[str], prompts: list[list[int]], roll: Any, rewards: torch.Tensor,
-                  chosen: dict[str, Trajectory]) -> dict[str, Any]:
-        """Fresh rows plus one replayed row per experiential question, grouped by question (Eq. 4)."""
-        rows_ids = [roll.response_ids[i][roll.response_mask[i]] for i in range(len(owners))]
-        rows_blogp = [roll.logprobs[i][roll.response_mask[i]] for i in range(len(owners))]
-        all_owners, all_prompts, all_rewards = list(owners), list(prompts), rewards.tolist()
-        for qid, traj in chosen.items():
-            rows_ids.append(torch.tensor(traj.token_ids, dtype=torch.long))
-            rows_blogp.append(torch.tensor(traj.logprobs, dtype=torch.float32))
-            all_owners.append(qid)
-            all_prompts.append(self.questions[qid].prompt_ids)
-            all_rewards.append(1.0)  # stored trajectories are correct by construction
-        ids, mask = _pad(rows_ids, self.tok.pad_token_id)
-        blogp, _ = _pad(rows_blogp, 0.0)
-        n_fresh = len(owners)
-        is_replay = torch.zeros(len(all_owners), dtype=torch.bool)
-        is_replay[n_fresh:] = True
-        old_logp = blogp.clone()
+    def _assemble(self, rows: core_step.StepRows, roll: Any, chosen: list[Trajectory]) -> dict[str, Any]:
+        """The update batch: rollout rows, then one replayed row per experiential question (Eq. 4)."""
+        n_roll = len(rows.qids) - len(chosen)
+        response_ids = [roll.response_ids[i][roll.response_mask[i]] for i in range(n_roll)]
+        behaviour = [roll.logprobs[i][roll.response_mask[i]] for i in range(n_roll)]
+        response_ids += [torch.tensor(t.token_ids, dtype=torch.long) for t in chosen]
+        behaviour += [torch.tensor(t.logprobs, dtype=torch.float32) for t in chosen]
+        batch = assemble_batch(self.cfg, rows, [self.questions[q].prompt_ids for q in rows.qids], response_ids,
+                               behaviour, self.tok.pad_token_id)
         if chosen:  # π_θold for replayed rows: the current policy before this step's update
+            ids, mask = batch["ids"][n_roll:], batch["mask"][n_roll:]
             self.model.eval()
             with torch.no_grad():
-                lp, _ = score(self.model, all_prompts[n_fresh:], ids[n_fresh:], mask[n_fresh:], with_entropy=False)
-            old_logp[n_fresh:] = torch.where(mask[n_fresh:], lp, 0.0)
-        order = {qid: i for i, qid in enumerate(dict.fromkeys(all_owners))}
-        group = torch.tensor([order[q] for q in all_owners], dtype=torch.long)
-        reward_t = torch.tensor(all_rewards, dtype=torch.float32)
-        adv = group_advantages(reward_t, group, std_norm=self.cfg.adv_std_norm, eps=self.cfg.adv_eps)
-        sample_mask = difficulty_mask(group_accuracy(reward_t, group), self.cfg.difficulty_mask,
-                                      self.cfg.mask_hard_high, self.cfg.mask_easy_low)
-        first_rows = torch.tensor([all_owners.index(q) for q in order])
-        question_mask = sample_mask[first_rows]
-        return {"prompts": all_prompts, "ids": ids, "mask": mask, "old_logp": old_logp, "blogp": blogp,
-                "adv": adv, "is_replay": is_replay, "sample_mask": sample_mask, "question_mask": question_mask}
+                lp, _ = score(self.model, batch["prompts"][n_roll:], ids, mask, with_entropy=False)
+            batch["old_logp"][n_roll:] = torch.where(mask, lp, 0.0)
+        return batch
 
     def _update(self, batch: dict[str, Any]) -> dict[str, float]:
         """`mini_batches` optimizer steps over a seeded shuffle of the rows (ppo_epochs = 1)."""
@@ -240,31 +217,6 @@ class CPUTrainer:
         sums["update/skipped_steps"] = float(skipped)
         return sums
 
-    def _record(self, step: int, owners: list[str], roll: Any, rewards: np.ndarray, replayed: set[str]) -> None:
-        """Hand each group's fresh trajectories and rewards to the manager (collection and bucketing)."""
-        by_q: dict[str, list[int]] = {}
-        for i, qid in enumerate(owners):
-            by_q.setdefault(qid, []).append(i)
-        for qid, rows in by_q.items():
-            trajs = []
-            for i in rows:
-                m = roll.response_mask[i]
-                ent = float(roll.entropy[i][m].mean()) if m.any() else float("nan")
-                trajs.append(Trajectory(token_ids=roll.response_ids[i][m].numpy().astype(np.int32),
-                                        logprobs=roll.logprobs[i][m].numpy().astype(np.float32),
-                                        step=step, entropy=ent))
-            group_rewards = np.asarray(rewards[rows], dtype=np.float32)
-            if qid in replayed:  # the whole group as trained: the replayed (correct) trajectory at index 0
-                group_rewards = np.concatenate([np.ones(1, dtype=np.float32), group_rewards])
-            self.manager.record_group(qid, group_rewards, trajs, replayed=qid in replayed, step=step)
-
-    def _group_success(self, owners: list[str], rewards: np.ndarray, replayed: set[str]) -> list[int]:
-        """k per group as trained (the replayed success counts when `replay_counts_in_k`, paper.md §6.6-4)."""
-        ks: dict[str, int] = {}
-        for qid, r in zip(owners, rewards):
-            ks[qid] = ks.get(qid, 0) + int(r > 0.5)
-        return [k + (1 if q in replayed and self.cfg.replay_counts_in_k else 0) for q, k in ks.items()]
-
     def validate(self, step: int) -> dict[str, float]:
         """Validation accuracy: one sample per question at `val_temperature` (paper: n_val=1, T=0.6)."""
         if not self.valid:
@@ -278,6 +230,28 @@ class CPUTrainer:
         scores = self.verifier.scores(roll.texts, [q.answer for q in self.valid], [q.kind for q in self.valid])
         self.verifier.reset_metrics()
         return {M.STEP.name: step, M.VAL_ACC.name: float(np.mean(scores))}
+
+
+def assemble_batch(cfg: ExGRPOConfig, rows: core_step.StepRows, prompts: list[list[int]],
+                   response_ids: list[torch.Tensor], behaviour_logp: list[torch.Tensor], pad_id: int) -> dict[str, Any]:
+    """The CPU trainer's update batch from a step's rows (row-aligned lists of 1-D tensors).
+
+    old_logp starts as the behaviour log-probs (exact π_θold for fresh rows sampled at T=1); the trainer then
+    overwrites the replayed rows with the current policy's. Advantages and the sample mask come from the core.
+    """
+    ids, mask = _pad(response_ids, pad_id)
+    blogp, _ = _pad(behaviour_logp, 0.0)
+    adv, sample_mask = core_step.advantages_and_mask(rows, cfg)
+    return {"prompts": list(prompts), "ids": ids, "mask": mask, "old_logp": blogp.clone(), "blogp": blogp,
+            "adv": adv, "is_replay": rows.is_replay.clone(), "sample_mask": sample_mask}
+
+
+def _rollout_trajectory(roll: Any, i: int, step: int) -> Trajectory:
+    """Rollout row i as a buffer trajectory (response tokens, sampling log-probs, mean token entropy)."""
+    m = roll.response_mask[i]
+    ent = float(roll.entropy[i][m].mean()) if m.any() else float("nan")
+    return Trajectory(token_ids=roll.response_ids[i][m].numpy().astype(np.int32),
+                      logprobs=roll.logprobs[i][m].numpy().astype(np.float32), step=step, entropy=ent)
 
 
 def _pad(rows: list[torch.Tensor], value: float | int) -> tuple[torch.Tensor, torch.Tensor]:

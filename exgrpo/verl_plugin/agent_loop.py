@@ -1,29 +1,37 @@
 """The agent loop of experiential prompts: session K-1 returns the stored trajectory (paper Eq. 4's o*).
 
-verl.md §11 route A1. An experiential prompt row carries the chosen trajectory (`exgrpo_replay_ids`,
-`exgrpo_replay_logp`, written by `batch.prompt_rows`) and `agent_name = exgrpo_replay`. For sessions
-0..K-2 this loop is verl's `SingleTurnAgentLoop` unchanged (fresh rollouts). For session K-1 it runs the
-same single-turn code against a stand-in server that returns the stored token ids and behaviour log-probs
-instead of generating, so prompt tokenisation, truncation and output schema are exactly those of a fresh
-row. All K sessions share the prompt's uid, hence one GRPO group (1 replayed + K-1 fresh).
+An experiential prompt row has `agent_name = exgrpo_replay`; the driver put its chosen trajectory into the
+TransferQueue partition `exgrpo_replay` under the prompt's uid (`batch.replay_payload`). For sessions
+0..K-2 this loop is verl's `SingleTurnAgentLoop` unchanged (fresh rollouts). For session K-1 it fetches
+the stored token ids and behaviour log-probs and runs the same single-turn code against a stand-in server
+that returns them instead of generating, so prompt tokenisation, truncation and output schema are exactly
+those of a fresh row. All K sessions share the prompt's uid, hence one GRPO group (1 replayed + K-1 fresh).
 
-Why not route A2 (the driver writing the replayed row into the TransferQueue itself): the driver would have
-to re-create the agent loop's chat-template tokenisation, position ids, tags and reward fields, and race the
-replay buffer's completion check; here verl's own code produces all of them.
+Why the trajectory is not a prompt column: verl copies every prompt column into each of the K trajectories
+of the group (`AgentLoopWorkerTQ._agent_loop_postprocess`), into every reward request, and workers fetch
+all fields of a trajectory on every forward; fetched by the replayed session only, it travels once.
+
+Why not have the driver write the replayed row into the TransferQueue itself: it would have to re-create
+the agent loop's chat-template tokenisation, position ids, tags and reward fields, and race the replay
+buffer's completion check; here verl's own code produces all of them.
+
+The loop is registered with verl's `@register` when the plug-in is imported (VERL_USE_EXTERNAL_MODULES,
+set for every Ray worker by the plug-in's config), so no config file path has to exist on compute nodes.
 
 Departure, stated up front: the replayed row's reward is set to 1.0 without re-grading (stored trajectories
-are correct by construction), as `CPUTrainer._assemble` does and as released.
+are correct by construction), as the CPU trainer does and as released.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import transfer_queue as tq
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.workers.rollout.replica import TokenOutput
 
-from exgrpo.verl_plugin.batch import REPLAY_AGENT, REPLAY_IDS, REPLAY_LOGP, replay_session
+from exgrpo.verl_plugin.batch import REPLAY_AGENT, REPLAY_IDS, REPLAY_LOGP, REPLAY_PARTITION, replay_session
 
 
 class StoredTrajectoryServer:
@@ -41,18 +49,24 @@ class StoredTrajectoryServer:
                                          "max_global_steps": version})
 
 
+async def stored_trajectory(uid: str) -> tuple[list[int], list[float]]:
+    """The chosen trajectory of experiential prompt `uid`, from the `exgrpo_replay` TransferQueue partition."""
+    data = await tq.async_kv_batch_get(keys=[uid], partition_id=REPLAY_PARTITION, select_fields=[REPLAY_IDS, REPLAY_LOGP])
+    ids = [int(x) for x in data[REPLAY_IDS][0].tolist()]
+    logp = [float(x) for x in data[REPLAY_LOGP][0].tolist()]
+    if not ids or len(logp) != len(ids):
+        raise ValueError(f"replay prompt {uid}: {len(ids)} stored tokens but {len(logp)} log-probs")
+    return ids, logp
+
+
 @register(REPLAY_AGENT)
 class ReplayAgentLoop(SingleTurnAgentLoop):
-    """SingleTurnAgentLoop whose last session replays the row's stored trajectory."""
+    """SingleTurnAgentLoop whose last session replays the prompt's stored trajectory."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        ids = list(kwargs.get(REPLAY_IDS) or [])
-        session = kwargs.get("session_id")
-        if not ids or session != replay_session(int(self.rollout_config.n)):
+        if kwargs.get("session_id") != replay_session(int(self.rollout_config.n)):
             return await super().run(sampling_params, **kwargs)
-        logp = [float(x) for x in kwargs.get(REPLAY_LOGP) or []]
-        if len(logp) != len(ids):
-            raise ValueError(f"replay row: {len(ids)} stored tokens but {len(logp)} log-probs")
+        ids, logp = await stored_trajectory(str(kwargs["uid"]))
         if len(ids) > self.response_length:
             raise ValueError(f"stored trajectory has {len(ids)} tokens > rollout.response_length "
                              f"{self.response_length}: it would be truncated")
@@ -67,4 +81,4 @@ class ReplayAgentLoop(SingleTurnAgentLoop):
         return output
 
 
-__all__ = ["ReplayAgentLoop", "StoredTrajectoryServer"]
+__all__ = ["ReplayAgentLoop", "StoredTrajectoryServer", "stored_trajectory"]

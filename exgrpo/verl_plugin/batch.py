@@ -2,37 +2,42 @@
 
 verl's V1 trainer keeps every trajectory in the TransferQueue under the key `{uid}_{session}_{index}`, where
 `uid` is a fresh uuid per prompt and step and `session` in [0, n) is the GRPO sample index. The plug-in
-keys everything the core sees by its own stable question id (`qid`, a dataset column), never by `uid`.
+keys everything the core sees by its own stable question id (`qid`, a dataset column), never by `uid`;
+the core's groups are prompt slots, i.e. uids (`exgrpo.core.step`).
 
-How a replayed trajectory reaches its group (paper Eq. 4, verl.md §11 route A1): the prompt row of an
-experiential question carries the chosen stored trajectory (`exgrpo_replay_ids`, `exgrpo_replay_logp`)
-and `agent_name = exgrpo_replay`; `ReplayAgentLoop` returns that trajectory for session K-1 without
-calling the rollout server and generates sessions 0..K-2 normally. All K rows share the prompt's uid, so
-they form one group. After sampling, the driver derives per row: `is_replay` (uid planned for replay and
-session K-1), the behaviour log-probs π_past (stored, for replayed rows), the group index, rewards, and the
-mixed-group advantages (core `group_advantages`), and writes them back for the loss.
+How a replayed trajectory reaches its group (paper Eq. 4): the prompt row of an experiential question has
+`agent_name = exgrpo_replay`, and the chosen stored trajectory (token ids, behaviour log-probs) is put into
+the TransferQueue partition `exgrpo_replay` under the prompt's uid (`replay_payload`). `ReplayAgentLoop`
+fetches it for session K-1 and returns it without calling the rollout server; sessions 0..K-2 generate
+normally. The stored tokens so travel once, to the replayed row: verl copies every prompt column into each
+of the K trajectories of a group (and into every reward request), so they are not a prompt column. All K
+rows share the prompt's uid, so they form one group. After sampling, the driver derives per row: `is_replay`
+(uid planned for replay and session K-1), the behaviour log-probs π_past (stored, for replayed rows), and,
+through `exgrpo.core.step`, the groups, rewards, mixed-group advantages, records and pass@1, and writes
+them back for the loss.
 
 Departures from the CPU trainer, stated up front:
 - Collected trajectories store the actor's recomputed `old_log_probs` as π_past (as released) where the
   CPU trainer stores its sampler's own log-probs (identical there: same model, temperature 1).
 - verl may append synthetic padding rows (`is_padding` tag, uid `pad...`) to make the batch divisible;
   they are excluded from the core's bookkeeping, get advantage 0 and no gradient (empty response mask).
+- A failed rollout session leaves its group short (verl's sync sampler keeps failed groups): the group is
+  trained on the rows it has, as verl's GRPO would, not recorded, and counted (`exgrpo/short_groups`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from exgrpo.config import ExGRPOConfig
-from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
+from exgrpo.core import step as core_step
 from exgrpo.core.buffer import Trajectory
-from exgrpo.core.selection import candidate_scores, select_index
+from exgrpo.core.selection import candidate_scores
 
 QID_COLUMN = "qid"
 """Dataset column with the stable question id; falls back to `extra_info["index"]`."""
@@ -43,8 +48,11 @@ REPLAY_AGENT = "exgrpo_replay"
 """Agent loop of experiential prompts (exgrpo.verl_plugin.agent_loop.ReplayAgentLoop)."""
 FRESH_AGENT = "single_turn_agent"
 """verl's own single-turn agent loop, for on-policy prompts."""
+REPLAY_PARTITION = "exgrpo_replay"
+"""TransferQueue partition with each experiential prompt's chosen trajectory, keyed by the prompt's uid."""
 REPLAY_IDS = "exgrpo_replay_ids"
 REPLAY_LOGP = "exgrpo_replay_logp"
+"""Fields of a `REPLAY_PARTITION` entry: the stored token ids (int64) and behaviour log-probs (float32)."""
 IS_REPLAY_FIELD = "exgrpo_is_replay"
 """TQ field, float [1] per trajectory: 1 = the replayed trajectory of an experiential group."""
 BEHAV_FIELD = "exgrpo_behav_log_probs"
@@ -92,28 +100,31 @@ def new_uid() -> str:
     return uuid.uuid4().hex
 
 
-def prompt_rows(fresh: Sequence[dict[str, Any]], replay: Sequence[dict[str, Any]],
-                chosen: Sequence[Trajectory]) -> list[dict[str, Any]]:
+def prompt_rows(fresh: Sequence[dict[str, Any]], replay: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Dataset items → verl prompt rows: fresh ones first, then one row per experiential question.
 
-    Every row gets `uid`, `agent_name` and the replay columns (empty lists on fresh rows, so all rows share
-    one schema). An experiential row carries its chosen trajectory's token ids and behaviour log-probs.
+    Every row gets `uid`, the resolved question id and `agent_name`; the chosen trajectories travel separately
+    (`replay_payload`), so fresh and experiential rows have one schema and carry nothing per token.
     """
-    if len(replay) != len(chosen):
-        raise ValueError(f"{len(replay)} replay rows but {len(chosen)} chosen trajectories")
     rows = []
-    for item in fresh:
-        rows.append({**item, "uid": new_uid(), EXGRPO_QID: question_id(item), AGENT_NAME: FRESH_AGENT,
-                     REPLAY_IDS: [], REPLAY_LOGP: []})
-    for item, traj in zip(replay, chosen):
-        ids = np.asarray(traj.token_ids).astype(np.int64).tolist()
-        logp = np.asarray(traj.logprobs).astype(np.float64).tolist()
-        if not ids or len(ids) != len(logp):
-            raise ValueError(f"question {question_id(item)!r}: stored trajectory has {len(ids)} tokens and "
-                             f"{len(logp)} log-probs")
-        rows.append({**item, "uid": new_uid(), EXGRPO_QID: question_id(item), AGENT_NAME: REPLAY_AGENT,
-                     REPLAY_IDS: ids, REPLAY_LOGP: logp})
+    for items, agent in ((fresh, FRESH_AGENT), (replay, REPLAY_AGENT)):
+        for item in items:
+            rows.append({**item, "uid": new_uid(), EXGRPO_QID: question_id(item), AGENT_NAME: agent})
     return rows
+
+
+def replay_payload(uids: Sequence[str], chosen: Sequence[Trajectory]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(keys, per-key fields) of the `REPLAY_PARTITION` entries for the experiential prompts `uids`."""
+    if len(uids) != len(chosen):
+        raise ValueError(f"{len(uids)} experiential prompts but {len(chosen)} chosen trajectories")
+    fields = []
+    for uid, traj in zip(uids, chosen):
+        ids = torch.as_tensor(np.asarray(traj.token_ids).astype(np.int64))
+        logp = torch.as_tensor(np.asarray(traj.logprobs).astype(np.float32))
+        if ids.numel() == 0 or ids.shape != logp.shape:
+            raise ValueError(f"prompt {uid}: stored trajectory has {ids.numel()} tokens and {logp.numel()} log-probs")
+        fields.append({REPLAY_IDS: ids, REPLAY_LOGP: logp})
+    return list(uids), fields
 
 
 def replay_session(n_rollouts: int) -> int:
@@ -130,27 +141,15 @@ def parse_key(key: str) -> tuple[str, int, int]:
     return parts[0], int(parts[1]), int(parts[2])
 
 
-@dataclass
-class StepRows:
-    """One sampled training batch, row-aligned with the TransferQueue keys (B rows)."""
-
-    keys: list[str]
-    uids: list[str]
-    qids: list[str]
-    sessions: list[int]
-    is_replay: torch.Tensor
-    """[B] bool: the replayed trajectory of an experiential group."""
-    is_padding: torch.Tensor
-    """[B] bool: verl's synthetic padding rows."""
-    group: torch.Tensor
-    """[B] long: group index (one per uid, in first-appearance order)."""
-    rewards: torch.Tensor
-    """[B] float: sequence reward (sum of rm_scores)."""
-
-
 def step_rows(keys: Sequence[str], tags: Sequence[Mapping[str, Any]], qids: Sequence[str],
-              rewards: torch.Tensor, replay_uids: Iterable[str], n_rollouts: int) -> StepRows:
-    """Row table of a sampled batch. Multi-output agent loops (index > 0) are not used by ExGRPO: an error."""
+              rewards: torch.Tensor, replay_uids: Iterable[str], n_rollouts: int,
+              submitted: Sequence[str] = ()) -> tuple[core_step.StepRows, list[str]]:
+    """The core's row table of a sampled batch, and each row's uid.
+
+    Rows of one uid are one group (its slot), numbered in `submitted` order (the prompts as submitted), so
+    groups are recorded in the order the CPU trainer records them. Multi-output agent loops (index > 0) are
+    not used by ExGRPO: an error.
+    """
     replay_uids = set(replay_uids)
     uids, sessions = [], []
     for key in keys:
@@ -163,69 +162,34 @@ def step_rows(keys: Sequence[str], tags: Sequence[Mapping[str, Any]], qids: Sequ
         raise ValueError(f"misaligned batch: {len(keys)} keys, {len(tags)} tags, {len(qids)} qids, "
                          f"{rewards.shape[0]} rewards")
     last = replay_session(n_rollouts)
-    padding = torch.tensor([bool(t.get("is_padding", False)) for t in tags], dtype=torch.bool)
-    replay = torch.tensor([u in replay_uids and s == last for u, s in zip(uids, sessions)], dtype=torch.bool)
-    replay &= ~padding
-    order: dict[str, int] = {}
-    group = torch.tensor([order.setdefault(u, len(order)) for u in uids], dtype=torch.long)
-    return StepRows(list(keys), uids, [str(q) for q in qids], sessions, replay, padding, group,
-                    rewards.to(torch.float32))
+    real = [not bool(t.get("is_padding", False)) for t in tags]
+    is_replay = [u in replay_uids and s == last for u, s in zip(uids, sessions)]
+    rows = core_step.step_rows(qids, uids, is_replay, rewards.to(torch.float32).tolist(), n_rollouts,
+                               position=sessions, real=real, slot_order=submitted)
+    return rows, uids
 
 
-def check_groups(rows: StepRows, replay_uids: Iterable[str], n_rollouts: int) -> None:
-    """Every real group has K rows, and exactly one replayed row iff its uid was planned for replay."""
-    replay_uids = set(replay_uids)
-    for g in torch.unique(rows.group[~rows.is_padding]).tolist():
-        members = (rows.group == g).nonzero().flatten().tolist()
-        uid = rows.uids[members[0]]
-        n_rep = int(rows.is_replay[members].sum())
-        if len(members) != n_rollouts:
-            raise ValueError(f"group {uid} (question {rows.qids[members[0]]!r}) has {len(members)} rows, "
-                             f"expected n_rollouts={n_rollouts}")
-        if n_rep != (1 if uid in replay_uids else 0):
-            raise ValueError(f"group {uid}: {n_rep} replayed rows (planned for replay: {uid in replay_uids})")
+def group_stats(rows: core_step.StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> dict[str, float]:
+    """The core's per-step group statistics under the plug-in's metric names (results contract).
 
-
-def core_advantages(rows: StepRows, cfg: ExGRPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mixed-group advantages and the difficulty sample mask, from the core (paper Eq. 4, Eq. 14).
-
-    Returns: ([B] advantages, [B] bool sample mask); padding rows get advantage 0 and mask False.
+    `exgrpo/mixed_fraction` (share of groups with 0 < k < K, k as trained), `exgrpo/masked_questions`
+    (groups the difficulty mask keeps), `exp/bucket_<k>` (groups with k successes, k = 0..K),
+    `exgrpo/short_groups` and `exgrpo/missing_rollouts` (groups left short by failed rollout sessions).
     """
-    adv = group_advantages(rows.rewards, rows.group, std_norm=cfg.adv_std_norm, eps=cfg.adv_eps)
-    acc = group_accuracy(rows.rewards, rows.group)
-    mask = difficulty_mask(acc, cfg.difficulty_mask, cfg.mask_hard_high, cfg.mask_easy_low)
-    return torch.where(rows.is_padding, 0.0, adv), mask & ~rows.is_padding
+    s = core_step.step_stats(rows, sample_mask, cfg)
+    return {"exgrpo/mixed_fraction": s["mixed_fraction"], "exgrpo/masked_questions": s["kept_groups"],
+            "exgrpo/short_groups": s["short_groups"], "exgrpo/missing_rollouts": s["missing_rows"],
+            **{f"exp/bucket_{k}": s[f"bucket_{k}"] for k in range(cfg.n_rollouts + 1)}}
 
 
-def group_stats(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> dict[str, float]:
-    """Per-step group metrics the CPU trainer logs too (results contract), over real (non-padding) groups.
-
-    k per group counts the fresh successes, plus the replayed one when `replay_counts_in_k` (as trained;
-    mirrors `CPUTrainer._group_success`). Returns `exgrpo/mixed_fraction` (share of groups with 0 < k < K),
-    `exgrpo/masked_questions` (groups the difficulty mask keeps) and `exp/bucket_<k>` (groups with k
-    successes, k = 0..K).
-    """
-    real = ~rows.is_padding
-    ks, kept = [], 0
-    for g in torch.unique(rows.group[real]).tolist():
-        members = (rows.group == g) & real
-        fresh = members & ~rows.is_replay
-        replayed = bool((members & rows.is_replay).any())
-        ks.append(int((rows.rewards[fresh] > 0.5).sum()) + int(replayed and cfg.replay_counts_in_k))
-        kept += int(bool(sample_mask[members].any()))
-    mixed, buckets = success_histogram(ks, cfg.n_rollouts)
-    return {"exgrpo/mixed_fraction": mixed, "exgrpo/masked_questions": float(kept),
-            **{f"exp/bucket_{k}": n for k, n in enumerate(buckets)}}
-
-
-def behaviour_log_probs(rows: StepRows, response_lens: Sequence[int],
+def behaviour_log_probs(rows: core_step.StepRows, uids: Sequence[str], response_lens: Sequence[int],
                         replay_logp: Mapping[str, np.ndarray]) -> list[torch.Tensor]:
     """Per row, [response_len] float32: the stored π_past of the replayed trajectory on replayed rows,
     zeros on all other rows. `replay_logp` maps uid → the chosen trajectory's log-probs."""
     out = []
     for i, n in enumerate(response_lens):
         if bool(rows.is_replay[i]):
-            lp = np.asarray(replay_logp[rows.uids[i]], dtype=np.float32)
+            lp = np.asarray(replay_logp[uids[i]], dtype=np.float32)
             if lp.shape != (n,):
                 raise ValueError(f"replayed trajectory of question {rows.qids[i]!r}: {lp.shape[0]} stored "
                                  f"log-probs but {n} response tokens in the batch (truncated?)")
@@ -235,67 +199,19 @@ def behaviour_log_probs(rows: StepRows, response_lens: Sequence[int],
     return out
 
 
-def group_records(rows: StepRows, response_ids: Sequence[torch.Tensor], old_log_probs: Sequence[torch.Tensor],
-                  entropies: Sequence[torch.Tensor], step: int) -> list[tuple[str, np.ndarray, list[Trajectory], bool]]:
-    """What `ExperienceManager.record_group` gets per group: (qid, FRESH rewards, FRESH trajectories, replayed).
-
-    Fresh rows keep their session order; the replayed row and padding rows are left out (the manager counts
-    the replayed success itself, `replay_counts_in_k`). Mirrors `CPUTrainer._record`.
-    """
-    out = []
-    for g in torch.unique(rows.group[~rows.is_padding]).tolist():
-        members = [i for i in (rows.group == g).nonzero().flatten().tolist()
-                   if not bool(rows.is_replay[i]) and not bool(rows.is_padding[i])]
-        members.sort(key=lambda i: rows.sessions[i])
-        replayed = bool(rows.is_replay[rows.group == g].any())
-        trajs = []
-        for i in members:
-            ent = entropies[i]
-            trajs.append(Trajectory(token_ids=response_ids[i].numpy().astype(np.int32),
-                                    logprobs=old_log_probs[i].numpy().astype(np.float32), step=int(step),
-                                    entropy=float(ent.mean()) if ent.numel() else float("nan")))
-        qid = rows.qids[members[0]] if members else rows.qids[(rows.group == g).nonzero()[0, 0]]
-        out.append((qid, rows.rewards[members].numpy().astype(np.float32), trajs, replayed))
-    return out
-
-
-def batch_pass1(rows: StepRows) -> float:
-    """Fraction of the batch's FRESH responses with reward 1 (delayed-start signal; as `CPUTrainer.step`)."""
-    fresh = ~rows.is_replay & ~rows.is_padding
-    return float(rows.rewards[fresh].mean()) if bool(fresh.any()) else 0.0
+def row_trajectory(response_ids: Sequence[torch.Tensor], old_log_probs: Sequence[torch.Tensor],
+                   entropies: Sequence[torch.Tensor], step: int) -> Callable[[int], Trajectory]:
+    """Row i of a sampled batch as a buffer trajectory (for `core.step.record_groups`): its response tokens,
+    the actor's old log-probs as π_past, and its mean token entropy."""
+    def build(i: int) -> Trajectory:
+        ent = entropies[i]
+        return Trajectory(token_ids=response_ids[i].numpy().astype(np.int32),
+                          logprobs=old_log_probs[i].numpy().astype(np.float32), step=int(step),
+                          entropy=float(ent.mean()) if ent.numel() else float("nan"))
+    return build
 
 
 # --------------------------------------------------------------------------- trajectory selection
-def needs_current_policy(cfg: ExGRPOConfig, candidates: Sequence[Trajectory]) -> bool:
-    """Whether this question's selection needs a forward pass under the current policy (paper §4.1)."""
-    return (len(candidates) > 1 and cfg.selection_mode != "random" and cfg.selection_metric != "random"
-            and cfg.selection_policy == "current")
-
-
-def choose_trajectories(cfg: ExGRPOConfig, plan: Sequence[str], candidates: Mapping[str, Sequence[Trajectory]],
-                        scores: Mapping[str, torch.Tensor], generator: torch.Generator) -> list[Trajectory]:
-    """o* for each planned question, in plan order (paper §4.1, Alg. 1 line 11; mirrors `CPUTrainer._select`).
-
-    `scores[qid]`: [n] current-policy scores for questions where `needs_current_policy`; single candidates
-    and random selection draw uniform scores from `generator`; `at_collection` uses the recorded entropy.
-    """
-    out = []
-    for qid in plan:
-        cands = list(candidates[qid])
-        if not cands:
-            raise ValueError(f"question {qid!r} was planned for replay but has no stored trajectory")
-        if len(cands) == 1 or cfg.selection_mode == "random" or cfg.selection_metric == "random":
-            s, mode = torch.rand(len(cands), generator=generator), "argmin"
-        elif cfg.selection_policy == "at_collection":
-            s, mode = torch.tensor([c.entropy for c in cands], dtype=torch.float32), cfg.selection_mode
-        else:
-            s, mode = scores[qid], cfg.selection_mode
-            if s.shape != (len(cands),):
-                raise ValueError(f"question {qid!r}: {tuple(s.shape)} scores for {len(cands)} candidates")
-        out.append(cands[select_index(s, mode, generator)])
-    return out
-
-
 def scoring_rows(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[np.ndarray]) -> list[dict[str, Any]]:
     """Per candidate, the no-padding fields verl's actor forward reads (as the agent loop writes them):
     prompts, responses, input_ids = prompt + response, position_ids = arange, response_mask = loss_mask = 1."""
@@ -313,18 +229,13 @@ def scoring_rows(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[np.
     return rows
 
 
-def score_candidates(cfg: ExGRPOConfig, plan: Sequence[str], candidates: Mapping[str, Sequence[Trajectory]],
-                     token_logp: Sequence[torch.Tensor], token_entropy: Sequence[torch.Tensor], pad_id: int
-                     ) -> dict[str, torch.Tensor]:
-    """Current-policy scores per question from one forward pass over all candidates of the scored questions
-    (concatenated in plan order; each tensor [len_i]), via the core's `candidate_scores`."""
-    scored = [q for q in plan if needs_current_policy(cfg, candidates[q])]
-    flat = [c for q in scored for c in candidates[q]]
+def score_candidates(cfg: ExGRPOConfig, flat: Sequence[Trajectory], token_logp: Sequence[torch.Tensor],
+                     token_entropy: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
+    """[N] current-policy scores of the plan's candidates (`core.step.flat_candidates`, in that order) from the
+    actor's per-candidate log-probs and entropies ([len_i] each), via the core's `candidate_scores`."""
     if len(flat) != len(token_logp) or len(flat) != len(token_entropy):
         raise ValueError(f"{len(flat)} candidates but {len(token_logp)} log-prob rows")
-    if not flat:
-        return {}
-    width = max(len(c.token_ids) for c in flat)
+    width = max((len(c.token_ids) for c in flat), default=0)
     mask = torch.zeros(len(flat), width, dtype=torch.bool)
     ids = torch.full((len(flat), width), pad_id, dtype=torch.long)
     logp = torch.zeros(len(flat), width)
@@ -337,17 +248,11 @@ def score_candidates(cfg: ExGRPOConfig, plan: Sequence[str], candidates: Mapping
         ids[i, :n] = torch.as_tensor(np.asarray(c.token_ids), dtype=torch.long)
         logp[i, :n] = token_logp[i].float()
         ent[i, :n] = token_entropy[i].float()
-    s = candidate_scores(cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids, pad_id=pad_id)
-    out, start = {}, 0
-    for q in scored:
-        n = len(candidates[q])
-        out[q] = s[start:start + n]
-        start += n
-    return out
+    return candidate_scores(cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids, pad_id=pad_id)
 
 
-__all__ = ["AGENT_NAME", "BEHAV_FIELD", "EXGRPO_QID", "dataset_qids", "FRESH_AGENT", "IS_REPLAY_FIELD", "QID_COLUMN", "REPLAY_ACTIVE_KEY",
-           "REPLAY_AGENT", "REPLAY_IDS", "REPLAY_LOGP", "SAMPLE_MASK_FIELD", "StepRows", "batch_pass1",
-           "behaviour_log_probs", "check_groups", "choose_trajectories", "core_advantages", "group_records",
-           "needs_current_policy", "new_uid", "parse_key", "prompt_rows", "qid_positions", "question_id",
-           "replay_session", "score_candidates", "scoring_rows", "step_rows"]
+__all__ = ["AGENT_NAME", "BEHAV_FIELD", "EXGRPO_QID", "FRESH_AGENT", "IS_REPLAY_FIELD", "QID_COLUMN",
+           "REPLAY_ACTIVE_KEY", "REPLAY_AGENT", "REPLAY_IDS", "REPLAY_LOGP", "REPLAY_PARTITION", "SAMPLE_MASK_FIELD",
+           "behaviour_log_probs", "dataset_qids", "group_stats", "new_uid", "parse_key", "prompt_rows",
+           "qid_positions", "question_id", "replay_payload", "replay_session", "row_trajectory", "score_candidates",
+           "scoring_rows", "step_rows"]

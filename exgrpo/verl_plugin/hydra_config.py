@@ -98,7 +98,6 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
         "actor_rollout_ref.model.path": model_path or backbone["hf_id"],
         "actor_rollout_ref.rollout.n": cfg.n_rollouts,
         "actor_rollout_ref.rollout.seed": int(seed),
-        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(CONFIG_DIR / "agent_loops.yaml"),
         "algorithm.norm_adv_by_std_in_grpo": cfg.adv_std_norm,
         f"{actor}.entropy_coeff": cfg.entropy_coef,
         f"{actor}.use_kl_loss": cfg.kl_coef > 0,

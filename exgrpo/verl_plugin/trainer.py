@@ -6,10 +6,12 @@ selection, advantages, the shaped loss and the delayed start all come from `exgr
 
 1. `prepare_step`: the replay plan made at the end of the previous step (questions + chosen o*) and
    B - n_exp fresh questions from the plug-in's `DataOrder` (B with `drop_fresh_overflow`, as released)
-   become prompt rows; experiential rows go to `ReplayAgentLoop` (o* is session K-1 of their group).
+   become prompt rows; experiential rows go to `ReplayAgentLoop` (o* is session K-1 of their group), their
+   o* into the `exgrpo_replay` TransferQueue partition.
 2. verl samples the finished groups, balances them and recomputes old_log_probs + entropy (unchanged).
-3. `_compute_advantage`: the core's mixed-group advantages and difficulty mask, the `is_replay` flag and
-   π_past are written to the TransferQueue; each group's fresh trajectories are recorded with the manager.
+3. `_compute_advantage`: through `exgrpo.core.step`, the groups (one per prompt), mixed-group advantages,
+   difficulty mask and records; the advantages, `is_replay` flag and π_past are written to the
+   TransferQueue; each complete group's fresh trajectories are recorded with the manager.
 4. `_update_actor`: verl's update with the plug-in's loss (`set_loss_fn`, installed in `on_init_end`) and
    the batch-level `replay_active` flag.
 5. `step` ends with `manager.end_step` (collection, retirement, delayed-start switch), BEFORE verl saves the
@@ -24,6 +26,11 @@ Departures, stated up front:
 - `skip_grad_bound` is not applied (verl skips only non-finite grad norms); see hydra_config.DEPARTURES.
 - Only `trainer_mode=exgrpo` on top of the sync trainer: async modes would sample groups generated under
   older weights, which the delayed-start and selection bookkeeping do not model.
+- A failed rollout session never stops the run. verl's sync sampler keeps a failed group with the sessions
+  that finished (or, with `trainer.v1.sampler.sync_refill_failed_groups`, replaces a group with none by a
+  fresh prompt from `_next_train_batch`); the short group is trained on the rows it has and not recorded.
+  Counted per step: `exgrpo/short_groups`, `exgrpo/missing_rollouts`, `exgrpo/failed_prompts` (submitted
+  prompts with no row in the batch).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from exgrpo import metrics as M
+from exgrpo.core import step as core_step
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
@@ -87,6 +95,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         self._plan: list[str] = []
         self._chosen: list[Trajectory] = []
         self._replay_by_uid: dict[str, Trajectory] = {}
+        self._submitted: list[str] = []  # uids of this step's prompts, in submission order (refills appended)
         self._step_pass1: float | None = None
         self._prep_metrics: dict[str, float] = {}
         self._selection_metrics: dict[str, float] = {}
@@ -112,7 +121,9 @@ class ExGRPOTrainer(PPOTrainerSync):
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
         """Fresh prompts from the DataOrder (verl calls this to refill failed groups)."""
         n = int(num_prompts or self.config.data.train_batch_size)
-        return self._rows_to_batch(vb.prompt_rows(self._take_fresh(n), [], []))
+        rows = vb.prompt_rows(self._take_fresh(n), [])
+        self._submitted.extend(r["uid"] for r in rows)
+        return self._rows_to_batch(rows)
 
     def prepare_step(self) -> dict:
         """Submit this step's prompts: B - n_exp fresh questions and the planned experiential ones."""
@@ -122,9 +133,13 @@ class ExGRPOTrainer(PPOTrainerSync):
         consume = batch_size if self.exgrpo_cfg.drop_fresh_overflow else n_fresh
         fresh = self._take_fresh(consume)[:n_fresh] if consume else []
         replay = [self.train_dataset[self.qid_pos[q]] for q in plan]
-        rows = vb.prompt_rows(fresh, replay, chosen)
+        rows = vb.prompt_rows(fresh, replay)
         self._replay_by_uid = {row["uid"]: traj for row, traj in zip(rows[n_fresh:], chosen)}
+        self._submitted = [row["uid"] for row in rows]
         self._plan, self._chosen = [], []
+        if chosen:
+            keys, fields = vb.replay_payload(list(self._replay_by_uid), chosen)
+            tq.kv_batch_put(keys=keys, partition_id=vb.REPLAY_PARTITION, fields=tu.list_of_dict_to_tensordict(fields))
         self._submit_batch_to_rollout(self._rows_to_batch(rows))
         age = [self.global_steps - t.step for t in chosen]
         self._prep_metrics = {"exgrpo/replay_questions": float(len(plan)), "exgrpo/fresh_questions": float(n_fresh),
@@ -135,19 +150,20 @@ class ExGRPOTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ advantages, records, loss
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """Core mixed-group advantages (no std by default, paper §3.1), difficulty mask, is_replay, π_past."""
+        """Core groups, mixed-group advantages (no std by default, paper §3.1), difficulty mask, is_replay, π_past."""
         cfg = self.exgrpo_cfg
+        if self._replay_by_uid:  # every session of the step has finished: the stored trajectories are delivered
+            tq.kv_clear(keys=list(self._replay_by_uid), partition_id=vb.REPLAY_PARTITION)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=STEP_FIELDS)
         for key in ("prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy"):
             data[key] = _nested(data[key])
         response_mask = data["response_mask"]
         rewards = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
-        rows = vb.step_rows(batch.keys, batch.tags, _as_list(data[vb.EXGRPO_QID]), rewards, self._replay_by_uid,
-                            cfg.n_rollouts)
-        vb.check_groups(rows, self._replay_by_uid, cfg.n_rollouts)
-        adv, sample_mask = vb.core_advantages(rows, cfg)
+        rows, uids = vb.step_rows(batch.keys, batch.tags, _as_list(data[vb.EXGRPO_QID]), rewards,
+                                  self._replay_by_uid, cfg.n_rollouts, submitted=self._submitted)
+        adv, sample_mask = core_step.advantages_and_mask(rows, cfg)
         lens = response_mask.offsets().diff().tolist()
-        behav = vb.behaviour_log_probs(rows, lens, {u: t.logprobs for u, t in self._replay_by_uid.items()})
+        behav = vb.behaviour_log_probs(rows, uids, lens, {u: t.logprobs for u, t in self._replay_by_uid.items()})
         padded_mask = response_mask.to_padded_tensor(0).float()
         token_adv = response_to_nested(adv[:, None] * padded_mask, response_mask)
         out = TensorDict({
@@ -157,23 +173,25 @@ class ExGRPOTrainer(PPOTrainerSync):
         }, batch_size=len(batch.keys))
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
         self._record_groups(rows, data)
+        self._step_pass1 = core_step.batch_pass1(rows)
+        present = {u for u, real in zip(uids, rows.real.tolist()) if real}
         metrics.update({"exgrpo/replay_rows": float(rows.is_replay.sum()),
                         "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
                         if bool(rows.is_replay.any()) else 0.0,
                         "exgrpo/pass1": float(self._step_pass1), "exgrpo/sample_frac": float(sample_mask.float().mean()),
+                        "exgrpo/failed_prompts": float(sum(u not in present for u in self._submitted)),
                         **vb.group_stats(rows, sample_mask, cfg),
                         **_fresh_response_stats(rows, data["entropy"], response_mask)})
         return batch
 
-    def _record_groups(self, rows: vb.StepRows, data: TensorDict) -> None:
+    def _record_groups(self, rows: core_step.StepRows, data: TensorDict) -> None:
         ids, old, ent, prompts = (list(data[k].unbind()) for k in ("responses", "old_log_probs", "entropy", "prompts"))
-        for qid, rewards, trajs, replayed in vb.group_records(rows, ids, old, ent, self.global_steps):
-            self.manager.record_group(qid, rewards, trajs, replayed=replayed, step=self.global_steps)
-            if (rewards == 1.0).any() and qid not in self.prompt_cache:
-                # not a padding row: verl's synthetic rows copy a real row's qid but have a dummy prompt
-                first = next(i for i, q in enumerate(rows.qids) if q == qid and not bool(rows.is_padding[i]))
-                self.prompt_cache[qid] = prompts[first].numpy().astype(np.int32)
-        self._step_pass1 = vb.batch_pass1(rows)
+        records = core_step.record_groups(self.manager, rows, vb.row_trajectory(ids, old, ent, self.global_steps),
+                                          self.global_steps)
+        for rec in records:
+            if (rec.rewards == 1.0).any() and rec.qid not in self.prompt_cache:
+                # a real row: verl's synthetic padding rows copy a real row's qid but have a dummy prompt
+                self.prompt_cache[rec.qid] = prompts[rec.fresh_rows[0]].numpy().astype(np.int32)
 
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         batch.extra_info[vb.REPLAY_ACTIVE_KEY] = self.manager.replay_active
@@ -185,7 +203,7 @@ class ExGRPOTrainer(PPOTrainerSync):
             raise ValueError("the ExGRPO trainer needs one update per global step (parameter_sync_step=1)")
         batch = super().step(metrics, timing_raw)
         if self._step_pass1 is None:
-            raise RuntimeError(f"step {self.global_steps}: no groups were recorded")
+            raise RuntimeError(f"step {self.global_steps}: the batch never reached _compute_advantage")
         metrics.update(self.manager.end_step(self.global_steps, self._step_pass1))
         metrics.update(self._prep_metrics)
         metrics.update(self._selection_metrics)
@@ -206,31 +224,32 @@ class ExGRPOTrainer(PPOTrainerSync):
 
     def _plan_next_step(self) -> None:
         t0 = time.perf_counter()
+        cfg = self.exgrpo_cfg
         plan = self.manager.plan_replay(int(self.config.data.train_batch_size))
         cands = {q: self.manager.candidates(q) for q in plan}
-        scores = self._score_current_policy(plan, cands)
-        self._plan = plan
-        self._chosen = vb.choose_trajectories(self.exgrpo_cfg, plan, cands, scores, self.select_generator)
+        scores = self._score_current_policy(plan, cands) if plan and core_step.scoring_needed(cfg) else None
+        picked = core_step.choose_replayed(cfg, plan, cands, self.select_generator, scores)
+        self._plan, self._chosen = plan, [cands[q][i] for q, i in zip(plan, picked)]
         self._selection_metrics = {"exgrpo/selection_seconds": time.perf_counter() - t0,
                                    "exgrpo/selection_candidates": float(sum(len(c) for c in cands.values()))}
 
-    def _score_current_policy(self, plan: list[str], cands: dict[str, list[Trajectory]]) -> dict[str, torch.Tensor]:
-        """One log-prob + entropy forward of the actor over the candidates that need current-policy scores."""
-        scored = [q for q in plan if vb.needs_current_policy(self.exgrpo_cfg, cands[q])]
-        if not scored:
-            return {}
-        missing = [q for q in scored if q not in self.prompt_cache]
+    def _score_current_policy(self, plan: list[str], cands: dict[str, list[Trajectory]]) -> torch.Tensor:
+        """[N] current-policy scores of all candidates of the plan (`core.step.flat_candidates` order), from one
+        log-prob + entropy forward of the actor."""
+        flat = core_step.flat_candidates(plan, cands)
+        missing = sorted({q for q, _ in flat if q not in self.prompt_cache})
         if missing:
             raise KeyError(f"no cached prompt ids for planned questions {missing[:5]}")
-        flat = [(q, c) for q in scored for c in cands[q]]
         rows = vb.scoring_rows([self.prompt_cache[q] for q, _ in flat], [c.token_ids for _, c in flat])
         uid = vb.new_uid()
         keys = [f"{uid}_{i}_0" for i in range(len(rows))]
         tags = [{"status": "success", "prompt_len": int(r["prompts"].numel()),
                  "response_len": int(r["responses"].numel()), "seq_len": int(r["input_ids"].numel())} for r in rows]
         tq.kv_batch_put(keys=keys, partition_id=SCORE_PARTITION, fields=tu.list_of_dict_to_tensordict(rows), tags=tags)
+        # dispatch splits the batch evenly over the actor's data-parallel ranks; their number divides the worker
+        # group's (public) world size, so a multiple of it always splits
         meta = upsample_batch_to_divisible_size(KVBatchMeta(partition_id=SCORE_PARTITION, keys=keys, tags=tags),
-                                                self._actor_dp_size(), self.tokenizer.eos_token_id)
+                                                int(self.actor_rollout_wg.world_size), self.tokenizer.eos_token_id)
         meta.extra_info.update({"calculate_entropy": True, "compute_loss": False,
                                 "temperature": self.config.actor_rollout_ref.rollout.temperature})
         try:
@@ -243,13 +262,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         logp = response_from_nested(_nested(data["log_probs"]), mask).unbind()
         ent = response_from_nested(_nested(data["entropy"]), mask).unbind()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        return vb.score_candidates(self.exgrpo_cfg, plan, cands, list(logp), list(ent), int(pad))
-
-    def _actor_dp_size(self) -> int:
-        wg = self.actor_rollout_wg
-        if "actor" not in wg._dispatch_info:
-            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
-        return max(wg._dispatch_info["actor"]) + 1
+        return vb.score_candidates(self.exgrpo_cfg, [c for _, c in flat], list(logp), list(ent), int(pad))
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_root(self) -> Path:
@@ -284,12 +297,12 @@ class ExGRPOTrainer(PPOTrainerSync):
                     len(self.manager.buffer), self.manager.replay_active)
 
 
-def _fresh_response_stats(rows: vb.StepRows, entropy: torch.Tensor,
+def _fresh_response_stats(rows: core_step.StepRows, entropy: torch.Tensor,
                           response_mask: torch.Tensor) -> dict[str, float]:
     """Token-mean entropy and mean length of the FRESH responses (replayed and padding rows left out), the
     CPU trainer's `entropy` and `response_length` (exgrpo.metrics). Args: nested [B, response] entropy (the
     old-policy recomputation) and response mask."""
-    fresh = [i for i in range(len(rows.qids)) if not bool(rows.is_replay[i]) and not bool(rows.is_padding[i])]
+    fresh = [i for i in range(len(rows.qids)) if not bool(rows.is_replay[i]) and bool(rows.real[i])]
     ent, mask = entropy.unbind(), response_mask.unbind()
     tokens = sum(int(mask[i].sum()) for i in fresh)
     total = sum(float((ent[i].double() * mask[i]).sum()) for i in fresh)

@@ -13,7 +13,6 @@ from exgrpo.core.selection import (
     released_entropy_mask,
     released_sequence_scores,
     select_index,
-    select_trajectory,
     sequence_scores,
     to_left_padded_window,
     token_entropy_from_logits,
@@ -142,9 +141,3 @@ def test_select_index_modes():
         select_index(s, "median")
     with pytest.raises(ValueError, match="non-empty"):
         select_index(torch.tensor([]), "argmin")
-
-
-def test_select_trajectory_uses_config_mode():
-    s = torch.tensor([0.3, 0.1, 0.9])
-    assert select_trajectory(ExGRPOConfig(), s) == 1
-    assert select_trajectory(ExGRPOConfig(selection_mode="argmax"), s) == 2

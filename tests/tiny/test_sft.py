@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from exgrpo.cli import main
 from exgrpo.config import ConfigError
 from exgrpo.tiny import models, task
 from exgrpo.tiny.sft import NoisyTeacherStream, SFTSettings, collate, evaluate, lr_at, train_sft
 from exgrpo.tiny.tokenizer import build_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ARCH = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 SIZES = {"train": 60, "validation": 20, "test": 40, "ood_words": 20, "ood_choice4": 20, "ood_choice10": 20,
@@ -92,12 +96,14 @@ def test_settings_validation():
 
 def test_cli_base_then_instruct_continuation(tmp_path, data, capsys):
     data_dir, _ = data
+    # two small entries next to the real registry (their `mirrors` must name a registered paper backbone)
+    config = yaml.safe_load((ROOT / "config" / "backbones.yaml").read_text())
+    arch = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    for name, sft in (("base", {"steps": 3, "lr": 1.0e-3, "init": None}),
+                      ("inst", {"steps": 2, "lr": 1.0e-4, "init": "base"})):
+        config["backbones"][name] = {**config["backbones"]["tiny-math"], "arch": arch, "sft": sft}
     registry = tmp_path / "backbones.yaml"
-    arch = "{hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, intermediate_size: 64}"
-    registry.write_text(
-        "backbones:\n"
-        f"  base:\n    scale: tiny\n    family: qwen2\n    arch: {arch}\n    sft: {{steps: 3, lr: 1.0e-3, init: null}}\n"
-        f"  inst:\n    scale: tiny\n    family: qwen2\n    arch: {arch}\n    sft: {{steps: 2, lr: 1.0e-4, init: base}}\n")
+    registry.write_text(yaml.safe_dump(config))
     common = ["--data", str(data_dir), "--backbones", str(registry), "--eval-rows", "4"]
     assert main(["sft", "--backbone", "base", "--out", str(tmp_path / "ck" / "base"), *common]) == 0
     record = json.loads((tmp_path / "ck" / "base" / "sft.json").read_text())

@@ -1,5 +1,5 @@
-"""Batch assembly with replayed rows on verl's real data structures: prompt rows, the replay agent loop,
-group ids, masks, advantages and behaviour log-probs."""
+"""Batch assembly with replayed rows on verl's real data structures: prompt rows, the replay payload and agent
+loop, group ids, short groups, masks, advantages, records and behaviour log-probs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from verl.workers.utils.padding import response_from_nested  # noqa: E402
 
+import exgrpo.verl_plugin.agent_loop as agent_loop_mod  # noqa: E402
 from exgrpo.config import config_for  # noqa: E402
+from exgrpo.core import step as core_step  # noqa: E402
 from exgrpo.core.buffer import Trajectory  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin.agent_loop import ReplayAgentLoop  # noqa: E402
@@ -53,18 +55,35 @@ def _worker_rows(batch) -> list[dict]:
 
 
 def test_prompt_rows_survive_collate_tensordict_and_worker_chunking():
-    chosen = [_traj([14, 15, 1], [-1.0, -2.0, -0.5]), _traj([13, 1], [-0.25, -0.75])]
-    rows = vb.prompt_rows([_item("q0"), _item("q1"), _item("q2")], [_item("q7"), _item("q9")], chosen)
+    rows = vb.prompt_rows([_item("q0"), _item("q1"), _item("q2")], [_item("q7"), _item("q9")])
     batch = tu.get_tensordict(collate_fn(rows))
     assert len(batch) == 5
     seen = [r for chunk in batch.chunk(2) for r in _worker_rows(chunk)]  # AgentLoopManagerTQ chunks per worker
     assert [r[vb.EXGRPO_QID] for r in seen] == ["q0", "q1", "q2", "q7", "q9"]
     assert [r[vb.AGENT_NAME] for r in seen] == [vb.FRESH_AGENT] * 3 + [vb.REPLAY_AGENT] * 2
-    assert [list(r[vb.REPLAY_IDS]) for r in seen] == [[], [], [], [14, 15, 1], [13, 1]]
-    np.testing.assert_allclose(seen[3][vb.REPLAY_LOGP], [-1.0, -2.0, -0.5])
     uids = [r["uid"] for r in seen]
     assert len(set(uids)) == 5 and all("_" not in u for u in uids)  # verl splits keys on "_"
     assert vb.FRESH_AGENT in _agent_loop_registry and vb.REPLAY_AGENT in _agent_loop_registry
+
+
+def test_replay_data_is_no_prompt_column_and_travels_once_to_the_replayed_session():
+    """verl copies every prompt column into each of the K trajectories (`field.update(kwargs)` in
+    AgentLoopWorkerTQ._agent_loop_postprocess) and into every reward request: an experiential prompt row must
+    carry exactly the columns of a fresh one; its stored trajectory goes to the replay partition, once."""
+    chosen = [_traj([14, 15, 1], [-1.0, -2.0, -0.5]), _traj([13, 1], [-0.25, -0.75])]
+    rows = vb.prompt_rows([_item("q0")], [_item("q7"), _item("q9")])
+    seen = _worker_rows(tu.get_tensordict(collate_fn(rows)))
+    assert all(set(r) == set(seen[0]) for r in seen)  # one schema, nothing per token on replay rows
+    assert not any(k.startswith("exgrpo_replay") for k in seen[0])
+    keys, fields = vb.replay_payload([r["uid"] for r in rows[1:]], chosen)
+    td = tu.list_of_dict_to_tensordict(fields)  # what the driver puts into the TransferQueue
+    assert keys == [rows[1]["uid"], rows[2]["uid"]]
+    assert td[vb.REPLAY_IDS][0].tolist() == [14, 15, 1] and td[vb.REPLAY_IDS][1].tolist() == [13, 1]
+    np.testing.assert_allclose(td[vb.REPLAY_LOGP][1].numpy(), [-0.25, -0.75])
+    with pytest.raises(ValueError, match="chosen"):
+        vb.replay_payload(keys, chosen[:1])
+    with pytest.raises(ValueError, match="0 tokens"):
+        vb.replay_payload(keys[:1], [_traj([], [])])
 
 
 def test_question_ids_and_positions():
@@ -108,12 +127,27 @@ class _Server:
                            extra_fields={"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4})
 
 
-def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_only():
+class _ReplayTQ:
+    """The TransferQueue read the agent loop does, over entries put by `replay_payload`; counts the reads."""
+
+    def __init__(self, keys, fields):
+        self.rows = dict(zip(keys, fields))
+        self.reads = []
+
+    async def async_kv_batch_get(self, keys, partition_id, select_fields=None):
+        assert partition_id == vb.REPLAY_PARTITION
+        self.reads.extend(keys)
+        return tu.list_of_dict_to_tensordict([{f: self.rows[k][f] for f in select_fields} for k in keys])
+
+
+def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_only(monkeypatch):
     k = 4
     cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": 8, "n": k}},
                             "data": {}})
     server = _Server()
-    row = vb.prompt_rows([], [_item("q7")], [_traj([13, 14, 1], [-1.0, -2.0, -0.5])])[0]
+    row = vb.prompt_rows([], [_item("q7")])[0]
+    fake = _ReplayTQ(*vb.replay_payload([row["uid"]], [_traj([13, 14, 1], [-1.0, -2.0, -0.5])]))
+    monkeypatch.setattr(agent_loop_mod, "tq", fake)
     row = {key: val for key, val in row.items() if key not in ("dummy_tensor", vb.AGENT_NAME)}
 
     async def run_all():
@@ -127,6 +161,7 @@ def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_on
 
     outs = asyncio.run(run_all())
     assert server.calls == k - 1  # the replayed session never reaches the server
+    assert fake.reads == [row["uid"]]  # the stored trajectory is read once, by the replayed session
     fresh, replay = outs[0], outs[vb.replay_session(k)]
     assert fresh.response_ids == [11, 12, 1] and fresh.reward_score is None
     assert replay.response_ids == [13, 14, 1] and replay.response_mask == [1, 1, 1]
@@ -161,100 +196,112 @@ def _sampled_batch():
 
 def test_step_rows_mark_replay_groups_and_padding():
     keys, tags, qids, rewards = _sampled_batch()
-    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    rows, uids = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K, submitted=["ua", "ub", "uc"])
     assert rows.is_replay.tolist() == [True] + [False] * 13  # only (ub, session K-1)
-    assert rows.is_padding.tolist() == [False] * 12 + [True, True]
-    groups = {u: {int(g) for g, uu in zip(rows.group, rows.uids) if uu == u} for u in ("ua", "ub", "uc", "padx")}
-    assert all(len(v) == 1 for v in groups.values()) and len({next(iter(v)) for v in groups.values()}) == 4
-    vb.check_groups(rows, {"ub"}, K)
-    with pytest.raises(ValueError, match="replayed rows"):
-        vb.check_groups(rows, {"ub", "ua"}, K)
-    short = vb.step_rows(keys[1:], tags[1:], qids[1:], rewards[1:], {"ub"}, K)
-    with pytest.raises(ValueError, match="3 rows"):
-        vb.check_groups(short, {"ub"}, K)
+    assert rows.real.tolist() == [True] * 12 + [False, False]
+    assert rows.position == [3, 0, 2, 0, 3, 0, 1, 1, 3, 2, 2, 1, 0, 1]  # the session ids
+    group = {u: {int(g) for g, uu in zip(rows.group, uids) if uu == u} for u in ("ua", "ub", "uc", "padx")}
+    assert group["ua"] == {0} and group["ub"] == {1} and group["uc"] == {2}  # numbered in submission order
+    assert group["padx"] == {3}
     with pytest.raises(ValueError, match="multi-output"):
         vb.step_rows(["ua_0_1"], [{}], ["qa"], torch.zeros(1), set(), K)
+    with pytest.raises(ValueError, match="5 rows"):  # more than K rows in a group is a bug, not a failure
+        vb.step_rows(keys[:12] + ["ua_4_0"], tags[:12] + [{}], qids[:13], rewards[:13], {"ub"}, K)
+
+
+def test_a_short_group_is_trained_as_grpo_counted_and_not_recorded():
+    """A failed session (ub's replayed one and uc's session 0 here) leaves its group short: verl's sync sampler
+    still hands it over. It gets GRPO advantages over the rows it has, is not recorded, and is counted."""
+    keys, tags, qids, rewards = _sampled_batch()
+    drop = {keys.index("ub_3_0"), keys.index("uc_0_0")}
+    keep = [i for i in range(len(keys)) if i not in drop]
+    rows, uids = vb.step_rows([keys[i] for i in keep], [tags[i] for i in keep], [qids[i] for i in keep],
+                              rewards[keep], {"ub"}, K, submitted=["ua", "ub", "uc", "ud"])
+    cfg = config_for("exgrpo", n_rollouts=K)
+    adv, mask = core_step.advantages_and_mask(rows, cfg)
+    by_uid = {u: [float(a) for a, uu in zip(adv, uids) if uu == u] for u in ("ub", "uc")}
+    assert sorted(by_uid["ub"]) == pytest.approx(sorted([1 - 1 / 3, -1 / 3, -1 / 3]))  # fresh 1, 0, 0 only
+    assert by_uid["uc"] == [0.0, 0.0, 0.0] and bool(mask[: len(keep) - 2].all())
+    records = core_step.group_records(rows)
+    assert [r.qid for r in records] == ["qa"]  # ub and uc are short: their k is undefined
+    stats = vb.group_stats(rows, mask, cfg)
+    assert stats["exgrpo/short_groups"] == 2.0 and stats["exgrpo/missing_rollouts"] == 2.0
+    assert core_step.batch_pass1(rows) == pytest.approx(3 / 10)
 
 
 def test_core_advantages_are_mixed_group_dr_grpo_by_hand():
     keys, tags, qids, rewards = _sampled_batch()
-    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
-    adv, mask = vb.core_advantages(rows, config_for("exgrpo"))
+    rows, _ = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    adv, mask = core_step.advantages_and_mask(rows, config_for("exgrpo"))
     # every group here has mean 0.5 (ua: 1,0,0,1; ub: replayed 1 + fresh 1,0,0) or 0 (uc): A = r - mean
     expected = [0.5, 0.5, 0.0, 0.5, 0.5, 0.0, -0.5, -0.5, 0.0, -0.5, -0.5, 0.0, 0.0, 0.0]
     assert adv.tolist() == expected
     assert mask.tolist() == [True] * 12 + [False, False]
-    _, hard = vb.core_advantages(rows, config_for("masked_hard"))  # no group has 0 < acc <= 0.25
+    _, hard = core_step.advantages_and_mask(rows, config_for("masked_hard"))  # no group has 0 < acc <= 0.25
     assert not hard.any()
-    _, medium = vb.core_advantages(rows, config_for("masked_medium"))  # ua and ub: acc 0.5
-    assert medium.tolist() == [u in ("ua", "ub") for u in rows.uids[:12]] + [False, False]
+    _, medium = core_step.advantages_and_mask(rows, config_for("masked_medium"))  # ua and ub: acc 0.5
+    assert medium.tolist() == [k.split("_")[0] in ("ua", "ub") for k in keys[:12]] + [False, False]
 
 
 def test_group_stats_by_hand():
     keys, tags, qids, rewards = _sampled_batch()
-    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    rows, _ = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
     # ua: fresh 1,0,0,1 -> k=2; ub: fresh 1,0,0 + the replayed success -> k=2; uc: 0 -> k=0; padding ignored
     cfg = config_for("exgrpo", n_rollouts=K)
-    _, mask = vb.core_advantages(rows, cfg)
+    _, mask = core_step.advantages_and_mask(rows, cfg)
     stats = vb.group_stats(rows, mask, cfg)
-    assert stats == {"exgrpo/mixed_fraction": 2 / 3, "exgrpo/masked_questions": 3.0, "exp/bucket_0": 1.0,
-                     "exp/bucket_1": 0.0, "exp/bucket_2": 2.0, "exp/bucket_3": 0.0, "exp/bucket_4": 0.0}
+    assert stats == {"exgrpo/mixed_fraction": 2 / 3, "exgrpo/masked_questions": 3.0, "exgrpo/short_groups": 0.0,
+                     "exgrpo/missing_rollouts": 0.0, "exp/bucket_0": 1.0, "exp/bucket_1": 0.0, "exp/bucket_2": 2.0,
+                     "exp/bucket_3": 0.0, "exp/bucket_4": 0.0}
     released = config_for("exgrpo", n_rollouts=K, replay_counts_in_k=False)  # ub counts its fresh success only
     assert vb.group_stats(rows, mask, released)["exp/bucket_1"] == 1.0
     medium = config_for("masked_medium", n_rollouts=K)
-    assert vb.group_stats(rows, vb.core_advantages(rows, medium)[1], medium)["exgrpo/masked_questions"] == 2.0
+    assert vb.group_stats(rows, core_step.advantages_and_mask(rows, medium)[1], medium)["exgrpo/masked_questions"] == 2.0
 
 
 def test_behaviour_log_probs_go_to_the_replayed_row_only():
     keys, tags, qids, rewards = _sampled_batch()
-    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    rows, uids = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
     lens = [3] + [2] * 13
     stored = np.array([-1.0, -2.0, -0.5], dtype=np.float32)
-    behav = vb.behaviour_log_probs(rows, lens, {"ub": stored})
+    behav = vb.behaviour_log_probs(rows, uids, lens, {"ub": stored})
     assert behav[0].tolist() == stored.tolist()
     assert all(b.abs().sum() == 0 and b.numel() == 2 for b in behav[1:])
     nested = torch.nested.as_nested_tensor(behav, layout=torch.jagged)  # as written to the TransferQueue
     assert nested.offsets().diff().tolist() == lens
     with pytest.raises(ValueError, match="truncated"):
-        vb.behaviour_log_probs(rows, [2] + lens[1:], {"ub": stored})
+        vb.behaviour_log_probs(rows, uids, [2] + lens[1:], {"ub": stored})
 
 
 def test_group_records_hand_fresh_rows_to_the_manager_in_session_order():
     keys, tags, qids, rewards = _sampled_batch()
-    rows = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    rows, _ = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K, submitted=["ua", "ub", "uc"])
     ids = [torch.tensor([100 + i, 1]) for i in range(14)]
     old = [torch.tensor([-0.1 * i, -0.2]) for i in range(14)]
     ent = [torch.tensor([0.5, 1.5]) for _ in range(14)]
-    recs = {q: (r, t, rep) for q, r, t, rep in vb.group_records(rows, ids, old, ent, step=9)}
-    assert set(recs) == {"qa", "qb", "qc"}  # padding rows (copied qid 'qa') are not a group
-    r_b, t_b, rep_b = recs["qb"]
-    assert rep_b and len(t_b) == K - 1 and r_b.tolist() == [1.0, 0.0, 0.0]  # sessions 0, 1, 2 of ub
+
+    class Manager:
+        def __init__(self):
+            self.calls = []
+
+        def record_group(self, qid, rewards, trajectories, *, replayed, step):
+            self.calls.append((qid, rewards.tolist(), trajectories, replayed, step))
+
+    manager = Manager()
+    core_step.record_groups(manager, rows, vb.row_trajectory(ids, old, ent, 9), 9)
+    assert [c[0] for c in manager.calls] == ["qa", "qb", "qc"]  # submission order; padding rows are no group
+    _, r_b, t_b, rep_b, step = manager.calls[1]
+    assert rep_b and step == 9 and len(t_b) == K - 1
+    assert r_b == [1.0, 1.0, 0.0, 0.0]  # the group as trained: the replayed success first, then sessions 0, 1, 2
     assert [int(t.token_ids[0]) for t in t_b] == [103, 106, 109]
     assert t_b[0].step == 9 and t_b[0].entropy == pytest.approx(1.0)
     np.testing.assert_allclose(t_b[0].logprobs, [-0.3, -0.2], rtol=1e-6)
-    r_a, t_a, rep_a = recs["qa"]
-    assert not rep_a and r_a.tolist() == [1.0, 0.0, 0.0, 1.0] and len(t_a) == K
-    assert vb.batch_pass1(rows) == pytest.approx(3 / 11)  # fresh rows only: ua 2/4, ub 1/3, uc 0/4
+    _, r_a, t_a, rep_a, _ = manager.calls[0]
+    assert not rep_a and r_a == [1.0, 0.0, 0.0, 1.0] and len(t_a) == K
+    assert core_step.batch_pass1(rows) == pytest.approx(3 / 11)  # fresh rows only: ua 2/4, ub 1/3, uc 0/4
 
 
 # --------------------------------------------------------------------------- selection
-def test_choose_trajectories_per_policy_and_mode():
-    cands = {"q1": [_traj([1], [0.0], entropy=0.9), _traj([2], [0.0], entropy=0.2), _traj([3], [0.0], entropy=0.5)],
-             "q2": [_traj([4], [0.0], entropy=0.1)]}
-    gen = torch.Generator().manual_seed(0)
-    at_collection = config_for("exgrpo", selection_policy="at_collection")
-    picked = vb.choose_trajectories(at_collection, ["q1", "q2"], cands, {}, gen)
-    assert [int(t.token_ids[0]) for t in picked] == [2, 4]
-    highest = config_for("highest_entropy", selection_policy="at_collection")
-    assert int(vb.choose_trajectories(highest, ["q1"], cands, {}, gen)[0].token_ids[0]) == 1
-    current = config_for("exgrpo")
-    assert vb.needs_current_policy(current, cands["q1"]) and not vb.needs_current_policy(current, cands["q2"])
-    scores = {"q1": torch.tensor([0.3, 0.7, 0.1])}
-    assert int(vb.choose_trajectories(current, ["q1"], cands, scores, gen)[0].token_ids[0]) == 3
-    with pytest.raises(ValueError, match="no stored trajectory"):
-        vb.choose_trajectories(current, ["q3"], {"q3": []}, {}, gen)
-
-
 def test_scoring_rows_follow_verls_layout_and_scores_are_response_means():
     prompts = [[5, 6, 7], [5, 6]]
     cands = {"q1": [_traj([8, 9], [0, 0]), _traj([10, 11, 12], [0, 0, 0])]}
@@ -268,8 +315,8 @@ def test_scoring_rows_follow_verls_layout_and_scores_are_response_means():
     assert resp[0].tolist() == [2.0, 3.0] and resp[1].tolist() == [12.0, 13.0, 14.0]
     ent = [torch.tensor([0.2, 0.4]), torch.tensor([0.1, 0.1, 0.1])]
     logp = [torch.tensor([-1.0, -1.0]), torch.tensor([-3.0, -3.0, -3.0])]
-    cfg = config_for("exgrpo")
-    s = vb.score_candidates(cfg, ["q1"], cands, logp, ent, pad_id=0)
-    torch.testing.assert_close(s["q1"], torch.tensor([0.3, 0.1]))
-    s_nll = vb.score_candidates(config_for("ppl_selection"), ["q1"], cands, logp, ent, pad_id=0)
-    torch.testing.assert_close(s_nll["q1"], torch.tensor([1.0, 3.0]))
+    flat = [c for _, c in core_step.flat_candidates(["q1"], cands)]
+    s = vb.score_candidates(config_for("exgrpo"), flat, logp, ent, pad_id=0)
+    torch.testing.assert_close(s, torch.tensor([0.3, 0.1]))
+    s_nll = vb.score_candidates(config_for("ppl_selection"), flat, logp, ent, pad_id=0)
+    torch.testing.assert_close(s_nll, torch.tensor([1.0, 3.0]))

@@ -21,6 +21,6 @@ def test_fresh_rows_only_by_hand():
     mask = torch.nested.as_nested_tensor([torch.ones(2), torch.tensor([1.0, 0.0]), torch.ones(3), torch.ones(1)],
                                          layout=torch.jagged)
     rows = SimpleNamespace(qids=["a", "a", "b", "a"], is_replay=torch.tensor([False, False, True, False]),
-                           is_padding=torch.tensor([False, False, False, True]))
+                           real=torch.tensor([True, True, True, False]))
     stats = _fresh_response_stats(rows, ent, mask)
     assert stats == {M.ENTROPY.verl_key: (1 + 3 + 2) / 3, M.RESPONSE_LENGTH.verl_key: 3 / 2}

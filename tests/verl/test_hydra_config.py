@@ -62,7 +62,7 @@ def test_paper_backbones_compose_with_table4_values(tmp_path):
         assert a["actor"]["use_dynamic_bsz"] and a["actor"]["ppo_max_token_len_per_gpu"] == 32768
         assert a["actor"]["calculate_entropy"] and not a["actor"]["use_kl_loss"]
         assert a["rollout"]["top_p"] == 1.0 and a["rollout"]["val_kwargs"]["do_sample"]
-        assert a["rollout"]["agent"]["agent_loop_config_path"].endswith("agent_loops.yaml")
+        assert a["rollout"]["agent"]["agent_loop_config_path"] is None  # the loop registers itself (@register)
         assert r["algorithm"]["adv_estimator"] == "grpo"
         assert r["reward"]["custom_reward_function"]["path"] == "pkg://exgrpo.verl_plugin.reward"
         tr = r["trainer"]

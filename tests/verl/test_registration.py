@@ -1,6 +1,6 @@
 """verl 0.9.1 loads the plug-in through its own hooks: VERL_USE_EXTERNAL_MODULES registers the trainer and
-the agent loop (also inside Ray actors), the packaged agent-loop yaml names the class, and the custom reward
-function loads."""
+the agent loop (also inside Ray actors, with no config file path to resolve), and the custom reward function
+loads."""
 
 from __future__ import annotations
 
@@ -39,13 +39,41 @@ def test_registered_classes_plug_into_verls_bases():
     cls = get_trainer_cls("exgrpo")
     assert issubclass(cls, PPOTrainerSync)
     from exgrpo.verl_plugin.agent_loop import ReplayAgentLoop
-    from exgrpo.verl_plugin.hydra_config import CONFIG_DIR
 
     assert issubclass(ReplayAgentLoop, SingleTurnAgentLoop)
-    entries = OmegaConf.load(CONFIG_DIR / "agent_loops.yaml")
-    import hydra.utils
 
-    assert [(e.name, hydra.utils.get_class(e._target_)) for e in entries] == [("exgrpo_replay", ReplayAgentLoop)]
+
+def test_a_fresh_worker_process_finds_the_agent_loop_without_any_config_file():
+    """What an AgentLoopWorker on a compute node does: `import verl` with the Ray runtime env's
+    VERL_USE_EXTERNAL_MODULES, then look the loop up in verl's registry and instantiate its `_target_`."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import verl, hydra.utils\n"
+            "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry\n"
+            "cls = hydra.utils.get_class(_agent_loop_registry['exgrpo_replay']['_target_'])\n"
+            "print(cls.__module__ + '.' + cls.__qualname__)\n")
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                         cwd="/")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "exgrpo.verl_plugin.agent_loop.ReplayAgentLoop"
+
+
+def test_generated_config_holds_no_path_into_the_installed_package(tmp_path):
+    """Paths written at config time must exist on compute nodes; the package's install location need not."""
+    from pathlib import Path
+
+    import exgrpo
+    from exgrpo.backbones import load_backbones
+    from exgrpo.verl_plugin import hydra_config as hc
+
+    bb = load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml")["qwen2.5-math-1.5b"]
+    flat = hc.verl_overrides("qwen2.5-math-1.5b", bb, hc.variant_config("exgrpo", bb), variant="exgrpo", seed=0,
+                             run_dir=tmp_path, train_files="t.parquet", val_files="v.parquet")
+    package = str(Path(exgrpo.__file__).resolve().parent)
+    assert not [k for k, v in flat.items() if isinstance(v, str) and v.startswith(package)]
 
 
 def test_custom_reward_function_loads_through_verl_and_grades_after_think():
