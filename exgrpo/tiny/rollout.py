@@ -81,6 +81,11 @@ def _sample(logp: torch.Tensor, temperature: float, top_p: float, generator: tor
     return choice if order is None else order.gather(1, choice[:, None]).squeeze(1)
 
 
+COMPACT_BELOW = 0.75
+"""`generate` drops finished rows from the decoder once at most this share of its rows still runs
+(each drop copies the cache, so it pays only when a good share of the rows is gone)."""
+
+
 class StaticDecoder:
     """Incremental forward of a tiny Qwen2 / Llama model over a preallocated KV cache [rows, heads, T, dim].
 
@@ -128,6 +133,13 @@ class StaticDecoder:
         self.valid = torch.zeros(rows, length, dtype=torch.bool, device=self.dev)  # slot holds a real token
         self.scale = self.head_dim ** -0.5
         self.prompt_slots = 0
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only decoder rows `rows` (indices into the current rows), in that order."""
+        self.k = [k[rows] for k in self.k]
+        self.v = [v[rows] for v in self.v]
+        self.valid = self.valid[rows]
+        self.rows = torch.arange(len(rows), device=self.dev)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
@@ -222,20 +234,28 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_to
     token_ent = torch.zeros(n, max_new_tokens, device=device)
     ended = torch.zeros(n, dtype=torch.bool, device=device)  # emitted eos
 
+    alive = torch.arange(n, device=device)  # original row of each decoder row
     try:
         decoder = StaticDecoder(model, n, longest + max_new_tokens)
         logits = decoder.prefill(ids.to(device), lens)
+        live = torch.ones(n, dtype=torch.bool, device=device)  # decoder rows still generating
         for t in range(max_new_tokens):
             logp, ent = _token_stats(logits, temperature)
-            active = ~ended
-            token = torch.where(active, _sample(logp, temperature, top_p, generator), pad)
-            tokens[:, t] = token
-            token_logp[:, t] = torch.where(active, logp.gather(1, token[:, None]).squeeze(1), 0.0)
-            token_ent[:, t] = torch.where(active, ent, 0.0)
-            ended |= active & (token == eos)
-            if t + 1 == max_new_tokens or bool(ended.all()):
+            token = torch.where(live, _sample(logp, temperature, top_p, generator), pad)
+            tokens[alive, t] = token
+            token_logp[alive, t] = torch.where(live, logp.gather(1, token[:, None]).squeeze(1), 0.0)
+            token_ent[alive, t] = torch.where(live, ent, 0.0)
+            stopped = live & (token == eos)
+            ended[alive] |= stopped
+            live &= ~stopped
+            n_live = int(live.sum())
+            if t + 1 == max_new_tokens or n_live == 0:
                 break
-            logits = decoder.step(token, t, lens + t)
+            if n_live <= COMPACT_BELOW * len(live):  # drop finished rows: later steps cost less
+                keep = live.nonzero().squeeze(1)
+                decoder.keep(keep)
+                alive, token, live = alive[keep], token[keep], live[keep]
+            logits = decoder.step(token, t, lens[alive] + t)
     finally:
         model.train(was_training)
 
