@@ -11,16 +11,7 @@ import os
 import platform
 from typing import Any
 
-
-def cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
+from exgrpo.tiny.models import cpu_model
 
 
 def machine(load_before: tuple[float, float, float] | None = None) -> dict[str, Any]:

@@ -46,7 +46,7 @@ rule sft:
 rule train_tiny:
     input:
         data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
-        init=f"{sft_dir('{source}', '{backbone}')}/config.json",
+        init=lambda wc: f"{base_dir(wc.source, wc.backbone)}/config.json",
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
