@@ -96,6 +96,8 @@ class CPUTrainer:
                            "select": torch.Generator().manual_seed(seed + 2)}
         self.verifier = Verifier.from_config(cfg)
         self.norm_const = cfg.loss_norm_const or args.max_new_tokens
+        self._current_logp: dict[str, torch.Tensor] = {}
+        """This step's o* log-probs under the current policy, from the selection forward (π_θold of replay rows)."""
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int, fresh_qids: list[str], replay_qids: list[str]) -> dict[str, float]:
@@ -149,11 +151,13 @@ class CPUTrainer:
         All candidates of the step are scored in one forward pass, in plan order, as the released
         collate function does (the released entropy mask depends on the global candidate index).
         """
+        self._current_logp = {}
         if not qids:
             return {}
         cands = {qid: self.manager.candidates(qid) for qid in qids}
         flat = [(qid, c) for qid in qids for c in cands[qid]]
         cfg = self.cfg
+        logp = None
         if cfg.selection_mode == "random" or cfg.selection_metric == "random":
             scores = torch.rand(len(flat), generator=self.generators["select"])
         elif cfg.selection_policy == "at_collection":
@@ -169,8 +173,10 @@ class CPUTrainer:
         chosen, offset = {}, 0
         for qid in qids:
             n = len(cands[qid])
-            chosen[qid] = cands[qid][select_index(scores[offset:offset + n], cfg.selection_mode,
-                                                  self.generators["select"])]
+            pick = select_index(scores[offset:offset + n], cfg.selection_mode, self.generators["select"])
+            chosen[qid] = cands[qid][pick]
+            if logp is not None:  # the same weights as π_θold of the replayed row: no second forward
+                self._current_logp[qid] = logp[offset + pick][mask[offset + pick]]
             offset += n
         return chosen
 
@@ -192,7 +198,10 @@ class CPUTrainer:
         is_replay = torch.zeros(len(all_owners), dtype=torch.bool)
         is_replay[n_fresh:] = True
         old_logp = blogp.clone()
-        if chosen:  # π_θold for replayed rows: the current policy before this step's update
+        if chosen and all(q in self._current_logp for q in chosen):  # scored by the selection forward
+            for row, qid in enumerate(chosen, start=n_fresh):
+                old_logp[row, :len(self._current_logp[qid])] = self._current_logp[qid]
+        elif chosen:  # π_θold for replayed rows: the current policy before this step's update
             self.model.eval()
             with torch.no_grad():
                 lp, _ = score(self.model, all_prompts[n_fresh:], ids[n_fresh:], mask[n_fresh:], with_entropy=False)
