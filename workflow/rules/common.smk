@@ -68,12 +68,15 @@ def sft_dir(source, backbone):
 def base_dir(source, backbone):
     """The base a tiny run starts from: the shipped models/tiny/<backbone> when its recipe matches
     the registry entry and the study's data seed (exgrpo.tiny.models.shipped_base; not for the smoke
-    budget, which trains its own short SFT), else the checkpoint the `sft` rule builds."""
+    budget, which trains its own short SFT), else the checkpoint the `sft` rule builds.
+    """
     from exgrpo.tiny.models import shipped_base
 
     study = study_of_source(source)
     if study.budget != "smoke":
-        shipped = shipped_base(backbone, BACKBONES[backbone], study.data_seed, root="models/tiny")
+        shipped = shipped_base(
+            backbone, BACKBONES[backbone], study.data_seed, root="models/tiny"
+        )
         if shipped is not None:
             return str(shipped)
     return sft_dir(source, backbone)

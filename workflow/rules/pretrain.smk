@@ -7,19 +7,25 @@
 # `tiny` study) for every tiny backbone, then `install-bases` copies each checkpoint to
 # models/tiny/ and records whether it is bit-identical to the base it replaces.
 
-PRETRAIN_BACKBONES = [name for name, entry in BACKBONES.items() if entry["scale"] == "tiny"]
+PRETRAIN_BACKBONES = [
+    name for name, entry in BACKBONES.items() if entry["scale"] == "tiny"
+]
 
 
 rule install_bases:
     input:
         data=lambda wc: data_manifest("tiny", study_of_source("tiny").data_seed),
-        built=lambda wc: [f"{sft_dir('tiny', b)}/config.json" for b in PRETRAIN_BACKBONES],
+        built=lambda wc: [
+            f"{sft_dir('tiny', b)}/config.json" for b in PRETRAIN_BACKBONES
+        ],
     output:
         "models/tiny/bases.json",
     log:
         log_file("install_bases", "tiny"),
     benchmark:
         bench_file("tiny", "install_bases", "tiny")
+    conda:
+        "../envs/cpu.yaml"
     threads: 1
     params:
         built=sft_dir("tiny", ""),
