@@ -1,7 +1,8 @@
 # ExGRPO replication suite: the whole study as one Snakemake workflow.
 #
 # Targets (config/config.yaml says WHAT each runs; the profile says WHERE):
-#   tiny       (default) the embedded CPU study into results/tiny/
+#   tiny       (default) the embedded CPU study into results/tiny/, from the shipped bases (models/tiny/)
+#   tiny_pretrain  rebuild the shipped tiny bases (SFT) into models/tiny/
 #   tiny_full  the same with more seeds and every ablation
 #   smoke      minimal budgets on one tiny backbone (tests, CI)
 #   all        the paper replication at full scale into results/paper-repro/ (GPUs)
@@ -32,6 +33,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/prelim.smk"
+include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/analysis.smk"

@@ -2,12 +2,17 @@
 then `snakemake --cores 2 <target>` (default `tiny`), each step timed on its own; then the Snakemake
 benchmark files the run wrote (results/<source>/benchmarks/) summed per rule with the analysis ledger.
 
+`--commit SHA` also times that commit the same way in the same run (its own fresh clone and venv,
+measured first, then this checkout's HEAD) and reports `ratio` = HEAD total / SHA total: absolute
+minutes move with the machine and its load, the ratio much less. Only committed code is measured.
+It costs two full runs (about 2 x 15 min on a quiet 2-core machine at 56211d2's speed).
+
 `--summarise CLONE --install-s X --snakemake-s Y` only summarises a clone where those steps already ran
 (the same commands, timed by hand), e.g. to record a run made before this script existed; its
 results/<source>/benchmarks/ must then hold that run's files only.
 
 Usage: python benchmarks/bench_study.py [--target tiny] [--clone /tmp/exgrpo-fresh] [--cores 2]
-           [--out benchmarks/results/study_tiny.json]
+           [--commit 56211d2] [--out benchmarks/results/study_tiny.json]
        python benchmarks/bench_study.py --summarise CLONE --install-s 110 --snakemake-s 789
 """
 
@@ -15,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,14 +31,21 @@ from exgrpo.io import write_json
 from exgrpo.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 INSTALL = 'python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e ".[cpu]"'
+GOAL = 0.60
 
 
 def timed(command: str, cwd: Path, log: Path) -> float:
-    """Run `command` in bash in `cwd` (output to `log`); its wall seconds, or an error naming the log."""
+    """Run `command` in bash in `cwd` (output to `log`); its wall seconds, or an error naming the log.
+
+    The environment drops any virtualenv or source override of the calling shell, so the clone's own
+    fresh venv is what runs.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("EXGRPO_SRC", "VIRTUAL_ENV", "PYTHONPATH")}
     start = time.perf_counter()
     with log.open("w") as out:
-        done = subprocess.run(["bash", "-c", command], cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run(["bash", "-c", command], cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
     if done.returncode:
         raise SystemExit(f"`{command}` failed with exit status {done.returncode}; see {log}")
     return time.perf_counter() - start
@@ -51,45 +63,70 @@ def summarise(clone: Path, source: str) -> dict[str, Any]:
             for row in rules.itertuples()}
 
 
+def head(repo: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+
+def measure(commit: str, clone: Path, target: str, source: str, cores: int) -> dict[str, Any]:
+    """Fresh clone of this repository at `commit`, fresh venv, install, then `snakemake --cores N target`."""
+    shutil.rmtree(clone, ignore_errors=True)
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "-q", commit], cwd=clone, check=True)
+    # The clone carries the committed ledger (e.g. tiny_full's jobs); summarise this run's files only.
+    shutil.rmtree(clone / "results" / source / "benchmarks", ignore_errors=True)
+    load_before = os.getloadavg()
+    install_s = timed(INSTALL, clone, clone.parent / f"{clone.name}.install.log")
+    snakemake_s = timed(f". .venv/bin/activate && snakemake --cores {cores} {target}", clone,
+                        clone.parent / f"{clone.name}.snakemake.log")
+    return {"clone_commit": head(clone), "install_s": round(install_s, 1), "snakemake_s": round(snakemake_s, 1),
+            "total_min": round((install_s + snakemake_s) / 60, 2), "per_rule": summarise(clone, source),
+            "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="tiny", help="Snakemake target (its study's source is summarised)")
     parser.add_argument("--source", default="tiny", help="results/<source>/ the target writes")
     parser.add_argument("--clone", type=Path, default=Path("/tmp/exgrpo-fresh"), help="where to clone (replaced)")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--commit", default=None, help="also time this commit (the baseline) in the same run")
     parser.add_argument("--summarise", type=Path, default=None, help="a clone where the commands already ran")
     parser.add_argument("--install-s", type=float, default=None, help="with --summarise: measured install seconds")
     parser.add_argument("--snakemake-s", type=float, default=None, help="with --summarise: measured Snakemake seconds")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/study_tiny.json")
     args = parser.parse_args()
 
-    snakemake = f". .venv/bin/activate && snakemake --cores {args.cores} {args.target}"
+    from _machine import machine
+
+    load_before = os.getloadavg()
+    baseline = None
     if args.summarise is None:
-        clone = args.clone
-        shutil.rmtree(clone, ignore_errors=True)
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-        # The clone carries the committed ledger (e.g. tiny_full's jobs); summarise this run's files only.
-        shutil.rmtree(clone / "results" / args.source / "benchmarks", ignore_errors=True)
-        install_s = timed(INSTALL, clone, clone.parent / f"{clone.name}.install.log")
-        snakemake_s = timed(snakemake, clone, clone.parent / f"{clone.name}.snakemake.log")
+        if args.commit:
+            baseline = measure(args.commit, args.clone.with_name(args.clone.name + "-baseline"), args.target,
+                               args.source, args.cores)
+        run = measure(head(ROOT), args.clone, args.target, args.source, args.cores)
     else:
         if args.install_s is None or args.snakemake_s is None:
             parser.error("--summarise needs --install-s and --snakemake-s")
-        clone, install_s, snakemake_s = args.summarise, args.install_s, args.snakemake_s
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
-    result = {
+        run = {"clone_commit": head(args.summarise), "install_s": args.install_s, "snakemake_s": args.snakemake_s,
+               "total_min": round((args.install_s + args.snakemake_s) / 60, 2),
+               "per_rule": summarise(args.summarise, args.source)}
+    result: dict[str, Any] = {
         "what": f"README main command on a fresh clone: install, then `snakemake --cores {args.cores} {args.target}`",
-        "commands": {"install": INSTALL, "run": snakemake.split("&& ", 1)[1]},
-        "clone_commit": commit,
-        "install_s": round(install_s, 1), "snakemake_s": round(snakemake_s, 1),
-        "total_min": round((install_s + snakemake_s) / 60, 2),
-        "per_rule": summarise(clone, args.source),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "load_avg_after": os.getloadavg() if args.summarise is None else None},
+        "commands": {"install": INSTALL, "run": f"snakemake --cores {args.cores} {args.target}"},
+        **run,
+        "machine": machine(load_before) if args.summarise is None else None,
         "provenance": provenance(seed=0),
     }
+    if baseline is not None:
+        result.update(baseline=baseline, ratio=round(run["total_min"] / baseline["total_min"], 3),
+                      ratio_snakemake=round(run["snakemake_s"] / baseline["snakemake_s"], 3), goal=GOAL,
+                      kind="ratio (side by side in one run); minutes are absolute and machine-dependent")
     write_json(args.out, result)
-    print(f"install {install_s:.0f} s, snakemake {snakemake_s:.0f} s -> {args.out}")
+    print(f"install {run['install_s']:.0f} s, snakemake {run['snakemake_s']:.0f} s -> {args.out}")
+    if baseline is not None:
+        print(f"baseline {args.commit}: install {baseline['install_s']:.0f} s, snakemake {baseline['snakemake_s']:.0f}"
+              f" s; ratio {result['ratio']:.3f} (snakemake only {result['ratio_snakemake']:.3f}; goal <= {GOAL})")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,12 @@ num_hidden_layers, num_attention_heads, intermediate_size, optional num_key_valu
 model is a stock transformers architecture, so a checkpoint saved here loads with
 AutoModelForCausalLM / AutoTokenizer.from_pretrained(dir) in transformers, lm-eval or vLLM.
 Departures from the real backbones: character vocabulary (exgrpo.tiny.tokenizer), untied
-embeddings (as the CPU prototype, tiny-testbed.md §2), fp32 weights.
+embeddings, fp32 weights.
+
+The five tiny bases are shipped in models/tiny/ (the part downloaded checkpoints play in the paper),
+each with a fingerprint (`base.json`: recipe, weights sha256); `snakemake tiny_pretrain` rebuilds
+them with `exgrpo sft` and `install_base`, and the workflow uses a shipped base only when its
+recipe matches the registry entry (`shipped_base`).
 """
 
 from __future__ import annotations
@@ -138,3 +143,117 @@ def load_checkpoint(path: str | Path) -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(path)
     model.eval()
     return model, tokenizer
+
+
+# ---------------------------------------------------------------- shipped bases (models/tiny/)
+BASES_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny"
+"""The committed tiny bases: `snakemake tiny_pretrain` rebuilds them (SFT, exgrpo.tiny.sft)."""
+BASE_RECORD = "base.json"
+"""Per-base fingerprint: the recipe it was built from and the sha256 of its weights."""
+
+
+def base_recipe(entry: dict[str, Any], data_seed: int) -> dict[str, Any]:
+    """What determines a base's weights besides the code: family, arch, SFT settings, data seed."""
+    return {"family": entry["family"], "arch": dict(entry["arch"]), "sft": dict(entry["sft"]),
+            "data_seed": int(data_seed)}
+
+
+def file_sha256(path: str | Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shipped_base(backbone: str, entry: dict[str, Any], data_seed: int, root: str | Path | None = None) -> Path | None:
+    """models/tiny/<backbone> when its recorded recipe equals this entry's and seed's, else None.
+
+    A changed arch or SFT setting in backbones.yaml, a new backbone or another data seed gets None:
+    the workflow then builds the base with `exgrpo sft` instead of reusing a stale one.
+    """
+    import json
+
+    folder = Path(root or BASES_DIR) / backbone
+    record = folder / BASE_RECORD
+    if not record.exists() or not (folder / "model.safetensors").exists():
+        return None
+    return folder if json.loads(record.read_text())["recipe"] == base_recipe(entry, data_seed) else None
+
+
+def install_base(backbone: str, built: str | Path, data_dir: str | Path, data_seed: int,
+                 backbones_path: str | Path | None = None, root: str | Path | None = None) -> dict[str, Any]:
+    """Copy the SFT checkpoint `built` to models/tiny/<backbone> with its fingerprint (base.json).
+
+    base.json records the recipe, the sha256 of model.safetensors, the held-out splits' sha256 (SFT
+    never trains on a held-out expression; tests/tiny/test_bases.py checks they still match), the
+    machine and library versions, and whether the new weights are bit-identical to the base they
+    replace (`reproduced`; None when there was none).
+    """
+    import platform
+
+    from exgrpo.io import read_json, write_json
+    from exgrpo.provenance import provenance
+
+    built, dest = Path(built), Path(root or BASES_DIR) / backbone
+    entry = tiny_entry(backbone, backbones_path)
+    sft_record = read_json(built / "sft.json")
+    if sft_record.get("backbone") != backbone:
+        raise ValueError(f"{built}/sft.json: holds {sft_record.get('backbone')!r}, expected {backbone!r}")
+    old = dest / BASE_RECORD
+    previous = read_json(old)["weights_sha256"] if old.exists() else None
+    manifest = read_json(Path(data_dir) / "manifest.json")
+    weights = file_sha256(built / "model.safetensors")
+    record = {
+        "backbone": backbone, "recipe": base_recipe(entry, data_seed), "weights_sha256": weights,
+        "heldout_sha256": {name: split["sha256"] for name, split in manifest["splits"].items() if name != "train"},
+        "sft_steps_total": sft_record.get("steps_total"), "validation": sft_record.get("validation"),
+        "reproduced": None if previous is None else previous == weights,
+        "machine": {"platform": platform.platform(), "processor": cpu_model()},
+        "provenance": provenance(seed=data_seed),
+    }
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(built, tmp)
+    write_json(tmp / BASE_RECORD, record)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return record
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m exgrpo.tiny.models install-bases`: the last step of `snakemake tiny_pretrain`."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m exgrpo.tiny.models", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    inst = sub.add_parser("install-bases", help="copy SFT checkpoints into models/tiny/ with fingerprints")
+    inst.add_argument("--built", required=True, help="folder holding one SFT checkpoint per backbone")
+    inst.add_argument("--backbones", required=True, help="comma-separated tiny backbones")
+    inst.add_argument("--data", required=True, help="the `exgrpo make-data` folder SFT used")
+    inst.add_argument("--data-seed", type=int, required=True)
+    inst.add_argument("--registry", default=None, help="backbones.yaml")
+    inst.add_argument("--out", default=None, help="where the bases go (default models/tiny)")
+    args = parser.parse_args(argv)
+    summary = {}
+    for name in args.backbones.split(","):
+        rec = install_base(name, Path(args.built) / name, args.data, args.data_seed, args.registry, args.out)
+        summary[name] = {"weights_sha256": rec["weights_sha256"], "reproduced": rec["reproduced"]}
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,12 +1,13 @@
-"""Batched sampling with a KV cache, and teacher-forced scoring, for tiny HF causal LMs.
+"""Batched sampling with a static KV cache, and teacher-forced scoring, for tiny HF causal LMs.
 
-`generate` uses "prompt forcing" (tiny-testbed.md §2) on top of a transformers DynamicCache: every
-row starts at position 0; the shared shortest-prompt prefix is prefilled in one forward, then one
-token per step is fed for all rows, forcing the prompt token while a row is still inside its prompt
-and sampling otherwise. Every cached position therefore holds a real token of its row, so no
-padding, attention mask or position shift is needed, and a row's token at sequence position j has
-position id j exactly as in `score`'s full forward (which right-pads, harmless under causal
-attention). Cost: (longest - shortest prompt) extra single-token steps, a few for this task.
+`generate` runs the decoder of a Qwen2ForCausalLM / LlamaForCausalLM by hand (`StaticDecoder`, the
+same weights and the same arithmetic as the transformers modules) over a preallocated KV cache:
+the right-padded prompts are prefilled in one causal forward, then every row advances one token per
+step at its own position (row i writes its t-th response token at position len(prompt_i) + t, and
+attends to positions <= that one). Position ids therefore equal `score`'s full forward exactly, and
+no padding ever enters the attention. Hand-written because, for models this small, the per-token
+cost is Python and module dispatch, not arithmetic: benchmarks/bench_rollout.py measures it against
+transformers' `generate` at equal threads (results in benchmarks/results/rollout.json).
 
 Behaviour log-probs and entropies (paper §4.1 trajectory selection, Eq. 4 importance weights) are
 those of the *temperature-scaled* distribution softmax(logits / temperature), full vocabulary,
@@ -17,11 +18,11 @@ decoding; its log-probs and entropy are then those of temperature 1.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass
@@ -57,36 +58,161 @@ def _token_stats(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor
 
 
 def _sample(logp: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> torch.Tensor:
-    """[N, V] log-probs -> [N] token ids: argmax (temperature 0), nucleus (top_p < 1) or full sampling."""
+    """[N, V] log-probs -> [N] token ids: argmax (temperature 0), else one inverse-CDF draw per row.
+
+    The draw is u ~ U[0, 1) scaled to the row's mass and located in the cumulative distribution
+    (one uniform per row: cheaper than multinomial's one exponential per vocabulary entry); a
+    token with probability 0 (outside the nucleus, or underflowed) is never drawn.
+    """
     if temperature == 0:
         return logp.argmax(-1)
     probs = logp.exp()
+    order = None
     if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
+        probs, order = probs.sort(dim=-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (always at least the top token)
-        drop = sorted_p.cumsum(-1) - sorted_p >= top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        choice = torch.multinomial(sorted_p, 1, generator=generator).squeeze(1)
-        return order.gather(1, choice[:, None]).squeeze(1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, device=probs.device, dtype=probs.dtype)
+    # below the total mass, so the first cdf entry above it always exists and has positive mass
+    target = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    choice = torch.searchsorted(cdf, target, right=True).squeeze(1)
+    return choice if order is None else order.gather(1, choice[:, None]).squeeze(1)
 
 
-def _cache_kwarg(model: Any) -> str:
-    """Name of the KV-cache argument: `cache` (transformers >= 5.2x) or `past_key_values` (older)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+COMPACT_BELOW = 0.75
+"""`generate` drops finished rows from the decoder once at most this share of its rows still runs
+(each drop copies the cache, so it pays only when a good share of the rows is gone)."""
+
+
+class StaticDecoder:
+    """Incremental forward of a tiny Qwen2 / Llama model over a preallocated KV cache [rows, heads, T, dim].
+
+    Takes the weights from `model` as they are now (call again after an optimizer step). Supports
+    the configurations the tiny backbones use: SiLU MLP, default RoPE, full attention, optional
+    q/k/v/o biases, grouped KV heads. The lm_head is called as a module, so forward hooks on it apply.
+    """
+
+    def __init__(self, model: Any, rows: int, length: int):
+        cfg = model.config
+        rope = getattr(cfg, "rope_parameters", None) or {"rope_type": "default", "rope_theta": cfg.rope_theta}
+        problems = [
+            f"model_type {cfg.model_type!r}" if cfg.model_type not in ("qwen2", "llama") else "",
+            f"hidden_act {cfg.hidden_act!r}" if cfg.hidden_act != "silu" else "",
+            f"rope_type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
+            "sliding-window attention" if getattr(cfg, "use_sliding_window", False) else "",
+            "the model is not in eval mode" if model.training else ""]
+        if any(problems):
+            raise ValueError(f"StaticDecoder: unsupported {', '.join(p for p in problems if p)}; use model.generate")
+        self.model, self.heads, self.kv_heads = model, cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.eps = cfg.rms_norm_eps
+        self.layers = []
+        for layer in model.model.layers:
+            att, mlp = layer.self_attn, layer.mlp
+            qkv_b = None if att.q_proj.bias is None else torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
+            self.layers.append((
+                layer.input_layernorm.weight,
+                torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]), qkv_b,
+                att.o_proj.weight, att.o_proj.bias, layer.post_attention_layernorm.weight,
+                torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]),
+                mlp.down_proj.weight, mlp.down_proj.bias))
+        weight = model.model.embed_tokens.weight
+        self.embed, self.norm = weight, model.model.norm.weight
+        self.dev = weight.device
+        freqs = torch.arange(length, device=self.dev, dtype=torch.float32)[:, None] * \
+            model.model.rotary_emb.inv_freq.float()[None, :]
+        angles = torch.cat([freqs, freqs], dim=-1)
+        self.cos, self.sin = angles.cos().to(weight.dtype), angles.sin().to(weight.dtype)  # [T, head_dim]
+        shape = (rows, self.kv_heads, length, self.head_dim)
+        self.k = [torch.zeros(shape, dtype=weight.dtype, device=self.dev) for _ in self.layers]
+        self.v = [torch.zeros(shape, dtype=weight.dtype, device=self.dev) for _ in self.layers]
+        self.rows = torch.arange(rows, device=self.dev)
+        self.valid = torch.zeros(rows, length, dtype=torch.bool, device=self.dev)  # slot holds a real token
+        self.scale = self.head_dim ** -0.5
+        self.prompt_slots = 0
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only decoder rows `rows` (indices into the current rows), in that order."""
+        self.k = [k[rows] for k in self.k]
+        self.v = [v[rows] for v in self.v]
+        self.valid = self.valid[rows]
+        self.rows = torch.arange(len(rows), device=self.dev)
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+    def _block(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, write: Any, attend: Any) -> torch.Tensor:
+        """h [N, S, D] through every layer; `write(l, k, v)` stores keys/values, `attend(l, q)` attends."""
+        n, s, _ = h.shape
+        nh, nkv, hd = self.heads, self.kv_heads, self.head_dim
+        for i, (ln1, w_qkv, b_qkv, w_o, b_o, ln2, w_gu, b_gu, w_down, b_down) in enumerate(self.layers):
+            x = F.rms_norm(h, (h.shape[-1],), ln1, self.eps)
+            qkv = F.linear(x, w_qkv, b_qkv).view(n, s, nh + 2 * nkv, hd).transpose(1, 2)  # [N, H+2KV, S, hd]
+            qk = self._rope(qkv[:, :nh + nkv], cos, sin)
+            write(i, qk[:, nh:], qkv[:, nh + nkv:])
+            att = attend(i, qk[:, :nh])  # [N, H, S, hd]
+            h = h + F.linear(att.transpose(1, 2).reshape(n, s, nh * hd), w_o, b_o)
+            x = F.rms_norm(h, (h.shape[-1],), ln2, self.eps)
+            gate, up = F.linear(x, w_gu, b_gu).chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, w_down, b_down)
+        return h
+
+    def prefill(self, ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """Right-padded prompts [N, P] -> logits [N, V] at each row's last prompt token."""
+        p = self.prompt_slots = ids.shape[1]
+        self.valid[:, :p] = torch.arange(p, device=self.dev)[None, :] < lens[:, None]
+        cos, sin = self.cos[:p], self.sin[:p]
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+            self.k[i][:, :, :p], self.v[i][:, :, :p] = k, v
+
+        def attend(i: int, q: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, self.k[i][:, :, :p], self.v[i][:, :, :p], is_causal=True,
+                                                  enable_gqa=self.kv_heads != self.heads)
+
+        h = self._block(F.embedding(ids, self.embed), cos, sin, write, attend)
+        last = h[self.rows, lens - 1]  # [N, D]
+        return self.model.lm_head(F.rms_norm(last, (last.shape[-1],), self.norm, self.eps))
+
+    def step(self, token: torch.Tensor, t: int, pos: torch.Tensor) -> torch.Tensor:
+        """Feed response token t [N] at sequence positions pos [N] -> logits [N, V] for token t + 1.
+
+        Cache slots: 0..P-1 hold the prompts (valid below each row's length), P + t response token t
+        of every row. Attention is order-free, so slots need not follow positions; RoPE uses `pos`.
+        """
+        slot = self.prompt_slots + t
+        self.valid[:, slot] = True
+        keep = self.valid[:, None, None, :slot + 1]  # [N, 1, 1, W]
+        cos, sin = self.cos[pos][:, None, None], self.sin[pos][:, None, None]  # [N, 1, 1, hd]
+        group = self.heads // self.kv_heads
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+            self.k[i][:, :, slot], self.v[i][:, :, slot] = k[:, :, 0], v[:, :, 0]
+
+        def attend(i: int, q: torch.Tensor) -> torch.Tensor:
+            k, v = self.k[i][:, :, :slot + 1], self.v[i][:, :, :slot + 1]
+            if group > 1:
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            scores = torch.matmul(q, k.transpose(-1, -2)).mul_(self.scale).masked_fill_(~keep, float("-inf"))
+            return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+        h = self._block(F.embedding(token[:, None], self.embed), cos, sin, write, attend)[:, 0]
+        return self.model.lm_head(F.rms_norm(h, (h.shape[-1],), self.norm, self.eps))
 
 
 @torch.no_grad()
 def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_tokens: int,
              temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator) -> RolloutBatch:
-    """Sample one response per prompt (paper §3.3 rollouts), batched, with a KV cache.
+    """Sample one response per prompt (paper §3.3 rollouts), batched, with a static KV cache.
 
     prompts: N token-id lists (different lengths allowed). Rows stop at the eos token or after
     `max_new_tokens`. Deterministic given `generator`'s state (CPU). See the module docstring for
     the exact meaning of `logprobs` and `entropy`.
     """
-    from transformers import DynamicCache
-
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
     if max_new_tokens < 1:
@@ -99,50 +225,47 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_to
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     n = len(prompts)
     lens = torch.tensor([len(p) for p in prompts], device=device)
-    shortest, longest = int(lens.min()), int(lens.max())
-    total = longest + max_new_tokens
-    seq = torch.full((n, total), pad, dtype=torch.long, device=device)
+    longest = int(lens.max())
+    ids = torch.full((n, longest), pad, dtype=torch.long)
     for i, p in enumerate(prompts):
-        seq[i, :len(p)] = torch.tensor(p, dtype=torch.long)
-    token_logp = torch.zeros(n, total, device=device)  # indexed by sequence position
-    token_ent = torch.zeros(n, total, device=device)
-    done = torch.zeros(n, dtype=torch.bool, device=device)
+        ids[i, :len(p)] = torch.tensor(p, dtype=torch.long)
+    tokens = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=device)
+    token_logp = torch.zeros(n, max_new_tokens, device=device)
+    token_ent = torch.zeros(n, max_new_tokens, device=device)
     ended = torch.zeros(n, dtype=torch.bool, device=device)  # emitted eos
-    stop = lens + max_new_tokens  # first position a row may not write
 
-    cache = {_cache_kwarg(model): DynamicCache(config=model.config)}
-    out = model(input_ids=seq[:, :shortest], use_cache=True, logits_to_keep=1, **cache)
-    for pos in range(shortest, total):
-        logp, ent = _token_stats(out.logits[:, -1], temperature)
-        sampled = _sample(logp, temperature, top_p, generator)
-        in_prompt = pos < lens
-        active = ~in_prompt & ~done
-        token = torch.where(in_prompt, seq[:, pos], torch.where(active, sampled, pad))
-        seq[:, pos] = token
-        token_logp[:, pos] = torch.where(active, logp.gather(1, token[:, None]).squeeze(1), 0.0)
-        token_ent[:, pos] = torch.where(active, ent, 0.0)
-        ended |= active & (token == eos)
-        done |= ended | (~in_prompt & (pos + 1 >= stop))
-        if bool(done.all()):
-            break
-        out = model(input_ids=token[:, None], use_cache=True, **cache)
-    model.train(was_training)
+    alive = torch.arange(n, device=device)  # original row of each decoder row
+    try:
+        decoder = StaticDecoder(model, n, longest + max_new_tokens)
+        logits = decoder.prefill(ids.to(device), lens)
+        live = torch.ones(n, dtype=torch.bool, device=device)  # decoder rows still generating
+        for t in range(max_new_tokens):
+            logp, ent = _token_stats(logits, temperature)
+            token = torch.where(live, _sample(logp, temperature, top_p, generator), pad)
+            tokens[alive, t] = token
+            token_logp[alive, t] = torch.where(live, logp.gather(1, token[:, None]).squeeze(1), 0.0)
+            token_ent[alive, t] = torch.where(live, ent, 0.0)
+            stopped = live & (token == eos)
+            ended[alive] |= stopped
+            live &= ~stopped
+            n_live = int(live.sum())
+            if t + 1 == max_new_tokens or n_live == 0:
+                break
+            if n_live <= COMPACT_BELOW * len(live):  # drop finished rows: later steps cost less
+                keep = live.nonzero().squeeze(1)
+                decoder.keep(keep)
+                alive, token, live = alive[keep], token[keep], live[keep]
+            logits = decoder.step(token, t, lens[alive] + t)
+    finally:
+        model.train(was_training)
 
-    written = pos + 1
-    resp_len = torch.clamp(torch.minimum(stop, torch.full_like(stop, written)) - lens, min=0)
-    # a row's response is seq[lens : lens + resp_len]; rows that ended stop right after their eos
-    for i in range(n):
-        row = seq[i, lens[i]:lens[i] + resp_len[i]]
-        hit = (row == eos).nonzero()
-        if len(hit):
-            resp_len[i] = int(hit[0]) + 1
-    width = max(int(resp_len.max()), 1)
-    offsets = torch.arange(width, device=device)
-    mask = offsets[None, :] < resp_len[:, None]
-    index = torch.clamp(lens[:, None] + offsets[None, :], max=total - 1)
-    response_ids = torch.where(mask, seq.gather(1, index), pad)
-    logprobs = torch.where(mask, token_logp.gather(1, index), 0.0)
-    entropy = torch.where(mask, token_ent.gather(1, index), 0.0)
+    width = t + 1
+    first_eos = torch.where(tokens[:, :width] == eos, torch.arange(width, device=device), width).min(1).values
+    resp_len = torch.where(ended, first_eos + 1, width)
+    mask = torch.arange(width, device=device)[None, :] < resp_len[:, None]
+    response_ids = torch.where(mask, tokens[:, :width], pad)
+    logprobs = torch.where(mask, token_logp[:, :width], 0.0)
+    entropy = torch.where(mask, token_ent[:, :width], 0.0)
     texts = tokenizer.batch_decode(
         [ids[:n_tok - int(end)] for ids, n_tok, end in zip(response_ids.tolist(), resp_len.tolist(), ended.tolist())],
         skip_special_tokens=False)

@@ -97,6 +97,9 @@ class CPUTrainer:
                            "select": torch.Generator().manual_seed(seed + 2)}
         self.verifier = Verifier.from_config(cfg)
         self.norm_const = resolve_norm_const(cfg.loss_norm_const, args.max_new_tokens)
+        self._current_logp: list[torch.Tensor] = []
+        """This step's o* log-probs under the current policy, in plan order, from the selection forward (π_θold
+        of the replayed rows; empty when the selection scored nothing)."""
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int, fresh_qids: list[str], replay_qids: list[str]) -> dict[str, float]:
@@ -154,6 +157,7 @@ class CPUTrainer:
         Current-policy scores come from one forward pass over all candidates of the step, in plan order, as
         the released collate function does (the released entropy mask depends on the global candidate index).
         """
+        self._current_logp = []
         if not qids:
             return []
         cands = {qid: self.manager.candidates(qid) for qid in qids}
@@ -168,6 +172,9 @@ class CPUTrainer:
             scores = candidate_scores(self.cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids,
                                       pad_id=self.tok.pad_token_id)
         picked = core_step.choose_replayed(self.cfg, qids, cands, self.generators["select"], scores)
+        if scores is not None:  # the same weights as π_θold of the replayed rows: no second forward
+            starts = np.cumsum([0] + [len(cands[q]) for q in qids[:-1]])
+            self._current_logp = [logp[s + i][mask[s + i]] for s, i in zip(starts.tolist(), picked)]
         return [cands[q][i] for q, i in zip(qids, picked)]
 
     def _assemble(self, rows: core_step.StepRows, roll: Any, chosen: list[Trajectory]) -> dict[str, Any]:
@@ -179,7 +186,10 @@ class CPUTrainer:
         behaviour += [torch.tensor(t.logprobs, dtype=torch.float32) for t in chosen]
         batch = assemble_batch(self.cfg, rows, [self.questions[q].prompt_ids for q in rows.qids], response_ids,
                                behaviour, self.tok.pad_token_id)
-        if chosen:  # π_θold for replayed rows: the current policy before this step's update
+        if chosen and len(self._current_logp) == len(chosen):  # scored by the selection forward
+            for row, lp in enumerate(self._current_logp, start=n_roll):
+                batch["old_logp"][row, :len(lp)] = lp
+        elif chosen:  # π_θold for replayed rows: the current policy before this step's update
             ids, mask = batch["ids"][n_roll:], batch["mask"][n_roll:]
             self.model.eval()
             with torch.no_grad():

@@ -126,3 +126,34 @@ def test_bad_arguments(model, tok, prompts):
         rollout.generate(model, tok, [], max_new_tokens=4, generator=g)
     with pytest.raises(ValueError, match="shape mismatch"):
         rollout.score(model, prompts[:2], torch.zeros(3, 4, dtype=torch.long), torch.ones(3, 4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("compact_below", [0.0, 1.0])
+def test_dropping_finished_rows_changes_nothing(model, tok, prompts, monkeypatch, compact_below):
+    # greedy, with rows ending at different steps: never dropping finished rows (0.0) and dropping them
+    # as soon as one ends (1.0) must give the default's tokens and log-probs
+    hook = _eos_bias(model, tok, 1.5)
+    try:
+        default = rollout.generate(model, tok, prompts * 3, max_new_tokens=12, temperature=0.0,
+                                   generator=torch.Generator())
+        monkeypatch.setattr(rollout, "COMPACT_BELOW", compact_below)
+        other = rollout.generate(model, tok, prompts * 3, max_new_tokens=12, temperature=0.0,
+                                 generator=torch.Generator())
+    finally:
+        hook.remove()
+    assert len(set(default.lengths.tolist())) > 2  # rows end at different steps
+    assert torch.equal(default.response_ids, other.response_ids) and default.texts == other.texts
+    assert torch.allclose(default.logprobs, other.logprobs, atol=1e-6)
+    assert torch.allclose(default.entropy, other.entropy, atol=1e-6)
+
+
+def test_sampling_follows_the_distribution(tok):
+    # inverse-CDF draws: frequencies match the probabilities; zero-probability tokens are never drawn
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]]).expand(20000, -1)
+    draws = rollout._sample(probs.log(), 1.0, 1.0, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=6).float() / len(draws)
+    assert freq[[0, 2, 5]].sum() == 0
+    assert torch.allclose(freq, probs[0], atol=0.015)
+    nucleus = rollout._sample(probs.log(), 1.0, 0.6, torch.Generator().manual_seed(0))  # keeps {1, 3}
+    assert set(nucleus.tolist()) == {1, 3}
+    assert abs(float((nucleus == 1).float().mean()) - 0.5 / 0.8) < 0.015

@@ -74,6 +74,23 @@ def sft_dir(source, backbone):
     return f"work/{source}/sft/{backbone}"
 
 
+def base_dir(source, backbone):
+    """The base a tiny run starts from: the shipped models/tiny/<backbone> when its recipe matches
+    the registry entry and the study's data seed (exgrpo.tiny.models.shipped_base; not for the smoke
+    budget, which trains its own short SFT), else the checkpoint the `sft` rule builds.
+    """
+    from exgrpo.tiny.models import shipped_base
+
+    study = study_of_source(source)
+    if study.budget != "smoke":
+        shipped = shipped_base(
+            backbone, BACKBONES[backbone], study.data_seed, root="models/tiny"
+        )
+        if shipped is not None:
+            return str(shipped)
+    return sft_dir(source, backbone)
+
+
 def train_dir(source, backbone, variant, seed):
     """`exgrpo train --out`: log.jsonl.gz and run.json land here."""
     return f"results/{source}/train/{backbone}/{variant}/s{seed}"
@@ -137,13 +154,13 @@ def eval_benchmarks(scale):
 
 def eval_model_input(wc):
     if wc.variant == "base":
-        return f"{sft_dir(wc.source, wc.backbone)}/config.json"
+        return f"{base_dir(wc.source, wc.backbone)}/config.json"
     return f"{train_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/run.json"
 
 
 def eval_model_path(wc):
     if wc.variant == "base":
-        return sft_dir(wc.source, wc.backbone)
+        return base_dir(wc.source, wc.backbone)
     return f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final"
 
 
@@ -171,7 +188,7 @@ def eval_data_for(source):
 def init_for(source, backbone):
     """`--init` of training: the SFT checkpoint (tiny) or the HF model id, read from the cache (paper)."""
     entry = BACKBONES[backbone]
-    return sft_dir(source, backbone) if entry["scale"] == "tiny" else entry["hf_id"]
+    return base_dir(source, backbone) if entry["scale"] == "tiny" else entry["hf_id"]
 
 
 def sft_init(source, backbone):

@@ -68,7 +68,7 @@ rule sft:
 rule train_tiny:
     input:
         data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
-        init=f"{sft_dir('{source}', '{backbone}')}/config.json",
+        init=lambda wc: f"{base_dir(wc.source, wc.backbone)}/config.json",
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
