@@ -1,6 +1,7 @@
 """After an epoch boundary a question can be fresh and replayed in the same step: the CPU trainer trains it as
 two groups and finishes (it used to group rows by question id and crash in `record_group` with 2K rewards).
-The drills' set-up: 40 training questions, smoke budget, 12 steps, for several seeds."""
+The drills' set-up: 40 training questions, smoke budget, 12 steps, for seeds whose draws reach the overlap
+with the current sampler (1, 3, 5, 8 of seeds 1-10; the assertion below says so if a sampler change moves it)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def data_40(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("seed", [1, 3, 5, 8])
 def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_questions(seed, data_40, tmp_path,
                                                                                      monkeypatch):
     overlaps: list[int] = []
@@ -51,4 +52,4 @@ def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_ques
     assert len(overlaps) == 12
     # every prompt slot is one recorded group, a question fresh and replayed in one step included
     assert groups == slots
-    assert sum(overlaps) > 0, overlaps  # these seeds do reach the overlap (each crashed there before)
+    assert sum(overlaps) > 0, overlaps  # these seeds reach the overlap (re-pick them if the sampler's draws change)
