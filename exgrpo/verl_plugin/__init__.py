@@ -5,7 +5,9 @@ verl imports this package in every process when `VERL_USE_EXTERNAL_MODULES=exgrp
 it after verl registers, through verl's own registries:
 
 - the trainer `ExGRPOTrainer` as `trainer.v1.trainer_mode=exgrpo` (`@register_trainer`, trainer.py),
-- the agent loop `exgrpo_replay` that injects a stored trajectory into its question's group (agent_loop.py).
+- the agent loop `exgrpo_replay` that injects a stored trajectory into its question's group (agent_loop.py),
+- the CPU mode's platform `cpu` and rollout `exgrpo_cpu` (cpu/; selected only by VERL_PLATFORM=cpu and
+  `rollout.name=exgrpo_cpu`, which `exgrpo verl-config --device cpu` writes).
 
 The loss (`loss.py`, installed with `set_loss_fn`), the reward (`reward.py`, `custom_reward_function`) and
 the Hydra config (`config/exgrpo_trainer.yaml`) are referenced from the config. Modules that only render
@@ -27,7 +29,11 @@ VERL_VERSION = "0.9.1"
 
 
 def register() -> None:
-    """Import the modules whose decorators register the trainer and the agent loop with verl."""
+    """Import the modules whose decorators register the trainer, the agent loop and the CPU mode's platform and
+    rollout (`cpu/`, used only when VERL_PLATFORM=cpu) with verl."""
+    from exgrpo.verl_plugin import cpu
+
+    cpu.register()
     from exgrpo.verl_plugin import agent_loop, trainer  # noqa: F401
 
 

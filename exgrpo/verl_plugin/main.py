@@ -4,6 +4,10 @@ What `verl.trainer.main_ppo.main` does (device, config validation, Ray, the V1 T
 plug-in is put into VERL_USE_EXTERNAL_MODULES before verl is imported, the config is checked against its
 `exgrpo.config` section, and the resolved config is written to `<run_dir>/resolved_config.json`
 (the source of the run's Table 4) before training starts.
+
+CPU mode (`exgrpo.device: cpu`, set by config/exgrpo_cpu.yaml): the driver gets the same environment as the
+Ray workers (`cpu.CPU_ENV`: verl platform `cpu`) before verl resolves its platform, so the driver, the
+TaskRunner and every worker agree on the device.
 """
 
 from __future__ import annotations
@@ -19,9 +23,26 @@ def _add_plugin_to_env() -> None:
         os.environ["VERL_USE_EXTERNAL_MODULES"] = ",".join([*mods, PLUGIN_MODULE])
 
 
+def _select_cpu_platform() -> None:
+    """CPU mode in this process: CPU_ENV, and verl's platform singleton set to the CPU platform."""
+    from exgrpo.verl_plugin import cpu
+
+    cpu.apply_cpu_env()
+    cpu.register()
+    from verl.plugin.platform.platform_manager import get_platform, set_platform
+
+    from exgrpo.verl_plugin.cpu.platform import PlatformCPU
+
+    if get_platform().device_name != cpu.DEVICE:
+        set_platform(PlatformCPU())
+
+
 def run(config) -> None:  # noqa: ANN001 (an omegaconf DictConfig)
     """Validate `config`, write the resolved JSON, and train (blocks until the run ends)."""
     from omegaconf import OmegaConf
+
+    if str(config.exgrpo.get("device", "cuda")) == "cpu":
+        _select_cpu_platform()
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config

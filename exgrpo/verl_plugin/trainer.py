@@ -61,6 +61,7 @@ from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import resolve_norm_const
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin.checkpoint import load_plugin_state, prune_states, save_plugin_state, step_dir
+from exgrpo.verl_plugin.cpu.debug import debug_dir, dumping_actor_loss
 from exgrpo.verl_plugin.hydra_config import check_verl_config
 from exgrpo.verl_plugin.loss import exgrpo_actor_loss
 
@@ -213,7 +214,10 @@ class ExGRPOTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------------ replay plan and selection
     def on_init_end(self) -> None:
-        self.actor_rollout_wg.set_loss_fn(partial(exgrpo_actor_loss, cfg=self.exgrpo_cfg, norm_const=self.norm_const))
+        loss_fn = partial(exgrpo_actor_loss, cfg=self.exgrpo_cfg, norm_const=self.norm_const)
+        if (dump := debug_dir()) is not None:  # tests: dump what the worker's loss saw (cpu/debug.py)
+            loss_fn = partial(dumping_actor_loss, loss_fn=loss_fn, dump_dir=str(dump))
+        self.actor_rollout_wg.set_loss_fn(loss_fn)
         self._plan_next_step()  # replicas sleep after _setup: the actor can run the scoring pass
         super().on_init_end()
 
@@ -295,6 +299,10 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.select_generator.set_state(state.select_rng_state)
         logger.info("ExGRPO state restored from %s: %d buffered questions, replay active=%s", folder,
                     len(self.manager.buffer), self.manager.replay_active)
+        if (dump := debug_dir()) is not None:  # tests: write back what was restored (cpu/debug.py)
+            save_plugin_state(dump / f"resumed_step_{self.global_steps}", step=self.global_steps, cfg=self.exgrpo_cfg,
+                              manager=self.manager, data_order=self.data_order.state_dict(),
+                              prompt_cache=self.prompt_cache, select_rng_state=self.select_generator.get_state())
 
 
 def _fresh_response_stats(rows: core_step.StepRows, entropy: torch.Tensor,
