@@ -1,4 +1,4 @@
-"""One configuration object for the ExGRPO method (paper.md §1, §3.3, §6.3, §6.6).
+"""One configuration object for the ExGRPO method (paper §3-4; docs/method.md maps each field to its equation).
 
 Every switch of the method lives here, with the paper's meaning as default. Where the released
 code (ElliottYan/LUFFY, folder ExGRPO/) behaves differently, that behaviour sits behind a named
@@ -9,9 +9,9 @@ truth.
 Departures from the paper, stated up front:
 - `sigma_units` defaults to "count" (σ=1 in success-count units, σ_acc=0.125), as released. The
   paper's text reads σ=1 in accuracy units, but its own sensitivity discussion only makes sense in
-  count units (paper.md §1.4), so the released reading is what the paper's numbers came from.
+  count units (docs/method.md §7), so the released reading is what the paper's numbers came from.
 - `entropy_mask` defaults to "response" (clean mean over response tokens), not the released mask
-  (paper.md §1.6, upstream issue #57); "as_released" reproduces the bug.
+  (docs/method.md §7, upstream issue #57); "as_released" reproduces the bug.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class ExGRPOConfig:
     """Processes in the verifier pool."""
 
     drop_fresh_overflow: bool = False
-    """Released: each step consumes B fresh questions and drops the n_exp it does not use (paper.md §6.6-6); False consumes B - n_exp."""
+    """Released: each step consumes B fresh questions and drops the n_exp it does not use (docs/method.md §7); False consumes B - n_exp."""
 
     # ---------------------------------------------------------------- experience buffer (paper §4.1, Alg. 1)
     buffer_lbound: int = 0
@@ -73,9 +73,9 @@ class ExGRPOConfig:
     max_traj_per_question: int = 0
     """Cap on stored trajectories per question (oldest dropped); 0 = unlimited, as released."""
     replay_counts_in_k: bool = True
-    """For an experiential group, k counts the replayed (always correct) trajectory too: the group is 1+7 (released, paper.md §6.6-4)."""
+    """For an experiential group, k counts the replayed (always correct) trajectory too: the group is 1+7 (released; docs/method.md §7)."""
     collect_before_activation: bool = False
-    """Collect experience from step 1. Released: collection starts only once replay is active (paper.md §1.2)."""
+    """Collect experience from step 1. Released: collection starts only once replay is active (docs/method.md §7)."""
     retire_from_buffer: bool = True
     """Questions with k = K leave the buffer at the end of every step (paper Alg. 1, E ← E \\ S)."""
     retire_from_data: str = "epoch"
@@ -113,7 +113,7 @@ class ExGRPOConfig:
     selection_policy: str = "current"
     """Score under the `current` policy with an extra forward pass (paper), or use the value recorded `at_collection` (cheaper)."""
     entropy_mask: str = "response"
-    """`response`: mean over response tokens; `as_released`: the released pad-position mask (paper.md §1.6, issue #57)."""
+    """`response`: mean over response tokens; `as_released`: the released pad-position mask (docs/method.md §7, issue #57)."""
 
     # ---------------------------------------------------------------- advantages (paper §3.1, Dr.GRPO)
     adv_std_norm: bool = False
@@ -125,7 +125,7 @@ class ExGRPOConfig:
     clip_eps: float = 0.2
     """PPO clip ε for on-policy tokens (before replay activates, or always with `keep_clip_after_activation`)."""
     keep_clip_after_activation: bool = False
-    """Released removes clipping for all tokens once replay is active (paper.md §6.6-3); True keeps PPO clip on fresh tokens."""
+    """Released removes clipping for all tokens once replay is active (docs/method.md §7); True keeps PPO clip on fresh tokens."""
     replay_shaping: str = "shaped"
     """Replayed tokens: `shaped` f(w)=w/(w+β) (paper); `clipped` PPO ratio ("w/o Shaping", Table 6); `unclipped` −w·A (released no_reshape)."""
     shaping_beta: float = 0.1

@@ -1,7 +1,7 @@
 """A process pool with a hard wall-clock timeout per task (used by `exgrpo.core.reward.Verifier`).
 
 Why not plain `ProcessPoolExecutor.map(timeout=...)`: a future's timeout only stops *waiting*; the
-hung worker keeps running and blocks the pool forever (peers.md §2.6: verl PR #5839 hung at step 2).
+hung worker keeps running and blocks the pool forever (as verl PR #5839 did: it hung at step 2).
 Signal-based timeouts cannot be used either: they raise in non-main threads and math-verify's
 own SIGALRM handler can be starved by long C-level sympy calls (a 20-deep nested fraction ignores a
 1 s alarm for ~30 s, measured here). So this pool:

@@ -1,4 +1,4 @@
-"""The CPU testbed: a synthetic verifiable task and tiny transformers backbones (tiny-testbed.md).
+"""The CPU testbed: a synthetic verifiable task and tiny transformers backbones (docs/testbed.md).
 
 - `task`: seeded arithmetic problems with exactly checkable steps, splits (train / validation /
   ID test / three OOD sets / length probe), noisy SFT teacher, exact-match grading.

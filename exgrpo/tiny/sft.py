@@ -1,4 +1,4 @@
-"""SFT "pre-training" of the tiny backbones on noisy-teacher solutions (tiny-testbed.md §1, §3).
+"""SFT "pre-training" of the tiny backbones on noisy-teacher solutions (docs/testbed.md).
 
 Stands in for the pre-training and instruction tuning the paper's backbones received: it gives
 each base a partial accuracy that falls with difficulty, plus "lucky hits" (right answer, a wrong
@@ -14,7 +14,7 @@ then trains on symbolic questions only, so OOD gains must transfer through the s
 Loss on response tokens only (the answer after `<think>`, incl. eos); AdamW; linear warm-up then
 cosine decay to `min_lr_ratio`; gradient-norm clip.
 
-Departures from the prototype's recipe (tiny-testbed.md §3), for the budget of ~8 single-thread
+Departures from the prototype's recipe (docs/testbed.md), for the budget of ~8 single-thread
 CPU minutes for all five backbones: batches of 64 sequences (not 128) at lr 6e-3 (not 4e-3) for
 ~1000 steps, about a third of the prototype's compute for similar base accuracy (lr 1e-2 was
 unstable); 20 % of examples are word / multiple-choice forms; length-sorted micro-batches.

@@ -232,7 +232,7 @@ def target_response(problem: dict, steps: list[str] | None = None, value: int | 
 
 
 def noisy_solution(problem: dict, rng: random.Random, p_noise: float = 0.2, p_prop: float = 0.7) -> str:
-    """A noisy-teacher response (tiny-testbed.md §1): see the module docstring."""
+    """A noisy-teacher response (docs/testbed.md): see the module docstring."""
     noise = []
     for _ in range(problem["difficulty"]):
         if rng.random() < p_noise:
@@ -248,7 +248,7 @@ def split_response(response: str) -> tuple[str | None, str | None]:
     """(think text, boxed answer) of a response; None for a part that is missing.
 
     The think text is everything before the first `</think>` (a leading `<think>` is dropped);
-    the answer is the content of the last `\\boxed{...}` after `</think>` (paper.md §3.5 region).
+    the answer is the content of the last `\\boxed{...}` after `</think>` (the release's grading region, docs/evaluation.md).
     """
     if THINK_CLOSE not in response:
         return None, None
