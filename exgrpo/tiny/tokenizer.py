@@ -26,6 +26,9 @@ TAG_TOKENS = ("<think>", "</think>", "\\boxed{")
 CHARACTERS = tuple(c for c in string.printable if c not in "\t\r\x0b\x0c")
 """The 96 character tokens: printable ASCII plus newline."""
 
+BYTE_LEVEL = {" ": "\u0120", "\n": "\u010a"}
+"""The two characters whose byte-level symbol differs from the character (GPT-2's byte-to-unicode map)."""
+
 PAD, BOS, EOS, UNK = "<|pad|>", "<|bos|>", "<|end|>", "<|unk|>"
 
 CHAT_TEMPLATE = (
@@ -45,19 +48,27 @@ def build_tokenizer(model_max_length: int = 512) -> Any:
     """A `PreTrainedTokenizerFast` over the vocabulary above, with the chat template set.
 
     Encoding adds no special tokens by itself (there is no post-processor): the chat template
-    writes `<|bos|>`. `decode` concatenates tokens with no separator, so decode(encode(s)) == s
-    for any printable-ASCII string.
+    writes `<|bos|>`. decode(encode(s)) == s for any printable-ASCII string.
+
+    The characters are stored in byte-level form (GPT-2's byte-to-unicode map: space is `Ġ`, newline
+    `Ċ`, the visible ASCII characters are themselves) behind a ByteLevel pre-tokenizer and decoder. That
+    is the form `Qwen2Tokenizer` expects: transformers 5 `AutoTokenizer` rebuilds the tokenizer of any
+    `model_type: qwen2` checkpoint as a `Qwen2Tokenizer` from vocab and merges, whatever class was saved,
+    and with raw ' ' / '\n' entries that rebuild silently drops every space and newline (the Tiny-Math
+    family's prompts reached the RL trainer and the evaluation without them). The ids are the same in
+    both forms (tests/tiny/test_tokenizer.py checks `AutoTokenizer` against this function).
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + TAG_TOKENS + CHARACTERS)}
-    # A BPE model with no merges over single characters is exactly a character tokenizer, and
-    # unlike WordLevel it needs no pre-tokenizer to split a string into characters.
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + TAG_TOKENS + tuple(BYTE_LEVEL.get(c, c)
+                                                                                  for c in CHARACTERS))}
+    # A BPE model with no merges over single characters is exactly a character tokenizer.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     core.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
-    core.decoder = decoders.Fuse()
+    core.decoder = decoders.ByteLevel()
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
         additional_special_tokens=list(SPECIAL_TOKENS[4:]), model_max_length=model_max_length,

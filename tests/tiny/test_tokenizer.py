@@ -35,7 +35,7 @@ def test_round_trip(tok, text):
 
 
 def test_unknown_characters_map_to_unk(tok):
-    assert tok.encode("é", add_special_tokens=False) == [tok.unk_token_id]
+    assert tok.encode("é", add_special_tokens=False) == [tok.unk_token_id] * 2  # one per UTF-8 byte
 
 
 def test_skip_special_tokens_keeps_reasoning_tags(tok):
@@ -75,3 +75,36 @@ def test_save_load_round_trip(tok, tmp_path):
     assert (loaded.eos_token, loaded.pad_token, loaded.bos_token) == ("<|end|>", "<|pad|>", "<|bos|>")
     assert T.encode_prompt(loaded, [{"role": "user", "content": "1+1"}]) == T.encode_prompt(tok, [
         {"role": "user", "content": "1+1"}])
+
+
+TASK_TEXT = "<|bos|><|user|>What is 3 plus 4 times 2?\nA) 11 B) 14<|end|><|assistant|><think> 4*2=8; 3+8=11 </think> \\boxed{11}"
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_autotokenizer_of_a_checkpoint_keeps_spaces_and_newlines(tok, family, tmp_path):
+    # transformers 5 rebuilds a `model_type: qwen2` checkpoint's tokenizer as Qwen2Tokenizer; with raw ' ' / '\n'
+    # vocabulary entries that rebuild dropped them all (tokenizer.py docstring)
+    from transformers import AutoTokenizer
+
+    from exgrpo.tiny import models
+
+    arch = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    models.build_model(family, arch, tok, seed=0).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    ids = loaded.encode(TASK_TEXT, add_special_tokens=False)
+    assert ids == tok.encode(TASK_TEXT, add_special_tokens=False), type(loaded).__name__
+    assert loaded.decode(ids) == TASK_TEXT
+
+
+def test_every_shipped_checkpoint_loads_the_same_tokenizer(tok):
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    root = Path(__file__).resolve().parents[2]
+    folders = [p.parent for p in (root / "models" / "tiny").glob("*/config.json")] + [root / "tests/fixtures/tiny-sft"]
+    assert len(folders) == 6
+    for folder in folders:
+        loaded = AutoTokenizer.from_pretrained(folder)
+        assert loaded.encode(TASK_TEXT, add_special_tokens=False) == tok.encode(TASK_TEXT, add_special_tokens=False), folder
