@@ -4,6 +4,7 @@
 #   tiny       (default) the embedded CPU study into results/tiny/, from the shipped bases (models/tiny/)
 #   tiny_pretrain  rebuild the shipped tiny bases (SFT) into models/tiny/
 #   tiny_full  the same with more seeds and every ablation
+#   tiny_regimes  the pre-registered regime map (docs/regimes.md) into results/tiny/regimes/
 #   smoke      minimal budgets on one tiny backbone (tests, CI)
 #   all        the paper replication at full scale into results/paper-repro/ (GPUs)
 #   figures    re-render tables and figures from what is already under results/
@@ -37,6 +38,7 @@ include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/analysis.smk"
+include: "workflow/rules/regimes.smk"
 
 
 onstart:
@@ -46,6 +48,7 @@ onstart:
 localrules:
     tiny,
     tiny_full,
+    tiny_regimes,
     smoke,
     all,
 
@@ -59,6 +62,11 @@ rule tiny:
 rule tiny_full:
     input:
         study_targets("tiny_full"),
+
+
+rule tiny_regimes:
+    input:
+        regime_targets(),
 
 
 rule smoke:

@@ -107,7 +107,8 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
     evals, samples = with_aliases(evals), with_aliases(samples)
     return Results(source=source, root=root, backbones=registry, scores=scores, paper=paper, runs=runs,
                    train=train, evals=evals, samples=samples, trajectories=_load_trajectories(root, registry),
-                   bench=load_benchmarks(root), regimes=regimes.load(root, registry), notes=notes)
+                   bench=load_benchmarks(root), notes=notes,
+                   regimes=regimes.load(root, registry, base=(train, evals, samples)))
 
 
 # ------------------------------------------------------------------------------------------ value checks

@@ -3,7 +3,9 @@
 Layout (results/README.md): `results/<source>/regimes/<regime>/regime.json` holds the regime as it ran (its
 backbone, what it tests, its arms and which comparisons it reports, the primary one first), and beside it a
 results tree of the usual shape, `train/<backbone>/<arm>/s<seed>/` and `eval/<backbone>/<arm>/s<seed>/`. An arm
-is named `<variant>` or `<variant>-<tag>` (`on_policy-b24`), `<variant>` being a known method variant.
+is named `<variant>` or `<variant>-<tag>` (`on_policy-b24`), `<variant>` being a known method variant. An arm
+listed under `reused` (arm -> `../..`, the source's own tree) is a run of the base study, read from there
+(exgrpo.regimes).
 
 Each comparison is ExGRPO-arm − control-arm of the ID and OOD averages with the paired bootstrap of
 `analysis.stats` (the estimator of the README's backbone table), and the protocol's decision rule:
@@ -45,8 +47,12 @@ def arm_variant(arm: str) -> str:
     return arm.split("-", 1)[0]
 
 
-def load(source_root: Path, registry: dict[str, Any]) -> list[Regime]:
-    """Every regime under results/<source>/regimes/, validated (ResultsError naming the file and field)."""
+def load(source_root: Path, registry: dict[str, Any],
+         base: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> list[Regime]:
+    """Every regime under results/<source>/regimes/, validated (ResultsError naming the file and field).
+
+    `base`: the source tree's own (train, evals, samples), where reused arms are read (`../..`).
+    """
     base = Path(source_root) / "regimes"
     if not base.is_dir():
         return []
@@ -54,7 +60,8 @@ def load(source_root: Path, registry: dict[str, Any]) -> list[Regime]:
     out = []
     for spec_path in sorted(base.glob(f"*/{REGIME_FILE}")):
         spec = loader.read_json(spec_path)
-        loader.check_keys(spec_path, spec, REGIME_REQUIRED, {"description": "str"})
+        loader.check_keys(spec_path, spec, REGIME_REQUIRED, {"description": "str", "format": "int",
+                                                             "reused": "object"})
         root = spec_path.parent
         if spec["name"] != root.name:
             raise loader.ResultsError(spec_path, "name", f"{spec['name']!r} does not match the directory {root.name!r}")
@@ -66,12 +73,28 @@ def load(source_root: Path, registry: dict[str, Any]) -> list[Regime]:
                     and comp["treatment"] in spec["arms"] and comp["control"] in spec["arms"]):
                 raise loader.ResultsError(spec_path, f"comparisons[{i}]",
                                           f"expected {{treatment, control}} naming arms of the regime, got {comp!r}")
-        allowed = set(spec["arms"])
+        reused = spec.get("reused", {})
+        for arm, where in reused.items():
+            if arm not in spec["arms"] or where != "../.." or base is None:
+                raise loader.ResultsError(spec_path, f"reused.{arm}", f"expected an arm of the regime read from "
+                                                                      f"'../..' (the source's tree), got {where!r}")
+        allowed = set(spec["arms"]) - set(reused)
         _, train = loader.load_train(root, registry, variants=allowed)
         notes: list[str] = []
         evals, samples = loader.load_eval(root, registry, notes, variants=allowed)
+        if reused:
+            extra = [_reused(frame, spec["backbone"], set(reused)) for frame in base]
+            train, evals, samples = (pd.concat([own, more], ignore_index=True) if not more.empty else own
+                                     for own, more in zip((train, evals, samples), extra))
         out.append(Regime(spec, root, train, samples, evals))
     return out
+
+
+def _reused(frame: pd.DataFrame, backbone: str, arms: set[str]) -> pd.DataFrame:
+    """The rows of the base tree's frame that a regime reuses (its backbone, the reused arms)."""
+    if frame.empty or "variant" not in frame.columns:
+        return frame.iloc[0:0]
+    return frame[(frame["backbone"] == backbone) & frame["variant"].isin(arms)]
 
 
 def _verdict(diff: float, lo: float, hi: float) -> str:

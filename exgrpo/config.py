@@ -64,6 +64,8 @@ class ExGRPOConfig:
 
     drop_fresh_overflow: bool = False
     """Released: each step consumes B fresh questions and drops the n_exp it does not use (docs/method.md §7); False consumes B - n_exp."""
+    fresh_anchored: bool = False
+    """Replay on top of the fresh questions: B fresh plus n_exp replayed per step (a batch of B + n_exp groups), instead of the paper's B - n_exp fresh plus n_exp replayed (docs/regimes.md, R1). CPU trainer only."""
 
     # ---------------------------------------------------------------- experience buffer (paper §4.1, Alg. 1)
     buffer_lbound: int = 0

@@ -120,11 +120,20 @@ class RunSpec:
     method: ExGRPOConfig
     trainer: dict[str, Any]
     """CPU-trainer settings (tiny scale); empty at paper scale, where the verl config holds them."""
+    arm: str | None = None
+    """The regime arm this run is (`on_policy-b24`: its results folder name, docs/regimes.md); None outside the
+    regime map. A label only: what the arm changes is already in `method` and `trainer`."""
+
+    @property
+    def label(self) -> str:
+        """The run's name in results folders: its arm, else its variant."""
+        return self.arm or self.variant
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": RUN_FILE_FORMAT, "backbone": self.backbone, "variant": self.variant, "seed": self.seed,
                 "budget": self.budget, "scale": self.scale, "data_order_seed": self.data_order_seed,
-                "precedence": list(PRECEDENCE), "method": self.method.to_dict(), "trainer": dict(self.trainer)}
+                "precedence": list(PRECEDENCE), "method": self.method.to_dict(), "trainer": dict(self.trainer),
+                **({"arm": self.arm} if self.arm else {})}
 
     def fingerprint_parts(self) -> dict[str, Any]:
         """What of the run decides its training (runtime-only trainer fields dropped)."""
@@ -168,7 +177,7 @@ def read_run_file(path: str | Path) -> RunSpec:
         raise ConfigError(f"{path}: variant", f"unknown variant {data['variant']!r}")
     return RunSpec(backbone=data["backbone"], variant=data["variant"], seed=int(data["seed"]),
                    budget=data["budget"], scale=data["scale"], data_order_seed=int(data["data_order_seed"]),
-                   method=method, trainer=dict(data["trainer"]))
+                   method=method, trainer=dict(data["trainer"]), arm=data.get("arm"))
 
 
 def fingerprint(parts: Mapping[str, Any]) -> str:

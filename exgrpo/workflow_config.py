@@ -21,6 +21,7 @@ whether GPU work may start here (`gpu_refusal`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ from typing import Any
 
 from exgrpo.backbones import SCHEMA_DIR, load_backbones
 from exgrpo.config import ABLATIONS, VARIANT_ALIASES, ConfigError, ExGRPOConfig
+from exgrpo.regimes import Regime, arm_run, parse_regimes
 from exgrpo.resolve import RunSpec, run_spec
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
@@ -98,6 +100,13 @@ class WorkflowConfig:
     """Variant -> extra ExGRPOConfig overrides from the config (on top of ABLATIONS[variant])."""
     hf_cache: str
     allow_no_gpu: bool
+    regimes: dict[str, Regime] = dataclasses.field(default_factory=dict)
+    """The regime map (exgrpo.regimes), by regime name."""
+    regime_studies: dict[str, Study] = dataclasses.field(default_factory=dict)
+    """Regime name -> the study of its runs that the base study does not already hold (source
+    `<base source>/regimes/<name>`, methods = those arms)."""
+    regime_reuse: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    """Regime name -> {arm: base source} for arms whose every run is a run of the base study."""
 
     def method_config(self, variant: str, backbone: str, budget: str = "full") -> ExGRPOConfig:
         """The resolved method settings of `variant` trained on `backbone` (exgrpo.resolve precedence)."""
@@ -111,8 +120,14 @@ class WorkflowConfig:
                         where=f"{self.group_of(variant)}.{variant}.")
 
     def study_run(self, source: str, backbone: str, variant: str, seed: int) -> RunSpec:
-        """The resolved run of (backbone, variant, seed) in the studies writing to `source`."""
+        """The resolved run of (backbone, variant, seed) in the studies writing to `source` (for a regime's
+        source, `variant` is an arm of the regime)."""
         study = self.study_for_source(source)
+        regime = next((self.regimes[n] for n, st in self.regime_studies.items() if st.source == source), None)
+        if regime is not None:
+            arm = regime.arms[variant]
+            return arm_run(regime, variant, seed, self.backbones[backbone], study.budget,
+                           self.variant_overrides.get(arm.variant, {}), study.data_order_seed)
         return self.run(backbone, variant, seed, study.budget, study.data_order_seed)
 
     def group_of(self, variant: str) -> str:
@@ -120,7 +135,7 @@ class WorkflowConfig:
 
     def study_for_source(self, source: str) -> Study:
         """The first study writing to `source` (studies sharing a source agree on scale, budget, data)."""
-        return next(s for s in self.studies.values() if s.source == source)
+        return next(s for s in (*self.studies.values(), *self.regime_studies.values()) if s.source == source)
 
 
 def _coerce_cli_bool(value: Any) -> Any:
@@ -170,7 +185,34 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
     for study in studies.values():  # and every run as its study resolves it
         for backbone, variant, seed in study.runs():
             wf.run(backbone, variant, seed, study.budget, study.data_order_seed)
-    return wf
+    return _with_regimes(wf, config.get("regimes"))
+
+
+def _with_regimes(wf: WorkflowConfig, raw: Mapping[str, Any] | None) -> WorkflowConfig:
+    """`wf` with the regime map: one study per regime for the arms the base study does not already run."""
+    regimes = parse_regimes(raw, wf.backbones)
+    if not regimes:
+        return wf
+    base = wf.studies.get(raw["base_study"])
+    if base is None or base.scale != "tiny":
+        raise ConfigError("regimes.base_study", f"{raw['base_study']!r} is not a tiny-scale study")
+    seeds = tuple(raw["seeds"])
+    base_runs = set(base.runs())
+    studies, reuse = {}, {}
+    for name, regime in regimes.items():
+        source = f"{base.source}/regimes/{name}"
+        reuse[name] = {}
+        for arm_name, arm in regime.arms.items():
+            specs = [arm_run(regime, arm_name, s, wf.backbones[regime.backbone], base.budget,
+                             wf.variant_overrides.get(arm.variant, {}), base.data_order_seed) for s in seeds]
+            if all((regime.backbone, arm_name, s) in base_runs
+                   and spec == wf.run(regime.backbone, arm_name, s, base.budget, base.data_order_seed)
+                   for s, spec in zip(seeds, specs)):
+                reuse[name][arm_name] = base.source
+        studies[name] = dataclasses.replace(
+            base, name=f"regime.{name}", source=source, backbones=(regime.backbone,), ablation_backbones=(),
+            seeds=seeds, methods=tuple(a for a in regime.arms if a not in reuse[name]), ablations=(), prelim=())
+    return dataclasses.replace(wf, regimes=regimes, regime_studies=studies, regime_reuse=reuse)
 
 
 def _check_benchmark_names(sets: Mapping[str, list[str]]) -> None:

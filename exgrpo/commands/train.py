@@ -68,6 +68,8 @@ def _parse(key: str, raw: str, typ: Any) -> Any:
             if raw.lower() not in ("true", "false", "1", "0"):
                 raise ValueError
             return raw.lower() in ("true", "1")
+        if name.startswith("tuple"):  # tuple[int, ...]: comma-separated
+            return tuple(int(x) for x in raw.split(",") if x.strip())
         return {"int": int, "float": float}.get(name, str)(raw)
     except ValueError:
         raise ConfigError(key, f"expected {name}, got {raw!r}") from None
@@ -93,18 +95,19 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         trainer["threads"] = args.threads
     targs = TrainArgs(**trainer)
-    ckpt = args.ckpt or Path("work/tiny/ckpt") / spec.backbone / spec.variant / f"s{spec.seed}"
+    ckpt = args.ckpt or Path("work/tiny/ckpt") / spec.backbone / spec.label / f"s{spec.seed}"
     from transformers import AutoTokenizer
 
     if not (args.init / "config.json").exists():
         raise FileNotFoundError(f"{args.init}: no SFT checkpoint (config.json) found; run `exgrpo sft` first")
     tokenizer = AutoTokenizer.from_pretrained(args.init)
-    questions = (load_questions(args.data, "train", tokenizer), load_questions(args.data, "validation", tokenizer))
+    questions = (load_questions(args.data, "train", tokenizer, targs.train_size, tuple(targs.train_difficulties)),
+                 load_questions(args.data, "validation", tokenizer))
     summary = run_training(model_dir=args.init, data_questions=questions, cfg=spec.method, args=targs,
                            seed=spec.seed, ckpt_dir=ckpt, out_dir=args.out, data_dir=args.data, spec=spec,
                            logger=args.logger,
-                           meta={"name": f"{spec.backbone}/{spec.variant}/s{spec.seed}", "backbone": spec.backbone,
-                                 "variant": spec.variant, "budget": spec.budget, "init": str(args.init),
+                           meta={"name": f"{spec.backbone}/{spec.label}/s{spec.seed}", "backbone": spec.backbone,
+                                 "variant": spec.label, "method_variant": spec.variant, "budget": spec.budget, "init": str(args.init),
                                  "run_file": str(args.run_file) if args.run_file else None})
     print(summary)
     return 0

@@ -43,6 +43,16 @@ from exgrpo.core.selection import select_index
 
 
 # --------------------------------------------------------------------------- choosing o*
+def fresh_counts(cfg: ExGRPOConfig, batch_size: int, n_replay: int) -> tuple[int, int]:
+    """(fresh questions trained, fresh questions taken from the data order) of a step replaying `n_replay`.
+
+    Paper (Eq. 4): B - n_exp fresh beside the n_exp replayed; `fresh_anchored`: B fresh on top of them.
+    `drop_fresh_overflow` (released) takes B from the data order and trains the first B - n_exp.
+    """
+    n_fresh = batch_size if cfg.fresh_anchored else batch_size - n_replay
+    return n_fresh, (batch_size if cfg.drop_fresh_overflow else n_fresh)
+
+
 def scoring_needed(cfg: ExGRPOConfig) -> bool:
     """Whether o* needs a current-policy forward pass over the plan's candidates (paper §4.1)."""
     return (cfg.selection_policy == "current" and cfg.selection_mode != "random"
@@ -253,5 +263,6 @@ def canonical_layout(fresh_qids: Sequence[str], replay_qids: Sequence[str], n_ro
 
 
 __all__ = ["GroupRecord", "StepRows", "advantages_and_mask", "batch_pass1", "canonical_layout", "choose_replayed",
+           "fresh_counts",
            "flat_candidates", "group_records", "group_success", "kept_groups", "record_groups", "scoring_needed",
            "step_rows", "step_stats"]

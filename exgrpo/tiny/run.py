@@ -30,7 +30,8 @@ import torch
 from tqdm import tqdm
 
 from exgrpo import metrics as M
-from exgrpo.config import ExGRPOConfig
+from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core import step as core_step
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
@@ -120,8 +121,7 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
             tqdm(total=args.steps, initial=start - 1, desc=meta.get("name", "train"), unit="step") as bar:
         for step in range(start, args.steps + 1):
             replay = trainer.manager.plan_replay(args.batch_size)
-            n_fresh = args.batch_size - len(replay)
-            consume = args.batch_size if cfg.drop_fresh_overflow else n_fresh
+            n_fresh, consume = core_step.fresh_counts(cfg, args.batch_size, len(replay))
             fresh, _ = order.take(consume, prune=lambda active: trainer.manager.prune_training_data(
                 active, args.batch_size))
             metrics = trainer.step(step, fresh[:n_fresh], replay)
@@ -180,13 +180,26 @@ def _finished(out_dir: Path, ckpt_dir: Path, fp: str) -> dict[str, Any] | None:
     return summary
 
 
-def load_questions(data_dir: Path, split: str, tokenizer: Any) -> list[Question]:
-    """A split of the tiny task as trainer questions (prompt token ids via the chat template)."""
+def load_questions(data_dir: Path, split: str, tokenizer: Any, size: int = 0,
+                   difficulties: tuple[int, ...] = ()) -> list[Question]:
+    """A split of the tiny task as trainer questions (prompt token ids via the chat template).
+
+    `difficulties` keeps the questions with those numbers of operations, then `size` (> 0) the first `size` of
+    them in the split's stored order, which is shuffled (TrainArgs.train_difficulties, train_size).
+    """
     from exgrpo.tiny.task import load_split
     from exgrpo.tiny.tokenizer import encode_prompt
 
+    rows = [r for r in load_split(data_dir, split) if not difficulties or r["difficulty"] in difficulties]
+    if size > 0:
+        if size > len(rows):
+            raise ConfigError("train_size", f"{size} questions asked, {data_dir} has {len(rows)} in split {split!r}"
+                                            + (f" of difficulty {list(difficulties)}" if difficulties else ""))
+        rows = rows[:size]
+    if not rows:
+        raise ConfigError("train_difficulties", f"no question of difficulty {list(difficulties)} in {data_dir}")
     return [Question(row["qid"], encode_prompt(tokenizer, row["prompt"]), str(row["answer"]), row["kind"])
-            for row in load_split(data_dir, split)]
+            for row in rows]
 
 
 def _write_row(log: Any, row: dict[str, Any], tracker: Tracker) -> None:

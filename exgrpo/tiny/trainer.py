@@ -44,7 +44,11 @@ class TrainArgs:
     steps: int = 200
     """Training steps (one rollout batch each)."""
     batch_size: int = 16
-    """B: questions per step (fresh + replayed)."""
+    """B: questions per step (fresh + replayed; B fresh + replayed with `fresh_anchored`)."""
+    train_size: int = 0
+    """Training questions used: the first N of the train split's (shuffled) stored order; 0 = all of them."""
+    train_difficulties: tuple[int, ...] = ()
+    """Keep only training questions with these numbers of operations (e.g. (3, 4): a harder mix); () = all."""
     mini_batches: int = 2
     """Optimizer steps per training step (paper: 128 prompts, mini-batch 64 → 2)."""
     lr: float = 1e-4

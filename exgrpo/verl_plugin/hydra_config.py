@@ -212,6 +212,9 @@ def check_verl_config(config: Any) -> ExGRPOConfig:
     with trainer_mode `exgrpo`, and the plug-in module in the Ray workers' environment.
     """
     cfg = exgrpo_config_from(config)
+    if cfg.fresh_anchored:  # the agent loop's batch is train_batch_size prompts; B + n_exp is untested there
+        raise ConfigError("exgrpo.config.fresh_anchored", "is a CPU-trainer setting (the tiny regime map); the "
+                                                          "verl plug-in trains B - n_exp fresh + n_exp replayed")
     actor = "actor_rollout_ref.actor"
     expected = {
         "actor_rollout_ref.rollout.n": cfg.n_rollouts,

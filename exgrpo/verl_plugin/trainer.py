@@ -130,8 +130,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         """Submit this step's prompts: B - n_exp fresh questions and the planned experiential ones."""
         batch_size = int(self.config.data.train_batch_size)
         plan, chosen = self._plan, self._chosen
-        n_fresh = batch_size - len(plan)
-        consume = batch_size if self.exgrpo_cfg.drop_fresh_overflow else n_fresh
+        n_fresh, consume = core_step.fresh_counts(self.exgrpo_cfg, batch_size, len(plan))
         fresh = self._take_fresh(consume)[:n_fresh] if consume else []
         replay = [self.train_dataset[self.qid_pos[q]] for q in plan]
         rows = vb.prompt_rows(fresh, replay)

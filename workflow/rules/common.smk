@@ -39,10 +39,15 @@ STUDIES = WF.studies
 
 
 wildcard_constraints:
-    source=r"[a-z0-9][a-z0-9-]*",
+    # a study's source, or a regime's (<base source>/regimes/<regime>, exgrpo.regimes)
+    source=r"[a-z0-9][a-z0-9-]*(/regimes/[a-z][a-z0-9_]*)?",
     seed=r"\d+",
     backbone="|".join(re.escape(name) for name in BACKBONES),
-    variant="|".join(["base", *ABLATIONS]),
+    # a variant, or an arm of a regime (<variant>-<tag>)
+    variant="|".join(
+        ["base", *ABLATIONS]
+        + sorted({re.escape(a) for r in WF.regimes.values() for a in r.arms} - set(ABLATIONS))
+    ),
     profile="paper|community|tiny",
 
 

@@ -85,7 +85,10 @@ def study_targets(name):
 
 
 def study_inputs(wildcards):
-    """Everything a study's rendering depends on: its train, eval and prelim outputs."""
+    """Everything a study's rendering depends on: its train, eval and prelim outputs (for the
+    regime map, `tiny_regimes`, every regime's: regimes.smk)."""
+    if wildcards.study == "tiny_regimes":
+        return regime_inputs()
     study = STUDIES[wildcards.study]
     return [
         p
