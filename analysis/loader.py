@@ -108,7 +108,7 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
     return Results(source=source, root=root, backbones=registry, scores=scores, paper=paper, runs=runs,
                    train=train, evals=evals, samples=samples, trajectories=_load_trajectories(root, registry),
                    bench=load_benchmarks(root), notes=notes,
-                   regimes=regimes.load(root, registry, base=(train, evals, samples)))
+                   regimes=regimes.load(root, registry, source_frames=(train, evals, samples)))
 
 
 # ------------------------------------------------------------------------------------------ value checks

@@ -48,10 +48,10 @@ def arm_variant(arm: str) -> str:
 
 
 def load(source_root: Path, registry: dict[str, Any],
-         base: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> list[Regime]:
+         source_frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> list[Regime]:
     """Every regime under results/<source>/regimes/, validated (ResultsError naming the file and field).
 
-    `base`: the source tree's own (train, evals, samples), where reused arms are read (`../..`).
+    `source_frames`: the source tree's own (train, evals, samples), where reused arms are read (`../..`).
     """
     base = Path(source_root) / "regimes"
     if not base.is_dir():
@@ -75,7 +75,7 @@ def load(source_root: Path, registry: dict[str, Any],
                                           f"expected {{treatment, control}} naming arms of the regime, got {comp!r}")
         reused = spec.get("reused", {})
         for arm, where in reused.items():
-            if arm not in spec["arms"] or where != "../.." or base is None:
+            if arm not in spec["arms"] or where != "../.." or source_frames is None:
                 raise loader.ResultsError(spec_path, f"reused.{arm}", f"expected an arm of the regime read from "
                                                                       f"'../..' (the source's tree), got {where!r}")
         allowed = set(spec["arms"]) - set(reused)
@@ -83,7 +83,7 @@ def load(source_root: Path, registry: dict[str, Any],
         notes: list[str] = []
         evals, samples = loader.load_eval(root, registry, notes, variants=allowed)
         if reused:
-            extra = [_reused(frame, spec["backbone"], set(reused)) for frame in base]
+            extra = [_reused(frame, spec["backbone"], set(reused)) for frame in source_frames]
             train, evals, samples = (pd.concat([own, more], ignore_index=True) if not more.empty else own
                                      for own, more in zip((train, evals, samples), extra))
         out.append(Regime(spec, root, train, samples, evals))

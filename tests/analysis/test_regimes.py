@@ -75,3 +75,24 @@ def test_an_arm_directory_not_in_the_spec_is_refused(regime_tree: Path):
     stray.mkdir(parents=True)
     with pytest.raises(ResultsError, match="variant"):
         load(regime_tree, "tiny")
+
+
+def test_reused_arms_are_read_from_the_source_tree(regime_tree: Path):
+    # an arm that is a run of the base study (exgrpo.regimes) has no folder of its own: regime.json says `../..`
+    root = regime_tree / "tiny" / "regimes" / "default"
+    root.mkdir(parents=True)
+    spec = {"name": "default", "title": "default", "backbone": "tiny-math", "tests": "the reference",
+            "arms": {"exgrpo": {}, "on_policy": {}}, "comparisons": [{"treatment": "exgrpo", "control": "on_policy"}],
+            "reused": {"exgrpo": "../..", "on_policy": "../.."}}
+    (root / "regime.json").write_text(json.dumps(spec), encoding="utf-8")
+    results = load(regime_tree, "tiny")
+    (regime,) = [r for r in results.regimes if r.spec["name"] == "default"]
+    base = results.samples[(results.samples.backbone == "tiny-math") & results.samples.variant.isin(["exgrpo", "on_policy"])]
+    assert len(regime.samples) == len(base) > 0
+    frame = regimes.rows([regime])
+    assert set(frame.split) == {"id", "ood"} and (frame.treatment == "exgrpo").all()
+    spec["reused"] = {"exgrpo": "../other"}
+    (root / "regime.json").write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(ResultsError) as err:
+        load(regime_tree, "tiny")
+    assert err.value.field == "reused.exgrpo"

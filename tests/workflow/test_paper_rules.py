@@ -129,8 +129,9 @@ def test_paper_jobs_get_their_stage_resources(dry_all):
         assert int(job.resources["mem_mb"]) <= 60_000 * int(job.resources["gpu"])  # fits 512 GB 8-GPU nodes
 
 
-LOCAL_RULES = {"download", "download_model", "download_judge", "all"}
-"""`localrule: True` (the submit host fetches from the internet); Snakemake prints them as `rule`."""
+LOCAL_RULES = {"download", "download_model", "download_judge", "resolve_run", "regime_spec", "all"}
+"""`localrule: True` (the submit host fetches from the internet, or writes a small JSON file from the
+config); Snakemake prints them as `rule`."""
 
 
 def test_every_submitted_job_gets_the_site_account(dry_all):
