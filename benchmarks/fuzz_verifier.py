@@ -1,6 +1,7 @@
 """Failure drill (issue 9): the verifier fuzzed with generated adversarial answers, from threads and processes.
 
-Peers lost whole runs to verifiers that hung or silently scored 0 (peers.md §2.6). This drill grades
+Peers lost whole runs to verifiers that hung or silently scored 0 (verl PRs #5635 and #5839:
+SIGALRM timeouts in Ray workers). This drill grades
 N adversarial responses (deeply nested fractions, huge powers, unbalanced braces, LaTeX soup, long
 digit strings, nested boxes, control characters, missing or repeated `</think>`, ...) twice:
 from 2 threads sharing nothing but the machine, and from 2 worker processes, each with its own

@@ -1,7 +1,7 @@
 """`exgrpo retemplate`: a copy of a verl-schema parquet whose prompt column holds another prompt format.
 
 Why: the paper trains Llama-3.1-8B base on a plain prompt, "User: {Question} Answer: Let's think step
-by step.\\n" (paper §G.1, shared/docs/paper.md §3.6). The downloaded training set
+by step.\\n" (paper §G.1). The downloaded training set
 (`Elliott/Openr1-Math-46k-8192`) and the released validation file carry the LUFFY chat prompt instead: a
 system instruction plus a user message holding the question. The workflow runs this command for
 backbones with `template: llama_base` and trains them on the copy.

@@ -5,7 +5,7 @@ rules; Table 12 then compares entropy and judged CoT validity of correct-answer 
 without code. A trajectory "has code" when any rule fires.
 
 Departures from the paper, stated up front:
-- Table 11 itself is not in the digest (shared/docs/paper.md §2). The digest names the rule *families*:
+- Table 11's regexes are not reproduced here; what is used are the rule *families* the paper names:
   python fences; def/class/import; print/len/range; for/if/while/try/except headers; list/dict
   literals; dotted method calls. Every family is covered below (`origin="paper-family"`), but the
   numbering, the split into 17 rules and every regex are reconstructed here. Two rules are additions in

@@ -10,7 +10,7 @@ Two judges share one protocol (`Judge.judge(items) -> [True | False | None]`, No
 - `LLMJudge` (paper scale): the judge prompt below through vLLM, with a per-prompt cache.
 
 Departures from the paper, stated up front:
-- The judge prompt of §G.2 is not in the digest. `JUDGE_PROMPT` is reconstructed from its description
+- The judge prompt is not the paper's verbatim text. `JUDGE_PROMPT` is reconstructed from its description
   (step-by-step analysis of computational accuracy, logical consistency, conceptual understanding and
   completeness; issues listed as Calculation / Logical / Conceptual / Omission / Other; a boxed yes/no).
   It is versioned (`JUDGE_PROMPT_VERSION`) and replaceable (`LLMJudge(prompt_template=...)`).
@@ -56,7 +56,7 @@ Finally, answer the question "Is the solution logically sound and free of errors
 ## Solution
 {solution}
 """
-"""Reconstructed from paper.md §2 "How logically correct was judged" (see the module docstring)."""
+"""Reconstructed from the paper's description of its judge (§F.2, §G.2; see the module docstring)."""
 
 
 @dataclass(frozen=True)

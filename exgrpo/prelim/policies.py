@@ -5,7 +5,7 @@ Two implementations of one protocol (`Policy`):
 - `VLLMPolicy` (paper scale): vLLM to sample (`vllm_sample`, the only vLLM call), then transformers
   teacher forcing to measure (`hf_token_stats`, chunked over positions so 8k-token responses fit).
 
-Measured quantities (paper §3.2, Fig. 10; tiny-testbed.md §6): the mean over response tokens of the
+Measured quantities (paper §3.2, Fig. 10; docs/testbed.md): the mean over response tokens of the
 full-vocabulary token entropy, and the mean negative log-probability of the sampled tokens (PPL = exp of
 it), both of softmax(logits / 1.0), i.e. the model itself, whatever temperature sampled the trajectory.
 The response tokens include the final eos when one was emitted (as the trainer's selection scores do).

@@ -10,7 +10,8 @@ The records are `results/<source>/prelim/<backbone>/trajectories*.parquet` (resu
 Departures from the paper, stated up front:
 - Questions with k = 0 or k = K belong to no bucket (as in Eq. 14) and give no records; `summary` counts them.
 - The bucket boundaries default to `ExGRPOConfig.mask_hard_high` / `mask_easy_low` (0.25 / 0.75), the
-  boundaries the masked-GRPO runs use, rather than the paper's inconsistent §3.2 text (paper.md §1.3).
+  boundaries the masked-GRPO runs use, rather than the paper's inconsistent §3.2 text
+  (Fig. 10 labels Medium (25%, 75%), the text (25%, 75%]).
 - Answer correctness is the training reward (`exgrpo.core.reward.Verifier`, region after `</think>`).
 """
 
@@ -88,7 +89,7 @@ def _from_tiny(row: dict[str, Any]) -> Question:
 
 
 def _from_verl(row: dict[str, Any], index: int, path: Path) -> Question:
-    """A verl-format row (prompt = chat messages, reward_model.ground_truth = gold; paper.md §3.6)."""
+    """A verl-format row as in the released parquets (prompt = chat messages, reward_model.ground_truth = gold)."""
     prompt, reward = row.get("prompt"), row.get("reward_model") or {}
     if not isinstance(prompt, list) or not prompt or "ground_truth" not in reward:
         raise ConfigError("data", f"{path}: row {index} is not verl format (needs 'prompt' messages and "

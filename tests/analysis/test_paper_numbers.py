@@ -29,7 +29,7 @@ def cell(res: loader.Results, table: str, variant: str, benchmark: str, split: s
     return float(hit["value"].iloc[0])
 
 
-# Spot values read off the paper digest (paper.md §2, §3.3, §5), at least one per table.
+# Spot values read off the paper's tables (Tables 1-3, 5-7, 9), at least one per table.
 SPOTS = [
     ("T1", "gpg_zero", "mmlu_pro", None, None, 50.5),
     ("T1", "exgrpo", "aime24", None, "qwen2.5-math-7b", 31.6),
@@ -128,7 +128,7 @@ def test_headline_gain_over_on_policy(published):
     assert summary["n_settings"] == 6
     assert set(frame["backbone"]) == {"qwen2.5-math-7b", "luffy-qwen-math-7b", "qwen2.5-math-1.5b",
                                       "qwen2.5-7b-instruct", "llama3.1-8b", "llama3.1-8b-instruct"}
-    # From the printed averages: the digest's 3.48 / 7.60.
+    # From the printed averages: 3.48 / 7.60.
     assert round(summary["id_printed"], 2) == 3.48 and round(summary["ood_printed"], 2) == 7.60
     # From averages recomputed from cells: 20.7/6 and 45.5333/6 (hand sums of per-setting gains).
     assert summary["id"] == pytest.approx(20.7 / 6) and summary["ood"] == pytest.approx(136.6 / 18)

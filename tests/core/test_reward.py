@@ -1,8 +1,8 @@
 """Tests for the verifiable reward (exgrpo.core.reward, paper §3.5) and its timeout pool.
 
-Expected grades come from the ecosystem notes' hand-checked math-verify table (ecosystem.md §4.2),
-from the released reward rules (paper.md §3.5) and from direct math-verify calls. Process pools
-are started sparingly: the whole file should take well under 30 s on 2 cores.
+Expected grades come from a hand-checked table of math-verify 0.9 verdicts on typical answers,
+from the released reward rules (docs/evaluation.md, "The training reward") and from direct math-verify
+calls. Process pools are started sparingly: the whole file should take well under 30 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def nested_fraction(depth: int) -> str:
     return s
 
 
-# (prediction in \boxed{}, gold, expected score): ecosystem.md §4.2 plus plain wrong answers
+# (prediction in \boxed{}, gold, expected score): math-verify 0.9 verdicts checked by hand, plus plain wrong answers
 EQUIVALENCE_TABLE = [
     ("\\frac{1}{2}", "0.5", 1.0),
     ("0.5", "\\frac{1}{2}", 1.0),
@@ -230,7 +230,7 @@ def test_scores_array(verifier):
 
 
 def test_called_from_a_worker_thread(verifier):
-    # math-verify's own timeouts are SIGALRM and raise in non-main threads (ecosystem.md §4.5)
+    # math-verify's own timeouts are SIGALRM and raise in non-main threads (math_verify/utils.py)
     responses, golds = [answer("\\sqrt{8}"), answer("\\frac{1}{3}")], ["2\\sqrt{2}", "0.5"]
     with ThreadPoolExecutor(max_workers=1) as threads:
         pooled = threads.submit(verifier.grade, responses, golds).result(timeout=60)

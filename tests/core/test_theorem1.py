@@ -1,4 +1,4 @@
-"""Monte-Carlo check of Theorem 1 (paper App. D; paper.md §1.11): importance-weighted replay is unbiased.
+"""Monte-Carlo check of Theorem 1 (paper App. D): importance-weighted replay is unbiased.
 
 Toy policy: trajectories are two binary tokens, so there are 4 of them, with an autoregressive categorical policy
 π_θ (first-token logits, then second-token logits given the first) and a different behaviour policy π_past.

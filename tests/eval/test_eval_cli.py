@@ -73,7 +73,7 @@ def test_corrupt_cache_is_named(tmp_path, capsys):
     assert "unknown grader 'oat'" in capsys.readouterr().err
 
 
-# completions whose grade is known from the released rules (paper.md §3.5, core reward docstring)
+# completions whose grade is known from the released rules (docs/evaluation.md, core reward docstring)
 CASES = [
     ("p1", "Compute.</think> So \\boxed{7}.", "7", "after_think", 1.0, "ok"),
     ("p2", "Compute.</think> \\boxed{8}", "7", "after_think", 0.0, "ok"),

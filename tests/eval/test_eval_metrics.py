@@ -1,4 +1,4 @@
-"""Metrics against hand-computed values and the closed-form definitions (peers.md §4.1)."""
+"""Metrics against hand-computed values and the closed-form definitions (exgrpo.eval.metrics docstring)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_bootstrap_ci_constant_and_coverage():
 
 
 def test_duplicated_rows_and_k_samples_give_the_same_avg_at_k():
-    """The release's avg@32: each problem duplicated 32 times, accuracy = row mean (paper.md §4.1)."""
+    """The release's avg@32: each problem duplicated 32 times, accuracy = row mean (`test.id.parquet`)."""
     rng = np.random.default_rng(7)
     k, problems = 32, 30
     scores = rng.integers(0, 2, size=(problems, k)).astype(float)

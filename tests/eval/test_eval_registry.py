@@ -24,7 +24,7 @@ from exgrpo.eval.tasks import TASK_DIR
 
 
 def test_paper_benchmarks_and_counts():
-    # paper §5.1 / paper.md §4.1: unique problems per benchmark in the released test files
+    # paper §5.1: unique problems per benchmark in the released test files
     expected = {"aime24": 30, "aime25": 30, "amc": 83, "math500": 500, "minerva": 272, "olympiadbench": 675,
                 "arc_c": 1172, "gpqa_diamond": 198}
     for name, rows in expected.items():

@@ -17,7 +17,7 @@ def test_entry_point_runs_up_to_verls_gpu_check_on_cpu(toy_run, small_overrides,
     """The real launch path on CPU: Hydra composes the run yaml, the config checks pass, the resolved JSON is
     written, Ray starts, the TaskRunner actor (a separate process, plug-in loaded only through
     VERL_USE_EXTERNAL_MODULES) builds ExGRPOTrainer and its data order; verl then stops where it always stops
-    without a GPU (verl.md §3)."""
+    without a GPU (docs/verl-plugin.md)."""
     proc = entry_point(toy_run["run"], [*small_overrides, "trainer.logger=[console]", "trainer.device=cpu"],
                        toy_run["root"] / "log.jsonl", timeout=600)
     out = proc.stdout + proc.stderr

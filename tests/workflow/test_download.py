@@ -48,7 +48,7 @@ def test_manifest_records_rows_and_checksums(tmp_path, fake_fetchers):
     manifest = json.loads((out / "manifest.json").read_text())
     entries = {e["name"]: e for e in manifest["sources"]}
     assert fake_fetchers == ["openr1_math_46k", "exgrpo_test_id"]  # registry order, not --only order
-    assert entries["exgrpo_test_id"]["rows"] == 6023  # paper.md §4.1: 6,023 rows
+    assert entries["exgrpo_test_id"]["rows"] == 6023  # the released test.id.parquet: 6,023 rows
     assert entries["openr1_math_46k"]["rows"] == 7
     for entry in entries.values():
         data = (out / entry["path"]).read_bytes()

@@ -1,6 +1,6 @@
 """End to end through the real SLURM executor plugin, without a cluster: the stand-ins in
 slurm_standins/ (sbatch, srun, sacct, ...) come first on PATH, sbatch logs its argv and runs each
-job at once, and the tests assert on the exact submission lines (shared/docs/ecosystem.md §2.6).
+job at once, and the tests assert on the exact submission lines.
 
 One Snakemake run serves every test here (each run costs a Snakemake start per job): the smoke target
 of the real Snakefile, plus one job of a probe rule that uses the per-backbone sizing helpers the

@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
 BACKBONES = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())
 
-# paper.md §3.1: five backbones plus the continual-RLVR start point (LUFFY).
+# Tables 1 and 5: five backbones plus the continual-RLVR start point (LUFFY).
 PAPER_BACKBONES = {"qwen2.5-math-7b", "qwen2.5-math-1.5b", "qwen2.5-7b-instruct", "llama3.1-8b",
                    "llama3.1-8b-instruct", "luffy-qwen-math-7b"}
-# paper.md §5.3: the rows of Tables 3, 6 and 7 besides On-Policy and ExGRPO.
+# paper §5.3: the rows of Tables 3, 6 and 7 besides On-Policy and ExGRPO.
 PAPER_ABLATIONS = {"wo_q_selection", "wo_t_selection", "wo_qt_selection", "wo_shaping", "wo_is_correction",
                    "highest_entropy", "rho_25", "rho_75", "sigma_wide", "sigma_narrow", "mu_hard", "retired_review"}
 

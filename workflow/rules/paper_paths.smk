@@ -10,7 +10,7 @@ def backbones_of_scale(scale):
 
 VERL_DATA_FILES = {"train": "openr1_math_46k", "val": "exgrpo_valid"}
 """`exgrpo download` files (<hf_cache>/files/<name>.parquet) that verl trains and validates on:
-the released training set (paper §3.2) and the released 2.2k validation set (paper.md §4.1)."""
+the released training set (paper §3.2) and the released 2.2k validation set (`valid.parquet`, 2,259 rows)."""
 JUDGE_MODEL = "Qwen/Qwen3-32B"
 JUDGE_NAME = "judge-qwen3-32b"
 """The preliminary study's LLM judge (paper §F.2) and its manifest name in the HF cache."""
