@@ -2,36 +2,35 @@
 
 Everything downstream (tables, figures, ledger) gets a `Results` object and never opens a file
 under results/ itself. A missing, corrupt or mis-shaped file stops the load with a `ResultsError`
-naming the file and the field; nothing is rendered from a half-valid tree.
+naming the file and the field; nothing is rendered from a half-valid tree. This module walks the tree
+(one loader per kind: paper CSVs, train/, eval/, prelim/, benchmarks/); `analysis.readers` reads and checks
+each file.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from analysis import schema
+from analysis.readers import (
+    ResultsError,
+    check_keys,
+    kind_ok,
+    read_csv,
+    read_json,
+    read_log,
+    read_parquet,
+    read_samples,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BACKBONES = REPO_ROOT / "config" / "backbones.yaml"
 _SEED_DIR = re.compile(r"^s(\d+)$")
-
-
-class ResultsError(ValueError):
-    """A results file breaks the contract. `path` and `field` say where."""
-
-    def __init__(self, path: str | Path, field_name: str, message: str):
-        self.path = str(path)
-        self.field = field_name
-        super().__init__(f"{path}: field '{field_name}': {message}")
 
 
 @dataclass
@@ -111,47 +110,6 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
                    regimes=regimes.load(root, registry, source_frames=(train, evals, samples)))
 
 
-# ------------------------------------------------------------------------------------------ value checks
-def _kind_ok(value: Any, kind: str) -> bool:
-    nullable = kind.endswith("?")
-    kind = kind.rstrip("?")
-    if value is None:
-        return nullable
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind in ("float", "number"):
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "object":
-        return isinstance(value, dict)
-    if kind == "list":
-        return isinstance(value, list)
-    raise ValueError(f"unknown kind {kind!r}")
-
-
-def check_keys(path: Path, obj: Any, required: dict[str, str], optional: dict[str, str], prefix: str = "") -> None:
-    if not isinstance(obj, dict):
-        raise ResultsError(path, prefix.rstrip(".") or "<root>", f"expected a JSON object, got {type(obj).__name__}")
-    for key, kind in required.items():
-        if key not in obj:
-            raise ResultsError(path, prefix + key, "required key missing")
-        if not _kind_ok(obj[key], kind):
-            raise ResultsError(path, prefix + key, f"expected {kind}, got {obj[key]!r}")
-    for key, kind in optional.items():
-        if key in obj and not _kind_ok(obj[key], kind if kind.endswith("?") else kind + "?"):
-            raise ResultsError(path, prefix + key, f"expected {kind}, got {obj[key]!r}")
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ResultsError(path, "<file>", f"corrupt JSON ({err})") from None
-
-
 def _run_dirs(root: Path, kind: str, registry: dict[str, Any],
               variants: set[str] | None = None) -> list[tuple[str, str, int, Path]]:
     """(backbone, variant, seed, dir) for every <kind>/<backbone>/<variant>/s<seed>/ directory.
@@ -177,39 +135,13 @@ def _run_dirs(root: Path, kind: str, registry: dict[str, Any],
 
 
 # ------------------------------------------------------------------------------------------ paper CSVs
-def _load_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
-    try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise ResultsError(path, "<file>", f"unreadable CSV ({err})") from None
-    for col in columns:
-        if col not in raw.columns:
-            raise ResultsError(path, col, "required column missing")
-    out = {}
-    for col, kind in columns.items():
-        values = []
-        for lineno, text in enumerate(raw[col].tolist(), start=2):
-            if text == "":
-                if not kind.endswith("?"):
-                    raise ResultsError(path, col, f"line {lineno}: empty value")
-                values.append(None)
-                continue
-            base = kind.rstrip("?")
-            try:
-                values.append(int(text) if base == "int" else float(text) if base == "float" else text)
-            except ValueError:
-                raise ResultsError(path, col, f"line {lineno}: expected {base}, got {text!r}") from None
-        out[col] = pd.Series(values, dtype="float64" if kind.rstrip("?") == "float" else None)
-    return pd.DataFrame(out)
-
-
 def _load_paper_csvs(root: Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     score_parts, others = [], {}
     for name, columns in schema.PAPER_FILES.items():
         path = root / name
         if not path.exists():
             continue
-        frame = _load_csv(path, columns)
+        frame = read_csv(path, columns)
         if columns is schema.SCORE_COLUMNS:
             bad = frame[~frame["split"].isin(schema.SPLITS)]
             if len(bad):
@@ -244,7 +176,7 @@ def load_train(root: Path, registry: dict[str, Any],
         run_rows.append({"backbone": backbone, "variant": variant, "seed": seed, "config": meta["config"],
                          "steps": meta.get("steps"), "wall_time_s": meta.get("wall_time_s"),
                          "git_commit": meta.get("git_commit")})
-        rows = _read_log(log)
+        rows = read_log(log)
         frame = pd.DataFrame.from_records(rows)
         frame.insert(0, "seed", seed)
         frame.insert(0, "variant", variant)
@@ -255,36 +187,6 @@ def load_train(root: Path, registry: dict[str, Any],
     train = (pd.concat(frames, ignore_index=True) if frames
              else pd.DataFrame(columns=["backbone", "variant", "seed", "step"]))
     return runs, train
-
-
-def _read_log(path: Path) -> list[dict[str, Any]]:
-    from exgrpo.io import open_text  # stdlib-only reader shared with the trainer (gunzips .gz)
-
-    rows = []
-    try:
-        with open_text(path) as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ResultsError(path, f"line {lineno}", f"corrupt JSON line ({err})") from None
-                check_keys(path, row, schema.TRAIN_REQUIRED, {}, prefix=f"line {lineno}: ")
-                for key, value in row.items():
-                    if key != "step" and not _kind_ok(value, "number?") and not isinstance(value, bool):
-                        raise ResultsError(path, f"line {lineno}: {key}", f"expected a number, got {value!r}")
-                if row["step"] < 0:
-                    raise ResultsError(path, f"line {lineno}: step", f"must be >= 0, got {row['step']}")
-                problem = schema.train_row_problem(row)
-                if problem:
-                    raise ResultsError(path, f"line {lineno}: {problem[0]}", problem[1])
-                rows.append({k: (float(v) if isinstance(v, bool) else v) for k, v in schema.drop_legacy(row).items()})
-    except (OSError, EOFError, UnicodeDecodeError) as err:  # gzip.BadGzipFile is an OSError
-        raise ResultsError(path, "<file>", f"unreadable (truncated or corrupt gzip?): {err}") from None
-    if not rows:
-        raise ResultsError(path, "<file>", "empty training log")
-    return rows
 
 
 # ------------------------------------------------------------------------------------------ evaluation
@@ -308,10 +210,10 @@ def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
                 if agg[key] < 1:
                     raise ResultsError(path, key, f"must be >= 1, got {agg[key]}")
             for key, value in agg["metrics"].items():
-                if value is not None and _kind_ok(value, "number") and not 0.0 <= value <= 1.0:
+                if value is not None and kind_ok(value, "number") and not 0.0 <= value <= 1.0:
                     raise ResultsError(path, f"metrics.{key}", f"expected a fraction in [0, 1], got {value}")
             ci = (agg.get("ci95") or {}).get("avg_at_k")
-            if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(_kind_ok(v, "number") for v in ci)):
+            if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(kind_ok(v, "number") for v in ci)):
                 raise ResultsError(path, "ci95.avg_at_k", f"expected [lo, hi], got {ci!r}")
             row = {"backbone": backbone, "variant": variant, "seed": seed, "benchmark": benchmark,
                    "profile": profile, "split": agg["split"], "k": agg["k"], "n_problems": agg["n_problems"],
@@ -322,7 +224,7 @@ def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
             eval_paths.append(path)
             sample_path = run_dir / f"{stem}.samples.parquet"
             if sample_path.exists():
-                frame = _read_samples(sample_path)
+                frame = read_samples(sample_path)
                 mean = frame.groupby("problem_id")["score"].mean().mean()
                 if abs(mean - row["avg_at_k"]) > 1e-6:
                     notes.append(f"{path}: metrics.avg_at_k {row['avg_at_k']:.6f} differs from the mean of "
@@ -347,48 +249,6 @@ def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
     return evals, samples
 
 
-def _check_arrow_schema(path: Path, columns: dict[str, str]) -> pa.Schema:
-    try:
-        arrow_schema = pq.read_schema(path)
-    except (pa.ArrowException, OSError) as err:
-        raise ResultsError(path, "<file>", f"corrupt or truncated parquet ({err})") from None
-    checks = {"str": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)
-              or getattr(pa.types, "is_string_view", lambda _: False)(t),
-              "int": pa.types.is_integer, "bool": pa.types.is_boolean,
-              "float": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)}
-    for col, kind in columns.items():
-        if col not in arrow_schema.names:
-            raise ResultsError(path, col, "required column missing")
-        col_type = arrow_schema.field(col).type
-        if not (checks[kind.rstrip("?")](col_type) or (kind.endswith("?") and pa.types.is_null(col_type))):
-            raise ResultsError(path, col, f"expected {kind.rstrip('?')} column, got {col_type}")
-    return arrow_schema
-
-
-def _read_parquet(path: Path, columns: dict[str, str], read: tuple[str, ...]) -> pd.DataFrame:
-    _check_arrow_schema(path, columns)
-    try:
-        frame = pq.read_table(path, columns=list(read)).to_pandas()
-    except (pa.ArrowException, OSError) as err:
-        raise ResultsError(path, "<file>", f"corrupt or truncated parquet ({err})") from None
-    for col in read:
-        if not columns[col].endswith("?") and frame[col].isna().any():
-            raise ResultsError(path, col, f"null value in row {int(frame[col].isna().to_numpy().argmax())}")
-    return frame
-
-
-def _read_samples(path: Path) -> pd.DataFrame:
-    frame = _read_parquet(path, schema.SAMPLE_COLUMNS, schema.SAMPLE_READ)
-    if len(frame) == 0:
-        raise ResultsError(path, "<file>", "no per-sample records")
-    bad = ~frame["score"].between(0.0, 1.0)
-    if bad.any():
-        raise ResultsError(path, "score", f"row {int(bad.to_numpy().argmax())}: expected a value in [0, 1]")
-    frame["problem_id"] = frame["problem_id"].astype(str)
-    frame["score"] = frame["score"].astype(float)
-    return frame
-
-
 # ------------------------------------------------------------------------------------------ prelim, ledger
 def _load_trajectories(root: Path, registry: dict[str, Any]) -> pd.DataFrame:
     frames = []
@@ -396,7 +256,7 @@ def _load_trajectories(root: Path, registry: dict[str, Any]) -> pd.DataFrame:
         backbone = path.parent.name
         if backbone not in registry:
             raise ResultsError(path, "backbone", f"unknown backbone {backbone!r} (not in config/backbones.yaml)")
-        frame = _read_parquet(path, schema.TRAJECTORY_COLUMNS, tuple(schema.TRAJECTORY_COLUMNS))
+        frame = read_parquet(path, schema.TRAJECTORY_COLUMNS, tuple(schema.TRAJECTORY_COLUMNS))
         bad = ~frame["bucket"].isin(schema.BUCKETS)
         if bad.any():
             raise ResultsError(path, "bucket", f"row {int(bad.to_numpy().argmax())}: expected one of {schema.BUCKETS}")
@@ -432,3 +292,7 @@ def load_benchmarks(root: Path) -> pd.DataFrame:
         frames.append(frame)
     cols = ["rule", "job", "s", "cpu_time", "max_rss"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+_read_log = read_log
+"""`readers.read_log`, also importable from here (the trainer-logger and metric tests validate logs with it)."""
