@@ -98,3 +98,151 @@ def run_entry_point(run_dir: Path, overrides: list[str], log: Path, timeout: int
 @pytest.fixture
 def entry_point():
     return run_entry_point
+
+
+# --------------------------------------------------------------------------- the trainer's hooks on fakes
+# test_trainer.py and test_trainer_parity.py drive ExGRPOTrainer's own hooks with only verl's GPU/Ray parts
+# (TransferQueue, actor workers, dataset) replaced by these fakes. verl imports are inside the functions:
+# this file is also loaded where verl is not installed (those tests then skip).
+TRAINER_K = 4
+"""Rollouts per question of `trainer_config`."""
+TRAINER_B = 4
+"""Questions per step of `trainer_config`."""
+
+
+class FakeTQ:
+    """The TransferQueue KV API the trainer uses, backed by a dict (per-row values, verl's own collation)."""
+
+    def __init__(self):
+        self.rows: dict[tuple[str, str], dict] = {}
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        import torch
+        from transfer_queue import KVBatchMeta
+
+        if fields is not None:
+            for name, col in fields.items():
+                vals = col.unbind() if isinstance(col, torch.Tensor) else col.tolist()
+                for key, val in zip(keys, vals):
+                    self.rows.setdefault((partition_id, key), {})[name] = val
+        return KVBatchMeta(partition_id=partition_id, keys=list(keys), tags=list(tags or [{} for _ in keys]))
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        from verl.utils import tensordict_utils as tu
+
+        rows = [self.rows[(partition_id, k)] for k in keys]
+        names = select_fields or list(rows[0])
+        return tu.list_of_dict_to_tensordict([{n: r[n] for n in names} for r in rows])
+
+    def kv_clear(self, keys, partition_id):
+        for k in keys:
+            self.rows.pop((partition_id, k), None)
+
+
+class FakeActor:
+    """compute_log_prob as the worker does it: writes full-sequence log_probs / entropy for the keys.
+    Entropy of a token = token id / 100, so a candidate's score is its mean response id / 100."""
+
+    world_size = 2  # the public WorkerGroup property; no private dispatch info exists on this fake
+
+    def __init__(self, tq):
+        self.tq, self.calls = tq, []
+
+    def compute_log_prob(self, meta):
+        import torch
+
+        self.calls.append(meta)
+        assert meta.extra_info["calculate_entropy"] and len(meta.keys) % 2 == 0
+        for key in meta.keys:
+            row = self.tq.rows[(meta.partition_id, key)]
+            ids = row["input_ids"].float()
+            shifted = torch.cat([ids[1:], ids[:1]])  # position t holds the value of token t+1
+            row["entropy"], row["log_probs"] = shifted / 100, -shifted / 100
+
+    def set_loss_fn(self, fn):
+        self.loss_fn = fn
+
+
+class FakeDataset:
+    def __init__(self, n):
+        self.qids = [f"q{i}" for i in range(n)]
+        self.dataframe = {"qid": self.qids, "prompt": [None] * n}
+
+    def __getitem__(self, i):
+        import torch
+
+        return {"data_source": "math", "qid": self.qids[i], "raw_prompt": [{"role": "user", "content": self.qids[i]}],
+                "reward_model": {"ground_truth": "1"}, "extra_info": {"index": i}, "index": i,
+                "dummy_tensor": torch.tensor([0], dtype=torch.uint8)}
+
+
+@pytest.fixture(scope="module")
+def trainer_config(tmp_path_factory):
+    """The composed verl config of an exgrpo run of qwen2.5-math-1.5b with K = TRAINER_K, B = TRAINER_B."""
+    from omegaconf import OmegaConf
+
+    from exgrpo.backbones import load_backbones
+    from exgrpo.verl_plugin import hydra_config as hc
+
+    run = tmp_path_factory.mktemp("run")
+    bb = load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml")["qwen2.5-math-1.5b"]
+    cfg = hc.variant_config("exgrpo", bb, {"n_rollouts": TRAINER_K, "delayed_start": False})
+    flat = hc.verl_overrides("qwen2.5-math-1.5b", bb, cfg, variant="exgrpo", seed=3, run_dir=run,
+                             train_files="t.parquet", val_files="v.parquet")
+    hc.write_run_config(run, flat)
+    composed = hc.compose_run_config(run)
+    OmegaConf.set_struct(composed, False)
+    composed.data.train_batch_size = TRAINER_B
+    return composed
+
+
+@pytest.fixture
+def fake_tq(monkeypatch):
+    """A FakeTQ in place of the TransferQueue client, in the trainer and in verl's padding helpers."""
+    import verl.trainer.ppo.padding_utils as pu
+
+    import exgrpo.verl_plugin.trainer as trainer_mod
+
+    fake = FakeTQ()
+    monkeypatch.setattr(trainer_mod, "tq", fake)
+    monkeypatch.setattr(pu, "tq", fake)
+    return fake
+
+
+def new_trainer(config, fake_tq, tmp_path):
+    """An ExGRPOTrainer past its constructor (no Ray, no workers): 12 questions, the fake actor and TQ; each
+    prompt batch it submits is kept in `t.submitted` as its rows (what each agent loop receives)."""
+    from types import SimpleNamespace
+
+    from exgrpo.core.data_order import DataOrder
+    from exgrpo.verl_plugin import batch as vb
+    from exgrpo.verl_plugin.trainer import ExGRPOTrainer
+
+    config = config.copy()
+    config.trainer.default_local_dir = str(tmp_path / "ckpt")
+    t = object.__new__(ExGRPOTrainer)
+    t.config, t.global_steps, t.total_training_steps, t.parameter_sync_step = config, 1, 10, 1
+    t._init_exgrpo_state(config)
+    t.train_dataset = FakeDataset(12)
+    t.qid_pos = vb.qid_positions(t.train_dataset.qids)
+    t.data_order = DataOrder(t.train_dataset.qids, t.exgrpo_seed)
+    t.tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=2)
+    t.actor_rollout_wg = FakeActor(fake_tq)
+    t.submitted = []
+    t._submit_batch_to_rollout = lambda batch: t.submitted.append(prompt_rows(batch))
+    return t
+
+
+def prompt_rows(batch) -> list[dict]:
+    """The rows of a prompt batch as dicts."""
+    import torch
+
+    return [{k: (v[i] if isinstance(v, torch.Tensor) else v[i].data if hasattr(v[i], "data") else v[i])
+             for k, v in batch.items() if k != "global_steps"} for i in range(len(batch))]
+
+
+@pytest.fixture
+def make_trainer():
+    """`new_trainer(config, fake_tq, tmp_path)`."""
+    return new_trainer
+
