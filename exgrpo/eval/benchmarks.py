@@ -1,4 +1,4 @@
-"""Benchmark registry: every evaluation set defined once (paper §5.1, paper.md §4.1, peers.md §4.3-4.4).
+"""Benchmark registry: every evaluation set defined once (paper §5.1; docs/evaluation.md).
 
 Each benchmark names its source (Hugging Face dataset id, config and split), its expected row count,
 its answer kind (`math`: a boxed answer checked by Math-Verify; `choice`: a letter A-J), whether it
@@ -22,7 +22,7 @@ The tiny testbed splits are local only: `data_dir` is the folder written by `exg
 
 Departures from the release, stated up front:
 - Without the release's files, public hub sources holding the same problems are used (the released
-  OOD file itself was never retrievable, paper.md §4.1). Row counts are checked for hub loads; a local
+  OOD file `test.ood.parquet` could not be retrieved). Row counts are checked for hub loads; a local
   file with another count is accepted (fixtures) and its count is recorded next to the expected one.
 - `sha256` (expected checksum of the normalised documents) is None until recorded from a first hub
   download; every result records the checksum it actually saw (`data.sha256`).
@@ -138,7 +138,7 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
               HFSource("math-ai/olympiadbench", None, "test"),
               released=ReleasedSource("exgrpo_test_id", "olympiad_bench"), n_rows=675, label="OlympiadBench",
               note="OE_TO_maths_en_COMP (675); multi-answer golds are joined with ', '"),
-    # Out-of-distribution (letters; paper.md §4.1, peers.md §4.3).
+    # Out-of-distribution (letter answers; LUFFY's ARC-c and GPQA-Diamond files).
     Benchmark("arc_c", "ood", "choice", "choice", arc_row,
               HFSource("allenai/ai2_arc", "ARC-Challenge", "test"), released=ReleasedSource("luffy_arc_c"),
               n_rows=1172, label="ARC-c"),

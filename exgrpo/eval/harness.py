@@ -12,7 +12,7 @@ For each benchmark it
 4. writes the samples parquet (atomic), then the aggregate JSON (atomic, last).
 
 Departures from lm-eval's defaults, stated up front: lm-eval's own metrics and output files are not
-used (its `--output_path` files are timestamped, ecosystem.md §3.4; its per-task metrics take the
+used (its `--output_path` files are timestamped, `results_<ISO-timestamp>.json`; its per-task metrics take the
 first sample only): the project's cache is the record and every number is computed from it.
 vLLM: k samples are k cloned requests (lm-eval `repeats`), with one engine seed; vLLM's `n` is not
 used because lm-eval reads only `outputs[0]`. lm-eval returns text only, so `n_tokens` is the

@@ -1,4 +1,4 @@
-"""Metrics from explicit per-sample records (peers.md §4.1): avg@k, unbiased pass@k, maj@k, bootstrap CI.
+"""Metrics from explicit per-sample records: avg@k, unbiased pass@k, maj@k, bootstrap CI.
 
 All functions are pure: a records table in, numbers out. A records table has one row per sample
 with at least `problem_id`, `sample_index`, `score` (0/1) and, for maj@k, `extracted`.
@@ -10,7 +10,7 @@ with at least `problem_id`, `sample_index`, `score` (0/1) and, for maj@k, `extra
   a tie goes to the answer reached first in sample order. (Math-Verify equivalence between different
   strings, e.g. `0.5` vs `\\frac{1}{2}`, is not merged: the grader's extraction is already normalised.)
 - The ID / OOD averages are unweighted means over benchmarks (as the release: mean per `data_source`,
-  then mean over sources, paper.md §4.1).
+  then mean over sources).
 
 Departure from the release, stated up front: the release computes Avg@32 as a row mean over a parquet
 in which every problem appears 32 times; `collapse_duplicated_rows` turns such a table into explicit

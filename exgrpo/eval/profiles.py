@@ -1,4 +1,4 @@
-"""Decoding profiles: how every evaluation samples, named in every result (paper.md §4.2, peers.md §4.2).
+"""Decoding profiles: how every evaluation samples, named in every result (paper §5.1; docs/evaluation.md).
 
 - `paper`: temperature 0.6, top-p 1.0, 8,192 new tokens; avg@32 on AIME24, AIME25 and AMC, one sample
   elsewhere; the model's chat template with the system prompt removed (released `generate_vllm.py`,
@@ -9,7 +9,7 @@
   k for every benchmark.
 - `tiny`: the CPU testbed. Temperature 0.6, top-p 1.0 (the paper's evaluation temperature, and the
   tiny trainer's validation temperature, so tiny and paper-scale numbers are read the same way), 80
-  new tokens (tiny responses are at most ~65 tokens, tiny-testbed.md §1), k = 4 everywhere.
+  new tokens (tiny responses are at most ~65 tokens, docs/testbed.md), k = 4 everywhere.
 
 Departure from the release, stated up front: the release gets avg@32 by duplicating each problem 32
 times in the test parquet; here k samples are drawn per problem (lm-eval `repeats`) and recorded with

@@ -1,8 +1,8 @@
 """Row normalisers: how one raw row of each benchmark source becomes a document {problem_id, question, answer}.
 
-Prompts follow the released evaluation files (paper.md §4.1, peers.md §4.3): math questions as written;
-multiple choice as the question then `A) ...` lines (LUFFY's ARC-c file); GPQA-Diamond with LUFFY's
-instruction. Departure: GPQA's four options are put in a fixed pseudo-random order per question
+Prompts follow the released evaluation files (docs/evaluation.md): math questions as written; multiple
+choice as the question then `A) ...` lines (LUFFY's ARC-c file); GPQA-Diamond with LUFFY's instruction.
+Departure: GPQA's four options are put in a fixed pseudo-random order per question
 (seeded by its record id), since the release's order is unknown.
 """
 
@@ -19,7 +19,7 @@ LETTERS = "ABCDEFGHIJ"
 GPQA_INSTRUCTION = ("Answer the following multiple choice question. The last line of your response should be of the "
                     "following format: 'ANSWER: $LETTER' (without quotes) where LETTER is one of ABCD. "
                     "Think step by step before answering.")
-"""LUFFY's GPQA-Diamond instruction (paper.md §4.1)."""
+"""LUFFY's GPQA-Diamond instruction, as in its released evaluation file."""
 
 
 def clean_answer(value: Any) -> str:
