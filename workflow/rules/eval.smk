@@ -33,6 +33,7 @@ rule eval_tiny:
         benchmarks=",".join(eval_benchmarks("tiny")),
         data=lambda wc, input: os.path.dirname(input.data),
         out=lambda wc, output: os.path.dirname(output[0]),
+        code=code_digest_of("eval"),  # a change to the evaluation code re-evaluates
         limit=lambda wc: eval_limit_arg(wc.source),
     shell:
         "exgrpo eval --backend tiny --model {params.model} --benchmarks {params.benchmarks}"
@@ -72,6 +73,7 @@ rule eval_paper:
         benchmarks=",".join(eval_benchmarks("paper")),
         data=lambda wc: eval_data_for(wc.source),
         out=lambda wc, output: os.path.dirname(output[0]),
+        code=code_digest_of("eval"),  # a change to the evaluation code re-evaluates
         prompt_format=lambda wc: prompt_format_of(wc.backbone),
         parallel=lambda wc: eval_parallel_args(wc.backbone),
     shell:
