@@ -26,7 +26,10 @@ def test_the_committed_map_resolves_as_the_protocol_says():
     wf = load()
     assert set(wf.regimes) == {"default", "fresh_anchored", "data_limited", "weak_long", "long_horizon",
                                "rollout_matched", "hard_mix"}
-    run = lambda regime, arm, seed=0: wf.study_run(f"tiny/regimes/{regime}", wf.regimes[regime].backbone, arm, seed)
+
+    def run(regime: str, arm: str, seed: int = 0):
+        return wf.study_run(f"tiny/regimes/{regime}", wf.regimes[regime].backbone, arm, seed)
+
     anchored, b24 = run("fresh_anchored", "exgrpo-anchored"), run("fresh_anchored", "on_policy-b24")
     assert anchored.method.fresh_anchored and anchored.variant == "exgrpo" and anchored.arm == "exgrpo-anchored"
     assert anchored.method.rho == 0.5 and not b24.method.fresh_anchored and b24.trainer["batch_size"] == 24
