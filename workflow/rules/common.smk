@@ -13,7 +13,6 @@ import os
 import re
 
 from exgrpo.config import ABLATIONS
-from exgrpo.io import write_json
 from exgrpo.resolve import code_digest
 from exgrpo.workflow_config import (
     GPU_SITE_ENV,
@@ -46,7 +45,10 @@ wildcard_constraints:
     # a variant, or an arm of a regime (<variant>-<tag>)
     variant="|".join(
         ["base", *ABLATIONS]
-        + sorted({re.escape(a) for r in WF.regimes.values() for a in r.arms} - set(ABLATIONS))
+        + sorted(
+            {re.escape(a) for r in WF.regimes.values() for a in r.arms}
+            - set(ABLATIONS)
+        )
     ),
     profile="paper|community|tiny",
 
@@ -227,15 +229,14 @@ def resolved_run(wc):
     return json.dumps(spec.to_dict(), sort_keys=True)
 
 
-def write_resolved_run(path, spec_json, log):
-    """Write the run's resolution to `path` atomically, and what it is to `log` (the resolve_run job)."""
-    spec = json.loads(spec_json)
-    write_json(path, spec)
-    with open(log, "w") as fh:
-        fh.write(
-            f"{spec['backbone']}/{spec['variant']}/s{spec['seed']} ({spec['budget']} budget): "
-            f"resolved {' < '.join(spec['precedence'])} -> {path}\n"
-        )
+def resolved_run_summary(wc):
+    """One line for the resolve_run job's log: which run, resolved how, written where."""
+    spec = WF.study_run(wc.source, wc.backbone, wc.variant, int(wc.seed))
+    path = run_file(wc.source, wc.backbone, wc.variant, wc.seed)
+    return (
+        f"{wc.backbone}/{wc.variant}/s{wc.seed} ({spec.budget} budget): resolved "
+        f"{' < '.join(spec.to_dict()['precedence'])} -> {path}"
+    )
 
 
 def code_digest_of(stage):
