@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.verl, pytest.mark.verl_cpu_e2e]
 
 pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
 pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
-psutil = pytest.importorskip("psutil")  # a Ray dependency
+psutil = pytest.importorskip("psutil")  # required by snakemake (cpu extra) and TransferQueue (verl extra)
 
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
