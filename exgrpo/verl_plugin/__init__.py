@@ -1,4 +1,4 @@
-"""ExGRPO on verl 0.9.1 as a plug-in (docs/verl-plugin.md): no fork, no patch of verl.
+"""ExGRPO on verl 0.9.1 as a plug-in (verl.md §11 route A): no fork, no patch of verl.
 
 verl imports this package in every process when `VERL_USE_EXTERNAL_MODULES=exgrpo.verl_plugin` is set
 (the generated configs put it into the Ray runtime environment; the launch scripts export it). Importing

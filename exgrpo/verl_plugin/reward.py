@@ -3,7 +3,7 @@
 Configured as `reward.custom_reward_function.path = pkg://exgrpo.verl_plugin.reward`, `name = compute_score`;
 the ExGRPOConfig `reward_*` settings arrive as `reward_kwargs` (written by hydra_config). Grading goes through
 the core's `Verifier` (process pool with a hard wall-clock timeout per answer), never `grade_one` in the
-reward worker's thread, where math-verify's SIGALRM timeouts do not work (signals reach only the main thread).
+reward worker's thread, where math-verify's SIGALRM timeouts do not work (ecosystem.md §4).
 
 verl decodes `solution_str` with special tokens skipped; the `</think>` rule needs `</think>` to be plain
 text in the tokenizer (it is for the paper's backbones, where it is not a special token).
