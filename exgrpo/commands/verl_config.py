@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", default=None, help="local model directory instead of the backbone's hf_id")
     parser.add_argument("--nnodes", type=int, default=None, help="override the backbone's resources.nodes")
     parser.add_argument("--gpus-per-node", type=int, default=None)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: the plug-in's CPU mode (config/exgrpo_cpu.yaml: gloo, FSDP2 in float32, the "
+                             "transformers rollout exgrpo_cpu), for debugging without a GPU (docs/verl-plugin.md)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="ExGRPOConfig field override (VALUE parsed as JSON when possible); repeatable")
     parser.add_argument("--resolve", choices=("auto", "yes", "no"), default="auto",
@@ -59,8 +62,9 @@ def _parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def run_fingerprint(spec, flat: dict, model_path: str | None) -> tuple[str, dict]:
-    """(fingerprint, parts) of a verl run: resolved run, verl keys, data files, model, plug-in code."""
+def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cuda") -> tuple[str, dict]:
+    """(fingerprint, parts) of a verl run: resolved run, verl keys, data files, model, plug-in code, and the
+    device when it is not the default (a CPU-mode checkpoint is never resumed by a GPU run, and vice versa)."""
     from exgrpo.resolve import code_digest, file_digest, fingerprint
 
     def digest(path: str) -> str | None:
@@ -74,6 +78,8 @@ def run_fingerprint(spec, flat: dict, model_path: str | None) -> tuple[str, dict
              "model": {"path": str(model.resolve()) if model else flat["actor_rollout_ref.model.path"],
                        "config": digest(str(model / "config.json")) if model else None},
              "code": code_digest("train_paper")}
+    if device != "cuda":
+        parts["device"] = device
     return fingerprint(parts), parts
 
 
@@ -127,10 +133,10 @@ def run(args: argparse.Namespace) -> int:
                              run_dir=args.out, train_files=train, val_files=val, model_path=model_path,
                              nnodes=args.nnodes, gpus_per_node=args.gpus_per_node,
                              data_order_seed=spec.data_order_seed)
-    fp, parts = run_fingerprint(spec, flat, model_path)
+    fp, parts = run_fingerprint(spec, flat, model_path, device=args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     _set_aside_stale(args.out, fp)
-    path = hc.write_run_config(args.out, flat)
+    path = hc.write_run_config(args.out, flat, device=args.device)
     write_json(args.out / "fingerprint.json", {"fingerprint": fp, "parts": parts})
     print(f"wrote {path}")
     have_verl = all(importlib.util.find_spec(m) is not None for m in ("hydra", "verl"))

@@ -102,3 +102,19 @@ def test_cli_writes_run_config_and_launch_script(tmp_path, capsys):
                 "--resolve", "no"]) == 2
     assert "rho" in capsys.readouterr().err
     assert cli(["verl-launch", "--run-dir", str(tmp_path / "missing")]) == 2
+
+
+def test_cli_device_cpu_writes_a_cpu_mode_run_config(tmp_path):
+    import json
+
+    import yaml
+
+    args = ["verl-config", "--backbones", BACKBONES, "--backbone", "qwen2.5-math-7b", "--train-files", "/d/t.parquet",
+            "--val-files", "/d/v.parquet", "--resolve", "no"]
+    assert cli([*args, "--out", str(tmp_path / "gpu")]) == 0
+    assert cli([*args, "--out", str(tmp_path / "cpu"), "--device", "cpu"]) == 0
+    gpu, cpu = (yaml.safe_load((tmp_path / d / "exgrpo_run.yaml").read_text()) for d in ("gpu", "cpu"))
+    assert cpu["defaults"] == ["exgrpo_cpu", "_self_"] and gpu["defaults"] == ["exgrpo_trainer", "_self_"]
+    fps = [json.loads((tmp_path / d / "fingerprint.json").read_text()) for d in ("gpu", "cpu")]
+    assert "device" not in fps[0]["parts"] and fps[1]["parts"]["device"] == "cpu"
+    assert fps[0]["fingerprint"] != fps[1]["fingerprint"]

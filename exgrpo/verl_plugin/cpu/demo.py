@@ -103,7 +103,7 @@ def write_demo(root: str | Path, *, steps: int = 4, n_train: int = 64, n_val: in
     write_toy_data(paths["val"], n_val, start=n_train)
     paths["reward"].write_text(TOY_REWARD, encoding="utf-8")
     backbone = {"scale": "paper", "hf_id": str(paths["model"]), "steps": int(steps), "max_prompt_length": 48,
-                "max_response_length": 16, "resources": {"nodes": 1, "gpus_per_node": 1}}
+                "max_response_length": 16, "resources": {"train": {"nodes": 1, "gpus_per_node": 1}}}
     cfg = hc.variant_config("exgrpo", backbone, {"n_rollouts": 4, "delayed_start": False, **(overrides or {})})
     flat = hc.verl_overrides("toy", backbone, cfg, variant="exgrpo", seed=seed, run_dir=paths["run"],
                              train_files=str(paths["train"]), val_files=str(paths["val"]))
@@ -112,18 +112,27 @@ def write_demo(root: str | Path, *, steps: int = 4, n_train: int = 64, n_val: in
     return paths
 
 
-def launch(run_dir: str | Path, overrides: list[str], *, log: str | Path | None = None,
-           env: dict[str, str] | None = None, timeout: float | None = None, capture: bool = False
-           ) -> subprocess.CompletedProcess:
-    """`python -m exgrpo.verl_plugin.main` on a run directory, from inside it (as the launch scripts do)."""
-    run_dir = Path(run_dir).resolve()
+def launch_command(run_dir: str | Path, overrides: list[str]) -> list[str]:
+    """argv of `python -m exgrpo.verl_plugin.main` on a run directory, with the demo's small overrides."""
+    return [sys.executable, "-m", "exgrpo.verl_plugin.main", "--config-path", str(Path(run_dir).resolve()),
+            "--config-name", "exgrpo_run", *SMALL_OVERRIDES, *overrides]
+
+
+def launch_env(log: str | Path | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment + the plug-in module, full Hydra errors and verl's metrics file `log`."""
     full_env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin", "HYDRA_FULL_ERROR": "1",
                 **(env or {})}
     if log is not None:
         full_env["VERL_FILE_LOGGER_PATH"] = str(Path(log).resolve())
-    cmd = [sys.executable, "-m", "exgrpo.verl_plugin.main", "--config-path", str(run_dir), "--config-name",
-           "exgrpo_run", *SMALL_OVERRIDES, *overrides]
-    return subprocess.run(cmd, cwd=run_dir, env=full_env, timeout=timeout, capture_output=capture, text=True)
+    return full_env
+
+
+def launch(run_dir: str | Path, overrides: list[str], *, log: str | Path | None = None,
+           env: dict[str, str] | None = None, timeout: float | None = None, capture: bool = False
+           ) -> subprocess.CompletedProcess:
+    """`python -m exgrpo.verl_plugin.main` on a run directory, from inside it (as the launch scripts do)."""
+    return subprocess.run(launch_command(run_dir, overrides), cwd=Path(run_dir).resolve(), env=launch_env(log, env),
+                          timeout=timeout, capture_output=capture, text=True)
 
 
 def main(argv: list[str] | None = None) -> int:
