@@ -231,7 +231,7 @@ def build(results: Results, paper: Results | None, profile: str | None) -> tuple
             table = builder()
             (tables.append(table) if table else skipped.append(f"{name}: no data in results/{results.source}"))
     if not published:
-        regime_table = regimes.table(regimes.rows(results.regimes))
+        regime_table = regimes.table(regimes.rows(results.regimes), regimes.deviations(results.root))
         (tables.append(regime_table) if regime_table
          else skipped.append(f"regimes: no regime runs in results/{results.source}/regimes"))
     if results.has("bench"):

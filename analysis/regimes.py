@@ -149,8 +149,25 @@ def _pair(values: tuple[float, float], scale: float = 1.0, digits: int = 0) -> s
     return " / ".join(fmt(v / scale, digits) for v in values)
 
 
-def table(frame: pd.DataFrame) -> Table | None:
-    """results/<source>/tables/regimes.{md,tex}."""
+DEVIATIONS_FILE = "deviations.json"
+"""results/<source>/regimes/deviations.json: `{"deviations": [text, ...]}`, every departure from the protocol
+(docs/regimes.md) with its reason, listed under the table."""
+
+
+def deviations(source_root: Path) -> list[str]:
+    """The protocol deviations recorded for a source's regime map (none when the file is absent)."""
+    path = Path(source_root) / "regimes" / DEVIATIONS_FILE
+    if not path.exists():
+        return []
+    data = loader.read_json(path)
+    loader.check_keys(path, data, {"deviations": "list"}, {})
+    if not all(isinstance(d, str) for d in data["deviations"]):
+        raise loader.ResultsError(path, "deviations", "expected a list of strings")
+    return list(data["deviations"])
+
+
+def table(frame: pd.DataFrame, deviation_notes: list[str] | None = None) -> Table | None:
+    """results/<source>/tables/regimes.{md,tex}; `deviation_notes` are listed under it."""
     if frame.empty:
         return None
     records = []
@@ -171,7 +188,8 @@ def table(frame: pd.DataFrame) -> Table | None:
                  "OOD averages (avg@4, points), 95% paired bootstrap over problems and seeds; verdict by the "
                  "pre-registered rule (docs/regimes.md): helps / hurts when the interval excludes 0.",
                  pd.DataFrame.from_records(records),
-                 notes=["Fresh questions and rollout tokens are summed over a run's steps and averaged over seeds."])
+                 notes=["Fresh questions and rollout tokens are summed over a run's steps and averaged over seeds.",
+                        *(f"Deviation from the protocol: {d}" for d in deviation_notes or [])])
 
 
 def forest(frame: pd.DataFrame) -> Any:

@@ -96,3 +96,11 @@ def test_reused_arms_are_read_from_the_source_tree(regime_tree: Path):
     with pytest.raises(ResultsError) as err:
         load(regime_tree, "tiny")
     assert err.value.field == "reused.exgrpo"
+
+
+def test_deviations_are_listed_under_the_table(regime_tree: Path):
+    (regime_tree / "tiny" / "regimes" / "deviations.json").write_text(
+        json.dumps({"deviations": ["R4 long_horizon was not run (compute budget)."]}), encoding="utf-8")
+    render(regime_tree, "tiny")
+    text = (regime_tree / "tiny" / "tables" / "regimes.md").read_text(encoding="utf-8")
+    assert "Deviation from the protocol: R4 long_horizon was not run (compute budget)." in text
