@@ -5,6 +5,7 @@
     python benchmarks/run_all.py --skip study,fuzz                 # all but the two long ones
     python benchmarks/run_all.py --only study --study-baseline 56211d2   # the study side by side (~30 min)
     python benchmarks/run_all.py --only buffer --extra buffer='--repeats 1'   # one benchmark's own options
+    python benchmarks/run_all.py --refresh                         # only rebuild run_all.json from the JSONs
     python benchmarks/run_all.py --dry-run                         # print the commands, run nothing
 
 Each benchmark runs as its own process (`benchmarks/<script>.py` with the arguments the README's numbers were
@@ -92,6 +93,33 @@ def _study(d: dict) -> dict[str, Any]:
     return out
 
 
+def _reward(d: dict) -> dict[str, Any]:
+    per = {f"answers_per_s/workers={r['workers']}": r["answers_per_s"] for r in d["results"]}
+    return {"ratio": {"2_vs_1_workers": d["speedup_2_vs_1_workers"], "pool_vs_in_process": d["pool_vs_in_process"]},
+            "absolute": per}
+
+
+def _grading(d: dict) -> dict[str, Any]:
+    return {"absolute": {f"samples_per_s/workers={r['workers']}": r["samples_per_second"] for r in d["results"]},
+            "invariant": {"same_scores": all(r["same_scores_as_first_run"] for r in d["results"])}}
+
+
+def _eval_backends(d: dict) -> dict[str, Any]:
+    return {"ratio": {f"hf_over_tiny/{k}": v for k, v in d["speedup_hf_over_tiny"].items()},
+            "absolute": {f"total_s/{r['backend']}/threads={r['threads']}": r["total_s"] for r in d["runs"]},
+            "invariant": {"prompt_hashes_equal": d["prompt_hashes_equal"]}}
+
+
+def _fuzz(d: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {"invariant": {}, "absolute": {}}
+    for mode in ("threads", "processes"):
+        parts = d[mode]["parts"]
+        out["invariant"][f"crashes/{mode}"] = sum(p["crashes"] for p in parts)
+        out["invariant"][f"counted_timeouts/{mode}"] = sum(p["counted_timeouts"] for p in parts)
+        out["absolute"][f"worst_batch_s/{mode}"] = round(max(p["worst_batch_s"] for p in parts), 2)
+    return out
+
+
 def _scalars(d: dict) -> dict[str, Any]:
     """Fallback: the JSON's top-level numbers and flags (these benchmarks report absolute throughput)."""
     return {"absolute": {k: v for k, v in d.items() if isinstance(v, int | float | bool)}}
@@ -101,11 +129,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     "rollout": Benchmark("bench_rollout.py", "rollout.json", minutes=2, headline=_rollout),
     "step": Benchmark("bench_step.py", "step_time.json", minutes=1, headline=_step),
     "buffer": Benchmark("bench_buffer.py", "buffer.json", minutes=8, headline=_buffer),
-    "reward": Benchmark("bench_reward.py", "reward.json", minutes=2, headline=_scalars),
-    "grading": Benchmark("bench_grading.py", "grading.json", minutes=3, headline=_scalars),
+    "reward": Benchmark("bench_reward.py", "reward.json", minutes=2, headline=_reward),
+    "grading": Benchmark("bench_grading.py", "grading.json", minutes=3, headline=_grading),
     "eval_backends": Benchmark("bench_eval_backends.py", "eval_backends.json",
-                               ("--limit", "400", "--threads", "1", "2"), minutes=5, headline=_scalars),
-    "fuzz": Benchmark("fuzz_verifier.py", "verifier_fuzz.json", ("--n", "10000"), minutes=25, headline=_scalars),
+                               ("--limit", "400", "--threads", "1", "2"), minutes=5, headline=_eval_backends),
+    "fuzz": Benchmark("fuzz_verifier.py", "verifier_fuzz.json", ("--n", "10000"), minutes=25, headline=_fuzz),
     "study": Benchmark("bench_study.py", "study_tiny.json", minutes=16, headline=_study),
 }
 
@@ -167,11 +195,18 @@ def run_one(name: str, argv: list[str], results: Path) -> dict[str, Any]:
         data["run_all"] = {k: entry[k] for k in ("measured_utc", "command", "wall_s", "load_avg_before",
                                                  "load_avg_after")}
         write_json(path, data)
-        try:
-            entry["headline"] = bench.headline(data)
-        except (KeyError, TypeError) as err:  # a changed JSON layout should not lose the measurement
-            entry["headline_error"] = f"{type(err).__name__}: {err}"
+        headline(name, entry, data)
     return entry
+
+
+def headline(name: str, entry: dict[str, Any], data: dict) -> None:
+    """Set entry["headline"] from the benchmark's JSON (or a headline_error naming what is missing)."""
+    entry.pop("headline_error", None)
+    try:
+        entry["headline"] = BENCHMARKS[name].headline(data)
+    except (KeyError, TypeError, ValueError) as err:  # a changed JSON layout should not lose the measurement
+        entry.pop("headline", None)
+        entry["headline_error"] = f"{type(err).__name__}: {err}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,8 +219,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="more arguments for one benchmark, e.g. --extra buffer='--repeats 1' (repeatable)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSONs go (default %(default)s)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    parser.add_argument("--refresh", action="store_true",
+                        help="run nothing: rebuild run_all.json's headlines from the JSONs already there")
     args = parser.parse_args(argv)
-    names = select(args.only, args.skip)
+    names = [] if args.refresh else select(args.only, args.skip)
     if args.study_baseline and "study" not in names:
         parser.error("--study-baseline needs the study benchmark selected")
     extra = extra_args(args.extra)
@@ -210,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     for n, cmd in commands.items():
         print(f"== {n}", flush=True)
         entries[n] = run_one(n, cmd, args.results)
+    for n, entry in entries.items():  # earlier entries too: the summary follows the extractors and the files
+        if n in BENCHMARKS and not entry["exit_status"] and (args.results / BENCHMARKS[n].result).exists():
+            headline(n, entry, read_json(args.results / BENCHMARKS[n].result))
     failed = [n for n in names if entries[n]["exit_status"]]
     write_json(summary, {
         "what": "every README benchmark re-measured one after the other by benchmarks/run_all.py",

@@ -74,3 +74,17 @@ def test_run_records_load_in_each_json_and_keeps_earlier_entries(tmp_path: Path,
     summary = json.loads((tmp_path / "run_all.json").read_text())
     assert summary["failed"] == ["bad"] and summary["this_run"] == ["bad"]
     assert summary["benchmarks"]["good"]["exit_status"] == 0  # the earlier run's entry is kept
+    assert run_all.main(["--results", str(tmp_path), "--refresh"]) == 0  # rebuilds the summary, runs nothing
+    summary = json.loads((tmp_path / "run_all.json").read_text())
+    assert summary["this_run"] == [] and set(summary["benchmarks"]) == {"good", "bad"}
+    assert summary["benchmarks"]["good"]["headline"] == {"absolute": {"value": 3.5}}
+
+
+def test_headlines_read_the_committed_results():
+    for name, bench in run_all.BENCHMARKS.items():
+        path = ROOT / "benchmarks" / "results" / bench.result
+        if path.exists():
+            entry = {}
+            run_all.headline(name, entry, json.loads(path.read_text()))
+            assert "headline_error" not in entry, (name, entry)
+            assert entry["headline"], name
