@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 GOAL = 2.0
 
 
-def bench_model(model, tok, prompts: list[list[int]], args: argparse.Namespace) -> dict:
-    """Median tokens/s of each sampler on one model, the samplers alternating within each repeat."""
+def samplers(model, tok, prompts: list[list[int]], max_new_tokens: int) -> dict:
+    """{name: fn(seed) -> generated tokens} for the three samplers, on the same left-padded batch."""
     from exgrpo.tiny.rollout import generate
 
     width = max(map(len, prompts))
@@ -39,7 +39,7 @@ def bench_model(model, tok, prompts: list[list[int]], args: argparse.Namespace) 
     attention = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
 
     def ours(seed: int) -> int:
-        out = generate(model, tok, prompts, max_new_tokens=args.max_new_tokens,
+        out = generate(model, tok, prompts, max_new_tokens=max_new_tokens,
                        generator=torch.Generator().manual_seed(seed))
         return int(out.response_mask.sum())
 
@@ -47,7 +47,7 @@ def bench_model(model, tok, prompts: list[list[int]], args: argparse.Namespace) 
         torch.manual_seed(seed)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=attention, do_sample=True, temperature=1.0,
-                                 top_p=1.0, top_k=0, max_new_tokens=args.max_new_tokens,
+                                 top_p=1.0, top_k=0, max_new_tokens=max_new_tokens,
                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                  return_dict_in_generate=scores, output_scores=scores)
         seqs = (out.sequences if scores else out)[:, width:]
@@ -56,12 +56,17 @@ def bench_model(model, tok, prompts: list[list[int]], args: argparse.Namespace) 
         first = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, torch.full((len(seqs),), seqs.shape[1]))
         return int(first.sum())
 
-    samplers = {"exgrpo_generate": ours, "hf_generate": hf, "hf_generate_with_scores": lambda s: hf(s, True)}
-    runs: dict[str, list[dict]] = {name: [] for name in samplers}
-    for fn in samplers.values():
+    return {"exgrpo_generate": ours, "hf_generate": hf, "hf_generate_with_scores": lambda s: hf(s, True)}
+
+
+def bench_model(model, tok, prompts: list[list[int]], args: argparse.Namespace) -> dict:
+    """Median tokens/s of each sampler on one model, the samplers alternating within each repeat."""
+    fns = samplers(model, tok, prompts, args.max_new_tokens)
+    runs: dict[str, list[dict]] = {name: [] for name in fns}
+    for fn in fns.values():
         fn(0)  # warm-up
     for rep in range(args.repeats):
-        for name, fn in samplers.items():
+        for name, fn in fns.items():
             wall, cpu = time.perf_counter(), time.process_time()
             n_tokens = fn(rep + 1)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
