@@ -5,8 +5,6 @@ with the current sampler (1, 3, 5, 8 of seeds 1-10; the assertion below says so 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,22 +13,11 @@ import exgrpo.tiny.trainer as tiny
 from exgrpo.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SFT_FIXTURE = ROOT / "tests" / "fixtures" / "tiny-sft"
-
-
-@pytest.fixture(scope="module")
-def data_40(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("data40")
-    subprocess.run([sys.executable, "-m", "exgrpo.cli", "make-data", "--out", str(out), "--train-size", "40",
-                    "--validation-size", "16", "--test-size", "40", "--ood-words-size", "8",
-                    "--ood-choice4-size", "8", "--ood-choice10-size", "8", "--probe-size", "8"],
-                   check=True, capture_output=True)
-    return out
 
 
 @pytest.mark.parametrize("seed", [1, 3, 5, 8])
-def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_questions(seed, data_40, tmp_path,
-                                                                                     monkeypatch):
+def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_questions(seed, tiny_data, sft_fixture,
+                                                                                     tmp_path, monkeypatch):
     overlaps: list[int] = []
     slots: list[float] = []
     groups: list[float] = []
@@ -44,8 +31,8 @@ def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_ques
         return metrics
 
     monkeypatch.setattr(tiny.CPUTrainer, "step", watched)
-    rc = main(["train", "--backbone", "tiny-math-small", "--method", "exgrpo", "--data", str(data_40),
-               "--init", str(SFT_FIXTURE), "--out", str(tmp_path / "out"), "--ckpt", str(tmp_path / "ckpt"),
+    rc = main(["train", "--backbone", "tiny-math-small", "--method", "exgrpo", "--data", str(tiny_data),
+               "--init", str(sft_fixture), "--out", str(tmp_path / "out"), "--ckpt", str(tmp_path / "ckpt"),
                "--backbones", str(ROOT / "config" / "backbones.yaml"), "--budget", "smoke", "--seed", str(seed),
                "--set", "steps=12", "--set", "ckpt_every=12", "--set", "val_every=0"])
     assert rc == 0 and (tmp_path / "out" / "run.json").exists()
