@@ -176,6 +176,40 @@ def arm_run(
     return spec if arm_name == arm.variant else dataclasses.replace(spec, arm=arm_name)
 
 
+def regime_studies(
+    wf: Any, raw: Mapping[str, Any] | None
+) -> tuple[dict[str, Regime], dict[str, Any], dict[str, dict[str, str]]]:
+    """(regimes, regime name -> its Study, regime name -> {reused arm: base source}) of a WorkflowConfig.
+
+    A regime's study is the base study's with source `<base source>/regimes/<name>`, the regime's backbone and
+    seeds, and as methods the arms that are not runs of the base study (same backbone, variant, seeds and
+    resolution); those are reused.
+    """
+    regimes = parse_regimes(raw, wf.backbones)
+    if not regimes:
+        return {}, {}, {}
+    base = wf.studies.get(raw["base_study"])
+    if base is None or base.scale != "tiny":
+        raise ConfigError("regimes.base_study", f"{raw['base_study']!r} is not a tiny-scale study")
+    seeds = tuple(raw["seeds"])
+    base_runs = set(base.runs())
+    studies, reuse = {}, {}
+    for name, regime in regimes.items():
+        reuse[name] = {}
+        for arm_name, arm in regime.arms.items():
+            specs = [arm_run(regime, arm_name, s, wf.backbones[regime.backbone], base.budget,
+                             wf.variant_overrides.get(arm.variant, {}), base.data_order_seed) for s in seeds]
+            if all((regime.backbone, arm_name, s) in base_runs
+                   and spec == wf.run(regime.backbone, arm_name, s, base.budget, base.data_order_seed)
+                   for s, spec in zip(seeds, specs)):
+                reuse[name][arm_name] = base.source
+        studies[name] = dataclasses.replace(
+            base, name=f"regime.{name}", source=f"{base.source}/regimes/{name}", backbones=(regime.backbone,),
+            ablation_backbones=(), seeds=seeds, methods=tuple(a for a in regime.arms if a not in reuse[name]),
+            ablations=(), prelim=())
+    return regimes, studies, reuse
+
+
 __all__ = [
     "RELEASED_MASK_TAG",
     "REGIME_SPEC_FORMAT",
@@ -184,5 +218,6 @@ __all__ = [
     "arm_run",
     "arm_variant",
     "parse_regimes",
+    "regime_studies",
     "with_mechanism_ablations",
 ]

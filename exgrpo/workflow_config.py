@@ -32,7 +32,7 @@ from typing import Any
 
 from exgrpo.backbones import SCHEMA_DIR, load_backbones
 from exgrpo.config import ABLATIONS, VARIANT_ALIASES, ConfigError, ExGRPOConfig
-from exgrpo.regimes import Regime, arm_run, parse_regimes
+from exgrpo.regimes import Regime, arm_run, regime_studies
 from exgrpo.resolve import RunSpec, run_spec
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
@@ -189,30 +189,9 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
 
 
 def _with_regimes(wf: WorkflowConfig, raw: Mapping[str, Any] | None) -> WorkflowConfig:
-    """`wf` with the regime map: one study per regime for the arms the base study does not already run."""
-    regimes = parse_regimes(raw, wf.backbones)
-    if not regimes:
-        return wf
-    base = wf.studies.get(raw["base_study"])
-    if base is None or base.scale != "tiny":
-        raise ConfigError("regimes.base_study", f"{raw['base_study']!r} is not a tiny-scale study")
-    seeds = tuple(raw["seeds"])
-    base_runs = set(base.runs())
-    studies, reuse = {}, {}
-    for name, regime in regimes.items():
-        source = f"{base.source}/regimes/{name}"
-        reuse[name] = {}
-        for arm_name, arm in regime.arms.items():
-            specs = [arm_run(regime, arm_name, s, wf.backbones[regime.backbone], base.budget,
-                             wf.variant_overrides.get(arm.variant, {}), base.data_order_seed) for s in seeds]
-            if all((regime.backbone, arm_name, s) in base_runs
-                   and spec == wf.run(regime.backbone, arm_name, s, base.budget, base.data_order_seed)
-                   for s, spec in zip(seeds, specs)):
-                reuse[name][arm_name] = base.source
-        studies[name] = dataclasses.replace(
-            base, name=f"regime.{name}", source=source, backbones=(regime.backbone,), ablation_backbones=(),
-            seeds=seeds, methods=tuple(a for a in regime.arms if a not in reuse[name]), ablations=(), prelim=())
-    return dataclasses.replace(wf, regimes=regimes, regime_studies=studies, regime_reuse=reuse)
+    """`wf` with the regime map (exgrpo.regimes.regime_studies)."""
+    regimes, studies, reuse = regime_studies(wf, raw)
+    return dataclasses.replace(wf, regimes=regimes, regime_studies=studies, regime_reuse=reuse) if regimes else wf
 
 
 def _check_benchmark_names(sets: Mapping[str, list[str]]) -> None:
