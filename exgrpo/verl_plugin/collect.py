@@ -273,6 +273,8 @@ def collect_run(run_dir: str | Path, out_dir: str | Path, *, export_to: str | Pa
     write_jsonl(out_dir / TRAIN_LOG, rows)
 
     val = [r["val/acc"] for r in rows if r.get("val/acc") is not None]
+    fp_path = run_dir / "fingerprint.json"  # `exgrpo verl-config`: what made the run (resolution, data, init, code)
+    fingerprint = read_json(fp_path).get("fingerprint") if fp_path.exists() else None
     step_times = [r["time/step"] for r in rows if isinstance(r.get("time/step"), (int, float))]
     content = provenance(
         {"method": method, "table4": doc.get("table4") or table4(resolved)}, seed,
@@ -280,7 +282,7 @@ def collect_run(run_dir: str | Path, out_dir: str | Path, *, export_to: str | Pa
         summary={"final_val_acc": val[-1] if val else None, "steps": last, "final_model": final_model,
                  "final_checkpoint": str(actor)},
         attempts=[p.name for p in files], departures=list(doc.get("departures", [])),
-        train_provenance=doc.get("provenance"), verl_config=resolved)
+        train_provenance=doc.get("provenance"), verl_config=resolved, fingerprint=fingerprint)
     write_json(out_dir / "run.json", content)
     return content
 

@@ -101,7 +101,9 @@ def test_collect_merges_attempts_into_the_contract_and_passes_the_loader(verl_ru
 
     out = tmp_path / "results/paper-repro/train/qwen2.5-math-7b/exgrpo/s0"
     calls = []
+    (verl_run / "fingerprint.json").write_text(json.dumps({"fingerprint": "ab" * 32, "parts": {}}))
     content = vc.collect_run(verl_run, out, export_to=verl_run / "final", run=_fake_merger(calls))
+    assert content["fingerprint"] == "ab" * 32  # what made the run travels into run.json
     actor = (verl_run / "checkpoints/global_step_6/actor").resolve()
     assert calls == [[sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
                       str(actor), "--target_dir", str(verl_run / ".final.tmp")]]
