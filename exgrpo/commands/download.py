@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.config import ConfigError
+from exgrpo.eval.benchmarks import file_sha256 as sha256_of  # one file-hash helper (stdlib only)
 from exgrpo.io import atomic_path, write_json
 from exgrpo.provenance import provenance
 
@@ -138,12 +139,6 @@ def verify_file(source: Source, path: Path) -> str:
     return found
 
 
-def sha256_of(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def parquet_rows(path: str | Path) -> int:
