@@ -310,3 +310,4 @@ def prelim_parallel_args(backbone):
 # Paper-scale helpers (verl plug-in, vLLM) and the targets of each study, by responsibility.
 include: "paper_paths.smk"
 include: "targets.smk"
+include: "regime_paths.smk"

@@ -12,6 +12,8 @@ rule resolve_run:
     benchmark:
         "logs/resolve_run/{source}/{backbone}/{variant}/s{seed}.benchmark.tsv"
     localrule: True
+    conda:
+        "../envs/cpu.yaml"
     params:
         spec=resolved_run,
         summary=resolved_run_summary,
