@@ -134,6 +134,22 @@ class FakeTQ:
         names = select_fields or list(rows[0])
         return tu.list_of_dict_to_tensordict([{n: r[n] for n in names} for r in rows])
 
+    def put_rollout(self, row, sample, responses, reward, old_log_probs, entropy) -> str:
+        """One finished rollout of a prompt row, as the agent loop leaves it in the `train` partition (the
+        sequence reward on the last response token); returns its key."""
+        import torch
+
+        from exgrpo.verl_plugin import batch as vb
+
+        rm = torch.zeros(len(responses))
+        rm[-1] = reward
+        key = f"{row['uid']}_{sample}_0"
+        self.rows[("train", key)] = {
+            "uid": row["uid"], vb.EXGRPO_QID: row[vb.EXGRPO_QID], "prompts": torch.tensor([3, 4, 5]),
+            "responses": responses, "response_mask": torch.ones(len(responses), dtype=torch.long), "rm_scores": rm,
+            "old_log_probs": old_log_probs, "entropy": entropy}
+        return key
+
     def kv_clear(self, keys, partition_id):
         for k in keys:
             self.rows.pop((partition_id, k), None)

@@ -49,13 +49,8 @@ def rollout(tq, batch, step, failed=()):
             else:
                 resp = torch.randint(10, 60, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g)
                 reward = float(s < CORRECT[row[vb.EXGRPO_QID]])
-            rm = torch.zeros(len(resp))
-            rm[-1] = reward
-            key = f"{row['uid']}_{s}_0"
-            tq.rows[("train", key)] = {
-                "uid": row["uid"], vb.EXGRPO_QID: row[vb.EXGRPO_QID], "prompts": torch.tensor([3, 4, 5]),
-                "responses": resp, "response_mask": torch.ones(len(resp), dtype=torch.long), "rm_scores": rm,
-                "old_log_probs": -torch.rand(len(resp), generator=g), "entropy": torch.rand(len(resp), generator=g)}
+            key = tq.put_rollout(row, s, resp, reward, -torch.rand(len(resp), generator=g),
+                                 torch.rand(len(resp), generator=g))
             keys.append(key)
     order = torch.randperm(len(keys), generator=g).tolist()  # verl's balancing reorders rows
     # verl's synthetic padding rows copy a real row's fields (qid included) with a dummy prompt; put them first

@@ -138,13 +138,7 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
                 else:
                     resp, logp, ent = (slots[p][f][s] for f in ("ids", "logp", "ent"))
                     reward = slots[p]["reward"][s]
-                rm = torch.zeros(len(resp))
-                rm[-1] = reward
-                key = f"{row['uid']}_{s}_0"
-                fake_tq.rows[("train", key)] = {
-                    "uid": row["uid"], vb.EXGRPO_QID: row[vb.EXGRPO_QID], "prompts": torch.tensor([3, 4, 5]),
-                    "responses": resp, "response_mask": torch.ones(len(resp), dtype=torch.long), "rm_scores": rm,
-                    "old_log_probs": logp, "entropy": ent}
+                key = fake_tq.put_rollout(row, s, resp, reward, logp, ent)
                 keys.append((key, p, s))
         order = torch.randperm(len(keys), generator=torch.Generator().manual_seed(7)).tolist()  # verl's balancing
         self.batch_keys = [keys[i] for i in order]
