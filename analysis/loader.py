@@ -101,7 +101,7 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
     registry = load_backbones(backbones)
     notes: list[str] = []
     scores, paper = _load_paper_csvs(root)
-    runs, train = load_train(root, registry)
+    runs, train = load_train(root, registry, notes=notes)
     evals, samples = load_eval(root, registry, notes)
     evals, samples = with_aliases(evals), with_aliases(samples)
     return Results(source=source, root=root, backbones=registry, scores=scores, paper=paper, runs=runs,
@@ -159,12 +159,20 @@ def _load_paper_csvs(root: Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]
 
 
 # ------------------------------------------------------------------------------------------ training
-def load_train(root: Path, registry: dict[str, Any],
-               variants: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, per-step training rows) of every train/<backbone>/<variant>/s<seed>/ under `root`."""
+def load_train(root: Path, registry: dict[str, Any], variants: set[str] | None = None,
+               notes: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, per-step training rows) of every train/<backbone>/<variant>/s<seed>/ under `root`.
+
+    A run directory holding neither file is a run still in flight (Snakemake makes the directory when the
+    job starts; both files are written at its end): it is skipped, with a line in `notes`.
+    """
     run_rows, frames = [], []
     for backbone, variant, seed, run_dir in _run_dirs(root, "train", registry, variants):
         log, meta_path = run_dir / "log.jsonl.gz", run_dir / "run.json"
+        if not log.exists() and not meta_path.exists():
+            if notes is not None:
+                notes.append(f"{run_dir}: unfinished run (no log.jsonl.gz, no run.json), left out")
+            continue
         for path in (log, meta_path):
             if not path.exists():
                 raise ResultsError(path, "<file>", "file missing (every train run has log.jsonl.gz and run.json)")

@@ -79,8 +79,8 @@ def load(source_root: Path, registry: dict[str, Any],
                 raise loader.ResultsError(spec_path, f"reused.{arm}", f"expected an arm of the regime read from "
                                                                       f"'../..' (the source's tree), got {where!r}")
         allowed = set(spec["arms"]) - set(reused)
-        _, train = loader.load_train(root, registry, variants=allowed)
         notes: list[str] = []
+        _, train = loader.load_train(root, registry, variants=allowed, notes=notes)
         evals, samples = loader.load_eval(root, registry, notes, variants=allowed)
         if reused:
             extra = [_reused(frame, spec["backbone"], set(reused)) for frame in source_frames]

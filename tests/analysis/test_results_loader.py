@@ -102,6 +102,16 @@ def test_run_json_must_match_its_directory(tiny_tree: Path):
     _expect(tiny_tree, "run.json", "seed")
 
 
+def test_run_in_flight_is_left_out_with_a_note_but_half_a_run_is_an_error(tiny_tree: Path):
+    in_flight = tiny_tree / "tiny" / "train" / "tiny-math" / "exgrpo" / "s9"  # what Snakemake makes at job start
+    in_flight.mkdir(parents=True)
+    res = loader.load(tiny_tree, "tiny")
+    assert len(res.runs) == 15 and 9 not in set(res.train["seed"])
+    assert len(res.notes) == 1 and "s9" in res.notes[0] and "unfinished" in res.notes[0]
+    (in_flight / "run.json").write_text("{}")
+    _expect(tiny_tree, "s9/log.jsonl.gz", "<file>")
+
+
 def test_unknown_variant_directory_is_named(tiny_tree: Path):
     (tiny_tree / "tiny" / "train" / "tiny-math" / "exgrpoo" / "s0").mkdir(parents=True)
     _expect(tiny_tree, "exgrpoo", "variant")
