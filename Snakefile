@@ -7,6 +7,7 @@
 #   tiny_regimes  the pre-registered regime map (docs/regimes.md) into results/tiny/regimes/
 #   smoke      minimal budgets on one tiny backbone (tests, CI)
 #   all        the paper replication at full scale into results/paper-repro/ (GPUs)
+#   paper_cpu  the paper route (verl's trainer, CPU mode) on a tiny base into results/paper-cpu/
 #   figures    re-render tables and figures from what is already under results/
 # `snakemake --profile slurm all` submits to SLURM (./slurm -> profiles/slurm). Run locally, `all`
 # refuses to start where nvidia-smi sees no GPU (dry runs always work).
@@ -51,6 +52,7 @@ localrules:
     tiny_regimes,
     smoke,
     all,
+    paper_cpu,
 
 
 rule tiny:
@@ -77,3 +79,8 @@ rule smoke:
 rule all:
     input:
         study_targets("paper_repro"),
+
+
+rule paper_cpu:
+    input:
+        study_targets("paper_cpu"),

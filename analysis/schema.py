@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from exgrpo import metrics as M  # the metric registry: pure Python, no runtime
 
-SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro", "smoke")
+SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro", "paper-cpu", "smoke")
 """Sub-directories of results/ that share this contract (`smoke`: the CI plumbing run, never committed)."""
 
 # ---------------------------------------------------------------------------------------- paper CSVs

@@ -14,17 +14,13 @@ Used by the Snakefile (workflow/rules/common.smk) and the tests. Four layers, in
 Every failure is a `ConfigError` whose field is a path such as `studies.tiny.seeds[0]` or
 `methods.exgrpo.rho`.
 
-It also maps a backbone's per-stage `resources` onto Snakemake resources (`job_resources`), reads the
-site settings for SLURM from EXGRPO_SLURM_* environment variables (`site_resources`), and decides
-whether GPU work may start here (`gpu_refusal`).
+Job sizes, SLURM site settings and the no-GPU guard are in exgrpo.cluster.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,27 +32,13 @@ from exgrpo.regimes import Regime, arm_run, regime_studies
 from exgrpo.resolve import RunSpec, run_spec
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
-TARGET_STUDIES: dict[str, str] = {"tiny": "tiny", "tiny_full": "tiny_full", "smoke": "smoke", "all": "paper_repro"}
+TARGET_STUDIES: dict[str, str] = {"tiny": "tiny", "tiny_full": "tiny_full", "smoke": "smoke", "all": "paper_repro",
+                                  "paper_cpu": "paper_cpu"}
 """Snakemake target -> the study (key of `studies`) it runs."""
 
 VARIANT_GROUPS = ("methods", "ablations", "prelim")
 """Config sections that name variants (keys of exgrpo.config.ABLATIONS) with extra overrides."""
 
-SITE_ENV: dict[str, str] = {
-    "EXGRPO_SLURM_ACCOUNT": "slurm_account",
-    "EXGRPO_SLURM_PARTITION": "slurm_partition",
-    "EXGRPO_SLURM_QOS": "qos",
-    "EXGRPO_SLURM_CONSTRAINT": "constraint",
-}
-"""Site settings, environment variable -> Snakemake resource read by the SLURM executor plugin."""
-
-GPU_SITE_ENV: dict[str, str] = {
-    "EXGRPO_SLURM_GPU_PARTITION": "slurm_partition",
-    "EXGRPO_SLURM_GPU_QOS": "qos",
-    "EXGRPO_SLURM_GPU_CONSTRAINT": "constraint",
-    "EXGRPO_SLURM_GPU_MODEL": "gpu_model",
-}
-"""Extra site settings for GPU jobs; they take precedence over SITE_ENV for those jobs."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +61,11 @@ class Study:
     benchmarks: tuple[str, ...]
     """Benchmark names (sets expanded, order kept, duplicates dropped)."""
     profiles: tuple[str, ...]
+    runtime: str = "tiny"
+    """What trains the runs: `tiny` (the CPU trainer, exgrpo/tiny) or `verl` (the plug-in; always at paper
+    scale, and on CPU for a tiny-scale study: exgrpo.verl_plugin.tiny_route)."""
+    trainer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """CPU-trainer settings (TrainArgs fields) for every run of the study, on top of its budget's."""
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
@@ -113,11 +100,11 @@ class WorkflowConfig:
         return self.run(backbone, variant, 0, budget).method
 
     def run(self, backbone: str, variant: str, seed: int, budget: str,
-            data_order_seed: int | None = None) -> RunSpec:
+            data_order_seed: int | None = None, trainer: Mapping[str, Any] | None = None) -> RunSpec:
         """One run, resolved once (exgrpo.resolve.run_spec): what the workflow writes to method.json."""
         return run_spec(backbone, self.backbones[backbone], variant, seed, budget=budget,
-                        overrides=self.variant_overrides[variant], data_order_seed=data_order_seed,
-                        where=f"{self.group_of(variant)}.{variant}.")
+                        overrides=self.variant_overrides[variant], trainer_overrides=trainer or None,
+                        data_order_seed=data_order_seed, where=f"{self.group_of(variant)}.{variant}.")
 
     def study_run(self, source: str, backbone: str, variant: str, seed: int) -> RunSpec:
         """The resolved run of (backbone, variant, seed) in the studies writing to `source` (for a regime's
@@ -128,7 +115,7 @@ class WorkflowConfig:
             arm = regime.arms[variant]
             return arm_run(regime, variant, seed, self.backbones[backbone], study.budget,
                            self.variant_overrides.get(arm.variant, {}), study.data_order_seed)
-        return self.run(backbone, variant, seed, study.budget, study.data_order_seed)
+        return self.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
 
     def group_of(self, variant: str) -> str:
         return next(g for g in VARIANT_GROUPS if variant in (self.raw.get(g) or {}))
@@ -182,9 +169,14 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
     for variant in overrides:  # a variant must be valid on every backbone it may meet
         for name in backbones:
             wf.run(name, variant, 0, "full")
-    for study in studies.values():  # and every run as its study resolves it
+    for name, study in studies.items():  # and every run as its study resolves it
         for backbone, variant, seed in study.runs():
-            wf.run(backbone, variant, seed, study.budget, study.data_order_seed)
+            try:
+                wf.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
+            except ConfigError as err:
+                if not err.field.startswith("trainer."):
+                    raise
+                raise ConfigError(f"studies.{name}.{err.field}", str(err).split(": ", 1)[1]) from None
     return _with_regimes(wf, config.get("regimes"))
 
 
@@ -266,7 +258,8 @@ def _resolve_study(name: str, raw: Mapping[str, Any], config: Mapping[str, Any],
                  ablation_backbones=tuple(ablation_backbones), budget=raw["budget"],
                  data_seed=raw.get("data_seed"), data_order_seed=_data_order_seed(raw), seeds=tuple(raw["seeds"]), methods=tuple(raw["methods"]),
                  ablations=tuple(raw["ablations"]), prelim=tuple(raw["prelim"]),
-                 benchmarks=tuple(benchmarks), profiles=tuple(raw["eval"]["profiles"]))
+                 benchmarks=tuple(benchmarks), profiles=tuple(raw["eval"]["profiles"]),
+                 runtime=raw.get("runtime", "tiny" if scale == "tiny" else "verl"), trainer=dict(raw.get("trainer") or {}))
 
 
 def _data_order_seed(raw: Mapping[str, Any]) -> int | None:
@@ -294,110 +287,5 @@ def _check_shared_sources(studies: Mapping[str, Study]) -> None:
                                   f"({getattr(other, attr)!r}), which writes to the same source {study.source!r}")
 
 
-# ---------------------------------------------------------------------------- resources
-
-
-STAGES = ("train", "eval", "judge")
-"""Job kinds a backbone's `resources` sizes: training (SFT too), evaluation, the preliminary study's analysis."""
-
-
-def stage_resources(entry: Mapping[str, Any], stage: str) -> Mapping[str, Any]:
-    """The backbone's `resources.<stage>` entry (schema-checked: every stage is present)."""
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
-    return entry["resources"][stage]
-
-
-def vllm_parallel(entry: Mapping[str, Any], stage: str) -> tuple[int, int]:
-    """(tensor_parallel, data_parallel) of a vLLM stage (`eval`, `judge`); (0, 0) on a CPU backbone."""
-    res = stage_resources(entry, stage)
-    if "tensor_parallel" not in res:
-        return 0, 0
-    return int(res["tensor_parallel"]), int(res.get("data_parallel", 1))
-
-
-def stage_gpus(entry: Mapping[str, Any], stage: str) -> int:
-    """GPUs the stage's command uses, so its job requests exactly that many.
-
-    train: nodes x gpus_per_node (verl's trainer.nnodes x n_gpus_per_node); eval: tensor_parallel x
-    data_parallel (vLLM's engine); judge: the policy's engine (eval's tensor_parallel) and then the
-    judge's, one after the other, so the larger of the two. CPU-only backbones: 0.
-    """
-    res = stage_resources(entry, stage)
-    if stage == "train":
-        return int(res.get("gpus_per_node", 0)) * int(res.get("nodes", 1))
-    tp, dp = vllm_parallel(entry, stage)
-    if stage == "judge":
-        return max(tp, vllm_parallel(entry, "eval")[0])
-    return tp * dp
-
-
-def job_resources(entry: Mapping[str, Any], stage: str) -> dict[str, int]:
-    """Snakemake resources of a backbone's `stage` jobs, from its `resources.<stage>` entry.
-
-    `gpu` is the job's total GPU count (`stage_gpus`; the SLURM plugin emits `--gpus=N`, the local
-    executor caps it with `--resources gpu=N`); CPU-only jobs get no gpu/nodes keys.
-    `threads` is not a resource: rules pass `job_threads(entry, stage)` to `threads:`.
-    """
-    res = stage_resources(entry, stage)
-    out = {"mem_mb": int(res["mem_mb"]), "runtime": int(res["runtime_min"])}
-    gpus = stage_gpus(entry, stage)
-    if gpus:
-        out["gpu"] = gpus
-        out["nodes"] = int(res.get("nodes", 1))
-    return out
-
-
-def job_threads(entry: Mapping[str, Any], stage: str) -> int:
-    """`threads:` of a backbone's `stage` jobs (the SLURM plugin turns it into --cpus-per-task)."""
-    return int(stage_resources(entry, stage)["cpus_per_task"])
-
-
-def site_resources(gpu: bool = False, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Site settings from EXGRPO_SLURM_* environment variables (unset or empty ones are left out).
-
-    They never live in tracked files; without them the SLURM plugin guesses the account and uses the
-    cluster's default partition.
-    """
-    environ = os.environ if environ is None else environ
-    table = {**SITE_ENV, **GPU_SITE_ENV} if gpu else SITE_ENV
-    out: dict[str, str] = {}
-    for var, key in table.items():  # GPU_SITE_ENV comes last, so it wins for GPU jobs
-        if environ.get(var):
-            out[key] = environ[var]
-    return out
-
-
-# ---------------------------------------------------------------------------- GPU guard
-
-
-def visible_gpus() -> int:
-    """Number of GPUs `nvidia-smi -L` lists here (0 without nvidia-smi or a driver)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
-def gpu_refusal(targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: bool, gpus: int,
-                allow_no_gpu: bool) -> str | None:
-    """Why a real run must not start here, or None. GPU work = target `all` or any job with gpu > 0.
-
-    Only the local executor is refused: under SLURM the GPUs are on the compute nodes.
-    """
-    gpu_jobs = sorted(set(gpu_jobs))
-    if not local_exec or gpus > 0 or allow_no_gpu or ("all" not in set(targets) and not gpu_jobs):
-        return None
-    what = "target `all` (paper-scale training on GPUs)" if "all" in set(targets) else f"rules {', '.join(gpu_jobs)}"
-    return (f"{what} needs GPUs, and nvidia-smi sees none here. Submit it to a cluster with "
-            "`snakemake --profile slurm all`, or run the CPU study with `snakemake tiny`. "
-            "(`snakemake -n all` dry-runs anywhere; `--config allow_no_gpu=True` overrides this check.)")
-
-
-__all__ = ["GPU_SITE_ENV", "SCHEMA_DIR", "SITE_ENV", "STAGES", "TARGET_STUDIES", "VARIANT_GROUPS", "Study",
-           "WorkflowConfig", "check_config_files", "check_schema", "field_path", "gpu_refusal", "job_resources",
-           "job_threads", "load_backbones", "load_workflow_config", "load_yaml", "site_resources", "stage_gpus",
-           "stage_resources", "visible_gpus", "vllm_parallel"]
+__all__ = ["SCHEMA_DIR", "TARGET_STUDIES", "VARIANT_GROUPS", "Study", "WorkflowConfig", "check_config_files",
+           "check_schema", "field_path", "load_backbones", "load_workflow_config", "load_yaml"]

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-file", type=Path, default=None,
                         help="the run's resolved config (method.json, written by the workflow); replaces --backbone, "
                              "--variant, --seed and --set")
-    parser.add_argument("--backbone", default=None, help="entry of the backbones file with scale: paper")
+    parser.add_argument("--backbone", default=None,
+                        help="entry of the backbones file with scale: paper (or tiny, with --device cpu)")
     parser.add_argument("--variant", default="exgrpo", help="method variant (exgrpo.config.ABLATIONS), default exgrpo")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path, help="run directory (config, checkpoints, logs)")
@@ -36,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-files", default=None,
                         help="verl validation parquet (default: data/verl/<template>/valid.parquet)")
     parser.add_argument("--model-path", default=None, help="local model directory instead of the backbone's hf_id")
+    parser.add_argument("--tiny-data", type=Path, default=None,
+                        help="tiny-task splits (`exgrpo make-data`): converted into <out>/data/ and trained on instead of "
+                             "--train-files/--val-files (a tiny backbone, --device cpu: exgrpo.verl_plugin.tiny_route)")
     parser.add_argument("--nnodes", type=int, default=None, help="override the backbone's resources.nodes")
     parser.add_argument("--gpus-per-node", type=int, default=None)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
@@ -62,10 +66,14 @@ def _parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cuda") -> tuple[str, dict]:
+def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cuda", weights: bool = False
+                    ) -> tuple[str, dict]:
     """(fingerprint, parts) of a verl run: resolved run, verl keys, data files, model, plug-in code, and the
-    device when it is not the default (a CPU-mode checkpoint is never resumed by a GPU run, and vice versa)."""
-    from exgrpo.resolve import code_digest, file_digest, fingerprint
+    device when it is not the default (a CPU-mode checkpoint is never resumed by a GPU run, and vice versa).
+
+    `weights`: also hash the model folder's weights (a local base such as models/tiny/<backbone>, which
+    `tiny_pretrain` rebuilds in place; an HF snapshot folder is named by its revision instead)."""
+    from exgrpo.resolve import code_digest, file_digest, fingerprint, weights_digest
 
     def digest(path: str) -> str | None:
         return file_digest([path]) if Path(path).is_file() else None
@@ -76,7 +84,8 @@ def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cud
              "data": {k: digest(flat[k]) for k in ("data.train_files", "data.val_files")},
              # the snapshot folder names its revision; its config.json (weights are named by that revision)
              "model": {"path": str(model.resolve()) if model else flat["actor_rollout_ref.model.path"],
-                       "config": digest(str(model / "config.json")) if model else None},
+                       "config": digest(str(model / "config.json")) if model else None,
+                       **({"weights": weights_digest(model)} if weights and model else {})},
              "code": code_digest("train_paper")}
     if device != "cuda":
         parts["device"] = device
@@ -108,18 +117,21 @@ def run(args: argparse.Namespace) -> int:
     from exgrpo.resolve import read_run_file, run_spec
     from exgrpo.verl_plugin import hydra_config as hc
 
+    scale = None if args.device == "cpu" else "paper"  # the CPU mode also trains tiny backbones (tiny_route)
     if args.run_file is not None:
         if args.backbone or args.overrides:
             raise ConfigError("--run-file", "the run file holds the whole run: drop --backbone and --set")
         spec = read_run_file(args.run_file)
-        backbone = load_backbone(args.backbones, spec.backbone, scale="paper")
+        backbone = load_backbone(args.backbones, spec.backbone, scale=scale)
     else:
         if not args.backbone:
             raise ConfigError("--backbone", "give --run-file, or --backbone")
-        backbone = load_backbone(args.backbones, args.backbone, scale="paper")
+        backbone = load_backbone(args.backbones, args.backbone, scale=scale)
         spec = run_spec(args.backbone, backbone, args.variant, args.seed, overrides=_parse_overrides(args.overrides),
                         where="--set ")
     model_path = args.model_path
+    if model_path and Path(model_path).is_dir():  # the launch script runs in the run directory
+        model_path = str(Path(model_path).resolve())
     if backbone.get("context_extension") and not model_path:
         raise ConfigError("--model-path", f"backbone {spec.backbone!r} has a context_extension, applied to a local "
                                           "copy of its model: pass the downloaded snapshot folder")
@@ -129,11 +141,22 @@ def run(args: argparse.Namespace) -> int:
     template = backbone.get("template", "luffy")
     train = args.train_files or str(Path(f"data/verl/{template}/train.parquet").resolve())
     val = args.val_files or str(Path(f"data/verl/{template}/valid.parquet").resolve())
+    if args.tiny_data is not None:
+        from exgrpo.verl_plugin.tiny_route import write_verl_data
+
+        if args.train_files or args.val_files:
+            raise ConfigError("--tiny-data", "replaces --train-files and --val-files: give one or the other")
+        files = write_verl_data(args.tiny_data, args.out / "data")
+        train, val = (str(files[role].resolve()) for role in ("train", "val"))
     flat = hc.verl_overrides(spec.backbone, backbone, spec.method, variant=spec.variant, seed=spec.seed,
                              run_dir=args.out, train_files=train, val_files=val, model_path=model_path,
                              nnodes=args.nnodes, gpus_per_node=args.gpus_per_node,
-                             data_order_seed=spec.data_order_seed)
-    fp, parts = run_fingerprint(spec, flat, model_path, device=args.device)
+                             data_order_seed=spec.data_order_seed, device=args.device)
+    if backbone["scale"] == "tiny":
+        from exgrpo.verl_plugin.tiny_route import trainer_overrides
+
+        flat.update(trainer_overrides(spec.trainer, int(backbone["max_prompt_length"])))
+    fp, parts = run_fingerprint(spec, flat, model_path, device=args.device, weights=backbone["scale"] == "tiny")
     args.out.mkdir(parents=True, exist_ok=True)
     _set_aside_stale(args.out, fp)
     path = hc.write_run_config(args.out, flat, device=args.device)

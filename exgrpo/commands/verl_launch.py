@@ -25,13 +25,15 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from exgrpo.config import ConfigError
-    from exgrpo.verl_plugin.hydra_config import RUN_CONFIG_NAME
+    from exgrpo.verl_plugin.hydra_config import BASE_CONFIGS, RUN_CONFIG_NAME
     from exgrpo.verl_plugin.launch import launch_values, offline_env, write_launch_script
 
     path = args.run_dir / f"{RUN_CONFIG_NAME}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"{path}: run config not found; write it with `exgrpo verl-config --out {args.run_dir}`")
-    meta = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("exgrpo") or {}
+    run_yaml = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    meta = run_yaml.get("exgrpo") or {}
+    device = "cpu" if BASE_CONFIGS["cpu"] in (run_yaml.get("defaults") or []) else "cuda"
     env = offline_env(args.hf_home) if args.hf_home else {}
     for item in args.env:
         if "=" not in item:
@@ -39,6 +41,6 @@ def run(args: argparse.Namespace) -> int:
         key, value = item.split("=", 1)
         env[key] = value
     values = launch_values(meta, nodes=args.nodes, gpus_per_node=args.gpus_per_node, extra_sbatch=args.sbatch,
-                           env=env, ray_port=args.ray_port)
+                           env=env, ray_port=args.ray_port, device=device)
     print(f"wrote {write_launch_script(args.run_dir, values)}")
     return 0

@@ -70,19 +70,26 @@ def variant_config(variant: str, backbone: Mapping[str, Any], overrides: Mapping
 def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOConfig, *, variant: str,
                    seed: int, run_dir: str | Path, train_files: str, val_files: str,
                    model_path: str | None = None, nnodes: int | None = None,
-                   gpus_per_node: int | None = None, data_order_seed: int | None = None) -> dict[str, Any]:
+                   gpus_per_node: int | None = None, data_order_seed: int | None = None,
+                   device: str = "cuda") -> dict[str, Any]:
     """Dotted verl config keys → values for one run (everything not fixed in exgrpo_trainer.yaml).
 
-    `data_order_seed` seeds the training-data shuffle (`data.seed`); None = the run's `seed`."""
-    for key in ("hf_id", "steps", "max_prompt_length", "max_response_length"):
+    `data_order_seed` seeds the training-data shuffle (`data.seed`); None = the run's `seed`. A `tiny`
+    backbone trains only in the CPU mode (`device="cpu"`), from a local `model_path` (its shipped base):
+    the paper route on the tiny task (exgrpo.verl_plugin.tiny_route)."""
+    tiny = backbone.get("scale") == "tiny" and device == "cpu"
+    if backbone.get("scale") != "paper" and not tiny:
+        raise ConfigError(f"backbones.{backbone_name}.scale",
+                          f"verl runs on GPUs are for scale 'paper' backbones, got {backbone.get('scale')!r} "
+                          "(a tiny backbone trains with verl in the CPU mode only)")
+    for key in ("steps", "max_prompt_length", "max_response_length", *(() if tiny else ("hf_id",))):
         if key not in backbone:
             raise ConfigError(f"backbones.{backbone_name}.{key}", "missing (needed for a verl run)")
-    if backbone.get("scale") != "paper":
-        raise ConfigError(f"backbones.{backbone_name}.scale",
-                          f"verl runs are for scale 'paper' backbones, got {backbone.get('scale')!r}")
+    if tiny and not model_path:
+        raise ConfigError("model_path", f"tiny backbone {backbone_name!r} has no hf_id: pass its local model folder")
     res = (backbone.get("resources") or {}).get("train") or {}  # the training stage's job size
     nodes = int(nnodes or res.get("nodes", 1))
-    gpus = int(gpus_per_node or res.get("gpus_per_node", 8))
+    gpus = int(gpus_per_node or res.get("gpus_per_node", 1 if device == "cpu" else 8))
     max_resp = int(backbone["max_response_length"])
     from exgrpo.core.loss import resolve_norm_const  # torch: only where a run is configured
 

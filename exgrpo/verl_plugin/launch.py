@@ -41,9 +41,10 @@ def offline_env(hf_home: str | Path) -> dict[str, str]:
 
 def launch_values(run_meta: Mapping[str, Any], *, nodes: int | None = None, gpus_per_node: int | None = None,
                   extra_sbatch: Sequence[str] = (), env: Mapping[str, str] | None = None, ray_port: int = 6379,
-                  head_wait_s: int = 20, join_timeout_s: int = 600) -> dict[str, Any]:
+                  head_wait_s: int = 20, join_timeout_s: int = 600, device: str = "cuda") -> dict[str, Any]:
     """Template values from a run's `exgrpo` section (`{backbone, variant, seed, run_dir, resources}`);
-    `env` adds `export KEY=VALUE` lines (e.g. `offline_env(...)`)."""
+    `env` adds `export KEY=VALUE` lines (e.g. `offline_env(...)`). `device="cpu"`: a CPU-mode run, which
+    asks SLURM for no GPU (its fake GPUs are Ray's, inside the job)."""
     for key in ("backbone", "variant", "seed", "run_dir", "resources"):
         if run_meta.get(key) is None:
             raise ConfigError(f"exgrpo.{key}", "missing from the run config; regenerate it with `exgrpo verl-config`")
@@ -57,7 +58,7 @@ def launch_values(run_meta: Mapping[str, Any], *, nodes: int | None = None, gpus
         "time": int(res.get("runtime_min", 4320)), "extra_sbatch": list(extra_sbatch),
         "env": sorted((env or {}).items()),
         "plugin_module": PLUGIN_MODULE, "ray_port": int(ray_port), "head_wait_s": int(head_wait_s),
-        "join_timeout_s": int(join_timeout_s),
+        "join_timeout_s": int(join_timeout_s), "device": device,
     }
     for key in ("nodes", "gpus_per_node", "cpus_per_task", "mem_mb", "time"):
         if values[key] < 1:

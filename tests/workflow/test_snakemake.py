@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.workflow_config import job_resources, visible_gpus
+from exgrpo.cluster import job_resources, visible_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
@@ -48,6 +48,23 @@ def test_smoke_and_tiny_full_resolve(wf, snakemake):
     assert result.returncode == 0, result.stdout
     sources = sorted(j.wildcards["source"] for j in result.jobs if j.rule == "make_data")
     assert sources == ["smoke", "tiny"]  # tiny_full shares the tiny source
+
+
+def test_paper_cpu_trains_with_verl_on_cpu_and_evaluates_with_the_tiny_rules(wf, snakemake):
+    import shutil
+
+    shutil.copytree(ROOT / "models" / "tiny", wf / "models" / "tiny")  # the shipped bases, as in a clone
+    result = snakemake("--profile", "slurm", "-n", "-p", "paper_cpu", cwd=wf, env=SITE)
+    assert result.returncode == 0, result.stdout
+    # on_policy, exgrpo and masked_hard, from the shipped base (no SFT)
+    assert result.counts["train_verl_cpu"] == 3 and not {"train_tiny", "sft"} & set(result.counts)
+    assert {"eval_tiny", "prelim_tiny", "render_study"} <= set(result.counts)
+    assert not {"download", "download_model", "train_paper", "eval_paper", "prelim_paper"} & set(result.counts)
+    for job in (j for j in result.jobs if j.rule == "train_verl_cpu"):
+        assert job.wildcards["source"] == "paper-cpu" and not job.resources.get("gpu")
+        assert "exgrpo verl-config" in job.shell and "--device cpu --tiny-data work/paper-cpu/data/s0" in job.shell
+        assert "--model-path models/tiny/tiny-math" in job.shell and "exgrpo verl-collect" in job.shell
+        assert f"--export-hf work/paper-cpu/ckpt/tiny-math/{job.wildcards['variant']}/s0/final" in job.shell
 
 
 def test_figures_lists_the_analysis_job_only(wf, snakemake):

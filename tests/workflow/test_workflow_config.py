@@ -10,19 +10,17 @@ from typing import Any
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.workflow_config import (
+from exgrpo.cluster import (
     STAGES,
-    field_path,
     gpu_refusal,
     job_resources,
     job_threads,
-    load_backbones,
-    load_workflow_config,
     site_resources,
     stage_gpus,
     vllm_parallel,
 )
+from exgrpo.config import ConfigError
+from exgrpo.workflow_config import field_path, load_backbones, load_workflow_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
@@ -117,6 +115,10 @@ BAD_CONFIGS = [
      "studies.tiny.ablation_backbones[1]"),
     ("same source, different budget", _set("studies/tiny_full/budget", "smoke"), "studies.tiny_full.budget"),
     ("allow_no_gpu not a boolean", _set("allow_no_gpu", "yes"), "allow_no_gpu"),
+    ("unknown runtime", _set("studies/paper_cpu/runtime", "trl"), "studies.paper_cpu.runtime"),
+    ("CPU trainer at paper scale", _set("studies/paper_repro/runtime", "tiny"), "studies.paper_repro.runtime"),
+    ("unknown CPU-trainer setting of a study", _set("studies/paper_cpu/trainer", {"stepz": 8}),
+     "studies.paper_cpu.trainer.stepz"),
 ]
 
 
@@ -127,6 +129,16 @@ def test_bad_config_names_the_field(case, mutate, field):
     with pytest.raises(ConfigError) as err:
         load(config)
     assert err.value.field == field, str(err.value)
+
+
+def test_paper_cpu_trains_tiny_bases_with_verl_and_its_own_trainer_settings():
+    wf = load()
+    study = wf.studies["paper_cpu"]
+    assert (study.scale, study.runtime, study.source) == ("tiny", "verl", "paper-cpu")
+    assert {s.runtime for n, s in wf.studies.items() if n != "paper_cpu"} == {"tiny", "verl"}
+    spec = wf.study_run("paper-cpu", "tiny-math", "exgrpo", 0)
+    assert spec.trainer["steps"] == study.trainer["steps"] == 8
+    assert wf.study_run("tiny", "tiny-math", "exgrpo", 0).trainer.get("steps") != 8
 
 
 def test_cli_style_booleans_are_accepted():

@@ -14,17 +14,17 @@ import re
 
 from exgrpo.config import ABLATIONS
 from exgrpo.resolve import code_digest
-from exgrpo.workflow_config import (
+from exgrpo.cluster import (
     GPU_SITE_ENV,
     SITE_ENV,
     gpu_refusal,
     job_resources,
     job_threads,
-    load_workflow_config,
     site_resources,
     visible_gpus,
     vllm_parallel,
 )
+from exgrpo.workflow_config import load_workflow_config
 
 # Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is.
 WF = load_workflow_config(
@@ -174,6 +174,23 @@ def eval_model_path(wc):
 # ---------------------------------------------------------------- studies and arguments
 def study_of_source(source):
     return WF.study_for_source(source)
+
+
+def sources_of_runtime(runtime, scale):
+    """Regex of the result sources of the `scale` studies trained by `runtime` (a rule's wildcard
+    constraint: train_verl_cpu takes the tiny-scale studies with `runtime: verl`)."""
+    names = sorted(
+        {
+            re.escape(s.source)
+            for s in WF.studies.values()
+            if (s.runtime, s.scale) == (runtime, scale)
+        }
+    )
+    return "|".join(names) if names else "(?!)"
+
+
+VERL_CPU_THREADS = 2
+"""Cores of a verl CPU-mode run: its driver, Ray, the FSDP worker and the rollout server share them."""
 
 
 def data_for(source):

@@ -92,6 +92,49 @@ rule train_tiny:
 register_stage("train", scales=("tiny",))
 
 
+# A tiny-scale study with `runtime: verl` (paper_cpu) trains the same bases on the same task splits
+# with verl's own trainer, in the plug-in's CPU mode (exgrpo.verl_plugin.tiny_route): the paper
+# route's commands (verl-config, verl-launch, the launch script, verl-collect), on CPU. The export
+# lands where a CPU-trainer run's final model does (ckpt_dir/final), so evaluation and the
+# preliminary study read it with the tiny rules.
+rule train_verl_cpu:
+    input:
+        data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
+        init=lambda wc: f"{base_dir(wc.source, wc.backbone)}/config.json",
+        run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
+    output:
+        run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
+        log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
+    log:
+        log_file("train", "{source}", "{backbone}", "{variant}", "s{seed}"),
+    benchmark:
+        bench_file("{source}", "train", "{backbone}", "{variant}", "s{seed}")
+    wildcard_constraints:
+        source=sources_of_runtime("verl", scale="tiny"),
+    conda:
+        "../envs/verl-cpu.yaml"
+    threads: VERL_CPU_THREADS
+    resources:
+        **cpu_resources(),
+    params:
+        data=lambda wc, input: os.path.dirname(input.data),
+        init=lambda wc, input: os.path.dirname(input.init),
+        run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
+        out=lambda wc, output: os.path.dirname(output.run),
+        code=code_digest_of("train_paper"),
+        backbones=backbones_file(),
+    shell:
+        "(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
+        " --device cpu --tiny-data {params.data} --model-path {params.init}"
+        " && exgrpo verl-launch --run-dir {params.run_dir}"
+        " && bash {params.run_dir}/launch_single_node.sh"
+        " && exgrpo verl-collect --run-dir {params.run_dir} --out {params.out}"
+        " --export-hf {params.run_dir}/final) > {log} 2>&1"
+
+
+ruleorder: train_verl_cpu > train_tiny
+
+
 # Paper scale, one job per run: write the verl config into the run directory (= ckpt_dir, so a
 # retried job finds its checkpoints and resumes: trainer.resume_mode=auto), render the launch
 # script, run it inside this job's allocation (one node, or Ray over `resources.nodes` nodes),

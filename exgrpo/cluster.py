@@ -1,0 +1,139 @@
+"""Job sizes and cluster settings of the workflow's rules: read from the backbone registry and the environment.
+
+- `job_resources` / `job_threads`: a backbone's per-stage `resources` entry (config/backbones.yaml) as
+  Snakemake resources, so each job requests what its command uses (docs/cluster.md);
+- `site_resources`: the SLURM site settings (account, partition, QOS, ...) from EXGRPO_SLURM_* variables,
+  never from tracked files;
+- `gpu_refusal`: whether GPU work may start on this machine (a local run without a visible GPU is refused).
+
+Pure Python on validated entries (exgrpo.workflow_config validates them first); used by
+workflow/rules/common.smk, the compute ledger (analysis/ledger.py) and the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+SITE_ENV: dict[str, str] = {
+    "EXGRPO_SLURM_ACCOUNT": "slurm_account",
+    "EXGRPO_SLURM_PARTITION": "slurm_partition",
+    "EXGRPO_SLURM_QOS": "qos",
+    "EXGRPO_SLURM_CONSTRAINT": "constraint",
+}
+"""Site settings, environment variable -> Snakemake resource read by the SLURM executor plugin."""
+
+GPU_SITE_ENV: dict[str, str] = {
+    "EXGRPO_SLURM_GPU_PARTITION": "slurm_partition",
+    "EXGRPO_SLURM_GPU_QOS": "qos",
+    "EXGRPO_SLURM_GPU_CONSTRAINT": "constraint",
+    "EXGRPO_SLURM_GPU_MODEL": "gpu_model",
+}
+"""Extra site settings for GPU jobs; they take precedence over SITE_ENV for those jobs."""
+
+
+STAGES = ("train", "eval", "judge")
+"""Job kinds a backbone's `resources` sizes: training (SFT too), evaluation, the preliminary study's analysis."""
+
+
+def stage_resources(entry: Mapping[str, Any], stage: str) -> Mapping[str, Any]:
+    """The backbone's `resources.<stage>` entry (schema-checked: every stage is present)."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; known: {', '.join(STAGES)}")
+    return entry["resources"][stage]
+
+
+def vllm_parallel(entry: Mapping[str, Any], stage: str) -> tuple[int, int]:
+    """(tensor_parallel, data_parallel) of a vLLM stage (`eval`, `judge`); (0, 0) on a CPU backbone."""
+    res = stage_resources(entry, stage)
+    if "tensor_parallel" not in res:
+        return 0, 0
+    return int(res["tensor_parallel"]), int(res.get("data_parallel", 1))
+
+
+def stage_gpus(entry: Mapping[str, Any], stage: str) -> int:
+    """GPUs the stage's command uses, so its job requests exactly that many.
+
+    train: nodes x gpus_per_node (verl's trainer.nnodes x n_gpus_per_node); eval: tensor_parallel x
+    data_parallel (vLLM's engine); judge: the policy's engine (eval's tensor_parallel) and then the
+    judge's, one after the other, so the larger of the two. CPU-only backbones: 0.
+    """
+    res = stage_resources(entry, stage)
+    if stage == "train":
+        return int(res.get("gpus_per_node", 0)) * int(res.get("nodes", 1))
+    tp, dp = vllm_parallel(entry, stage)
+    if stage == "judge":
+        return max(tp, vllm_parallel(entry, "eval")[0])
+    return tp * dp
+
+
+def job_resources(entry: Mapping[str, Any], stage: str) -> dict[str, int]:
+    """Snakemake resources of a backbone's `stage` jobs, from its `resources.<stage>` entry.
+
+    `gpu` is the job's total GPU count (`stage_gpus`; the SLURM plugin emits `--gpus=N`, the local
+    executor caps it with `--resources gpu=N`); CPU-only jobs get no gpu/nodes keys.
+    `threads` is not a resource: rules pass `job_threads(entry, stage)` to `threads:`.
+    """
+    res = stage_resources(entry, stage)
+    out = {"mem_mb": int(res["mem_mb"]), "runtime": int(res["runtime_min"])}
+    gpus = stage_gpus(entry, stage)
+    if gpus:
+        out["gpu"] = gpus
+        out["nodes"] = int(res.get("nodes", 1))
+    return out
+
+
+def job_threads(entry: Mapping[str, Any], stage: str) -> int:
+    """`threads:` of a backbone's `stage` jobs (the SLURM plugin turns it into --cpus-per-task)."""
+    return int(stage_resources(entry, stage)["cpus_per_task"])
+
+
+def site_resources(gpu: bool = False, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Site settings from EXGRPO_SLURM_* environment variables (unset or empty ones are left out).
+
+    They never live in tracked files; without them the SLURM plugin guesses the account and uses the
+    cluster's default partition.
+    """
+    environ = os.environ if environ is None else environ
+    table = {**SITE_ENV, **GPU_SITE_ENV} if gpu else SITE_ENV
+    out: dict[str, str] = {}
+    for var, key in table.items():  # GPU_SITE_ENV comes last, so it wins for GPU jobs
+        if environ.get(var):
+            out[key] = environ[var]
+    return out
+
+
+# ---------------------------------------------------------------------------- GPU guard
+
+
+def visible_gpus() -> int:
+    """Number of GPUs `nvidia-smi -L` lists here (0 without nvidia-smi or a driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def gpu_refusal(targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: bool, gpus: int,
+                allow_no_gpu: bool) -> str | None:
+    """Why a real run must not start here, or None. GPU work = target `all` or any job with gpu > 0.
+
+    Only the local executor is refused: under SLURM the GPUs are on the compute nodes.
+    """
+    gpu_jobs = sorted(set(gpu_jobs))
+    if not local_exec or gpus > 0 or allow_no_gpu or ("all" not in set(targets) and not gpu_jobs):
+        return None
+    what = "target `all` (paper-scale training on GPUs)" if "all" in set(targets) else f"rules {', '.join(gpu_jobs)}"
+    return (f"{what} needs GPUs, and nvidia-smi sees none here. Submit it to a cluster with "
+            "`snakemake --profile slurm all`, or run the CPU study with `snakemake tiny`. "
+            "(`snakemake -n all` dry-runs anywhere; `--config allow_no_gpu=True` overrides this check.)")
+
+
+__all__ = ["GPU_SITE_ENV", "SITE_ENV", "STAGES", "gpu_refusal", "job_resources", "job_threads", "site_resources",
+           "stage_gpus", "stage_resources", "visible_gpus", "vllm_parallel"]
