@@ -191,6 +191,9 @@ def sources_of_runtime(runtime, scale):
 
 VERL_CPU_THREADS = 2
 """Cores of a verl CPU-mode run: its driver, Ray, the FSDP worker and the rollout server share them."""
+VERL_CPU_RESOURCES = {"mem_mb": 16000, "runtime": 120}
+"""Job size of a verl CPU-mode run of a tiny base: about ten Python processes of 0.3-0.7 GB each (Ray,
+TransferQueue, the workers), and minutes of start-up before the first step."""
 
 
 def data_for(source):

@@ -115,6 +115,7 @@ rule train_verl_cpu:
         "../envs/verl-cpu.yaml"
     threads: VERL_CPU_THREADS
     resources:
+        **VERL_CPU_RESOURCES,
         **cpu_resources(),
     params:
         data=lambda wc, input: os.path.dirname(input.data),
