@@ -44,7 +44,12 @@ def test_the_committed_map_resolves_as_the_protocol_says():
     assert wf.regime_reuse["fresh_anchored"] == {"on_policy": "tiny"}
     assert wf.regime_reuse["rollout_matched"] == {"on_policy": "tiny"}
     assert wf.regime_reuse["long_horizon"] == {}  # 300 steps: not a tiny_full run
-    assert wf.regime_studies["fresh_anchored"].methods == ("exgrpo-anchored", "on_policy-b24")
+    # R1 holds the mechanism ablations (the best primary Δ ID, docs/regimes.md): each a copy of its treatment arm
+    assert wf.regime_studies["fresh_anchored"].methods == (
+        "exgrpo-anchored", "on_policy-b24", "wo_shaping-anchored", "wo_is_correction-anchored",
+        "highest_entropy-anchored", "wo_t_selection-anchored", "exgrpo-anchored-released_mask")
+    assert run("fresh_anchored", "exgrpo-anchored-released_mask").method.entropy_mask == "as_released"
+    assert run("fresh_anchored", "wo_shaping-anchored").method.fresh_anchored
     assert all(s.seeds == (0, 1, 2) for s in wf.regime_studies.values())
 
 
