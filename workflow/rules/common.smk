@@ -176,17 +176,19 @@ def study_of_source(source):
     return WF.study_for_source(source)
 
 
+def one_of(names):
+    """Regex matching exactly one of `names` (a wildcard constraint); matches nothing for no names."""
+    return "|".join(re.escape(n) for n in sorted(set(names))) or "(?!)"
+
+
 def sources_of_runtime(runtime, scale):
     """Regex of the result sources of the `scale` studies trained by `runtime` (a rule's wildcard
     constraint: train_verl_cpu takes the tiny-scale studies with `runtime: verl`)."""
-    names = sorted(
-        {
-            re.escape(s.source)
-            for s in WF.studies.values()
-            if (s.runtime, s.scale) == (runtime, scale)
-        }
+    return one_of(
+        s.source
+        for s in WF.studies.values()
+        if (s.runtime, s.scale) == (runtime, scale)
     )
-    return "|".join(names) if names else "(?!)"
 
 
 VERL_CPU_THREADS = 2

@@ -4,8 +4,7 @@
 def backbones_of_scale(scale):
     """Regex of the registered backbones of `scale`. As a rule's wildcard constraint it keeps
     the paper rules off tiny targets; `ruleorder` prefers them on paper targets."""
-    names = [re.escape(n) for n, e in BACKBONES.items() if e["scale"] == scale]
-    return "|".join(names) if names else "(?!)"
+    return one_of(n for n, e in BACKBONES.items() if e["scale"] == scale)
 
 
 VERL_DATA_FILES = {"train": "openr1_math_46k", "val": "exgrpo_valid"}
@@ -35,8 +34,7 @@ def retemplated_file(name, prompt_format):
 
 def retemplated_formats():
     """Regex of the prompt formats some backbone trains on other than the chat template (rule retemplate)."""
-    formats = sorted({prompt_format_of(b) for b in BACKBONES} - {"chat"})
-    return "|".join(re.escape(f) for f in formats) if formats else "(?!)"
+    return one_of({prompt_format_of(b) for b in BACKBONES} - {"chat"})
 
 
 def verl_data_files(backbone):
