@@ -14,8 +14,8 @@ from exgrpo.io import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "paper-cpu"
-STUDY = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["studies"]["paper_cpu"]
-BENCHMARKS = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["benchmarks"]
+CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+STUDY, BENCHMARKS = CONFIG["studies"]["paper_cpu"], CONFIG["benchmarks"]
 BACKBONE, SEED = STUDY["backbones"][0], STUDY["seeds"][0]
 VARIANTS = [*STUDY["methods"], *STUDY["prelim"]]
 
