@@ -41,7 +41,7 @@ def make_data(folder: Path, seed: int = 0) -> Path:
 def run_backend(backend: str, model: Path, benchmark: str, limit: int, k: int, seed: int, threads: int,
                 data_dir: Path, out_dir: Path) -> dict[str, Any]:
     """One `evaluate_model` run; returns timings, metrics and the cache's prompt hashes."""
-    from exgrpo.eval import cache, harness
+    from exgrpo.eval import backends, cache, harness
     from exgrpo.eval.benchmarks import parse_benchmarks
     from exgrpo.eval.profiles import get_profile
 
@@ -50,10 +50,10 @@ def run_backend(backend: str, model: Path, benchmark: str, limit: int, k: int, s
 
     torch.set_num_threads(threads)
     if backend == "hf":
-        model_args = harness.hf_model_args(model_id)
+        model_args = backends.hf_model_args(model_id)
         batch_size: int | str = 8
     else:
-        model_args = harness.tiny_model_args(model_id, seed=seed, threads=threads)
+        model_args = backends.tiny_model_args(model_id, seed=seed, threads=threads)
         batch_size = 512
     settings = harness.EvalSettings(profile=get_profile("tiny"), seed=seed, limit=limit, k=k, data_dir=str(data_dir),
                                     batch_size=batch_size, backend=backend, n_boot=100)
@@ -61,7 +61,7 @@ def run_backend(backend: str, model: Path, benchmark: str, limit: int, k: int, s
 
     def make_lm() -> Any:
         start = time.perf_counter()
-        lm = harness.build_lm(backend, model_args, batch_size, device="cpu")
+        lm = backends.build_lm(backend, model_args, batch_size, device="cpu")
         timings["load_s"] = time.perf_counter() - start
         return lm
 

@@ -26,10 +26,13 @@ from typing import Any, get_type_hints
 
 
 class ConfigError(ValueError):
-    """A configuration value is invalid. The message names the field and what was expected."""
+    """A configuration value is invalid. The message names the field and what was expected.
+
+    `field` and `reason` keep the two parts, so a caller can re-raise under a fuller field name.
+    """
 
     def __init__(self, field_name: str, message: str):
-        self.field = field_name
+        self.field, self.reason = field_name, message
         super().__init__(f"config field '{field_name}': {message}")
 
 

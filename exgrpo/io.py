@@ -1,13 +1,15 @@
-"""Atomic file writes: nothing half-written is ever taken as complete.
+"""Atomic file writes (nothing half-written is ever taken as complete), and file hashes.
 
 Every writer goes to a temporary file in the same directory, fsyncs it, then `os.replace`s it
-over the destination, which is atomic on POSIX file systems.
+over the destination, which is atomic on POSIX file systems. `hash_file` is the one place that
+streams a file into a digest (manifests, fingerprints, download checks).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -97,6 +99,20 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}:{lineno}: corrupt JSON line ({err})") from None
     return rows
+
+
+def hash_file(path: str | Path, digest: Any = None) -> Any:
+    """Stream `path`'s bytes into `digest` (a hashlib object; default a new sha256) and return it."""
+    digest = hashlib.sha256() if digest is None else digest
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes (what `sha256sum` prints)."""
+    return hash_file(path).hexdigest()
 
 
 def _umask() -> int:

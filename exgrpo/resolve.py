@@ -32,6 +32,7 @@ from typing import Any
 
 from exgrpo.backbones import backbone_method_settings
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig, config_for
+from exgrpo.io import hash_file
 
 PRECEDENCE = ("defaults", "backbone", "variant", "budget", "overrides")
 """Layers of `resolve`, lowest first (module docstring)."""
@@ -192,9 +193,7 @@ def file_digest(paths: Iterable[str | Path]) -> str:
     for path in paths:
         path = Path(path)
         digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        hash_file(path, digest)
     return digest.hexdigest()
 
 
@@ -215,12 +214,18 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
 """Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint."""
 
 
+def _is_source(path: Path) -> bool:
+    """A file the stage reads as code: every file of the folder (modules, lm-eval task YAML, Hydra
+    config, launch templates), except Python's byte-code cache."""
+    return path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+
+
 def code_digest(stage: str) -> str:
     """sha256 of the package sources `stage` runs (CODE_OF_STAGE), by relative path and content."""
     files: list[Path] = []
     for part in CODE_OF_STAGE[stage]:
         path = PACKAGE_ROOT / part
-        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        files += [f for f in path.rglob("*") if _is_source(f)] if path.is_dir() else [path]
     digest = hashlib.sha256()
     for path in sorted(files):
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes())

@@ -176,7 +176,7 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
             except ConfigError as err:
                 if not err.field.startswith("trainer."):
                     raise
-                raise ConfigError(f"studies.{name}.{err.field}", str(err).split(": ", 1)[1]) from None
+                raise ConfigError(f"studies.{name}.{err.field}", err.reason) from None
     return _with_regimes(wf, config.get("regimes"))
 
 

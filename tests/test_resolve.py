@@ -157,3 +157,47 @@ def test_extend_context_cli_prints_the_folder_to_load(tmp_path):
     assert json.loads((tmp_path / "ext/config.json").read_text())["max_position_embeddings"] == 16384
     big = subprocess.run([*cmd, "--backbone", "qwen2.5-7b-instruct"], capture_output=True, text=True, check=True)
     assert big.stdout.strip() == str(snapshot)  # no extension: the snapshot itself
+
+
+@pytest.fixture
+def package_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the exgrpo package that code_digest reads instead of the installed one."""
+    import shutil
+
+    import exgrpo.resolve as resolve_module
+
+    root = tmp_path / "exgrpo"
+    shutil.copytree(resolve_module.PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(resolve_module, "PACKAGE_ROOT", root)
+    return root
+
+
+@pytest.mark.parametrize(("stage", "edited"), [
+    ("eval", "eval/tasks/tiny/tiny_test.yaml"),  # an lm-eval task's prompt template
+    ("eval", "eval/harness.py"),
+    ("eval", "core/reward.py"),
+    ("train_tiny", "core/experience_state.py"),
+    ("train_tiny", "tiny/trainer.py"),
+    ("train_paper", "verl_plugin/config/exgrpo_trainer.yaml"),  # the Hydra config verl trains with
+    ("train_paper", "verl_plugin/templates/single_node.sh.jinja"),
+])
+def test_code_digest_changes_with_every_file_its_stage_reads(package_copy: Path, stage: str, edited: str):
+    from exgrpo.resolve import code_digest
+
+    before = code_digest(stage)
+    with open(package_copy / edited, "a") as fh:
+        fh.write("\n# edited\n")
+    assert code_digest(stage) != before
+
+
+def test_code_digest_ignores_other_stages_and_byte_code(package_copy: Path):
+    from exgrpo.resolve import code_digest
+
+    before = {stage: code_digest(stage) for stage in ("eval", "train_tiny", "train_paper")}
+    cache = package_copy / "core" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "reward.cpython-311.pyc").write_bytes(b"\0stale byte code")
+    (package_copy / "tiny" / "trainer.py").write_text("# the CPU trainer only\n")
+    assert code_digest("eval") == before["eval"]
+    assert code_digest("train_paper") == before["train_paper"]
+    assert code_digest("train_tiny") != before["train_tiny"]

@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.config import ConfigError
-from exgrpo.eval.benchmarks import file_sha256 as sha256_of  # one file-hash helper (stdlib only)
-from exgrpo.io import atomic_path, write_json
+from exgrpo.io import atomic_path, file_sha256, hash_file, write_json
 from exgrpo.provenance import provenance
 
 HELP = "Fetch paper-scale data, benchmarks and backbone weights into a shared HF cache (needs internet)."
@@ -116,10 +115,7 @@ def git_blob_id(path: str | Path) -> str:
     """Git's object id of a file's content: SHA-1 of `blob <size>\\0` + bytes (what `git hash-object` prints)."""
     path = Path(path)
     digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode(), usedforsecurity=False)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return hash_file(path, digest).hexdigest()
 
 
 def verify_file(source: Source, path: Path) -> str:
@@ -127,7 +123,7 @@ def verify_file(source: Source, path: Path) -> str:
 
     Raises ChecksumError naming the file, the expected and the found value.
     """
-    found = sha256_of(path)
+    found = file_sha256(path)
     if source.sha256 is not None and found != source.sha256:
         raise ChecksumError(f"{path}: sha256 {found} differs from the release's {source.sha256} "
                             f"({source.name}, {source.ref}); the file changed, delete it and download again")

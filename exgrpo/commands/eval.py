@@ -72,7 +72,7 @@ def _batch_size(value: str | None, backend: str) -> int | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.eval import harness
+    from exgrpo.eval import backends, harness
     from exgrpo.eval.benchmarks import parse_benchmarks
     from exgrpo.eval.cache import CacheError
     from exgrpo.eval.grading import GradingSettings
@@ -81,13 +81,13 @@ def run(args: argparse.Namespace) -> int:
 
     profile = get_profile(args.profile)
     benchmarks = parse_benchmarks(args.benchmarks)
-    if args.backend not in harness.BACKENDS:
-        raise ConfigError("backend", f"unknown backend {args.backend!r}; known: {', '.join(harness.BACKENDS)}")
+    if args.backend not in backends.BACKENDS:
+        raise ConfigError("backend", f"unknown backend {args.backend!r}; known: {', '.join(backends.BACKENDS)}")
     if args.limit is not None and args.limit < 1:
         raise ConfigError("limit", f"must be >= 1, got {args.limit}")
     for bench in benchmarks:
         profile.k_for(bench.name, args.k)  # a bad --k stops before any model is loaded
-    model_dir = harness.check_model_dir(args.model)
+    model_dir = backends.check_model_dir(args.model)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"{args.data_dir}: data folder not found")
     defaults = GradingSettings()
@@ -101,12 +101,12 @@ def run(args: argparse.Namespace) -> int:
                                     max_model_len=args.max_model_len, overlong_prompts=args.overlong_prompts)
     model_id = str(model_dir.resolve())
     if args.backend == "hf":
-        model_args = harness.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")
+        model_args = backends.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")
     elif args.backend == "tiny":
-        model_args = harness.tiny_model_args(model_id, seed=args.seed, dtype=args.dtype or "float32",
+        model_args = backends.tiny_model_args(model_id, seed=args.seed, dtype=args.dtype or "float32",
                                              threads=args.threads, revision=args.revision)
     else:
-        model_args = harness.vllm_model_args(
+        model_args = backends.vllm_model_args(
             model_id, seed=args.seed, profile=profile, tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
             dtype=args.dtype or "auto", revision=args.revision, data_parallel_size=args.data_parallel_size)
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         if args.threads is not None:
             import torch
             torch.set_num_threads(args.threads)
-        return harness.build_lm(args.backend, model_args, settings.batch_size,
+        return backends.build_lm(args.backend, model_args, settings.batch_size,
                                 device=args.device if args.backend in ("hf", "tiny") else None)
 
     try:

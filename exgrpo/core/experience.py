@@ -56,24 +56,17 @@ Departures from the paper / released code, stated up front:
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.core.buffer import DEFAULT_CHUNK_TOKENS, ExperienceBuffer, Trajectory, load_arrays, save_arrays
+from exgrpo.config import ExGRPOConfig
+from exgrpo.core.buffer import DEFAULT_CHUNK_TOKENS, ExperienceBuffer, Trajectory
+from exgrpo.core.experience_state import ARRAYS_FILE, STATE_FILE, load_state, save_state
 from exgrpo.core.ordered_set import IndexedOrderedSet
 from exgrpo.core.sampler import n_replay, restrict_range, sample_questions, std_bucket_keys
-from exgrpo.io import read_json, write_json
-
-ARRAYS_FILE = "experience_arrays.safetensors"
-STATE_FILE = "experience_state.json"
-FORMAT = "exgrpo-experience-v1"
-_MUST_MATCH_ON_LOAD = ("n_rollouts", "difficulty_signal", "buffer_lbound", "buffer_rbound", "keep_stale_bucket")
-_LOAD_DEFAULTS = {"keep_stale_bucket": False}  # states saved before the switch existed
 
 
 def _round_half_up(x: float) -> int:
@@ -361,70 +354,17 @@ class ExperienceManager:
 
     # ------------------------------------------------------------------ save / load
     def save(self, directory: str | Path) -> None:
-        """Write the whole state (buffer, keys, buckets, retired set, switch, RNG) to `directory`.
-
-        Two files, each written atomically: `experience_arrays.safetensors` first, then
-        `experience_state.json`; a shared random `save_id` detects a mismatched pair. Call between steps.
-        """
+        """Write the whole state (buffer, keys, buckets, retired set, switch, RNG) to `directory`
+        (`experience_state.save_state`). Call between steps."""
         if self._pending:
             raise RuntimeError("save called after record_group and before end_step")
-        directory = Path(directory)
-        arrays, qids = self.buffer.to_arrays()
-        save_id = uuid.uuid4().hex
-        save_arrays(directory / ARRAYS_FILE, arrays, {"format": FORMAT, "save_id": save_id})
-        write_json(directory / STATE_FILE, {
-            "format": FORMAT, "save_id": save_id, "seed": self.seed,
-            "config": {name: getattr(self.cfg, name) for name in _MUST_MATCH_ON_LOAD},
-            "rng_state": self.rng.bit_generator.state,
-            "active": self._active, "activation_step": self._activation_step, "last_step": self._last_step,
-            "buffer_qids": qids, "max_traj_per_question": self.buffer.max_per_question,
-            "chunk_tokens": self.buffer.chunk_tokens,
-            "latest_key": [[q, k] for q, k in self._k.items()],
-            "retired": list(self._retired),
-            "buckets": [[k, list(v)] for k, v in self._buckets.items()],
-            "reviewed": list(self._reviewed),
-            "returning": list(self._returning),
-        })
+        save_state(self, directory)
 
     @classmethod
     def load(cls, directory: str | Path, cfg: ExGRPOConfig) -> ExperienceManager:
-        """Restore a manager saved by `save`; `cfg` must agree on n_rollouts, difficulty_signal, bounds and
-        `keep_stale_bucket`."""
-        directory = Path(directory)
-        state = read_json(directory / STATE_FILE)
-        arrays, meta = load_arrays(directory / ARRAYS_FILE)
-        if state.get("format") != FORMAT or meta.get("format") != FORMAT:
-            raise ValueError(f"{directory / STATE_FILE}: not an {FORMAT} state")
-        if meta.get("save_id") != state.get("save_id"):
-            raise ValueError(f"{directory}: {ARRAYS_FILE} and {STATE_FILE} come from different saves")
-        for name in _MUST_MATCH_ON_LOAD:
-            saved = state["config"].get(name, _LOAD_DEFAULTS.get(name))
-            if getattr(cfg, name) != saved:
-                raise ConfigError(name, f"{getattr(cfg, name)!r} differs from the saved experience state "
-                                        f"({saved!r}) in {directory}")
-        mgr = cls(cfg, state["seed"], chunk_tokens=state["chunk_tokens"])
-        mgr.buffer = ExperienceBuffer.from_arrays(arrays, state["buffer_qids"], max_per_question=cfg.max_traj_per_question,
-                                                  chunk_tokens=state["chunk_tokens"], source=str(directory / ARRAYS_FILE))
-        mgr.rng.bit_generator.state = state["rng_state"]
-        mgr._active, mgr._activation_step, mgr._last_step = state["active"], state["activation_step"], state["last_step"]
-        mgr._k = {q: int(k) for q, k in state["latest_key"]}
-        mgr._retired = dict.fromkeys(state["retired"])
-        mgr._buckets = {int(k): IndexedOrderedSet(v) for k, v in state["buckets"]}
-        mgr._bucket_key = {q: int(k) for k, v in state["buckets"] for q in v}
-        mgr._reviewed = list(state["reviewed"])
-        mgr._returning = list(state["returning"])
-        # default: bucketed = buffered with an eligible latest key, in that key's bucket; keep_stale_bucket:
-        # every buffered question, in the bucket of an eligible key (its latest or an earlier one)
-        if cfg.keep_stale_bucket:
-            expected = set(mgr.buffer.qids())
-            wrong_key = any(not mgr.is_eligible_key(k) for k in mgr._bucket_key.values())
-        else:
-            expected = {q for q in mgr.buffer.qids() if mgr.is_eligible_key(mgr._k.get(q, -1))}
-            wrong_key = any(mgr._k[q] != k for q, k in mgr._bucket_key.items())
-        n_members = sum(len(v) for v in mgr._buckets.values())
-        if set(mgr._bucket_key) != expected or n_members != len(expected) or wrong_key:
-            raise ValueError(f"{directory / STATE_FILE}: buckets disagree with the buffer (corrupt state)")
-        return mgr
+        """Restore a manager saved by `save` (`experience_state.load_state`); `cfg` must agree on
+        n_rollouts, difficulty_signal, bounds and `keep_stale_bucket`."""
+        return load_state(cls, directory, cfg)
 
 
 __all__ = ["ARRAYS_FILE", "STATE_FILE", "ExperienceManager", "Trajectory"]

@@ -48,6 +48,7 @@ from exgrpo.eval.schemas import (
     mmlu_pro_row,
     tiny_row,
 )
+from exgrpo.io import file_sha256
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 """File types accepted in a data folder."""
@@ -334,14 +335,6 @@ def load_docs_with_info(bench: Benchmark, data_dir: str | Path | None = None) ->
     if bench.sha256 is not None and where.startswith("hf:") and digest != bench.sha256:
         raise ConfigError("benchmarks", f"{bench.name}: checksum {digest} != recorded {bench.sha256} ({where})")
     return docs, {"source": where, "rows": len(docs), "rows_expected": bench.n_rows, "sha256": digest, **file_info}
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_downloaded(path: Path) -> dict[str, Any]:

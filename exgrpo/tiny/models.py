@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.config import ConfigError
+from exgrpo.io import file_sha256
 
 FAMILIES = ("qwen2", "llama")
 ARCH_KEYS = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -156,16 +157,6 @@ def base_recipe(entry: dict[str, Any], data_seed: int) -> dict[str, Any]:
     """What determines a base's weights besides the code: family, arch, SFT settings, data seed."""
     return {"family": entry["family"], "arch": dict(entry["arch"]), "sft": dict(entry["sft"]),
             "data_seed": int(data_seed)}
-
-
-def file_sha256(path: str | Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def shipped_base(backbone: str, entry: dict[str, Any], data_seed: int, root: str | Path | None = None) -> Path | None:

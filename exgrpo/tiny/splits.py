@@ -9,10 +9,10 @@ appears in two splits.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterable, Sequence
 
+from exgrpo.io import file_sha256
 from exgrpo.tiny.task import (
     ID_DIFFICULTIES,
     PROBE_DIFFICULTY,
@@ -155,7 +155,7 @@ def write_dataset(out_dir, splits: dict[str, list[dict]], fmt: str = "jsonl", me
         counts: dict[str, int] = {}
         for r in rows:
             counts[str(r["difficulty"])] = counts.get(str(r["difficulty"]), 0) + 1
-        manifest["splits"][name] = {"file": path.name, "rows": len(rows), "sha256": _sha256(path),
+        manifest["splits"][name] = {"file": path.name, "rows": len(rows), "sha256": file_sha256(path),
                                     "difficulties": dict(sorted(counts.items())), **SPLITS[name]}
     write_json(out_dir / "manifest.json", manifest)
     return manifest
@@ -183,7 +183,7 @@ def load_split(data_dir, split: str, verify: bool = True) -> list[dict]:
     path = Path(data_dir) / info["file"]
     if not path.exists():
         raise FileNotFoundError(f"{path}: split file listed in manifest.json is missing")
-    if verify and _sha256(path) != info["sha256"]:
+    if verify and file_sha256(path) != info["sha256"]:
         raise ValueError(f"{path}: sha256 does not match manifest.json (file changed since make-data)")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -192,9 +192,3 @@ def load_split(data_dir, split: str, verify: bool = True) -> list[dict]:
     return read_jsonl(path)
 
 
-def _sha256(path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

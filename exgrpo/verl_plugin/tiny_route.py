@@ -76,7 +76,7 @@ def trainer_overrides(trainer: Mapping[str, Any], max_prompt_length: int) -> dic
 
     from exgrpo.tiny.trainer import TrainArgs
 
-    trainer = {**dataclasses.asdict(TrainArgs()), **trainer}
+    trainer = dataclasses.asdict(TrainArgs(**trainer))  # an unknown field is a TypeError naming it
     for key, accepted in UNSUPPORTED.items():
         if trainer[key] not in (accepted, list(accepted) if isinstance(accepted, tuple) else accepted):
             raise ConfigError(f"trainer.{key}", f"{trainer[key]!r}: not supported by the verl route "

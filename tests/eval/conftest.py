@@ -158,11 +158,11 @@ def fake_completion():
 
 @pytest.fixture()
 def captured_build_lm(monkeypatch):
-    """Replace harness.build_lm with a stub that records its arguments and stops the command there.
+    """Replace backends.build_lm with a stub that records its arguments and stops the command there.
 
     Returns (seen, Stop): `seen` receives backend/model_args/batch_size/device; the command raises Stop.
     """
-    from exgrpo.eval import harness
+    from exgrpo.eval import backends
 
     seen: dict = {}
 
@@ -173,5 +173,5 @@ def captured_build_lm(monkeypatch):
         seen.update(backend=backend, model_args=model_args, batch_size=batch_size, device=device)
         raise Stop
 
-    monkeypatch.setattr(harness, "build_lm", fake_build_lm)
+    monkeypatch.setattr(backends, "build_lm", fake_build_lm)
     return seen, Stop

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from exgrpo.config import ConfigError
-from exgrpo.eval import cache, harness
+from exgrpo.eval import backends, cache, harness
 from exgrpo.eval.benchmarks import load_docs_with_info, parse_benchmarks
 from exgrpo.eval.contexts import overlong_policy
 from exgrpo.eval.grading import GradingSettings
@@ -110,12 +110,12 @@ def test_a_different_context_or_policy_is_a_different_cache(tmp_path, long_data,
 
 
 def test_vllm_context_is_the_models_own_unless_set():
-    args = harness.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2)
+    args = backends.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2)
     assert "max_model_len" not in args  # vLLM then takes the model's own, as the release's engine
-    assert harness.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2,
+    assert backends.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2,
                                    max_model_len=16384)["max_model_len"] == 16384
     with pytest.raises(ConfigError, match="max_model_len"):
-        harness.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2, max_model_len=8192)
+        backends.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2, max_model_len=8192)
 
 
 def test_lm_evals_vllm_backend_lets_task_kwargs_override_its_decoding_defaults():

@@ -16,7 +16,7 @@ import pytest
 
 from exgrpo.cli import main as cli
 from exgrpo.config import ConfigError
-from exgrpo.eval import cache, harness
+from exgrpo.eval import backends, cache
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-sft"
 SIZES = {"train": 4, "validation": 2, "test": 100, "ood_words": 4, "ood_choice4": 4, "ood_choice10": 4,
@@ -43,12 +43,12 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lm():
-    return harness.build_lm("tiny", harness.tiny_model_args(str(FIXTURE), seed=0), 512)
+    return backends.build_lm("tiny", backends.tiny_model_args(str(FIXTURE), seed=0), 512)
 
 
 @pytest.fixture(scope="module")
 def hf_lm():
-    return harness.build_lm("hf", harness.hf_model_args(str(FIXTURE)), 8)
+    return backends.build_lm("hf", backends.hf_model_args(str(FIXTURE)), 8)
 
 
 def requests(lm, questions: list[str], gen_kwargs: dict, copies: int = 1) -> list:
@@ -181,7 +181,7 @@ def test_bad_input_is_refused_with_a_clear_error(tmp_path, lm, capsys):
     with pytest.raises(ValueError, match="top_k=20"):
         TinySamplerLM(str(topk))
     with pytest.raises(ConfigError, match="tiny"):
-        harness.build_lm("bogus", {}, 8)
+        backends.build_lm("bogus", {}, 8)
 
 
 def test_eval_command_passes_these_arguments_to_the_tiny_backend(tmp_path, captured_build_lm, tiny):

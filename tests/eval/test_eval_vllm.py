@@ -9,31 +9,31 @@ import pytest
 
 from exgrpo.cli import main as cli
 from exgrpo.config import ConfigError
-from exgrpo.eval import harness
+from exgrpo.eval import backends
 from exgrpo.eval.profiles import get_profile
 
 
 def test_vllm_model_args_for_the_paper_profile():
-    args = harness.vllm_model_args("/models/qwen", seed=3, profile=get_profile("paper"), tensor_parallel_size=8)
+    args = backends.vllm_model_args("/models/qwen", seed=3, profile=get_profile("paper"), tensor_parallel_size=8)
     assert args == {
         "pretrained": "/models/qwen", "dtype": "auto", "seed": 3, "tensor_parallel_size": 8, "data_parallel_size": 1,
         "gpu_memory_utilization": 0.85,        # released generate_vllm.py
         "max_gen_toks": 8192, "trust_remote_code": False,  # no max_model_len: the model's own, as released
     }
-    tiny = harness.vllm_model_args("/m", seed=0, profile=get_profile("tiny"), tensor_parallel_size=1,
+    tiny = backends.vllm_model_args("/m", seed=0, profile=get_profile("tiny"), tensor_parallel_size=1,
                                    max_model_len=256, gpu_memory_utilization=0.3, dtype="float32", revision="abc")
     assert (tiny["max_model_len"], tiny["max_gen_toks"], tiny["revision"], tiny["dtype"]) == (256, 80, "abc", "float32")
     with pytest.raises(ConfigError, match="gpu_memory_utilization"):
-        harness.vllm_model_args("/m", seed=0, profile=get_profile("tiny"), tensor_parallel_size=1,
+        backends.vllm_model_args("/m", seed=0, profile=get_profile("tiny"), tensor_parallel_size=1,
                                 gpu_memory_utilization=1.5)
 
 
 def test_tensor_parallel_defaults_to_visible_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    assert harness.vllm_model_args("/m", seed=0, profile=get_profile("paper"))["tensor_parallel_size"] == 4
+    assert backends.vllm_model_args("/m", seed=0, profile=get_profile("paper"))["tensor_parallel_size"] == 4
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(ConfigError, match="tensor_parallel_size"):
-        harness.vllm_model_args("/m", seed=0, profile=get_profile("paper"))
+        backends.vllm_model_args("/m", seed=0, profile=get_profile("paper"))
 
 
 def test_generation_kwargs_as_vllm_receives_them():

@@ -159,9 +159,29 @@ def eval_benchmarks(scale):
     return names
 
 
+def study_data(wc):
+    """manifest.json of the task data the run's study trains and evaluates on (a tiny-scale input)."""
+    return data_manifest(wc.source, study_of_source(wc.source).data_seed)
+
+
+def base_config(wc):
+    """config.json of the backbone's tiny base (the model a tiny-scale run starts from)."""
+    return f"{base_dir(wc.source, wc.backbone)}/config.json"
+
+
+def input_folder(name):
+    """A params callable: the folder of input `name` (commands take folders, rules track files)."""
+    return lambda wc, input: os.path.dirname(input[name])
+
+
+def output_folder(name=0):
+    """A params callable: the folder of output `name` (default the first)."""
+    return lambda wc, output: os.path.dirname(output[name])
+
+
 def eval_model_input(wc):
     if wc.variant == "base":
-        return f"{base_dir(wc.source, wc.backbone)}/config.json"
+        return base_config(wc)
     return f"{train_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/run.json"
 
 

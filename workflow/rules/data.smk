@@ -19,7 +19,7 @@ rule make_data:
     resources:
         **cpu_resources(),
     params:
-        out=lambda wc, output: os.path.dirname(output.manifest),
+        out=output_folder("manifest"),
     shell:
         "exgrpo make-data --out {params.out} --seed {wildcards.seed} > {log} 2>&1"
 
@@ -35,7 +35,7 @@ rule download:
     conda:
         "../envs/gpu.yaml"
     params:
-        out=lambda wc, output: os.path.dirname(output.manifest),
+        out=output_folder("manifest"),
     shell:
         "exgrpo download --out {params.out} > {log} 2>&1"
 

@@ -11,7 +11,7 @@
 rule eval_tiny:
     input:
         model=eval_model_input,
-        data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
+        data=study_data,
     output:
         [
             f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{bench}.{{profile}}.json"
@@ -31,8 +31,8 @@ rule eval_tiny:
     params:
         model=eval_model_path,
         benchmarks=",".join(eval_benchmarks("tiny")),
-        data=lambda wc, input: os.path.dirname(input.data),
-        out=lambda wc, output: os.path.dirname(output[0]),
+        data=input_folder("data"),
+        out=output_folder(),
         code=code_digest_of("eval"),  # a change to the evaluation code re-evaluates
         limit=lambda wc: eval_limit_arg(wc.source),
     shell:
@@ -72,7 +72,7 @@ rule eval_paper:
         model=paper_eval_model,
         benchmarks=",".join(eval_benchmarks("paper")),
         data=lambda wc: eval_data_for(wc.source),
-        out=lambda wc, output: os.path.dirname(output[0]),
+        out=output_folder(),
         code=code_digest_of("eval"),  # a change to the evaluation code re-evaluates
         prompt_format=lambda wc: prompt_format_of(wc.backbone),
         parallel=lambda wc: eval_parallel_args(wc.backbone),

@@ -8,7 +8,7 @@
 rule prelim_tiny:
     input:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
-        data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
+        data=study_data,
     output:
         "results/{source}/prelim/{backbone}/trajectories.{variant}.s{seed}.parquet",
     log:
@@ -22,7 +22,7 @@ rule prelim_tiny:
         **backbone_resources("judge"),
     params:
         model=lambda wc: f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final",
-        data=lambda wc, input: os.path.dirname(input.data),
+        data=input_folder("data"),
         questions=lambda wc: 64 if study_of_source(wc.source).budget == "smoke" else 400,
     shell:
         "exgrpo prelim-analyze --model {params.model} --data {params.data} --split train"

@@ -29,7 +29,7 @@ rule install_bases:
     threads: 1
     params:
         built=sft_dir("tiny", ""),
-        data=lambda wc, input: os.path.dirname(input.data),
+        data=input_folder("data"),
         seed=lambda wc: study_of_source("tiny").data_seed,
         backbones=",".join(PRETRAIN_BACKBONES),
         registry=backbones_file(),

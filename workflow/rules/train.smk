@@ -28,7 +28,7 @@ rule resolve_run:
 
 rule sft:
     input:
-        data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
+        data=study_data,
         init=lambda wc: (
             [f"{sft_init(wc.source, wc.backbone)}/config.json"]
             if sft_init(wc.source, wc.backbone)
@@ -46,8 +46,8 @@ rule sft:
     resources:
         **cpu_resources(),
     params:
-        data=lambda wc, input: os.path.dirname(input.data),
-        out=lambda wc, output: os.path.dirname(output.model),
+        data=input_folder("data"),
+        out=output_folder("model"),
         init=lambda wc: (
             f"--init {sft_init(wc.source, wc.backbone)}"
             if sft_init(wc.source, wc.backbone)
@@ -63,8 +63,8 @@ rule sft:
 
 rule train_tiny:
     input:
-        data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
-        init=lambda wc: f"{base_dir(wc.source, wc.backbone)}/config.json",
+        data=study_data,
+        init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
@@ -79,9 +79,9 @@ rule train_tiny:
     resources:
         **backbone_resources("train"),
     params:
-        data=lambda wc, input: os.path.dirname(input.data),
-        init=lambda wc, input: os.path.dirname(input.init),
-        out=lambda wc, output: os.path.dirname(output.run),
+        data=input_folder("data"),
+        init=input_folder("init"),
+        out=output_folder("run"),
         ckpt=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         code=code_digest_of("train_tiny"),
     shell:
@@ -99,8 +99,8 @@ register_stage("train", scales=("tiny",))
 # preliminary study read it with the tiny rules.
 rule train_verl_cpu:
     input:
-        data=lambda wc: data_manifest(wc.source, study_of_source(wc.source).data_seed),
-        init=lambda wc: f"{base_dir(wc.source, wc.backbone)}/config.json",
+        data=study_data,
+        init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
@@ -118,10 +118,10 @@ rule train_verl_cpu:
         **VERL_CPU_RESOURCES,
         **cpu_resources(),
     params:
-        data=lambda wc, input: os.path.dirname(input.data),
-        init=lambda wc, input: os.path.dirname(input.init),
+        data=input_folder("data"),
+        init=input_folder("init"),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
-        out=lambda wc, output: os.path.dirname(output.run),
+        out=output_folder("run"),
         code=code_digest_of("train_paper"),
         backbones=backbones_file(),
     shell:
@@ -164,11 +164,11 @@ rule train_paper:
     params:
         offline=offline_env(),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
-        out=lambda wc, output: os.path.dirname(output.run),
+        out=output_folder("run"),
         data=lambda wc: verl_data_args(wc.backbone),
         code=code_digest_of("train_paper"),
         launch=lambda wc: launch_script(wc.backbone),
-        hf_home=lambda wc, input: os.path.dirname(input.data),
+        hf_home=input_folder("data"),
         backbones=backbones_file(),
     shell:
         "(export {params.offline}"
