@@ -82,7 +82,7 @@ def retemplate(src: str | Path, out: str | Path, prompt_format: str = "llama_bas
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from exgrpo.commands.download import sha256_of
+    from exgrpo.io import file_sha256
     from exgrpo.eval.benchmarks import format_question
     from exgrpo.io import atomic_path
     from exgrpo.provenance import provenance
@@ -100,7 +100,7 @@ def retemplate(src: str | Path, out: str | Path, prompt_format: str = "llama_bas
     new_type = _message_type(schema.field(index).type)
     meta = {
         "source": str(src.resolve()),
-        "source_sha256": sha256_of(src),
+        "source_sha256": file_sha256(src),
         "rows": reader.metadata.num_rows,
         "prompt_key": prompt_key,
         "prompt_format": prompt_format,
