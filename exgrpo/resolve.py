@@ -209,9 +209,14 @@ def weights_digest(model_dir: str | Path) -> str:
 CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     "train_tiny": ("config.py", "resolve.py", "core", "tiny"),
     "train_paper": ("config.py", "resolve.py", "core", "verl_plugin"),
-    "eval": ("eval", "core/reward.py", "core/_verify_worker.py"),
+    # the plug-in's CPU mode also runs the tiny route (tiny splits, TrainArgs) and the project's sampler
+    "train_verl_cpu": ("config.py", "resolve.py", "core", "verl_plugin", "tiny/rollout.py", "tiny/trainer.py",
+                       "tiny/splits.py", "tiny/task.py"),
+    "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "tiny/rollout.py"),
 }
-"""Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint."""
+"""Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint.
+`tests/test_code_digest.py` checks that every module of core/, tiny/, eval/ and verl_plugin/ a stage
+imports is listed."""
 
 
 def _is_source(path: Path) -> bool:

@@ -86,7 +86,7 @@ def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cud
              "model": {"path": str(model.resolve()) if model else flat["actor_rollout_ref.model.path"],
                        "config": digest(str(model / "config.json")) if model else None,
                        **({"weights": weights_digest(model)} if weights and model else {})},
-             "code": code_digest("train_paper")}
+             "code": code_digest("train_paper" if device == "cuda" else "train_verl_cpu")}
     if device != "cuda":
         parts["device"] = device
     return fingerprint(parts), parts

@@ -122,7 +122,7 @@ rule train_verl_cpu:
         init=input_folder("init"),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         out=output_folder("run"),
-        code=code_digest_of("train_paper"),
+        code=code_digest_of("train_verl_cpu"),
         backbones=backbones_file(),
     shell:
         "(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
