@@ -1,6 +1,7 @@
 """Rollout throughput: exgrpo.tiny.rollout.generate vs transformers' model.generate, side by side.
 
-Same model, prompts (ID test questions), batch, threads and max_new_tokens; both sample at
+Same model, prompts (ID test questions, each repeated `--group` times as the trainer's K rollouts of a
+question are; `--group 1` for distinct prompts), batch, threads and max_new_tokens; both sample at
 temperature 1, top-p 1, no top-k (HF's default top_k=50 is switched off) and stop rows at eos. Our
 generate also returns behaviour log-probs and entropies; plain HF generate returns only tokens (the
 `hf_generate_with_scores` variant also returns per-step scores, as an RL trainer would need).
@@ -82,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backbones", default="tiny-math,tiny-math-small,tiny-llama")
     parser.add_argument("--batch", type=int, default=128, help="rows per call (the trainer's B x K = 16 x 8)")
+    parser.add_argument("--group", type=int, default=8, help="rows per question (the trainer's K)")
     parser.add_argument("--max-new-tokens", type=int, default=72)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
@@ -97,7 +99,10 @@ def main() -> None:
 
     load_before = os.getloadavg()
     torch.set_num_threads(args.threads)
-    rows = task.make_splits(0, {"train": 0})["test"][: args.batch]
+    if args.batch % args.group:
+        parser.error(f"--batch {args.batch} is not a multiple of --group {args.group}")
+    rows = [row for row in task.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
+            for _ in range(args.group)]
     per_model = {}
     for backbone in args.backbones.split(","):
         base = ROOT / "models" / "tiny" / backbone
@@ -118,7 +123,7 @@ def main() -> None:
               f"hf+scores {result['hf_generate_with_scores']['median_tokens_per_s']:8.0f}: {speedup:.2f}x")
     worst = min(m["speedup_vs_hf_generate"] for m in per_model.values())
     write_json(args.out, {
-        "benchmark": "rollout", "batch": args.batch, "max_new_tokens": args.max_new_tokens, "threads": args.threads,
+        "benchmark": "rollout", "batch": args.batch, "group": args.group, "max_new_tokens": args.max_new_tokens, "threads": args.threads,
         "repeats": args.repeats, "models": per_model, "min_speedup_vs_hf_generate": worst, "goal": GOAL,
         "kind": "ratio (side by side in one run); tokens/s are absolute and machine-dependent",
         "machine": machine(load_before), "provenance": provenance(config=vars(args)),

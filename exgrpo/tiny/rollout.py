@@ -84,6 +84,9 @@ def _sample(logp: torch.Tensor, temperature: float, top_p: float, generator: tor
 COMPACT_BELOW = 0.75
 """`generate` drops finished rows from the decoder once at most this share of its rows still runs
 (each drop copies the cache, so it pays only when a good share of the rows is gone)."""
+PREFILL_REPEATS_ONCE = True
+"""`generate` prefills each distinct prompt once and copies its cache rows to the prompt's repeats (same
+tokens, log-probs and draws as prefilling every row, without the repeats' prefill work)."""
 
 
 class StaticDecoder:
@@ -226,8 +229,18 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_to
     n = len(prompts)
     lens = torch.tensor([len(p) for p in prompts], device=device)
     longest = int(lens.max())
-    ids = torch.full((n, longest), pad, dtype=torch.long)
-    for i, p in enumerate(prompts):
+    # Repeated prompts (K rollouts of a question, k samples of a problem) are prefilled once and their
+    # cache rows copied: each row's prefill is independent of the others, so this only saves work.
+    keys: list[Any] = [tuple(p) for p in prompts] if PREFILL_REPEATS_ONCE else list(range(n))
+    slot_of: dict[Any, int] = {}
+    unique: list[list[int]] = []
+    for key, p in zip(keys, prompts, strict=True):
+        if key not in slot_of:
+            slot_of[key] = len(unique)
+            unique.append(list(p))
+    copy_of = torch.tensor([slot_of[key] for key in keys], device=device)  # decoder row -> prefilled row
+    ids = torch.full((len(unique), longest), pad, dtype=torch.long)
+    for i, p in enumerate(unique):
         ids[i, :len(p)] = torch.tensor(p, dtype=torch.long)
     tokens = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=device)
     token_logp = torch.zeros(n, max_new_tokens, device=device)
@@ -236,8 +249,11 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_to
 
     alive = torch.arange(n, device=device)  # original row of each decoder row
     try:
-        decoder = StaticDecoder(model, n, longest + max_new_tokens)
-        logits = decoder.prefill(ids.to(device), lens)
+        decoder = StaticDecoder(model, len(unique), longest + max_new_tokens)
+        logits = decoder.prefill(ids.to(device), torch.tensor([len(p) for p in unique], device=device))
+        if len(unique) < n:
+            decoder.keep(copy_of)
+            logits = logits[copy_of]
         live = torch.ones(n, dtype=torch.bool, device=device)  # decoder rows still generating
         for t in range(max_new_tokens):
             logp, ent = _token_stats(logits, temperature)

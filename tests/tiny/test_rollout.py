@@ -157,3 +157,21 @@ def test_sampling_follows_the_distribution(tok):
     nucleus = rollout._sample(probs.log(), 1.0, 0.6, torch.Generator().manual_seed(0))  # keeps {1, 3}
     assert set(nucleus.tolist()) == {1, 3}
     assert abs(float((nucleus == 1).float().mean()) - 0.5 / 0.8) < 0.015
+
+
+def test_repeated_prompts_prefilled_once_sample_as_if_each_was_prefilled(model, tok, prompts, monkeypatch):
+    # rollout groups repeat prompts (K per question, here interleaved and uneven): prefilling each distinct
+    # prompt once must give the same draws, log-probs and entropies as prefilling every row
+    batch = [prompts[i] for i in (0, 1, 0, 2, 1, 0, 3, 3, 0)]
+
+    def sample():
+        return rollout.generate(model, tok, batch, max_new_tokens=12, temperature=1.0,
+                                generator=torch.Generator().manual_seed(3))
+
+    once = sample()
+    monkeypatch.setattr(rollout, "PREFILL_REPEATS_ONCE", False)
+    every = sample()
+    assert torch.equal(once.response_ids, every.response_ids) and once.texts == every.texts
+    assert torch.allclose(once.logprobs, every.logprobs, atol=1e-6)
+    assert torch.allclose(once.entropy, every.entropy, atol=1e-6)
+    assert len({tuple(r) for r in once.response_ids[[0, 2, 5, 8]].tolist()}) > 1  # repeats drew differently
