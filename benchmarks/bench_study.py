@@ -57,7 +57,9 @@ def summarise(clone: Path, source: str) -> dict[str, Any]:
     from exgrpo.backbones import load_backbones
 
     bench = loader.load_benchmarks(clone / "results" / source)  # only the benchmark TSVs, validated
-    rules = ledger.per_rule(ledger.jobs(bench, load_backbones(clone / "config/backbones.yaml")))
+    # this checkout's registry, not the clone's: an older commit's file may not pass today's schema, and the
+    # ledger reads only each backbone's GPU count from it (none for the tiny backbones either way)
+    rules = ledger.per_rule(ledger.jobs(bench, load_backbones(ROOT / "config" / "backbones.yaml")))
     return {row.rule: {"jobs": int(row.jobs), "job_wall_min": round(row.wall_h * 60, 2),
                        "cpu_min": round(row.cpu_h * 60, 2), "max_rss_mb": round(float(row.max_rss_mb))}
             for row in rules.itertuples()}

@@ -27,3 +27,21 @@ def test_summary_of_the_committed_tiny_study(tmp_path: Path):
     cpu_min = sum(pd.read_csv(p, sep="\t")["cpu_time"].sum() for p in tsvs) / 60
     assert per_rule["all rules"]["cpu_min"] == pytest.approx(cpu_min, abs=0.05)
     assert result["provenance"]["versions"]["torch"]
+
+
+def test_a_baseline_clone_whose_registry_predates_the_schema_is_summarised(tmp_path: Path):
+    # an older commit's config/backbones.yaml may lack fields today's schema requires (e.g. max_context);
+    # the baseline's benchmark files must still be summarised (`--commit` measures such a commit)
+    import shutil
+
+    clone = tmp_path / "baseline"
+    shutil.copytree(ROOT / "results/tiny/benchmarks/train", clone / "results/tiny/benchmarks/train")
+    (clone / "config").mkdir()
+    (clone / "config/backbones.yaml").write_text("backbones:\n  tiny-math: {scale: tiny}\n")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_study
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    summary = bench_study.summarise(clone, "tiny")
+    assert summary["train"]["jobs"] == len(list((clone / "results/tiny/benchmarks/train").glob("**/*.tsv")))
