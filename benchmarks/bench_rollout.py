@@ -32,7 +32,12 @@ GOAL = 2.0
 
 
 def samplers(model, tok, prompts: list[list[int]], max_new_tokens: int) -> dict:
-    """{name: fn(seed) -> generated tokens} for the three samplers, on the same left-padded batch."""
+    """{name: fn(seed) -> generated tokens} for the samplers, on the same left-padded batch.
+
+    `exgrpo_generate_prefill_every_row` is ours with `PREFILL_REPEATS_ONCE` off (each row prefilled, the
+    same draws): its ratio to `exgrpo_generate` is what prefilling repeated prompts once saves.
+    """
+    from exgrpo.tiny import rollout
     from exgrpo.tiny.rollout import generate
 
     width = max(map(len, prompts))
@@ -43,6 +48,13 @@ def samplers(model, tok, prompts: list[list[int]], max_new_tokens: int) -> dict:
         out = generate(model, tok, prompts, max_new_tokens=max_new_tokens,
                        generator=torch.Generator().manual_seed(seed))
         return int(out.response_mask.sum())
+
+    def ours_prefill_every_row(seed: int) -> int:
+        rollout.PREFILL_REPEATS_ONCE = False
+        try:
+            return ours(seed)
+        finally:
+            rollout.PREFILL_REPEATS_ONCE = True
 
     def hf(seed: int, scores: bool = False) -> int:
         torch.manual_seed(seed)
@@ -57,7 +69,8 @@ def samplers(model, tok, prompts: list[list[int]], max_new_tokens: int) -> dict:
         first = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, torch.full((len(seqs),), seqs.shape[1]))
         return int(first.sum())
 
-    return {"exgrpo_generate": ours, "hf_generate": hf, "hf_generate_with_scores": lambda s: hf(s, True)}
+    return {"exgrpo_generate": ours, "exgrpo_generate_prefill_every_row": ours_prefill_every_row,
+            "hf_generate": hf, "hf_generate_with_scores": lambda s: hf(s, True)}
 
 
 def bench_model(model, tok, prompts: list[list[int]], args: argparse.Namespace) -> dict:
@@ -115,12 +128,16 @@ def main() -> None:
             model = models.build_model(entry["family"], entry["arch"], tok, seed=0).eval()
             label = f"{backbone} (random init)"
         result = bench_model(model, tok, encode_questions(tok, [r["question"] for r in rows]), args)
-        speedup = result["exgrpo_generate"]["median_tokens_per_s"] / result["hf_generate"]["median_tokens_per_s"]
+        tps = {name: r["median_tokens_per_s"] for name, r in result.items()}
+        speedup = tps["exgrpo_generate"] / tps["hf_generate"]
         per_model[backbone] = {"model": label, "parameters": models.count_parameters(model), "samplers": result,
-                               "speedup_vs_hf_generate": round(speedup, 3)}
+                               "speedup_vs_hf_generate": round(speedup, 3),
+                               "speedup_vs_prefill_every_row": round(
+                                   tps["exgrpo_generate"] / tps["exgrpo_generate_prefill_every_row"], 3)}
         print(f"{backbone:16s} ours {result['exgrpo_generate']['median_tokens_per_s']:8.0f} tok/s, "
               f"hf {result['hf_generate']['median_tokens_per_s']:8.0f}, "
-              f"hf+scores {result['hf_generate_with_scores']['median_tokens_per_s']:8.0f}: {speedup:.2f}x")
+              f"hf+scores {result['hf_generate_with_scores']['median_tokens_per_s']:8.0f}: {speedup:.2f}x; "
+              f"{per_model[backbone]['speedup_vs_prefill_every_row']:.2f}x prefilling every row")
     worst = min(m["speedup_vs_hf_generate"] for m in per_model.values())
     write_json(args.out, {
         "benchmark": "rollout", "batch": args.batch, "group": args.group, "max_new_tokens": args.max_new_tokens, "threads": args.threads,

@@ -101,13 +101,14 @@ NOISE = {"<built-in method builtins.hasattr>", "<built-in method builtins.getatt
          "<built-in method builtins.exec>", "<built-in method builtins.__import__>"}
 
 
-def profile_rollout(model_dir: Path, batch: int, max_new_tokens: int, repeats: int) -> dict:
+def profile_rollout(model_dir: Path, batch: int, max_new_tokens: int, repeats: int, group: int = 8) -> dict:
     """Op-level CPU time of one rollout batch per sampler (torch.profiler), and unprofiled wall times.
 
     The profiler adds a few microseconds per op, so op counts and shares come from the profiled call and
     tokens/s from `repeats` unprofiled calls (the samplers alternating). `ceiling_vs_hf` = HF's wall time /
     (our wall time x our GEMM share): the speed-up over `generate` of a sampler that kept only our
-    matrix-multiply kernels and spent nothing on anything else.
+    matrix-multiply kernels and spent nothing on anything else. Rows are `batch / group` test questions,
+    each `group` times (the trainer's K rollouts of a question), as in bench_rollout.py.
     """
     import torch
     from bench_rollout import samplers
@@ -119,9 +120,10 @@ def profile_rollout(model_dir: Path, batch: int, max_new_tokens: int, repeats: i
 
     torch.set_num_threads(1)
     model, tok = models.load_checkpoint(model_dir)
-    rows = task.make_splits(0, {"train": 0})["test"][:batch]
+    rows = [row for row in task.make_splits(0, {"train": 0})["test"][:batch // group] for _ in range(group)]
     fns = {k: v for k, v in samplers(model, tok, encode_questions(tok, [r["question"] for r in rows]),
-                                     max_new_tokens).items() if k != "hf_generate_with_scores"}
+                                     max_new_tokens).items()
+           if k not in ("hf_generate_with_scores", "exgrpo_generate_prefill_every_row")}
     walls: dict[str, list[float]] = {k: [] for k in fns}
     tokens: dict[str, list[int]] = {k: [] for k in fns}
     for fn in fns.values():
@@ -131,7 +133,7 @@ def profile_rollout(model_dir: Path, batch: int, max_new_tokens: int, repeats: i
             start = time.perf_counter()
             tokens[name].append(fn(rep + 1))
             walls[name].append(time.perf_counter() - start)
-    out: dict[str, Any] = {"model": str(model_dir.relative_to(ROOT)), "batch": batch,
+    out: dict[str, Any] = {"model": str(model_dir.relative_to(ROOT)), "batch": batch, "group": group,
                            "max_new_tokens": max_new_tokens, "repeats": repeats, "samplers": {}}
     for name, fn in fns.items():
         cpu = time.process_time()
@@ -200,7 +202,7 @@ def markdown(result: dict) -> str:
         lines.append("")
     if "rollout" in result["parts"]:
         r = result["parts"]["rollout"]
-        lines += [f"### rollout: {r['batch']} rows of `{r['model']}`, up to {r['max_new_tokens']} new tokens, 1 thread",
+        lines += [f"### rollout: {r['batch']} rows ({r['batch'] // r['group']} questions x {r['group']}) of `{r['model']}`, up to {r['max_new_tokens']} new tokens, 1 thread",
                   "", f"Speed-up over `generate` (median of {r['repeats']} unprofiled calls each, alternating): "
                   f"**{r['speedup_vs_hf']}x**; ceiling with only our GEMM kernels left: **{r['ceiling_vs_hf']}x**.", ""]
         lines += ["Shares of the ops' self CPU time: GEMM (matrix-multiply kernels), data movement (cat, index, "

@@ -57,7 +57,9 @@ def _rollout(d: dict) -> dict[str, Any]:
                      "hf_tokens_per_s": m["samplers"]["hf_generate"]["median_tokens_per_s"]}
               for name, m in d["models"].items()}
     return {"ratio": {"min_speedup_vs_hf_generate": d["min_speedup_vs_hf_generate"], "goal": d["goal"],
-                      **{f"speedup/{n}": m["speedup_vs_hf_generate"] for n, m in models.items()}},
+                      **{f"speedup/{n}": m["speedup_vs_hf_generate"] for n, m in models.items()},
+                      **{f"prefill_once_vs_every_row/{n}": m["speedup_vs_prefill_every_row"]
+                         for n, m in d["models"].items() if "speedup_vs_prefill_every_row" in m}},
             "absolute": {f"tokens_per_s/{n}": [m["exgrpo_tokens_per_s"], m["hf_tokens_per_s"]] for n, m in models.items()}}
 
 

@@ -82,9 +82,8 @@ def retemplate(src: str | Path, out: str | Path, prompt_format: str = "llama_bas
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from exgrpo.io import file_sha256
     from exgrpo.eval.benchmarks import format_question
-    from exgrpo.io import atomic_path
+    from exgrpo.io import atomic_path, file_sha256
     from exgrpo.provenance import provenance
 
     src, out = Path(src), Path(out)

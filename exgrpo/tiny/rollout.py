@@ -138,10 +138,13 @@ class StaticDecoder:
         self.prompt_slots = 0
 
     def keep(self, rows: torch.Tensor) -> None:
-        """Keep only decoder rows `rows` (indices into the current rows), in that order."""
-        self.k = [k[rows] for k in self.k]
-        self.v = [v[rows] for v in self.v]
-        self.valid = self.valid[rows]
+        """Keep only decoder rows `rows` (indices into the current rows, repeats allowed), in that order.
+
+        `index_select`, not `k[rows]`: the same copy, several times faster on these cache shapes (profile.md).
+        """
+        self.k = [k.index_select(0, rows) for k in self.k]
+        self.v = [v.index_select(0, rows) for v in self.v]
+        self.valid = self.valid.index_select(0, rows)
         self.rows = torch.arange(len(rows), device=self.dev)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -253,7 +256,7 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_to
         logits = decoder.prefill(ids.to(device), torch.tensor([len(p) for p in unique], device=device))
         if len(unique) < n:
             decoder.keep(copy_of)
-            logits = logits[copy_of]
+            logits = logits.index_select(0, copy_of)
         live = torch.ones(n, dtype=torch.bool, device=device)  # decoder rows still generating
         for t in range(max_new_tokens):
             logp, ent = _token_stats(logits, temperature)
