@@ -140,7 +140,7 @@ class StaticDecoder:
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only decoder rows `rows` (indices into the current rows, repeats allowed), in that order.
 
-        `index_select`, not `k[rows]`: the same copy, several times faster on these cache shapes (profile.md).
+        `index_select`, not `k[rows]`: the same copy, faster on these cache shapes (benchmarks/profile.md).
         """
         self.k = [k.index_select(0, rows) for k in self.k]
         self.v = [v.index_select(0, rows) for v in self.v]
