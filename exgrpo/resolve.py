@@ -215,7 +215,7 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "tiny/rollout.py"),
 }
 """Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint.
-`tests/test_code_digest.py` checks that every module of core/, tiny/, eval/ and verl_plugin/ a stage
+`tests/test_code_digest.py` checks that every module of core/, tiny/, eval/, verl_plugin/ and prelim/ a stage
 imports is listed."""
 
 
