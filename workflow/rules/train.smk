@@ -75,6 +75,9 @@ rule train_tiny:
         bench_file("{source}", "train", "{backbone}", "{variant}", "s{seed}")
     conda:
         "../envs/cpu.yaml"
+    # training before evaluation when both are ready: the short evaluation jobs then fill both cores at
+    # the end of a local run instead of one long training job running alone
+    priority: 1
     threads: backbone_threads("train")
     resources:
         **backbone_resources("train"),
