@@ -225,18 +225,23 @@ def _is_source(path: Path) -> bool:
     return path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
 
 
-def code_digest(stage: str) -> str:
-    """sha256 of the package sources `stage` runs (CODE_OF_STAGE), by relative path and content."""
+def stage_sources(stage: str) -> list[Path]:
+    """The files of CODE_OF_STAGE[stage], sorted: what `code_digest` hashes."""
     files: list[Path] = []
     for part in CODE_OF_STAGE[stage]:
         path = PACKAGE_ROOT / part
         files += [f for f in path.rglob("*") if _is_source(f)] if path.is_dir() else [path]
+    return sorted(files)
+
+
+def code_digest(stage: str) -> str:
+    """sha256 of the package sources `stage` runs (`stage_sources`), by relative path and content."""
     digest = hashlib.sha256()
-    for path in sorted(files):
+    for path in stage_sources(stage):
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
 __all__ = ["BUDGETS", "CODE_OF_STAGE", "PRECEDENCE", "RunSpec", "check_overrides", "code_digest", "file_digest",
-           "fingerprint", "read_run_file", "resolve", "run_spec", "trainer_settings", "weights_digest",
-           "write_run_file"]
+           "fingerprint", "read_run_file", "resolve", "run_spec", "stage_sources", "trainer_settings",
+           "weights_digest", "write_run_file"]

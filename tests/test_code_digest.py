@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exgrpo.resolve import CODE_OF_STAGE, PACKAGE_ROOT
+from exgrpo.resolve import CODE_OF_STAGE, PACKAGE_ROOT, stage_sources
 
 METHOD_PACKAGES = ("core", "tiny", "eval", "verl_plugin", "prelim")
 """Where the code that decides a result lives; the rest (io, provenance, metrics names, CLI) does not."""
@@ -42,14 +42,6 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def _stage_files(stage: str) -> set[Path]:
-    files: set[Path] = set()
-    for part in CODE_OF_STAGE[stage]:
-        path = PACKAGE_ROOT / part
-        files |= set(path.rglob("*.py")) if path.is_dir() else {path}
-    return files
-
-
 def _in_method_packages(path: Path) -> bool:
     return path.relative_to(PACKAGE_ROOT).parts[0] in METHOD_PACKAGES and path.name != "__init__.py"
 
@@ -58,7 +50,7 @@ def _in_method_packages(path: Path) -> bool:
 def test_every_module_a_stage_imports_is_in_its_digest(stage: str):
     """Follow imports out of the stage's method modules (not through io, config or resolve, whose own
     lazy imports serve other stages) and require each method module reached to be digested."""
-    listed = _stage_files(stage)
+    listed = {f for f in stage_sources(stage) if f.suffix == ".py"}
     todo = [f for f in listed if _in_method_packages(f)]
     reached = set(todo)
     while todo:
