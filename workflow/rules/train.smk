@@ -73,11 +73,11 @@ rule train_tiny:
         log_file("train", "{source}", "{backbone}", "{variant}", "s{seed}"),
     benchmark:
         bench_file("{source}", "train", "{backbone}", "{variant}", "s{seed}")
-    conda:
-        "../envs/cpu.yaml"
     # training before evaluation when both are ready: the short evaluation jobs then fill both cores at
     # the end of a local run instead of one long training job running alone
     priority: 1
+    conda:
+        "../envs/cpu.yaml"
     threads: backbone_threads("train")
     resources:
         **backbone_resources("train"),
