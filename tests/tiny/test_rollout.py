@@ -175,3 +175,26 @@ def test_repeated_prompts_prefilled_once_sample_as_if_each_was_prefilled(model, 
     assert torch.allclose(once.logprobs, every.logprobs, atol=1e-6)
     assert torch.allclose(once.entropy, every.entropy, atol=1e-6)
     assert len({tuple(r) for r in once.response_ids[[0, 2, 5, 8]].tolist()}) > 1  # repeats drew differently
+
+
+def test_unwritten_cache_slots_are_never_read(model, tok, prompts, monkeypatch):
+    # the caches are allocated uninitialised and copied only up to the written slots: filling every new
+    # cache with NaN instead must change nothing (a NaN read anywhere would reach the log-probs)
+    batch = [prompts[i] for i in (0, 1, 0, 2, 1, 0, 3, 3, 0)] * 2  # repeats: the prefill's cache copy
+
+    def sample():
+        return rollout.generate(model, tok, batch, max_new_tokens=12, temperature=1.0,
+                                generator=torch.Generator().manual_seed(5))
+
+    hook = _eos_bias(model, tok, 1.5)  # rows end at different steps, so finished rows are dropped
+    try:
+        plain = sample()
+        allocate = rollout.StaticDecoder._cache
+        monkeypatch.setattr(rollout.StaticDecoder, "_cache", lambda self, rows: allocate(self, rows).fill_(float("nan")))
+        poisoned = sample()
+    finally:
+        hook.remove()
+    assert len(set(plain.lengths.tolist())) > 2
+    assert torch.equal(plain.response_ids, poisoned.response_ids)
+    assert torch.equal(plain.logprobs, poisoned.logprobs) and torch.equal(plain.entropy, poisoned.entropy)
+    assert not poisoned.logprobs.isnan().any()
