@@ -18,6 +18,12 @@ buffer's completion check; here verl's own code produces all of them.
 The loop is registered with verl's `@register` when the plug-in is imported (VERL_USE_EXTERNAL_MODULES,
 set for every Ray worker by the plug-in's config), so no config file path has to exist on compute nodes.
 
+Failed sessions are reported (`ReportingAgentLoop`, the base of both loops; fresh prompts use it as
+`exgrpo_fresh`, verl's single-turn loop otherwise unchanged): a session that raises puts its error into the
+TransferQueue partition `exgrpo_errors` before verl sees the exception, so the driver's failure budget
+(failures.py) can name the engine's last error. The drills' fault injection (EXGRPO_VERL_FAIL_SESSIONS) raises
+there, in place of the engine.
+
 Departure, stated up front: the replayed row's reward is set to 1.0 without re-grading (stored trajectories
 are correct by construction), as the CPU trainer does and as released.
 """
@@ -31,7 +37,10 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.workers.rollout.replica import TokenOutput
 
-from exgrpo.verl_plugin.batch import REPLAY_AGENT, REPLAY_IDS, REPLAY_LOGP, REPLAY_PARTITION, replay_session
+from exgrpo.verl_plugin import batch as vb
+from exgrpo.verl_plugin.failures import ERROR_PARTITION, FAIL_ENV, injected_failure
+
+MAX_ERROR_CHARS = 600
 
 
 class StoredTrajectoryServer:
@@ -51,21 +60,42 @@ class StoredTrajectoryServer:
 
 async def stored_trajectory(uid: str) -> tuple[list[int], list[float]]:
     """The chosen trajectory of experiential prompt `uid`, from the `exgrpo_replay` TransferQueue partition."""
-    data = await tq.async_kv_batch_get(keys=[uid], partition_id=REPLAY_PARTITION, select_fields=[REPLAY_IDS, REPLAY_LOGP])
-    ids = [int(x) for x in data[REPLAY_IDS][0].tolist()]
-    logp = [float(x) for x in data[REPLAY_LOGP][0].tolist()]
+    data = await tq.async_kv_batch_get(keys=[uid], partition_id=vb.REPLAY_PARTITION,
+                                         select_fields=[vb.REPLAY_IDS, vb.REPLAY_LOGP])
+    ids = [int(x) for x in data[vb.REPLAY_IDS][0].tolist()]
+    logp = [float(x) for x in data[vb.REPLAY_LOGP][0].tolist()]
     if not ids or len(logp) != len(ids):
         raise ValueError(f"replay prompt {uid}: {len(ids)} stored tokens but {len(logp)} log-probs")
     return ids, logp
 
 
-@register(REPLAY_AGENT)
-class ReplayAgentLoop(SingleTurnAgentLoop):
-    """SingleTurnAgentLoop whose last session replays the prompt's stored trajectory."""
+@register(vb.FRESH_AGENT)
+class ReportingAgentLoop(SingleTurnAgentLoop):
+    """verl's SingleTurnAgentLoop that reports a failed session's error to the driver (module docstring)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        if kwargs.get("session_id") != replay_session(int(self.rollout_config.n)):
-            return await super().run(sampling_params, **kwargs)
+        try:
+            if injected_failure(str(kwargs.get("uid")), int(kwargs.get("session_id", 0))):
+                raise RuntimeError(f"injected rollout failure ({FAIL_ENV})")
+            return await self._run_session(sampling_params, **kwargs)
+        except Exception as err:
+            key = f"{kwargs.get('uid')}_{kwargs.get('session_id')}"
+            text = f"{type(err).__name__}: {err}"[:MAX_ERROR_CHARS]
+            await tq.async_kv_put(key=key, partition_id=ERROR_PARTITION,
+                                  tag={"error": text, "step": int(kwargs.get("global_steps", 0))})
+            raise
+
+    async def _run_session(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        return await super().run(sampling_params, **kwargs)
+
+
+@register(vb.REPLAY_AGENT)
+class ReplayAgentLoop(ReportingAgentLoop):
+    """The reporting single-turn loop whose last session replays the prompt's stored trajectory."""
+
+    async def _run_session(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        if kwargs.get("session_id") != vb.replay_session(int(self.rollout_config.n)):
+            return await super()._run_session(sampling_params, **kwargs)
         ids, logp = await stored_trajectory(str(kwargs["uid"]))
         if len(ids) > self.response_length:
             raise ValueError(f"stored trajectory has {len(ids)} tokens > rollout.response_length "
@@ -73,7 +103,7 @@ class ReplayAgentLoop(SingleTurnAgentLoop):
         version = int(kwargs.get("global_steps", 1)) - 1  # the sync trainer generates step s with weights s-1
         live_server, self.server_manager = self.server_manager, StoredTrajectoryServer(ids, logp, version)
         try:
-            output = await super().run(sampling_params, **kwargs)
+            output = await super()._run_session(sampling_params, **kwargs)
         finally:
             self.server_manager = live_server
         output.reward_score = 1.0
@@ -81,4 +111,4 @@ class ReplayAgentLoop(SingleTurnAgentLoop):
         return output
 
 
-__all__ = ["ReplayAgentLoop", "StoredTrajectoryServer", "stored_trajectory"]
+__all__ = ["MAX_ERROR_CHARS", "ReplayAgentLoop", "ReportingAgentLoop", "StoredTrajectoryServer", "stored_trajectory"]

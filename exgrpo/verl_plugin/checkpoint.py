@@ -13,12 +13,22 @@ checkpoint the tracker points to always has a complete plug-in state:
   RNG state, the step, and a fingerprint of the ExGRPOConfig.
 
 Plain formats only (safetensors, JSON); every file is written atomically.
+
+Checkpoints are never lost (`ExGRPOTrainer._save_checkpoint`): the whole `global_step_N` folder (verl's files
+and the plug-in's) is written under `<default_local_dir>/.staging/`, given a manifest (`exgrpo.io.MANIFEST`:
+size and sha256 of every file), fsynced file by file, renamed into place and its parent fsynced; only then is
+the tracker rewritten (atomically) and are checkpoints beyond `trainer.max_actor_ckpt_to_keep` removed, so
+a crash at any instant leaves the previous complete checkpoint in place. On start (`choose_checkpoint`) the
+newest checkpoint whose manifest checks out is taken, whatever the tracker says; each newer one skipped is
+named with the reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,13 +38,17 @@ import torch
 
 from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.io import atomic_path, read_json, write_json
+from exgrpo.io import MANIFEST, atomic_path, check_manifest, read_json, write_json
 
 STATE_DIR = "exgrpo"
 STATE_FILE = "plugin_state.json"
 PROMPTS_FILE = "prompt_cache.safetensors"
 EXPERIENCE_DIR = "experience"
 FORMAT = "exgrpo-verl-plugin-v1"
+STAGING_DIR = ".staging"
+"""Folder under `default_local_dir` where a checkpoint is written before it is renamed into place."""
+TRACKER = "latest_checkpointed_iteration.txt"
+"""verl's resume tracker (informational here: `choose_checkpoint` checks the folders themselves)."""
 
 
 def config_fingerprint(cfg: ExGRPOConfig) -> str:
@@ -108,23 +122,79 @@ def load_plugin_state(folder: str | Path, cfg: ExGRPOConfig) -> PluginState:
                        step=int(state["step"]))
 
 
-def prune_states(default_local_dir: str | Path, keep: int | None) -> list[Path]:
-    """Delete the plug-in state of all but the newest `keep` checkpoints (verl prunes its own actor states
-    with max_actor_ckpt_to_keep; the buffer is the big part of ours). None or < 1 keeps everything."""
+def checkpoint_steps(default_local_dir: str | Path) -> list[tuple[int, Path]]:
+    """The `global_step_N` folders under `default_local_dir`, newest first."""
+    found = []
+    for d in Path(default_local_dir).glob("global_step_*"):
+        suffix = d.name.removeprefix("global_step_")
+        if suffix.isdigit() and d.is_dir():
+            found.append((int(suffix), d))
+    return sorted(found, reverse=True)
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """None if `folder` is a complete checkpoint (manifest checks out, plug-in state present); else why not."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).exists():
+        return f"no {MANIFEST} (a partial write, or a checkpoint from before manifests)"
+    if (problem := check_manifest(folder)) is not None:
+        return problem
+    if not (folder / STATE_DIR / STATE_FILE).exists():
+        return f"no {STATE_DIR}/{STATE_FILE}"
+    return None
+
+
+def choose_checkpoint(default_local_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that passes its checks (or None), and the newer ones skipped with the reason."""
+    skipped = []
+    for _, folder in checkpoint_steps(default_local_dir):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder, skipped
+        skipped.append((folder, problem))
+    return None, skipped
+
+
+def prune_checkpoints(default_local_dir: str | Path, keep: int | None) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoint folders (verl's `max_actor_ckpt_to_keep`, applied here
+    after the new one is in place instead of by verl's workers before it is written); incomplete folders older
+    than the newest kept one go too. None or < 1 keeps everything."""
     import shutil
 
     if not keep or keep < 1:
         return []
-    root = Path(default_local_dir)
-    found = []
-    for d in root.glob("global_step_*"):
-        suffix = d.name.removeprefix("global_step_")
-        if suffix.isdigit() and (d / STATE_DIR).is_dir():
-            found.append((int(suffix), d / STATE_DIR))
-    removed = [path for _, path in sorted(found)[:-keep]]
-    for path in removed:
-        shutil.rmtree(path)
+    kept, removed = 0, []
+    for _, folder in checkpoint_steps(default_local_dir):
+        if kept < keep and (folder / MANIFEST).exists():  # published ones have one; no re-hashing here
+            kept += 1
+        elif kept:
+            removed.append(folder)
+    for folder in removed:
+        shutil.rmtree(folder)
     return removed
 
 
-__all__ = ["PluginState", "prune_states", "config_fingerprint", "load_plugin_state", "save_plugin_state", "step_dir"]
+@contextlib.contextmanager
+def trainer_settings(config: Any, **values: Any) -> Iterator[None]:
+    """Set `config.trainer.<key>` for the duration of the block (verl's own save/load read them there)."""
+    from omegaconf import open_dict
+
+    trainer = config.trainer
+    missing = object()
+    before = {k: trainer.get(k, missing) for k in values}
+    with open_dict(trainer):
+        for k, v in values.items():
+            trainer[k] = v
+    try:
+        yield
+    finally:
+        with open_dict(trainer):
+            for k, v in before.items():
+                if v is missing:
+                    del trainer[k]
+                else:
+                    trainer[k] = v
+
+
+__all__ = ["STAGING_DIR", "TRACKER", "PluginState", "checkpoint_problem", "checkpoint_steps", "choose_checkpoint",
+           "config_fingerprint", "load_plugin_state", "prune_checkpoints", "save_plugin_state", "step_dir", "trainer_settings"]

@@ -59,9 +59,11 @@ from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import resolve_norm_const
+from exgrpo.io import atomic_open, fsync_dir, publish_dir, write_manifest
 from exgrpo.verl_plugin import batch as vb
-from exgrpo.verl_plugin.checkpoint import load_plugin_state, prune_states, save_plugin_state, step_dir
-from exgrpo.verl_plugin.cpu.debug import debug_dir, dumping_actor_loss
+from exgrpo.verl_plugin import checkpoint as ckpt
+from exgrpo.verl_plugin.cpu.debug import debug_dir, dumping_actor_loss, fault_point
+from exgrpo.verl_plugin.failures import ERROR_PARTITION, FailureBudget
 from exgrpo.verl_plugin.hydra_config import check_verl_config
 from exgrpo.verl_plugin.loss import exgrpo_actor_loss
 
@@ -90,6 +92,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.manager = ExperienceManager(self.exgrpo_cfg, seed=self.exgrpo_seed)
         self.norm_const = resolve_norm_const(self.exgrpo_cfg.loss_norm_const, int(config.data.max_response_length))
         self.select_generator = torch.Generator().manual_seed(self.exgrpo_seed + 2)  # as CPUTrainer
+        self.failure_budget = FailureBudget.from_config(config.exgrpo.get("failure_budget", None))
         self.prompt_cache: dict[str, np.ndarray] = {}
         self.data_order: DataOrder | None = None
         self.qid_pos: dict[str, int] = {}
@@ -141,6 +144,7 @@ class ExGRPOTrainer(PPOTrainerSync):
             keys, fields = vb.replay_payload(list(self._replay_by_uid), chosen)
             tq.kv_batch_put(keys=keys, partition_id=vb.REPLAY_PARTITION, fields=tu.list_of_dict_to_tensordict(fields))
         self._submit_batch_to_rollout(self._rows_to_batch(rows))
+        fault_point("rollout", self.global_steps)
         age = [self.global_steps - t.step for t in chosen]
         self._prep_metrics = {"exgrpo/replay_questions": float(len(plan)), "exgrpo/fresh_questions": float(n_fresh),
                                 "exgrpo/replay_age_mean": float(np.mean(age)) if age else 0.0,
@@ -175,6 +179,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         self._record_groups(rows, data)
         self._step_pass1 = core_step.batch_pass1(rows)
         present = {u for u, real in zip(uids, rows.real.tolist()) if real}
+        metrics.update(self._check_failures(int(rows.real.sum())))
         metrics.update({"exgrpo/replay_rows": float(rows.is_replay.sum()),
                         "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
                         if bool(rows.is_replay.any()) else 0.0,
@@ -183,6 +188,18 @@ class ExGRPOTrainer(PPOTrainerSync):
                         **vb.group_stats(rows, sample_mask, cfg),
                         **_fresh_response_stats(rows, data["entropy"], response_mask)})
         return batch
+
+    def _check_failures(self, real_rows: int) -> dict[str, float]:
+        """The failure budget (failures.py) on this step's sessions: K per submitted prompt, minus the real rows
+        that came back; raises before the update when it is spent. Reads and clears the errors the agent loops
+        reported."""
+        listed = tq.kv_list(ERROR_PARTITION) or {}
+        tags = listed.get(ERROR_PARTITION, {}) or {}
+        if tags:
+            tq.kv_clear(keys=list(tags), partition_id=ERROR_PARTITION)
+        errors = [str(t.get("error")) for t in tags.values() if isinstance(t, dict) and t.get("error")]
+        total = int(self.exgrpo_cfg.n_rollouts) * len(self._submitted)
+        return self.failure_budget.check(self.global_steps, max(0, total - real_rows), total, errors)
 
     def _record_groups(self, rows: core_step.StepRows, data: TensorDict) -> None:
         ids, old, ent, prompts = (list(data[k].unbind()) for k in ("responses", "old_log_probs", "entropy", "prompts"))
@@ -194,6 +211,7 @@ class ExGRPOTrainer(PPOTrainerSync):
                 self.prompt_cache[rec.qid] = prompts[rec.fresh_rows[0]].numpy().astype(np.int32)
 
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        fault_point("update", self.global_steps)
         batch.extra_info[vb.REPLAY_ACTIVE_KEY] = self.manager.replay_active
         return super()._update_actor(batch, metrics)
 
@@ -273,23 +291,63 @@ class ExGRPOTrainer(PPOTrainerSync):
         return root if root.is_absolute() else Path.cwd() / root
 
     def _save_checkpoint(self) -> None:
-        """Plug-in state first, then verl's (which writes the resume tracker last)."""
-        save_plugin_state(step_dir(self._checkpoint_root(), self.global_steps), step=self.global_steps,
-                          cfg=self.exgrpo_cfg, manager=self.manager, data_order=self.data_order.state_dict(),
-                          prompt_cache=self.prompt_cache, select_rng_state=self.select_generator.get_state())
-        super()._save_checkpoint()
-        prune_states(self._checkpoint_root(), self.config.trainer.get("max_actor_ckpt_to_keep", None))
+        """The whole step folder staged, then published (checkpoint.py's module docstring): plug-in state and
+        verl's files under `.staging/`, manifest, fsync, rename into place, tracker, then the pruning."""
+        import shutil
+
+        root = self._checkpoint_root()
+        staging_root = root / ckpt.STAGING_DIR
+        staged = ckpt.step_dir(staging_root, self.global_steps)
+        if staged.exists():  # left by a job killed while writing it
+            shutil.rmtree(staged)
+        ckpt.save_plugin_state(staged, step=self.global_steps, cfg=self.exgrpo_cfg, manager=self.manager,
+                          data_order=self.data_order.state_dict(), prompt_cache=self.prompt_cache,
+                          select_rng_state=self.select_generator.get_state())
+        keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
+        # verl's workers would delete old checkpoints BEFORE writing the new one; here nothing is deleted until
+        # the new one is in place
+        with ckpt.trainer_settings(self.config, default_local_dir=str(staging_root), max_actor_ckpt_to_keep=None,
+                                   remove_previous_ckpt_in_save=False):
+            super()._save_checkpoint()
+        fault_point("checkpoint", self.global_steps)
+        (staging_root / ckpt.TRACKER).unlink(missing_ok=True)  # verl's tracker of the staging folder means nothing
+        write_manifest(staged)
+        publish_dir(staged, ckpt.step_dir(root, self.global_steps))
+        with atomic_open(root / ckpt.TRACKER, "w") as fh:
+            fh.write(str(self.global_steps))
+        fsync_dir(root)
+        ckpt.prune_checkpoints(root, keep)
 
     def _load_checkpoint(self) -> None:
-        super()._load_checkpoint()
+        """verl's load of the newest checkpoint that passes its checks (`choose_checkpoint`), then the plug-in's."""
+        mode = self.config.trainer.resume_mode
+        if mode == "auto":
+            chosen, skipped = ckpt.choose_checkpoint(self._checkpoint_root())
+            for folder, why in skipped:
+                message = f"[exgrpo] skipping checkpoint {folder}: {why}"
+                print(message, flush=True)
+                logger.warning(message)
+            if chosen is None and skipped:
+                raise RuntimeError(f"no checkpoint under {self._checkpoint_root()} passes its checks (see above); "
+                                   "move them away to start this run from scratch")
+            if chosen is not None:
+                print(f"[exgrpo] resuming from {chosen}" + (f" (skipped {len(skipped)} newer)" if skipped else ""),
+                      flush=True)
+                with ckpt.trainer_settings(self.config, resume_mode="resume_path", resume_from_path=str(chosen)):
+                    super()._load_checkpoint()
+            else:
+                with ckpt.trainer_settings(self.config, resume_mode="disable"):
+                    super()._load_checkpoint()
+        else:
+            super()._load_checkpoint()
         if self.global_steps == 0:
             return
-        if self.config.trainer.resume_mode == "resume_path":
+        if mode == "resume_path":
             folder = Path(self.config.trainer.resume_from_path)
             folder = folder if folder.is_absolute() else Path.cwd() / folder
         else:
-            folder = step_dir(self._checkpoint_root(), self.global_steps)
-        state = load_plugin_state(folder, self.exgrpo_cfg)
+            folder = ckpt.step_dir(self._checkpoint_root(), self.global_steps)
+        state = ckpt.load_plugin_state(folder, self.exgrpo_cfg)
         if state.step != self.global_steps:
             raise ValueError(f"{folder}: plug-in state is for step {state.step}, verl resumes at {self.global_steps}")
         self.manager = state.manager
@@ -299,9 +357,9 @@ class ExGRPOTrainer(PPOTrainerSync):
         logger.info("ExGRPO state restored from %s: %d buffered questions, replay active=%s", folder,
                     len(self.manager.buffer), self.manager.replay_active)
         if (dump := debug_dir()) is not None:  # tests: write back what was restored (cpu/debug.py)
-            save_plugin_state(dump / f"resumed_step_{self.global_steps}", step=self.global_steps, cfg=self.exgrpo_cfg,
-                              manager=self.manager, data_order=self.data_order.state_dict(),
-                              prompt_cache=self.prompt_cache, select_rng_state=self.select_generator.get_state())
+            ckpt.save_plugin_state(dump / f"resumed_step_{self.global_steps}", step=self.global_steps,
+                                   cfg=self.exgrpo_cfg, manager=self.manager, data_order=self.data_order.state_dict(),
+                                   prompt_cache=self.prompt_cache, select_rng_state=self.select_generator.get_state())
 
 
 def _fresh_response_stats(rows: core_step.StepRows, entropy: torch.Tensor,

@@ -115,11 +115,14 @@ class FakeTQ:
 
     def __init__(self):
         self.rows: dict[tuple[str, str], dict] = {}
+        self.tags: dict[tuple[str, str], dict] = {}
 
     def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
         import torch
         from transfer_queue import KVBatchMeta
 
+        for key, tag in zip(keys, tags or []):
+            self.tags[(partition_id, key)] = dict(tag)
         if fields is not None:
             for name, col in fields.items():
                 vals = col.unbind() if isinstance(col, torch.Tensor) else col.tolist()
@@ -150,9 +153,19 @@ class FakeTQ:
             "old_log_probs": old_log_probs, "entropy": entropy}
         return key
 
+    def kv_put(self, key, partition_id, fields=None, tag=None):
+        """What an agent loop's `async_kv_put` of a tag does (the failure reports)."""
+        self.tags[(partition_id, key)] = dict(tag or {})
+
+    def kv_list(self, partition_id):
+        """{partition: {key: tag}} as TransferQueue's kv_list returns it."""
+        found = {k: t for (p, k), t in self.tags.items() if p == partition_id}
+        return {partition_id: found} if found else {}
+
     def kv_clear(self, keys, partition_id):
         for k in keys:
             self.rows.pop((partition_id, k), None)
+            self.tags.pop((partition_id, k), None)
 
 
 class FakeActor:

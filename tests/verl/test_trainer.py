@@ -4,6 +4,8 @@ loss flag, and buffer save/restore through the checkpoint hooks. Only the GPU/Ra
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,8 +17,10 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 
 from exgrpo.config import ConfigError  # noqa: E402
+from exgrpo.io import MANIFEST  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
-from exgrpo.verl_plugin.checkpoint import STATE_DIR, prune_states  # noqa: E402
+from exgrpo.verl_plugin.checkpoint import STAGING_DIR, STATE_DIR, TRACKER  # noqa: E402
+from exgrpo.verl_plugin.failures import ERROR_PARTITION, RolloutFailureError  # noqa: E402
 from exgrpo.verl_plugin.trainer import SCORE_PARTITION, ExGRPOTrainer  # noqa: E402
 
 K = 4
@@ -142,9 +146,13 @@ def test_two_steps_collect_then_replay_into_mixed_groups(config, fake_tq, make_t
     assert m2["exgrpo/replay_reward_mean"] == 1.0 and m2["exgrpo/replay_questions"] == n_exp
 
 
-def test_failed_sessions_and_prompts_never_stop_a_step(config, fake_tq, make_trainer, tmp_path, monkeypatch):
+def test_failed_sessions_and_prompts_within_the_budget_do_not_stop_a_step(config, fake_tq, make_trainer, tmp_path,
+                                                                           monkeypatch):
     """verl's sync sampler hands over a group whose session failed (short) and a prompt whose sessions all
-    failed (no rows): the step trains, records only the complete groups, and counts the rest."""
+    failed (no rows): within the failure budget the step trains, records only the complete groups, and counts
+    the rest."""
+    config = config.copy()
+    config.exgrpo.failure_budget = {"max_failed_share": 0.5, "max_failing_steps": 3}
     t = make_trainer(config, fake_tq, tmp_path)
     t._plan_next_step()
     _, m1, _ = run_step(t, fake_tq, monkeypatch)
@@ -158,6 +166,9 @@ def test_failed_sessions_and_prompts_never_stop_a_step(config, fake_tq, make_tra
     meta, m2, seen = run_step(t, fake_tq, monkeypatch, failed=failed)
     assert seen["replay_active"] is True and m2["exgrpo/failed_prompts"] == 1.0
     assert m2["exgrpo/short_groups"] == 2.0 and m2["exgrpo/missing_rollouts"] == 2.0
+    # 6 failed sessions (1 + all K=4 of prompt 1 + 1) of B * K = 16 submitted
+    assert (m2["exgrpo/failed_sessions"], m2["exgrpo/failed_session_share"]) == (6.0, 6 / 16)
+    assert (m1["exgrpo/failed_sessions"], m1["exgrpo/failed_session_share"]) == (0.0, 0.0)
     assert m2["exgrpo/replay_rows"] == len(t.submitted[1]) - (B - len(t._replay_by_uid)) - 1
     submitted = t.submitted[1]
     assert recorded == [r[vb.EXGRPO_QID] for i, r in enumerate(submitted) if i not in (0, 1, last)]
@@ -165,22 +176,67 @@ def test_failed_sessions_and_prompts_never_stop_a_step(config, fake_tq, make_tra
     assert not any(p == vb.REPLAY_PARTITION for p, _ in fake_tq.rows)  # the replay payloads were cleared
 
 
-def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, make_trainer, tmp_path, monkeypatch):
-    def fake_save(self):  # what matters of verl's own save: the resume tracker, written last
-        root = self._checkpoint_root()
-        assert (root / f"global_step_{self.global_steps}" / STATE_DIR / "plugin_state.json").exists()
-        (root / "latest_checkpointed_iteration.txt").write_text(str(self.global_steps))
+def test_a_step_past_the_failure_budget_stops_before_the_update_naming_the_error(config, fake_tq, make_trainer,
+                                                                                 tmp_path, monkeypatch):
+    t = make_trainer(config, fake_tq, tmp_path)  # the default budget: 10%
+    t._plan_next_step()
+    fake_tq.kv_put(key="u_1", partition_id=ERROR_PARTITION, tag={"error": "RuntimeError: CUDA error: boom", "step": 1})
+    failed = {(0, 1), (2, 3)}  # 2 of 16 = 12.5% > 10%
+    with pytest.raises(RolloutFailureError, match=r"step 1: 2 of 16 rollout sessions failed .*CUDA error: boom"):
+        run_step(t, fake_tq, monkeypatch, failed=failed)
+    assert fake_tq.kv_list(ERROR_PARTITION) == {}  # the reports were read and cleared
+
+
+def test_the_streak_of_failing_steps_stops_the_run(config, fake_tq, make_trainer, tmp_path, monkeypatch):
+    config = config.copy()
+    config.exgrpo.failure_budget = {"max_failed_share": 0.5, "max_failing_steps": 2}
+    t = make_trainer(config, fake_tq, tmp_path)
+    t._plan_next_step()
+    _, m1, _ = run_step(t, fake_tq, monkeypatch, failed={(0, 0)})
+    assert m1["exgrpo/failed_sessions"] == 1.0
+    t._plan_next_step()
+    t.global_steps = 2
+    with pytest.raises(RolloutFailureError, match=r"step 2: rollout sessions failed in 2 steps in a row"):
+        run_step(t, fake_tq, monkeypatch, failed={(0, 0)})
+
+
+def _fake_verl_checkpoint_io(monkeypatch, saves: list):
+    """verl's own save and load, as far as the hooks see them: the save writes the actor's files and the tracker
+    under the (staging) `default_local_dir` it is given; the load takes the folder its resume settings name."""
+    def fake_save(self):
+        root = Path(self.config.trainer.default_local_dir)
+        saves.append((root, self.config.trainer.max_actor_ckpt_to_keep))
+        folder = root / f"global_step_{self.global_steps}"
+        assert (folder / STATE_DIR / "plugin_state.json").exists()  # the plug-in state is written first
+        (folder / "actor").mkdir(parents=True)
+        (folder / "actor" / "model.safetensors").write_bytes(b"weights of step %d" % self.global_steps)
+        (root / TRACKER).write_text(str(self.global_steps))
 
     def fake_load(self):
-        tracker = self._checkpoint_root() / "latest_checkpointed_iteration.txt"
-        self.global_steps = int(tracker.read_text()) if tracker.exists() else 0
+        self.global_steps = 0
+        mode = self.config.trainer.resume_mode
+        if mode == "resume_path":
+            self.global_steps = int(str(self.config.trainer.resume_from_path).split("global_step_")[-1])
+        elif mode == "auto":
+            tracker = self._checkpoint_root() / TRACKER
+            self.global_steps = int(tracker.read_text()) if tracker.exists() else 0
 
     monkeypatch.setattr(PPOTrainer, "_save_checkpoint", fake_save)
     monkeypatch.setattr(PPOTrainer, "_load_checkpoint", fake_load)
+
+
+def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, make_trainer, tmp_path, monkeypatch):
+    saves = []
+    _fake_verl_checkpoint_io(monkeypatch, saves)
     a = make_trainer(config, fake_tq, tmp_path)
     a._plan_next_step()
     run_step(a, fake_tq, monkeypatch)
     a._save_checkpoint()
+    root = tmp_path / "ckpt"
+    # verl wrote into the staging folder and deleted nothing itself; the published folder has a manifest
+    assert saves == [(root / STAGING_DIR, None)] and a.config.trainer.default_local_dir == str(root)
+    assert (root / "global_step_1" / MANIFEST).exists() and not (root / STAGING_DIR / "global_step_1").exists()
+    assert (root / TRACKER).read_text() == "1"
     b = make_trainer(config, fake_tq, tmp_path)
     b._load_checkpoint()
     assert b.global_steps == 1 and b.data_order.state_dict() == a.data_order.state_dict()
@@ -197,18 +253,60 @@ def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, make_trainer, tmp
     c = make_trainer(other, fake_tq, tmp_path)
     with pytest.raises(ConfigError, match="exgrpo.config"):
         c._load_checkpoint()
-    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("7")
-    with pytest.raises(FileNotFoundError, match="global_step_7"):
+
+
+def test_a_corrupt_or_partial_latest_checkpoint_is_skipped_for_the_one_before(config, fake_tq, make_trainer,
+                                                                             tmp_path, monkeypatch, capsys):
+    _fake_verl_checkpoint_io(monkeypatch, [])
+    config = config.copy()
+    config.trainer.max_actor_ckpt_to_keep = 2
+    a = make_trainer(config, fake_tq, tmp_path)
+    a._plan_next_step()
+    states = {}
+    for step in (1, 2, 3):
+        a.global_steps = step
+        run_step(a, fake_tq, monkeypatch)
+        a._save_checkpoint()
+        states[step] = a.data_order.state_dict()
+        a._plan_next_step()
+    root = tmp_path / "ckpt"
+    # keep=2: the oldest went only after the newest was in place
+    assert sorted(p.name for p in root.glob("global_step_*")) == ["global_step_2", "global_step_3"]
+    # the latest is corrupted (one byte of the actor's weights), and a partial step 4 lies in the staging folder
+    weights = root / "global_step_3" / "actor" / "model.safetensors"
+    weights.write_bytes(b"X" + weights.read_bytes()[1:])
+    (root / STAGING_DIR / "global_step_4" / "actor").mkdir(parents=True)
+    capsys.readouterr()
+    b = make_trainer(config, fake_tq, tmp_path)
+    b._load_checkpoint()
+    out = capsys.readouterr().out
+    assert b.global_steps == 2 and b.data_order.state_dict() == states[2]
+    assert f"skipping checkpoint {root / 'global_step_3'}: actor/model.safetensors: sha256 differs" in out
+    assert f"resuming from {root / 'global_step_2'} (skipped 1 newer)" in out
+    # a folder without a manifest (a crash before publishing, or verl's own writer) is skipped too
+    (root / "global_step_5" / "actor").mkdir(parents=True)
+    c = make_trainer(config, fake_tq, tmp_path)
+    c._load_checkpoint()
+    assert c.global_steps == 2 and "global_step_5: no MANIFEST" in capsys.readouterr().out
+    # nothing usable: a clear error, never a silent start from scratch
+    (root / "global_step_2" / STATE_DIR / "plugin_state.json").unlink()
+    with pytest.raises(RuntimeError, match="no checkpoint under .* passes its checks"):
         make_trainer(config, fake_tq, tmp_path)._load_checkpoint()
 
 
-def test_prune_states_keeps_the_newest(tmp_path):
-    for step in (50, 100, 150, 200):
-        (tmp_path / f"global_step_{step}" / STATE_DIR).mkdir(parents=True)
-    removed = prune_states(tmp_path, 2)
-    assert sorted(p.parent.name for p in removed) == ["global_step_100", "global_step_50"]
-    assert sorted(p.name for p in tmp_path.glob("global_step_*/" + STATE_DIR)) == [STATE_DIR] * 2
-    assert (tmp_path / "global_step_200" / STATE_DIR).is_dir() and prune_states(tmp_path, None) == []
+def test_a_rerun_saving_the_same_step_replaces_it_whole(config, fake_tq, make_trainer, tmp_path, monkeypatch):
+    _fake_verl_checkpoint_io(monkeypatch, [])
+    a = make_trainer(config, fake_tq, tmp_path)
+    a._plan_next_step()
+    run_step(a, fake_tq, monkeypatch)
+    a._save_checkpoint()
+    (tmp_path / "ckpt" / "global_step_1" / "stale.txt").write_text("from the first attempt")
+    a._save_checkpoint()
+    folder = tmp_path / "ckpt" / "global_step_1"
+    assert not (folder / "stale.txt").exists() and not (tmp_path / "ckpt" / ".global_step_1.replaced").exists()
+    from exgrpo.verl_plugin.checkpoint import checkpoint_problem
+
+    assert checkpoint_problem(folder) is None
 
 
 def test_real_constructor_behaves_as_verls_sync_trainer(config):

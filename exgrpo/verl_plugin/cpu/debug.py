@@ -7,6 +7,12 @@
   recomputes the core's loss on these tensors and compares.
 - `<dir>/resumed_step_<N>/exgrpo/`: the plug-in state as restored from verl's checkpoint of step N, written
   back with `save_plugin_state`, so a test can compare it with the checkpoint's own `exgrpo/` folder.
+
+`fault_point(phase, step)` is where the fault drills stop a job (EXGRPO_VERL_HOLD_AT=`<phase>:<step>`, off unless
+set): at that point of that step the driver writes `<dir>/held.json` and waits, so the drill's kill -9 lands
+exactly there. Phases: `rollout` (the step's prompts are submitted, sessions running), `update` (rollouts
+graded, before the actor's update), `checkpoint` (verl's files written into the staging folder, not yet
+published).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 DEBUG_ENV = "EXGRPO_VERL_DEBUG_DIR"
+HOLD_ENV = "EXGRPO_VERL_HOLD_AT"
+HOLD_PHASES = ("rollout", "update", "checkpoint")
 MAX_LOSS_DUMPS = 4
 
 
@@ -24,6 +32,26 @@ def debug_dir() -> Path | None:
     """The debug folder named by EXGRPO_VERL_DEBUG_DIR, or None (debug dumps off)."""
     value = os.environ.get(DEBUG_ENV)
     return Path(value) if value else None
+
+
+def fault_point(phase: str, step: int) -> None:
+    """Hold the driver here forever if EXGRPO_VERL_HOLD_AT names this phase and step (module docstring)."""
+    import time
+
+    target = os.environ.get(HOLD_ENV)
+    if not target:
+        return
+    want_phase, _, want_step = target.partition(":")
+    if want_phase not in HOLD_PHASES or not want_step.isdigit():
+        raise ValueError(f"{HOLD_ENV}={target!r}: expected <phase>:<step>, phase one of {HOLD_PHASES}")
+    if (want_phase, int(want_step)) != (phase, int(step)):
+        return
+    folder = debug_dir() or Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "held.json").write_text(json.dumps({"phase": phase, "step": int(step), "pid": os.getpid()}))
+    print(f"[exgrpo] held at {phase} of step {step} ({HOLD_ENV})", flush=True)
+    while True:  # until killed: that is the drill
+        time.sleep(60)
 
 
 def dumping_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = None, *, loss_fn: Any,
@@ -57,4 +85,4 @@ def dumping_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = 
     return loss, metrics
 
 
-__all__ = ["DEBUG_ENV", "MAX_LOSS_DUMPS", "debug_dir", "dumping_actor_loss"]
+__all__ = ["DEBUG_ENV", "HOLD_ENV", "HOLD_PHASES", "MAX_LOSS_DUMPS", "debug_dir", "dumping_actor_loss", "fault_point"]
