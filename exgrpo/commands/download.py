@@ -22,6 +22,10 @@ The training set `Elliott/Openr1-Math-46k-8192` (paper §3.2) lives on the Huggi
 revision the release trained on is not known, so it is fetched from `main` and the manifest records
 the commit actually fetched (`resolved_revision`) and the exported file's sha256.
 
+Transient failures (a dropped connection, a time-out, HTTP 429 or 5xx) are retried `RETRIES` times with
+exponential backoff (`BACKOFF_S` x 1, 2, 4, ...); then the download stops with a `DownloadError` naming the
+file and the last error. Permanent ones (HTTP 4xx, a gated model, a checksum mismatch) are not retried.
+
 Departure from the paper's setup: the evaluation sets are the release's own parquet files
 (`ExGRPO/data/test.id.parquet`, Avg@32 rows duplicated, and LUFFY's OOD files) with the row counts
 of the release; MMLU-Pro's row count is unknown, so it is recorded, not checked.
@@ -34,6 +38,8 @@ import hashlib
 import os
 import re
 import sys
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -109,6 +115,43 @@ class DownloadError(RuntimeError):
 
 class ChecksumError(DownloadError):
     """A file's bytes differ from the release's (sha256 or git blob id); the message names the file."""
+
+
+RETRIES = 4
+"""Attempts after the first for a transient download failure."""
+BACKOFF_S = 2.0
+"""First wait between attempts; doubled after each."""
+_sleep = time.sleep  # tests replace it
+
+
+def _transient(err: BaseException) -> bool:
+    """Whether a failed fetch is worth retrying: network and time-out errors, HTTP 429 and 5xx."""
+    if isinstance(err, DownloadError):
+        return False
+    status = getattr(err, "code", None)  # urllib's HTTPError
+    response = getattr(err, "response", None)  # requests / huggingface_hub HTTP errors
+    status = status if isinstance(status, int) else getattr(response, "status_code", None)
+    if isinstance(status, int):
+        return status == 429 or status >= 500
+    return isinstance(err, (OSError, TimeoutError, ConnectionError))
+
+
+def with_retries(fetch: Callable[[], Any], what: str) -> Any:
+    """`fetch()`, retried on transient errors with exponential backoff; then a DownloadError naming `what`."""
+    for attempt in range(RETRIES + 1):
+        try:
+            return fetch()
+        except Exception as err:
+            if not _transient(err):
+                raise
+            if attempt == RETRIES:
+                raise DownloadError(f"{what}: download failed after {RETRIES + 1} attempts; last error: "
+                                    f"{type(err).__name__}: {err}") from err
+            wait = BACKOFF_S * 2**attempt
+            print(f"{what}: {type(err).__name__}: {err}; retrying in {wait:.0f} s "
+                  f"({attempt + 1}/{RETRIES})", file=sys.stderr, flush=True)
+            _sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def git_blob_id(path: str | Path) -> str:
@@ -236,7 +279,8 @@ def download_data(out: Path, sources: list[Source]) -> dict[str, Any]:
     """Fetch `sources`, check checksums and row counts, write out/manifest.json; returns the manifest."""
     entries = []
     for source in sources:
-        path = FETCHERS[source.kind](source, out)
+        path = with_retries(lambda source=source: FETCHERS[source.kind](source, out),
+                            f"{source.name} ({source.ref})")
         try:
             digest = verify_file(source, path)
         except ChecksumError:
@@ -256,7 +300,7 @@ def download_data(out: Path, sources: list[Source]) -> dict[str, Any]:
 
 def download_model(out: Path, hf_id: str, name: str, revision: str | None) -> dict[str, Any]:
     """Snapshot one model, write out/models/<name>.json (commit, files, sizes); returns the manifest."""
-    snapshot = fetch_model(hf_id, out, revision)
+    snapshot = with_retries(lambda: fetch_model(hf_id, out, revision), f"model {hf_id}")
     files = sorted(p for p in snapshot.rglob("*") if p.is_file())
     manifest = {
         "kind": "model",

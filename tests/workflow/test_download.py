@@ -221,3 +221,49 @@ def test_a_gated_model_says_how_to_give_the_token(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert "meta-llama/Llama-3.1-8B is gated" in err and "HF_TOKEN" in err and "Never put the token" in err
     assert not (tmp_path / "models").exists()
+
+
+def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path, fake_fetchers, monkeypatch):
+    import urllib.error
+
+    waits: list[float] = []
+    monkeypatch.setattr(download, "_sleep", waits.append)
+    real = download.FETCHERS["url"]
+    failures = iter([ConnectionResetError("reset by peer"),
+                     urllib.error.HTTPError("u", 503, "Service Unavailable", {}, None)])
+
+    def flaky(source, out):
+        err = next(failures, None)
+        if err is not None:
+            raise err
+        return real(source, out)
+
+    monkeypatch.setitem(download.FETCHERS, "url", flaky)
+    out = tmp_path / "hf"
+    assert main(["download", "--out", str(out), "--only", "exgrpo_test_id"]) == 0
+    assert waits == [download.BACKOFF_S, 2 * download.BACKOFF_S]  # two retries, the delay doubled
+
+    def down(source, out):
+        raise TimeoutError("timed out")
+
+    waits.clear()
+    monkeypatch.setitem(download.FETCHERS, "url", down)
+    with pytest.raises(download.DownloadError, match=r"exgrpo_test_id \(https://.*\): download failed after 5 "
+                                                      r"attempts; last error: TimeoutError: timed out"):
+        download.download_data(out, download.select_sources("exgrpo_test_id"))
+    assert len(waits) == download.RETRIES
+
+
+def test_permanent_failures_are_not_retried(tmp_path, fake_fetchers, monkeypatch):
+    import urllib.error
+
+    waits: list[float] = []
+    monkeypatch.setattr(download, "_sleep", waits.append)
+
+    def missing(source, out):
+        raise urllib.error.HTTPError("u", 404, "Not Found", {}, None)
+
+    monkeypatch.setitem(download.FETCHERS, "url", missing)
+    with pytest.raises(urllib.error.HTTPError):
+        download.download_data(tmp_path, download.select_sources("exgrpo_test_id"))
+    assert waits == []
