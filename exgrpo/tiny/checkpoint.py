@@ -8,8 +8,11 @@ A checkpoint is a directory `step_<N>/` holding
 - `trainer.json`      step, data position, numpy RNG states, the log length, and the run's
                       `fingerprint` (exgrpo.tiny.run.run_fingerprint): a run resumes only from a
                       checkpoint with its own fingerprint.
-It is written to `step_<N>.tmp/` and renamed when complete, and `latest` names the newest complete
-step, so a run killed at any point resumes from a whole checkpoint. Nothing is pickled.
+It is written to `step_<N>.tmp/`, given a manifest (`exgrpo.io.MANIFEST`: size and sha256 of every file),
+fsynced and renamed into place (`exgrpo.io.publish_dir`: a checkpoint of the same step is removed only after
+the new one is in place), and `latest` names the newest complete step, so a run killed at any point resumes
+from a whole checkpoint. On start `latest_checkpoint` takes the newest checkpoint that passes its manifest and
+names each newer one skipped (a checkpoint from before manifests is taken as it is). Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from exgrpo.io import atomic_open, read_json, write_json
+from exgrpo.io import (
+    MANIFEST,
+    atomic_open,
+    check_manifest,
+    publish_dir,
+    read_json,
+    write_json,
+    write_manifest,
+)
 
 
 def optimizer_to_plain(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -66,9 +77,8 @@ def save_checkpoint(root: Path, step: int, *, model: Any, tokenizer: Any, optimi
     save_file({name: g.get_state() for name, g in generators.items()}, str(tmp / "rng.safetensors"))
     manager.save(tmp / "experience")
     write_json(tmp / "trainer.json", {"step": step, "fingerprint": fingerprint, **trainer_state})
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+    write_manifest(tmp)
+    publish_dir(tmp, final)
     with atomic_open(root / "latest", "w") as fh:
         fh.write(final.name + "\n")
     _prune(root, keep)
@@ -76,14 +86,34 @@ def save_checkpoint(root: Path, step: int, *, model: Any, tokenizer: Any, optimi
 
 
 def latest_checkpoint(root: Path) -> Path | None:
-    """The newest complete checkpoint under `root`, or None. A `latest` naming a missing dir is an error."""
+    """The newest checkpoint under `root` that passes its checks, or None when there is none at all; each newer
+    one that fails is named on stdout with the reason. `latest` naming a missing checkpoint, or checkpoints none
+    of which passes, is an error."""
     pointer = root / "latest"
     if not pointer.exists():
         return None
     path = root / pointer.read_text().strip()
     if not (path / "trainer.json").exists():
         raise FileNotFoundError(f"{pointer}: names checkpoint {path} which is missing or incomplete")
-    return path
+    for candidate in _steps_newest_first(root):
+        problem = _problem(candidate)
+        if problem is None:
+            return candidate
+        print(f"skipping checkpoint {candidate}: {problem}", flush=True)
+    raise RuntimeError(f"{root}: no checkpoint passes its checks (see above); discard them to start from step 1")
+
+
+def _problem(path: Path) -> str | None:
+    if not (path / "trainer.json").exists():
+        return "no trainer.json"
+    if not (path / MANIFEST).exists():
+        return None  # written before manifests: taken as it is
+    return check_manifest(path)
+
+
+def _steps_newest_first(root: Path) -> list[Path]:
+    steps = [p for p in root.glob("step_*") if p.is_dir() and p.name.removeprefix("step_").isdigit()]
+    return sorted(steps, key=lambda p: int(p.name.removeprefix("step_")), reverse=True)
 
 
 def checkpoint_fingerprint(path: Path) -> str | None:
@@ -116,7 +146,5 @@ def load_checkpoint_state(path: Path, optimizer: torch.optim.Optimizer,
 
 
 def _prune(root: Path, keep: int) -> None:
-    steps = sorted((p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp")),
-                   key=lambda p: int(p.name.split("_")[1]))
-    for old in steps[:-keep]:
+    for old in _steps_newest_first(root)[keep:]:
         shutil.rmtree(old)
