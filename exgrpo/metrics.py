@@ -157,6 +157,10 @@ PLUGIN = (
     _m("exgrpo/missing_rollouts", "Rollouts the short groups lack.", "count", VERL),
     _m("exgrpo/failed_prompts", "Submitted prompts with no rollout back at all (not trained, not recorded).",
        "count", VERL),
+    _m("exgrpo/failed_sessions", "Rollout sessions of the step that failed: K per submitted prompt minus the rows "
+       "back (verl_plugin.failures, the failure budget).", "count", VERL),
+    _m("exgrpo/failed_session_share", "failed_sessions / (K x submitted prompts); past the failure budget's "
+       "max_failed_share the run stops.", "fraction", VERL),
 )
 
 METRICS: tuple[Metric, ...] = (
