@@ -101,6 +101,11 @@ def _reward(d: dict) -> dict[str, Any]:
             "absolute": per}
 
 
+def _verl_reward(d: dict) -> dict[str, Any]:
+    return {"ratio": {"2_vs_1_workers": d["ratio_2_vs_1_workers"]},
+            "absolute": {f"answers_per_s/workers={r['workers']}": r["answers_per_s"] for r in d["rows"]}}
+
+
 def _grading(d: dict) -> dict[str, Any]:
     return {"absolute": {f"samples_per_s/workers={r['workers']}": r["samples_per_second"] for r in d["results"]},
             "invariant": {"same_scores": all(r["same_scores_as_first_run"] for r in d["results"])}}
@@ -133,6 +138,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "buffer": Benchmark("bench_buffer.py", "buffer.json", minutes=8, headline=_buffer),
     "reward": Benchmark("bench_reward.py", "reward.json", minutes=2, headline=_reward),
     "grading": Benchmark("bench_grading.py", "grading.json", minutes=3, headline=_grading),
+    "verl_reward": Benchmark("bench_verl_reward.py", "verl_reward.json", minutes=4, headline=_verl_reward),
     "eval_backends": Benchmark("bench_eval_backends.py", "eval_backends.json",
                                ("--limit", "400", "--threads", "1", "2"), minutes=5, headline=_eval_backends),
     "fuzz": Benchmark("fuzz_verifier.py", "verifier_fuzz.json", ("--n", "10000"), minutes=25, headline=_fuzz),
