@@ -57,7 +57,9 @@ class ExGRPOConfig:
     """With `after_think`: a response without `</think>` scores 0 (released). False grades the whole response instead."""
     reward_answer_rule: str = "release"
     """`release`: the region as math-verify 0.6.0 (pinned by the release) read it, several boxes joined by
-    "and"/"or"/"," as a set and a final answer after the last box included; `last_box`: only the last box."""
+    "and"/"or"/"," as a set and a final answer after the last box included; `release_060`: also 0.6.0's readings
+    where 0.9.0 changed them (percent numbers, floats against irrationals, equations, decimal commas, boxed
+    golds: equal to 0.6.0 on math-verify's 269 test cases); `last_box`: only the last box."""
     reward_timeout_s: float = 5.0
     """Wall-clock timeout per answer, enforced by a process pool (never signals in threads)."""
     reward_max_chars: int = 4000
@@ -237,7 +239,7 @@ class ExGRPOConfig:
 CHOICES: dict[str, frozenset[str]] = {
     "method": frozenset({"on_policy", "exgrpo"}),
     "reward_region": frozenset({"after_think", "full"}),
-    "reward_answer_rule": frozenset({"release", "last_box"}),
+    "reward_answer_rule": frozenset({"release", "release_060", "last_box"}),
     "retire_from_data": frozenset({"epoch", "never"}),
     "retire_data_guard": frozenset({"after", "before"}),
     "n_exp_rounding": frozenset({"floor", "int"}),

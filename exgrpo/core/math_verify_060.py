@@ -15,6 +15,17 @@ The release pinned math-verify 0.6.0 (with latex2sympy2_extended 1.0.9); the pro
    `numeric_rule_060` swaps 0.6.0's rule (restated below from reading its `sympy_numeric_eq`) into
    math-verify for the duration of one `verify` call.
 
+The training reward's `release_060` rule adds three more, found on math-verify's own test suite
+(`tests/data/reward_math_verify_cases.json`):
+
+3. **Equations.** 0.9.0 also accepts two equations whose solutions agree (`2x+4y-3=0` equals
+   `y=-x/2+3/4`); 0.6.0 compares them as written (sides' difference, or flipped). `numeric_rule_060`
+   turns 0.9.0's solve-and-compare step off.
+4. **Decimal comma.** `0,111` is 0.111 in 0.9.0 and 111 (a thousands separator) in 0.6.0:
+   `decimal_comma_as_thousands` writes it `111`.
+5. **A gold holding several boxes** (escaped as `\\boxed{..}`): 0.6.0 joins all box contents with
+   commas (`004,004,004`, one number), 0.9.0 reads the last: `gold_boxes_joined`.
+
 Everything else is math-verify 0.9.0 itself. The swap is process-local and not thread-safe, like
 math-verify's own SIGALRM timeouts (grading runs on the main thread of pool workers).
 """
@@ -43,6 +54,24 @@ def _hundredth(number: str) -> str:
 def percent_as_fraction(latex: str) -> str:
     """`75\\%` -> `\\frac{75}{100}`, `7.5 \\%` -> `0.075` (also `75%`, `.5\\%`): 0.6.0's reading of a percent number."""
     return _PERCENT_NUMBER.sub(lambda m: _hundredth(m.group(1)), latex)
+
+
+# `0,ddd` alone (not inside a longer number): 0.9.0's decimal-comma reading; other comma forms agree.
+_DECIMAL_COMMA = re.compile(r"(?<![\w.,])0,(\d{3})(?![\d,.])")
+
+
+def decimal_comma_as_thousands(latex: str) -> str:
+    """`0,111` -> `111`: 0.6.0 reads the comma as a thousands separator."""
+    return _DECIMAL_COMMA.sub(lambda m: m.group(1), latex)
+
+
+def gold_boxes_joined(gold: str) -> str:
+    """A gold with two or more boxes -> their contents joined by commas (0.6.0's `boxed="all"` reading);
+    any other gold unchanged. Doubled backslashes before `boxed` count (math-verify undoubles them)."""
+    from exgrpo.core.answers import find_boxes
+
+    boxes = find_boxes(gold.replace("\\\\boxed", "\\boxed"))
+    return ",".join(content for _, content in boxes) if len(boxes) >= 2 else gold
 
 
 def _numeric_eq_060(a: Any, b: Any, float_rounding: int, numeric_precision: int) -> bool:
@@ -79,15 +108,20 @@ def _numeric_eq_060(a: Any, b: Any, float_rounding: int, numeric_precision: int)
 
 @contextmanager
 def numeric_rule_060() -> Iterator[None]:
-    """Within the block, math-verify's `verify` compares numbers by 0.6.0's rule (see the module docstring)."""
+    """Within the block, math-verify's `verify` compares numbers and equations by 0.6.0's rules (points 2 and 3)."""
     import math_verify.grader as grader
 
-    installed = grader.sympy_numeric_eq
-    grader.sympy_numeric_eq = _numeric_eq_060
+    installed = grader.sympy_numeric_eq, grader.sympy_solve_and_compare
+    grader.sympy_numeric_eq, grader.sympy_solve_and_compare = _numeric_eq_060, _no_solve_and_compare
     try:
         yield
     finally:
-        grader.sympy_numeric_eq = installed
+        grader.sympy_numeric_eq, grader.sympy_solve_and_compare = installed
 
 
-__all__ = ["numeric_rule_060", "percent_as_fraction"]
+def _no_solve_and_compare(gold: Any, pred: Any, float_rounding: int, numeric_precision: int) -> bool:
+    """0.6.0 had no solve-and-compare step for relations (point 3 of the module docstring)."""
+    return False
+
+
+__all__ = ["decimal_comma_as_thousands", "gold_boxes_joined", "numeric_rule_060", "percent_as_fraction"]
