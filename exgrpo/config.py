@@ -151,6 +151,11 @@ class ExGRPOConfig:
     over micro-batches and averaged over ranks (released: gradient accumulation 1, FSDP average), i.e. about
     ranks x micro-batches times larger relative to the policy term. Identical with one micro-batch on one rank
     (the CPU trainer)."""
+    grad_scale: str = "whole_batch"
+    """Gradient scale of a mini-batch split over data-parallel ranks (the verl plug-in): `whole_batch`, the
+    gradient of the whole mini-batch's loss (paper); `as_released`, that divided by the number of ranks (the
+    release's FSDP averaged ranks whose losses already carried the global normaliser), so grad-norm clipping and
+    the skip bound act where the release's did. Identical on one rank (the CPU trainer)."""
     kl_coef: float = 0.0
     """KL coefficient to a reference policy; 0 = no KL (paper)."""
     grad_clip: float = 1.0
@@ -254,6 +259,7 @@ CHOICES: dict[str, frozenset[str]] = {
     "replay_shaping": frozenset({"shaped", "clipped", "unclipped"}),
     "loss_agg": frozenset({"seq_sum_const", "token_mean", "seq_mean"}),
     "entropy_scale": frozenset({"token_mean", "per_micro_batch"}),
+    "grad_scale": frozenset({"whole_batch", "as_released"}),
     "difficulty_mask": frozenset({"none", "hard", "medium", "easy"}),
 }
 """Allowed values of every enumerated field."""
@@ -288,6 +294,8 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("entropy_scale", "token_mean (coefficient 0.001)",
            "per_micro_batch (Σ of micro-batch token means, FSDP rank average)",
            "the release's entropy-bonus size (verl, several micro-batches or ranks)"),
+    Switch("grad_scale", "whole_batch (the mini-batch's loss)", "as_released (1/dp: FSDP averages ranks)",
+           "the release's clipping and skip points on several ranks"),
     Switch("adv_std_norm", False, "False (script); True (YAML default)", "Dr.GRPO vs GRPO"),
     Switch("replay_counts_in_k", "True (group of K)", True, "bookkeeping quirk"),
     Switch("collect_before_activation", "not stated", False, "buffer warm-up"),
