@@ -9,17 +9,11 @@ Answer rules (`reward_answer_rule`, a switch):
 - `release` (default): the release's reading. The region goes whole to math-verify, after one
   rewrite (`answers.release_box_view`) that makes 0.9.0 read several bare boxes as 0.6.0 did: boxes
   joined by "and" / "or" / "," are one answer (a set), otherwise the last box wins; a final answer
-  written after the last box still counts. On math-verify's own test suite plus project cases
-  this gives 0.6.0's verdict wherever 0.6.0 and 0.9.0 agree on the release's call, and on every
-  several-box case; the remaining differences are library changes listed in docs/evaluation.md.
-  Hedged answers (`\\boxed{1} or \\boxed{2}`) are read as the set {1, 2} and score 0 against a
-  single gold, as in 0.6.0.
-- `release_060`: `release` plus math-verify 0.6.0's readings where 0.9.0 changed them
-  (`core.math_verify_060`: percent numbers as hundredths, a float never equal to an irrational,
-  equations compared as written, `0,111` as 111, a gold's several boxes joined). Gives 0.6.0's
-  verdict on every one of math-verify's own 269 test cases. Not the default: `\\boxed{50\\%}`
-  against gold 50 is 1 under `release` and 0 under `release_060`, and the tiny task's model writes
-  any printable character.
+  written after the last box still counts. 0.6.0's verdict wherever 0.6.0 and 0.9.0 agree and on every
+  several-box case (docs/evaluation.md lists the rest). Hedges (`\\boxed{1} or \\boxed{2}`) score 0, as in 0.6.0.
+- `release_060`: `release` plus math-verify 0.6.0's readings where 0.9.0 changed them (`core.math_verify_060`):
+  0.6.0's verdict on all 269 of math-verify's test cases. Not the default: `\\boxed{50\\%}` vs gold 50 is 1
+  under `release`, 0 here, and the tiny task's model may write any printable character.
 - `last_box`: math-verify sees only the last balanced box (the whole region when there is none).
   Stricter: a set of boxes or an answer after the last box scores 0.
 
@@ -84,8 +78,7 @@ wall-clock limit; `error`: unparseable gold, or the grader itself failed."""
 KINDS = ("math", "choice")
 REGIONS = ("after_think", "full")
 ANSWER_RULES = ("release", "release_060", "last_box")
-"""`release`: the whole region as math-verify 0.6.0 read it (several boxes); `release_060`: also 0.6.0's
-readings of percent numbers, floats, equations, decimal commas and boxed golds; `last_box`: only the last box."""
+"""`release`: the region as 0.6.0 read several boxes; `release_060`: all of 0.6.0's readings; `last_box`: the last box."""
 _LETTERS = "ABCDEFGHIJ"
 _OPTION_NUMBERS = "123456789"
 _RULES_VERSION = "2"  # bump when extraction rules change: eval caches key on grader_version()
@@ -101,16 +94,25 @@ class GradeResult:
     extracted: str | None
 
 
+GRADER_DISTS = ("math-verify", "latex2sympy2_extended", "antlr4-python3-runtime", "sympy")
+"""What decides a verdict: math-verify, its LaTeX parser, that parser's antlr runtime (`75\\%` parses under 4.11, not 4.9.3), sympy."""
+
+
+def dist_versions(dists: tuple[str, ...]) -> str:
+    """`name==version;...` of installed distributions (`missing` for an absent one)."""
+    return ";".join(f"{dist}=={_installed(dist)}" for dist in dists)
+
+
+def _installed(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "missing"
+
+
 def grader_version() -> str:
-    """Versions that determine grading outcomes, for eval caches, e.g.
-    `math-verify==0.9.0;latex2sympy2_extended==1.11.0;rules=1`."""
-    parts = []
-    for dist in ("math-verify", "latex2sympy2_extended"):
-        try:
-            parts.append(f"{dist}=={importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            parts.append(f"{dist}==missing")
-    return ";".join([*parts, f"rules={_RULES_VERSION}"])
+    """Versions that determine grading outcomes (eval caches key on it): `GRADER_DISTS` and the rules."""
+    return f"{dist_versions(GRADER_DISTS)};rules={_RULES_VERSION}"
 
 
 # ---------------------------------------------------------------------- grading
@@ -155,9 +157,8 @@ def _prepare(response: str, gold: str, kind: str, region: str, require_think_clo
 
 def _grade_prepared(text: str, boxed: str | None, gold: str, inner_timeout: int | None,
                     as_060: bool = False) -> GradeResult:
-    """The math-verify part (runs in pool workers). `inner_timeout`: math-verify's own SIGALRM
-    limit per parse/compare (main thread only; None disables it). `as_060`: with math-verify
-    0.6.0's readings (rule `release_060`)."""
+    """The math-verify part (runs in pool workers). `inner_timeout`: math-verify's own SIGALRM limit per
+    parse/compare (main thread only; None disables it). `as_060`: 0.6.0's readings (rule `release_060`)."""
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
 
