@@ -212,7 +212,8 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     # the plug-in's CPU mode also runs the tiny route (tiny splits, TrainArgs) and the project's sampler
     "train_verl_cpu": ("config.py", "resolve.py", "core", "verl_plugin", "tiny/rollout.py", "tiny/trainer.py",
                        "tiny/splits.py", "tiny/task.py"),
-    "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "tiny/rollout.py"),
+    "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "core/math_verify_060.py",
+             "tiny/rollout.py"),
 }
 """Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint.
 `tests/test_code_digest.py` checks that every module of core/, tiny/, eval/, verl_plugin/ and prelim/ a stage
