@@ -187,6 +187,25 @@ def fingerprint(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+TRAINING_LIBRARIES = ("torch", "transformers", "verl", "vllm", "math-verify", "latex2sympy2_extended",
+                      "antlr4-python3-runtime", "sympy")
+"""Libraries whose versions decide what a training run produces (engines and the reward's grader): part of
+both routes' run fingerprints, so a run resumed or reused under other versions is not silently the same run."""
+
+
+def library_versions_of(names: Iterable[str] = TRAINING_LIBRARIES) -> dict[str, str | None]:
+    """Installed version of each distribution (None when absent), read now (not cached)."""
+    import importlib.metadata
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def file_digest(paths: Iterable[str | Path]) -> str:
     """sha256 over the named files' bytes, in the given order (each prefixed by its name)."""
     digest = hashlib.sha256()
@@ -243,6 +262,6 @@ def code_digest(stage: str) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["BUDGETS", "CODE_OF_STAGE", "PRECEDENCE", "RunSpec", "check_overrides", "code_digest", "file_digest",
-           "fingerprint", "read_run_file", "resolve", "run_spec", "stage_sources", "trainer_settings",
+__all__ = ["BUDGETS", "CODE_OF_STAGE", "PRECEDENCE", "TRAINING_LIBRARIES", "RunSpec", "check_overrides", "code_digest",
+           "file_digest", "fingerprint", "library_versions_of", "read_run_file", "resolve", "run_spec", "stage_sources", "trainer_settings",
            "weights_digest", "write_run_file"]
