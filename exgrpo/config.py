@@ -57,7 +57,9 @@ class ExGRPOConfig:
     """With `after_think`: a response without `</think>` scores 0 (released). False grades the whole response instead."""
     reward_answer_rule: str = "release"
     """`release`: the region as math-verify 0.6.0 (pinned by the release) read it, several boxes joined by
-    "and"/"or"/"," as a set and a final answer after the last box included; `last_box`: only the last box."""
+    "and"/"or"/"," as a set and a final answer after the last box included; `release_060`: also 0.6.0's readings
+    where 0.9.0 changed them (percent numbers, floats against irrationals, equations, decimal commas, boxed
+    golds: equal to 0.6.0 on math-verify's 269 test cases); `last_box`: only the last box."""
     reward_timeout_s: float = 5.0
     """Wall-clock timeout per answer, enforced by a process pool (never signals in threads)."""
     reward_max_chars: int = 4000
@@ -149,6 +151,11 @@ class ExGRPOConfig:
     over micro-batches and averaged over ranks (released: gradient accumulation 1, FSDP average), i.e. about
     ranks x micro-batches times larger relative to the policy term. Identical with one micro-batch on one rank
     (the CPU trainer)."""
+    grad_scale: str = "whole_batch"
+    """Gradient scale of a mini-batch split over data-parallel ranks (the verl plug-in): `whole_batch`, the
+    gradient of the whole mini-batch's loss (paper); `as_released`, that divided by the number of ranks (the
+    release's FSDP averaged ranks whose losses already carried the global normaliser), so grad-norm clipping and
+    the skip bound act where the release's did. Identical on one rank (the CPU trainer)."""
     kl_coef: float = 0.0
     """KL coefficient to a reference policy; 0 = no KL (paper)."""
     grad_clip: float = 1.0
@@ -237,7 +244,7 @@ class ExGRPOConfig:
 CHOICES: dict[str, frozenset[str]] = {
     "method": frozenset({"on_policy", "exgrpo"}),
     "reward_region": frozenset({"after_think", "full"}),
-    "reward_answer_rule": frozenset({"release", "last_box"}),
+    "reward_answer_rule": frozenset({"release", "release_060", "last_box"}),
     "retire_from_data": frozenset({"epoch", "never"}),
     "retire_data_guard": frozenset({"after", "before"}),
     "n_exp_rounding": frozenset({"floor", "int"}),
@@ -252,6 +259,7 @@ CHOICES: dict[str, frozenset[str]] = {
     "replay_shaping": frozenset({"shaped", "clipped", "unclipped"}),
     "loss_agg": frozenset({"seq_sum_const", "token_mean", "seq_mean"}),
     "entropy_scale": frozenset({"token_mean", "per_micro_batch"}),
+    "grad_scale": frozenset({"whole_batch", "as_released"}),
     "difficulty_mask": frozenset({"none", "hard", "medium", "easy"}),
 }
 """Allowed values of every enumerated field."""
@@ -286,6 +294,8 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("entropy_scale", "token_mean (coefficient 0.001)",
            "per_micro_batch (Σ of micro-batch token means, FSDP rank average)",
            "the release's entropy-bonus size (verl, several micro-batches or ranks)"),
+    Switch("grad_scale", "whole_batch (the mini-batch's loss)", "as_released (1/dp: FSDP averages ranks)",
+           "the release's clipping and skip points on several ranks"),
     Switch("adv_std_norm", False, "False (script); True (YAML default)", "Dr.GRPO vs GRPO"),
     Switch("replay_counts_in_k", "True (group of K)", True, "bookkeeping quirk"),
     Switch("collect_before_activation", "not stated", False, "buffer warm-up"),

@@ -187,6 +187,25 @@ def fingerprint(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+TRAINING_LIBRARIES = ("torch", "transformers", "verl", "vllm", "math-verify", "latex2sympy2_extended",
+                      "antlr4-python3-runtime", "sympy")
+"""Libraries whose versions decide what a training run produces (engines and the reward's grader): part of
+both routes' run fingerprints, so a run resumed or reused under other versions is not silently the same run."""
+
+
+def library_versions_of(names: Iterable[str] = TRAINING_LIBRARIES) -> dict[str, str | None]:
+    """Installed version of each distribution (None when absent), read now (not cached)."""
+    import importlib.metadata
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def file_digest(paths: Iterable[str | Path]) -> str:
     """sha256 over the named files' bytes, in the given order (each prefixed by its name)."""
     digest = hashlib.sha256()
@@ -212,7 +231,8 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     # the plug-in's CPU mode also runs the tiny route (tiny splits, TrainArgs) and the project's sampler
     "train_verl_cpu": ("config.py", "resolve.py", "core", "verl_plugin", "tiny/rollout.py", "tiny/trainer.py",
                        "tiny/splits.py", "tiny/task.py"),
-    "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "tiny/rollout.py"),
+    "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "core/math_verify_060.py",
+             "tiny/rollout.py"),
 }
 """Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint.
 `tests/test_code_digest.py` checks that every module of core/, tiny/, eval/, verl_plugin/ and prelim/ a stage
@@ -242,6 +262,6 @@ def code_digest(stage: str) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["BUDGETS", "CODE_OF_STAGE", "PRECEDENCE", "RunSpec", "check_overrides", "code_digest", "file_digest",
-           "fingerprint", "read_run_file", "resolve", "run_spec", "stage_sources", "trainer_settings",
+__all__ = ["BUDGETS", "CODE_OF_STAGE", "PRECEDENCE", "TRAINING_LIBRARIES", "RunSpec", "check_overrides", "code_digest",
+           "file_digest", "fingerprint", "library_versions_of", "read_run_file", "resolve", "run_spec", "stage_sources", "trainer_settings",
            "weights_digest", "write_run_file"]

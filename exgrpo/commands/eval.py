@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prompts, grading and cache, but the testbed's batched KV-cache sampler; ~5x faster "
                              "generation than hf on one thread, benchmarks/results/eval_backends.json)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems of each benchmark")
+    parser.add_argument("--reuse-other-versions", action="store_true",
+                        help="reuse caches made with other grader/engine library versions (recorded in the aggregate)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (lm-eval seeds; vLLM engine seed; tiny sampler seed)")
     parser.add_argument("--k", type=int, default=None, help="samples per problem for every benchmark (not with --profile paper)")
     parser.add_argument("--data-dir", default=None,
@@ -98,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     settings = harness.EvalSettings(profile=profile, seed=args.seed, limit=args.limit, k=args.k,
                                     data_dir=args.data_dir, prompt_format=args.prompt_format, grading=grading,
                                     batch_size=_batch_size(args.batch_size, args.backend), backend=args.backend,
-                                    max_model_len=args.max_model_len, overlong_prompts=args.overlong_prompts)
+                                    max_model_len=args.max_model_len, overlong_prompts=args.overlong_prompts,
+                                    reuse_other_versions=args.reuse_other_versions)
     model_id = str(model_dir.resolve())
     if args.backend == "hf":
         model_args = backends.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")

@@ -73,7 +73,7 @@ def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cud
 
     `weights`: also hash the model folder's weights (a local base such as models/tiny/<backbone>, which
     `tiny_pretrain` rebuilds in place; an HF snapshot folder is named by its revision instead)."""
-    from exgrpo.resolve import code_digest, file_digest, fingerprint, weights_digest
+    from exgrpo.resolve import code_digest, file_digest, fingerprint, library_versions_of, weights_digest
 
     def digest(path: str) -> str | None:
         return file_digest([path]) if Path(path).is_file() else None
@@ -86,7 +86,8 @@ def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cud
              "model": {"path": str(model.resolve()) if model else flat["actor_rollout_ref.model.path"],
                        "config": digest(str(model / "config.json")) if model else None,
                        **({"weights": weights_digest(model)} if weights and model else {})},
-             "code": code_digest("train_paper" if device == "cuda" else "train_verl_cpu")}
+             "code": code_digest("train_paper" if device == "cuda" else "train_verl_cpu"),
+             "libraries": library_versions_of()}
     if device != "cuda":
         parts["device"] = device
     return fingerprint(parts), parts

@@ -9,11 +9,11 @@ Answer rules (`reward_answer_rule`, a switch):
 - `release` (default): the release's reading. The region goes whole to math-verify, after one
   rewrite (`answers.release_box_view`) that makes 0.9.0 read several bare boxes as 0.6.0 did: boxes
   joined by "and" / "or" / "," are one answer (a set), otherwise the last box wins; a final answer
-  written after the last box still counts. On math-verify's own test suite plus project cases
-  this gives 0.6.0's verdict wherever 0.6.0 and 0.9.0 agree on the release's call, and on every
-  several-box case; the remaining differences are library changes listed in docs/evaluation.md.
-  Hedged answers (`\\boxed{1} or \\boxed{2}`) are read as the set {1, 2} and score 0 against a
-  single gold, as in 0.6.0.
+  written after the last box still counts. 0.6.0's verdict wherever 0.6.0 and 0.9.0 agree and on every
+  several-box case (docs/evaluation.md lists the rest). Hedges (`\\boxed{1} or \\boxed{2}`) score 0, as in 0.6.0.
+- `release_060`: `release` plus math-verify 0.6.0's readings where 0.9.0 changed them (`core.math_verify_060`):
+  0.6.0's verdict on all 269 of math-verify's test cases. Not the default: `\\boxed{50\\%}` vs gold 50 is 1
+  under `release`, 0 here, and the tiny task's model may write any printable character.
 - `last_box`: math-verify sees only the last balanced box (the whole region when there is none).
   Stricter: a set of boxes or an answer after the last box scores 0.
 
@@ -57,6 +57,12 @@ from exgrpo.core.answers import (
     release_box_view,
     select_region,
 )
+from exgrpo.core.math_verify_060 import (
+    decimal_comma_as_thousands,
+    gold_boxes_joined,
+    numeric_rule_060,
+    percent_as_fraction,
+)
 
 if TYPE_CHECKING:
     from exgrpo.config import ExGRPOConfig
@@ -71,8 +77,8 @@ STATUSES = ("ok", "no_think_close", "no_answer", "parse_error", "timeout", "erro
 wall-clock limit; `error`: unparseable gold, or the grader itself failed."""
 KINDS = ("math", "choice")
 REGIONS = ("after_think", "full")
-ANSWER_RULES = ("release", "last_box")
-"""`release`: the whole region as math-verify 0.6.0 read it; `last_box`: only the last box (stricter)."""
+ANSWER_RULES = ("release", "release_060", "last_box")
+"""`release`: the region as 0.6.0 read several boxes; `release_060`: all of 0.6.0's readings; `last_box`: the last box."""
 _LETTERS = "ABCDEFGHIJ"
 _OPTION_NUMBERS = "123456789"
 _RULES_VERSION = "2"  # bump when extraction rules change: eval caches key on grader_version()
@@ -88,16 +94,25 @@ class GradeResult:
     extracted: str | None
 
 
+GRADER_DISTS = ("math-verify", "latex2sympy2_extended", "antlr4-python3-runtime", "sympy")
+"""What decides a verdict: math-verify, its LaTeX parser, that parser's antlr runtime (`75\\%` parses under 4.11, not 4.9.3), sympy."""
+
+
+def dist_versions(dists: tuple[str, ...]) -> str:
+    """`name==version;...` of installed distributions (`missing` for an absent one)."""
+    return ";".join(f"{dist}=={_installed(dist)}" for dist in dists)
+
+
+def _installed(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "missing"
+
+
 def grader_version() -> str:
-    """Versions that determine grading outcomes, for eval caches, e.g.
-    `math-verify==0.9.0;latex2sympy2_extended==1.11.0;rules=1`."""
-    parts = []
-    for dist in ("math-verify", "latex2sympy2_extended"):
-        try:
-            parts.append(f"{dist}=={importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            parts.append(f"{dist}==missing")
-    return ";".join([*parts, f"rules={_RULES_VERSION}"])
+    """Versions that determine grading outcomes (eval caches key on it): `GRADER_DISTS` and the rules."""
+    return f"{dist_versions(GRADER_DISTS)};rules={_RULES_VERSION}"
 
 
 # ---------------------------------------------------------------------- grading
@@ -125,7 +140,7 @@ def _prepare(response: str, gold: str, kind: str, region: str, require_think_clo
         return GradeResult(float(letter == gold_letter), "ok", letter)
     boxes = find_boxes(text)
     boxed = boxes[-1][1] if boxes else None  # shown as `extracted` (maj@k votes on it)
-    if rule == "release":
+    if rule in ("release", "release_060"):
         source = release_box_view(text)
         only = only_boxed_content(text)  # the fast path is exact only for a region that is one box
     else:
@@ -140,11 +155,16 @@ def _prepare(response: str, gold: str, kind: str, region: str, require_think_clo
     return source, boxed
 
 
-def _grade_prepared(text: str, boxed: str | None, gold: str, inner_timeout: int | None) -> GradeResult:
-    """The math-verify part (runs in pool workers). `inner_timeout`: math-verify's own SIGALRM
-    limit per parse/compare (main thread only; None disables it)."""
+def _grade_prepared(text: str, boxed: str | None, gold: str, inner_timeout: int | None,
+                    as_060: bool = False) -> GradeResult:
+    """The math-verify part (runs in pool workers). `inner_timeout`: math-verify's own SIGALRM limit per
+    parse/compare (main thread only; None disables it). `as_060`: 0.6.0's readings (rule `release_060`)."""
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
+
+    if as_060:
+        gold = decimal_comma_as_thousands(percent_as_fraction(gold_boxes_joined(gold)))
+        text = decimal_comma_as_thousands(percent_as_fraction(text))
 
     shown = None if boxed is None else boxed.strip()
     try:
@@ -171,7 +191,9 @@ def _grade_prepared(text: str, boxed: str | None, gold: str, inner_timeout: int 
     for g in gold_parsed:
         for p in pred:
             try:
-                if verify(g, p, timeout_seconds=inner_timeout, raise_on_error=True):
+                with numeric_rule_060() if as_060 else contextlib.nullcontext():
+                    equal = verify(g, p, timeout_seconds=inner_timeout, raise_on_error=True)
+                if equal:
                     return GradeResult(1.0, "ok", shown)
                 compared = True
             except TimeoutException:
@@ -221,7 +243,7 @@ def grade_one(response: str, gold: str, kind: str = "math", *, region: str = "af
     prepared = _prepare(response, gold, kind, region, require_think_close, max_chars, rule)
     if isinstance(prepared, GradeResult):
         return prepared
-    return _grade_prepared(*prepared, gold, _inner_timeout())
+    return _grade_prepared(*prepared, gold, _inner_timeout(), rule == "release_060")
 
 
 def _warmup() -> None:
@@ -306,14 +328,14 @@ class Verifier:
             return []
         if self.workers == 0:
             inner = _inner_timeout()
-            return [_grade_prepared(text, boxed, gold, inner) for text, boxed, gold in tasks]
+            return [_grade_prepared(text, boxed, gold, inner, self.rule == "release_060") for text, boxed, gold in tasks]
         from exgrpo.core._verify_worker import CRASHED, TIMED_OUT, TimeoutPool
 
         if self._pool is None:
             self._pool = TimeoutPool(self.workers, self.timeout_s, warmup=_warmup,
                                      start_method=self._start_method)
         restarts_before = self._pool.restarts
-        raw = self._pool.run(_grade_prepared, [(*t, self._inner_timeout) for t in tasks])
+        raw = self._pool.run(_grade_prepared, [(*t, self._inner_timeout, self.rule == "release_060") for t in tasks])
         self._counts["pool_restarts"] += self._pool.restarts - restarts_before
         out = []
         for (_, boxed, _), r in zip(tasks, raw):

@@ -174,12 +174,39 @@ def model_fingerprint(model: str | Path) -> str | None:
     return weights_digest(path) if path.is_dir() else None
 
 
-def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[str, Any]) -> str:
+ENGINE_PACKAGES = ("torch", "transformers", "vllm", "lm-eval", "verl")
+"""Packages that generate a cached result; their versions are part of its identity (`engines`)."""
+VERSION_KEYS = ("grader_version", "engines")
+"""Identity keys that only name library versions: `cache_state(..., other_versions=True)` ignores them."""
+
+
+def engine_versions() -> dict[str, str | None]:
+    """Installed versions of `ENGINE_PACKAGES` (None when absent), as recorded in provenance."""
+    from exgrpo.provenance import library_versions
+
+    versions = library_versions()
+    return {name: versions.get(name) for name in ENGINE_PACKAGES}
+
+
+def version_differences(out_dir: str | Path, benchmark: str, profile: str,
+                        expect: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{key: {"stored", "now"}} for each `VERSION_KEYS` entry where the cache and `expect` differ."""
+    try:
+        _, meta = read_samples(samples_path(out_dir, benchmark, profile))
+    except (CacheError, FileNotFoundError):
+        return {}
+    return {key: {"stored": meta.get(key), "now": expect[key]} for key in VERSION_KEYS
+            if key in expect and meta.get(key) != expect[key]}
+
+
+def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[str, Any], *,
+                other_versions: bool = False) -> str:
     """`complete`, `samples_only` (aggregate missing: recompute it) or `missing` (generate again).
 
     `expect` holds the run settings that must match the stored metadata (k, seed, limit, model, the
-    weights' fingerprint, ...); a file made with other settings or weights counts as missing, so it is
-    regenerated rather than reused.
+    weights' fingerprint, the grader's and engines' versions, ...); a file made with other settings,
+    weights or library versions counts as missing, so it is regenerated rather than reused.
+    `other_versions=True` (an explicit flag; the caller records the differences) ignores `VERSION_KEYS`.
     """
     samples = samples_path(out_dir, benchmark, profile)
     if not samples.exists():
@@ -188,7 +215,8 @@ def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[
         _, meta = read_samples(samples)
     except CacheError:
         return "missing"
-    if any(meta.get(key) != value for key, value in expect.items()):
+    if any(meta.get(key) != value for key, value in expect.items()
+           if not (other_versions and key in VERSION_KEYS)):
         return "missing"
     agg = aggregate_path(out_dir, benchmark, profile)
     if not agg.exists():
@@ -200,5 +228,5 @@ def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[
     return "complete" if stored.get("k") == meta.get("k") else "samples_only"
 
 
-__all__ = ["SAMPLE_SCHEMA", "CacheError", "aggregate_path", "aggregate_path_for", "build_aggregate", "cache_state",
-           "find_caches", "model_fingerprint", "read_samples", "records_table", "samples_path", "write_aggregate", "write_samples"]
+__all__ = ["ENGINE_PACKAGES", "SAMPLE_SCHEMA", "VERSION_KEYS", "CacheError", "aggregate_path", "aggregate_path_for",
+           "build_aggregate", "cache_state", "engine_versions", "find_caches", "model_fingerprint", "version_differences", "read_samples", "records_table", "samples_path", "write_aggregate", "write_samples"]

@@ -150,18 +150,12 @@ class ReleaseGrader:
 
 
 def release_grader_version() -> str:
-    """Versions that determine the release grader's labels, e.g. `math-verify==0.9.0;...;release-rules=1`."""
-    import importlib.metadata
-
+    """Versions that determine the release grader's labels, e.g. `math-verify==0.9.0;...;release-rules=2`:
+    the training reward's grader libraries (`GRADER_DISTS`) and pylatexenc."""
+    from exgrpo.core.reward import GRADER_DISTS, dist_versions
     from exgrpo.eval.release_grader import _RULES_VERSION
 
-    parts = []
-    for dist in ("math-verify", "latex2sympy2_extended", "sympy", "pylatexenc"):
-        try:
-            parts.append(f"{dist}=={importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            parts.append(f"{dist}==missing")
-    return ";".join([*parts, f"release-rules={_RULES_VERSION}"])
+    return f"{dist_versions((*GRADER_DISTS, 'pylatexenc'))};release-rules={_RULES_VERSION}"
 
 
 GRADERS: dict[str, Callable[[GradingSettings], Any]] = {"release": ReleaseGrader, "strict": StrictGrader,

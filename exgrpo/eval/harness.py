@@ -72,6 +72,9 @@ class EvalSettings:
     """Backend that generates (`BACKENDS`); recorded in the cache and part of its identity."""
     max_model_len: int | None = None
     """vLLM context length (prompt + generation); None = the model's own, as the release."""
+    reuse_other_versions: bool = False
+    """Reuse a cache made with other grader or engine versions (`cache.VERSION_KEYS`) instead of recomputing it;
+    the aggregate then records the differences (`reused_with_other_versions`)."""
     overlong_prompts: str = "auto"
     """A prompt whose tokens + max_new_tokens exceed the context: `filter` (drop and count it), `truncate`
     (lm-eval's left truncation) or `auto`: filter on vLLM, truncate on the CPU backends (`hf`, `tiny`, whose
@@ -268,15 +271,21 @@ def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings
               "backend": settings.backend, "weights": cache.model_fingerprint(model_id),
               "generation": generation_identity(settings),
               # another grader is another result: regenerated here (`exgrpo regrade` re-grades without generating)
-              "grader": grader.name, "grader_version": grader.version}
+              "grader": grader.name, "grader_version": grader.version, "engines": cache.engine_versions()}
     samples_file = cache.samples_path(out_dir, bench.name, profile.name)
     agg_file = cache.aggregate_path(out_dir, bench.name, profile.name)
     status = cache.cache_state(out_dir, bench.name, profile.name, expect)
-    if status == "complete":
+    reused: dict[str, Any] = {}
+    if status == "missing" and settings.reuse_other_versions:
+        status = cache.cache_state(out_dir, bench.name, profile.name, expect, other_versions=True)
+        reused = cache.version_differences(out_dir, bench.name, profile.name, expect) if status != "missing" else {}
+    if status == "complete" and not reused:
         return read_json(agg_file)
-    if status == "samples_only":  # interrupted after the samples were written: aggregate only
+    if status != "missing":  # interrupted after the samples were written, or reused: aggregate only
         records, meta = cache.read_samples(samples_file)
         agg = cache.build_aggregate(records, meta, meta.get("provenance", {}), n_boot=settings.n_boot)
+        if reused:  # made with other library versions and reused on request: the results file says so
+            agg["reused_with_other_versions"] = reused
         cache.write_aggregate(agg_file, agg)
         return agg
     _, data_info = load_docs_with_info(bench, settings.data_dir)  # fails early on missing data

@@ -19,8 +19,10 @@ The rule, for one completion and one gold:
 Multiple choice is the same rule on the gold letter, so only `\\boxed{C}` (or `\\boxed{\\text{C}}`,
 `\\boxed{c}`) scores; ARC-c's numeric-labelled items (gold `2`) score `\\boxed{2}`.
 
-Departures, stated up front: math-verify is 0.9.0 here (the release pinned 0.6.0); the committed
-test set (`tests/data/release_grader_cases.json`) checks the labels agree. The release's 1 s limits
+Departures, stated up front: math-verify is 0.9.0 here (the release pinned 0.6.0), with 0.6.0's
+reading of percent numbers and of floats against irrationals restored (`core.math_verify_060`); the
+committed test sets (`tests/data/release_grader_cases.json`, `release_grader_percent_decimal_cases.json`)
+check the labels agree. The release's 1 s limits
 on the math-verify step depend on machine load; here math-verify gets half the per-answer wall clock
 (`GradingSettings.timeout_s`, 5 s: 2 s) and the pool's kill bounds the whole answer, including
 `sympy.simplify`, unbounded in the release (status `timeout`). So an answer whose math-verify parse
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import re
 
+from exgrpo.core.math_verify_060 import numeric_rule_060, percent_as_fraction
 from exgrpo.core.reward import GradeResult
 from exgrpo.eval.release_normalise import (
     is_int_text,
@@ -44,7 +47,7 @@ from exgrpo.eval.release_normalise import (
 )
 
 GRADER_NAME = "release"
-_RULES_VERSION = "1"  # bump when this rule changes: eval caches key on the grader version
+_RULES_VERSION = "2"  # bump when this rule changes: eval caches key on the grader version
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _TUPLE_CHARS = "()[]"
 _FRAC_RE = re.compile(r"^-?[0-9]+.?/0*[1-9][0-9]*.?$")
@@ -147,16 +150,18 @@ def math_verify_equal(given: str, gold: str, timeout_s: int | None = 1) -> bool:
             return False
         if prm_normalise(gold) == prm_normalise(given):
             return True
-        given = given if "$" in given else f"${given}$"
-        gold = gold if "$" in gold else f"${gold}$"
+        # math-verify 0.6.0's readings where 0.9.0 differs: percent numbers, floats against irrationals
+        given = percent_as_fraction(given if "$" in given else f"${given}$")
+        gold = percent_as_fraction(gold if "$" in gold else f"${gold}$")
         # The release passes extraction_mode=["first_match"], a list, which math-verify compares with
         # the string "first_match" and so treats as "any_match" (0.6.0 and 0.9.0 alike).
         config = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
-        return bool(verify(parse(gold, extraction_config=config, fallback_mode="no_fallback",
-                                 extraction_mode="any_match", parsing_timeout=timeout_s),
-                           parse(given, extraction_config=config, fallback_mode="no_fallback",
-                                 extraction_mode="any_match", parsing_timeout=timeout_s),
-                           timeout_seconds=timeout_s))
+        parsed_gold = parse(gold, extraction_config=config, fallback_mode="no_fallback", extraction_mode="any_match",
+                            parsing_timeout=timeout_s)
+        parsed_given = parse(given, extraction_config=config, fallback_mode="no_fallback", extraction_mode="any_match",
+                             parsing_timeout=timeout_s)
+        with numeric_rule_060():
+            return bool(verify(parsed_gold, parsed_given, timeout_seconds=timeout_s))
     except Exception:  # noqa: BLE001 - the release scores any failure here as not equal
         return False
 

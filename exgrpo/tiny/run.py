@@ -36,7 +36,7 @@ from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
-from exgrpo.resolve import RUNTIME_ONLY, RunSpec, code_digest, file_digest, fingerprint
+from exgrpo.resolve import RUNTIME_ONLY, RunSpec, code_digest, file_digest, fingerprint, library_versions_of
 from exgrpo.resolve import weights_digest as model_dir_digest
 from exgrpo.tiny.best import clear_best, maybe_save_best
 from exgrpo.tiny.checkpoint import (
@@ -57,7 +57,8 @@ def run_fingerprint(cfg: ExGRPOConfig, args: TrainArgs, seed: int, data_order_se
              "trainer": {k: v for k, v in dataclasses.asdict(args).items() if k not in RUNTIME_ONLY},
              "seed": seed, "data_order_seed": data_order_seed,
              "data": file_digest([data_dir / "manifest.json"]) if data_dir is not None else None,
-             "init": model_dir_digest(model_dir), "code": code_digest("train_tiny")}
+             "init": model_dir_digest(model_dir), "code": code_digest("train_tiny"),
+             "libraries": library_versions_of()}
     return fingerprint(parts), parts
 
 

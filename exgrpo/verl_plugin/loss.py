@@ -16,7 +16,9 @@ each micro-batch's value its share, so this sum-then-average equals the core los
 Departures, stated up front:
 - The released code divided the Σ/8192 loss of each micro-batch by gradient_accumulation = 1 and let FSDP
   average over 8 GPUs, i.e. its mini-batch loss was the core's divided by dp_size (Adam is invariant to it,
-  the grad-norm clip at 1.0 is not). This loss is global-batch invariant instead, like the CPU trainer.
+  the grad-norm clip at 1.0 and the skip bound are not). This loss is global-batch invariant instead, like the
+  CPU trainer (`grad_scale="whole_batch"`); `grad_scale="as_released"` divides it by dp_size, the release's
+  scale (with `entropy_scale="per_micro_batch"` every term then equals the release's).
 - The released entropy bonus used each micro-batch's own token mean (summed over micro-batches, averaged
   over ranks): `entropy_scale="per_micro_batch"` reproduces its size relative to the policy term; the default
   `token_mean` is the paper's (core `entropy_term`).
@@ -61,19 +63,24 @@ def micro_batch_loss(
         batch_num_tokens: response tokens of the whole mini-batch over all ranks (verl `batch_num_tokens`);
             None = this micro-batch's. global_batch_size: sequences of the mini-batch; None = this one's.
     Returns:
-        (scalar loss to backpropagate, the core's metrics for this micro-batch alone).
+        (scalar loss to backpropagate, the core's metrics for this micro-batch alone). Over micro-batches
+        (summed) and ranks (gradients averaged) the loss is the core loss of the mini-batch
+        (`cfg.grad_scale="whole_batch"`) or that divided by dp_size (`as_released`).
     """
     if cfg.entropy_coef > 0 and token_entropy is None:
         raise ValueError("cfg.entropy_coef > 0 but the model output has no entropy "
                          "(set actor_rollout_ref.actor.calculate_entropy=true)")
     if cfg.kl_coef > 0 and ref_logp is None:
         raise ValueError("cfg.kl_coef > 0 but the batch has no ref_log_prob (use_kl_loss must be true)")
-    return exgrpo_policy_loss(
+    loss, metrics = exgrpo_policy_loss(
         logp, old_logp, advantages, response_mask, is_replay=is_replay, behaviour_logp=behaviour_logp,
         replay_active=replay_active, cfg=cfg, norm_const=norm_const, token_entropy=token_entropy,
         sample_mask=sample_mask, ref_logp=ref_logp, dp_size=dp_size,
         batch_num_tokens=None if batch_num_tokens is None else max(int(batch_num_tokens), 1),
         global_batch_size=None if global_batch_size is None else max(int(global_batch_size), 1))
+    if cfg.grad_scale == "as_released" and dp_size != 1:
+        loss = loss / dp_size  # the release's 1/dp: FSDP's rank average of losses already globally normalised
+    return loss, metrics
 
 
 def exgrpo_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = None, *, cfg: ExGRPOConfig,

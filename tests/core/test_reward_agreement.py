@@ -100,3 +100,23 @@ def test_release_box_view_rewrites_only_separated_bare_boxes():
     assert release_box_view("$\\boxed{3} \\quad \\boxed{7}$") == "$\\boxed{3} \\quad \\boxed{7}$"  # one environment
     assert release_box_view("\\boxed{\\boxed{2}}") == "\\boxed{\\boxed{2}}"
     assert release_box_view("no box") == "no box"
+
+
+def test_release_060_rule_gives_060s_verdict_on_every_case():
+    """The switch `reward_answer_rule=release_060`: 0.6.0's verdict on all 269 suite cases and the 83 project ones."""
+    suite = [c for c in CASES if c["id"].startswith("test_")]
+    assert len(suite) == 269
+    wrong = [(c["id"], c["release_060"]) for c in CASES if _score(c, "release_060") != c["release_060"]]
+    assert wrong == []
+    # the listed differences are exactly where `release` (0.9.0's readings) and `release_060` part
+    differ = {c["id"] for c in CASES if _score(c, "release_060") != _score(c)}
+    assert differ == {i for i, d in DIFFS.items() if d["follows"] == "0.9.0"}
+
+
+def test_release_060_rule_through_the_pool():
+    from exgrpo.core.reward import Verifier
+
+    cases = [c for c in CASES if c["id"] in DIFFS]
+    with Verifier(workers=1, timeout_s=30.0, rule="release_060") as verifier:
+        scores = verifier.scores([c["response"] for c in cases], [c["gold"] for c in cases])
+    assert [int(s) for s in scores] == [c["release_060"] for c in cases]

@@ -113,6 +113,38 @@ def test_rerun_skips_complete_files_and_finishes_interrupted_ones(evaluated):
     assert agg_file.exists() and agg_file.read_text() == original
 
 
+def test_other_library_versions_make_the_cache_miss(evaluated, monkeypatch, tmp_path):
+    """A cache made under another sympy (a grader dependency) or torch (an engine) is recomputed, or reused only
+    with the explicit flag, which the aggregate records."""
+    import dataclasses
+    import importlib.metadata
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(evaluated["out"], out)
+    settings, benches = evaluated["settings"], evaluated["benches"][:1]
+    real_version = importlib.metadata.version
+
+    def no_model():
+        raise AssertionError("loaded")
+
+    assert harness.evaluate_model(no_model, benches, settings, out, "fake-model", progress=False)  # a hit
+    monkeypatch.setattr(importlib.metadata, "version", lambda d: "0.0.1" if d == "sympy" else real_version(d))
+    with pytest.raises(AssertionError, match="loaded"):  # the cache misses: the model is needed again
+        harness.evaluate_model(no_model, benches, settings, out, "fake-model", progress=False)
+    reuse = dataclasses.replace(settings, reuse_other_versions=True)
+    (agg,) = harness.evaluate_model(no_model, benches, reuse, out, "fake-model", progress=False)
+    stored, now = agg["reused_with_other_versions"]["grader_version"].values()
+    assert "sympy==0.0.1" in now and "sympy==0.0.1" not in stored
+    assert agg["metrics"] == {"avg_at_k": 0.5, "pass_at_k": 1.0, "maj_at_k": 1.0}
+    assert "reused_with_other_versions" in json.loads(cache.aggregate_path(out, "aime24", "community").read_text())
+    monkeypatch.setattr(importlib.metadata, "version", real_version)
+    engines = cache.engine_versions()
+    monkeypatch.setattr(cache, "engine_versions", lambda: {**engines, "torch": "0.0"})
+    with pytest.raises(AssertionError, match="loaded"):  # another engine version: a miss as well
+        harness.evaluate_model(no_model, benches, settings, out, "fake-model", progress=False)
+
+
 def test_lm_eval_task_grades_like_the_cache(evaluated, fake_lm):
     """The task's own process_results (standalone lm-eval use) agrees with the cache's avg@k."""
     from lm_eval.evaluator import evaluate
