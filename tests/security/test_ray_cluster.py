@@ -274,8 +274,8 @@ def test_every_listening_socket_is_planned_and_the_open_ones_refuse_strangers(tw
         assert status in (401, 403) or isinstance(status, str), f"port {port} ({addrs}) answered {status} without a token"
     # the agent's HTTP API (job submission lives there) refuses a request without the token
     agent = job.ports["dashboard_agent_listen_port"]
-    if agent in got:
-        assert _http_status(job.ip, agent) in (401, 403)
+    assert agent in got, f"the dashboard agent's HTTP port {agent} is not up: {sorted(got)}"
+    assert _http_status(job.ip, agent) in (401, 403)
 
 
 def test_ray_writes_no_token_file_and_the_token_is_in_no_log(two_jobs):
