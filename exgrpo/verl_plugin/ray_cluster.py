@@ -128,23 +128,26 @@ def job_slot(job_id: str | int | None) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def job_ports(job_id: str | int | None, host: str = "0.0.0.0") -> dict[str, int]:
+def job_ports(job_id: str | int | None, host: str = "0.0.0.0", node_rank: int = 0) -> dict[str, int]:
     """Ports of one Ray node of job `job_id` on this machine: `ray start` flag (underscored) -> port.
 
-    Service ports: SERVICE_BASE + (job_id mod SERVICE_SLOTS) * SERVICE_BLOCK + i; worker range: WORKER_SPAN ports
-    at WORKER_BASE + (job_id mod WORKER_SLOTS) * WORKER_SPAN (Ray's raylet also skips worker ports in use).
-    A derived service port that is taken here, or every one outside SLURM, is replaced by an OS-chosen free port.
+    The head (`node_rank` 0): service ports SERVICE_BASE + (job_id mod SERVICE_SLOTS) * SERVICE_BLOCK + i. Any
+    other node: OS-chosen free ports (from the ephemeral range, so never one a head derived). Worker range:
+    WORKER_SPAN ports at WORKER_BASE + ((job_id + node_rank) mod WORKER_SLOTS) * WORKER_SPAN (Ray's raylet also
+    skips worker ports in use). A derived port that is taken here, or every one outside SLURM, is replaced by
+    an OS-chosen free port.
     """
     slot = job_slot(job_id)
     ports: dict[str, int] = {}
     for i, name in enumerate(SERVICES):
-        want = None if slot is None else SERVICE_BASE + (slot % SERVICE_SLOTS) * SERVICE_BLOCK + i
+        derived = slot is not None and node_rank == 0
+        want = SERVICE_BASE + (slot % SERVICE_SLOTS) * SERVICE_BLOCK + i if derived else None
         if want is None or not port_free(host, want):
             want = os_free_port(host)
             while want in ports.values():
                 want = os_free_port(host)
         ports[name] = want
-    low = WORKER_BASE + ((slot or 0) % WORKER_SLOTS) * WORKER_SPAN
+    low = WORKER_BASE + (((slot or 0) + node_rank) % WORKER_SLOTS) * WORKER_SPAN
     ports["min_worker_port"], ports["max_worker_port"] = low, low + WORKER_SPAN - 1
     return ports
 
@@ -198,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start.add_argument("--head", action="store_true")
     start.add_argument("--port", type=int, default=None, help="head: the GCS port `gcs-port` printed")
     start.add_argument("--address", default=None, help="worker: the head's ip:port")
+    start.add_argument("--node-rank", type=int, default=0, help="worker: its index in the allocation (1, 2, ...)")
     start.add_argument("--node-ip-address", required=True)
     start.add_argument("--num-cpus", type=int, required=True)
     start.add_argument("--num-gpus", type=int, required=True)
@@ -211,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(job_ports(job_id, args.host)["port"])
         return 0
     require_job_auth()
-    ports = job_ports(job_id, args.node_ip_address)
+    ports = job_ports(job_id, args.node_ip_address, 0 if args.head else max(1, args.node_rank))
     os.environ.update({var: str(ports[name]) for name, var in ENV_PORTS.items()})
     if args.head:
         if args.port is None:

@@ -67,6 +67,8 @@ def test_ports_are_derived_from_the_job_id_and_disjoint_between_jobs():
     top = rc.SERVICE_BASE + rc.SERVICE_SLOTS * rc.SERVICE_BLOCK
     assert top <= rc.WORKER_BASE and rc.WORKER_BASE + rc.WORKER_SLOTS * rc.WORKER_SPAN <= 32768  # below ephemeral
     assert len(set(rc.job_ports(None).values())) == len(rc.job_ports(None))  # outside SLURM: OS-chosen, distinct
+    worker = rc.job_ports(1001, "127.0.0.1", node_rank=1)  # another node of the job: OS-chosen, above the heads'
+    assert all(worker[n] >= 32768 for n in services) and worker["min_worker_port"] != a["min_worker_port"]
 
 
 def test_a_taken_derived_port_is_replaced_by_a_free_one():

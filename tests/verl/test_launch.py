@@ -47,7 +47,7 @@ def test_multi_node_script_starts_ray_head_then_workers_then_the_driver():
     head = ('srun --nodes=1 --ntasks=1 --gpus-per-node=8 -w "$head_node" python -m exgrpo.verl_plugin.ray_cluster start '
             '--head --port="$port" --node-ip-address="$head_node_ip" --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus=8 &')
     worker = ('    srun --nodes=1 --ntasks=1 --gpus-per-node=8 -w "${nodes_array[$i]}" python -m exgrpo.verl_plugin.ray_cluster '
-              'start --address="$RAY_ADDRESS" --node-ip-address="$(node_ip "${nodes_array[$i]}")" '
+              'start --address="$RAY_ADDRESS" --node-rank=$i --node-ip-address="$(node_ip "${nodes_array[$i]}")" '
               '--num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus=8 &')
     driver = ('srun --overlap --nodes=1 --ntasks=1 -w "$head_node" python -m exgrpo.verl_plugin.main --config-path '
               '/runs/q7 --config-name exgrpo_run trainer.nnodes=4 trainer.n_gpus_per_node=8 '

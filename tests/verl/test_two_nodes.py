@@ -2,7 +2,7 @@
 
 `exgrpo verl-launch --nodes 2 --gpus-per-node 1` renders `launch_multi_node.sbatch` for the plug-in's CPU-mode
 toy demo; the stand-in `sbatch --nodes=2` runs it with two fake nodes whose addresses are two loopback addresses
-of this machine (127.0.0.2, 127.0.0.3: `srun -w fakenodeN hostname --ip-address`). The script starts the Ray head
+of this machine (its own address and 127.0.0.3: `srun -w fakenodeN hostname --ip-address`). The script starts the Ray head
 on node 1 and a Ray worker on node 2 (`ray_cluster start`: token authentication, per-job ports), waits for both,
 and runs verl's trainer on the head for one step with `trainer.nnodes=2 trainer.n_gpus_per_node=1`.
 
@@ -32,18 +32,34 @@ pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extr
 psutil = pytest.importorskip("psutil")
 
 STANDINS = Path(__file__).resolve().parents[1] / "workflow" / "slurm_standins"
-NODE_IPS = {"fakenode1": "127.0.0.2", "fakenode2": "127.0.0.3"}
+def _this_ip() -> str:
+    """The address Ray sees for this machine: a driver here attaches to the raylet of that address, so the
+    head's fake node gets it and the second fake node a loopback address of its own."""
+    from ray._private.services import get_node_ip_address
+
+    return get_node_ip_address()
+
+
+NODE_IPS = {"fakenode1": _this_ip(), "fakenode2": "127.0.0.3"}
 CPUS_PER_NODE = 6
 RUN_TIMEOUT_S = 2400
 
 
-def _raylets() -> dict[str, psutil.Process]:
-    """node ip -> raylet process, for the two fake nodes."""
+def _ours(proc: psutil.Process, state: Path) -> bool:
+    """Whether `proc` belongs to this test's job (its environment carries the job's stand-in state folder):
+    only those are inspected or stopped, never another user's Ray on this machine."""
+    with contextlib.suppress(psutil.Error):
+        return proc.environ().get("FAKE_SLURM_STATE") == str(state)
+    return False
+
+
+def _raylets(state: Path) -> dict[str, psutil.Process]:
+    """node ip -> raylet process of this test's job, for the two fake nodes."""
     out = {}
     for proc in psutil.process_iter(["name", "cmdline"]):
         with contextlib.suppress(psutil.Error):
             cmd = " ".join(proc.info["cmdline"] or [])
-            if "raylet" in (proc.info["name"] or "") or "/raylet " in cmd:
+            if ("raylet" in (proc.info["name"] or "") or "/raylet " in cmd) and _ours(proc, state):
                 for ip in NODE_IPS.values():
                     if f"--node_ip_address={ip}" in cmd:
                         out[ip] = proc
@@ -59,17 +75,13 @@ def _worker_names(raylet: psutil.Process) -> set[str]:
     return names
 
 
-def _kill_leftovers() -> list[int]:
+def _kill_leftovers(state: Path) -> list[int]:
+    """Kill (and list) the processes of this test's job still alive: Ray's, started by the job script."""
     left = []
-    for raylet in _raylets().values():
-        with contextlib.suppress(psutil.Error):
-            for proc in [*raylet.children(recursive=True), raylet]:
-                left.append(proc.pid)
-                proc.kill()
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
             cmd = " ".join(proc.info["cmdline"] or [])
-            if "gcs_server" in cmd and any(f"--node-ip-address={ip}" in cmd or ip in cmd for ip in NODE_IPS.values()):
+            if _ours(proc, state) and ("ray" in cmd or "gcs_server" in cmd):
                 left.append(proc.pid)
                 proc.kill()
     return left
@@ -101,23 +113,25 @@ def two_node_run(tmp_path_factory):
     proc = subprocess.Popen(sbatch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         while proc.poll() is None:
-            for ip, raylet in _raylets().items():
+            for ip, raylet in _raylets(state).items():
                 seen[ip] |= _worker_names(raylet)
             if time.monotonic() - t0 > RUN_TIMEOUT_S:
                 pytest.fail(f"the two-node job ran past {RUN_TIMEOUT_S} s")
             time.sleep(1)
         wall = time.monotonic() - t0
         time.sleep(5)  # the script's EXIT trap stops the raylets' srun steps
-        left = _kill_leftovers()
+        left = _kill_leftovers(state)
         logs = list(run.glob("slurm-*.out"))
         text = logs[0].read_text() if logs else proc.stdout.read()
         print(f"[two_nodes] wall {wall:.0f} s (under load)")
-        yield {"root": root, "run": run, "log": text, "rc": proc.returncode, "seen": seen, "left": left,
+        jobs = (state / "jobs").read_text() if (state / "jobs").exists() else ""
+        rc = 0 if jobs.strip().endswith("|COMPLETED") else 1  # the stand-in sbatch records the job's result
+        yield {"root": root, "run": run, "log": text, "rc": rc, "seen": seen, "left": left,
                "state": state, "wall_s": wall}
     finally:
         if proc.poll() is None:
             proc.kill()
-        _kill_leftovers()
+        _kill_leftovers(state)
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
@@ -126,8 +140,9 @@ def test_the_job_script_started_two_authenticated_nodes_and_trained(two_node_run
     assert two_node_run["rc"] == 0 and "ray: 2/2 nodes up" in log, log[-6000:]
     starts = [ln for ln in log.splitlines() if ln.startswith("ray_cluster: ray start")]
     assert len(starts) == 2, starts
-    assert "--head" in starts[0] and "--node-ip-address=127.0.0.2" in starts[0]
-    assert "--address=127.0.0.2:" in starts[1] and "--node-ip-address=127.0.0.3" in starts[1]
+    head_ip = NODE_IPS["fakenode1"]
+    assert "--head" in starts[0] and f"--node-ip-address={head_ip}" in starts[0]
+    assert f"--address={head_ip}:" in starts[1] and "--node-ip-address=127.0.0.3" in starts[1]
     assert "6379" not in " ".join(starts)
     calls = [json.loads(x)["argv"] for x in (two_node_run["state"] / "srun_calls.jsonl").read_text().splitlines()]
     assert any("-w" in c and "fakenode2" in c for c in calls)
