@@ -9,6 +9,11 @@ and runs verl's trainer on the head for one step with `trainer.nnodes=2 trainer.
 Each node has one (fake, CPU-mode) GPU, so verl's two actor ranks can only be placed one per node: the test checks
 that while the run is going (the Ray workers under each node's raylet), and afterwards that the loss dumps came
 from a data-parallel size of 2, that the step was logged and checkpointed, and that no Ray process is left.
+
+Status when written: not yet seen passing. On the 2-core development machine under a load average of 20-30,
+the script's stand-in path ran (fake nodes, token, per-job ports, both `ray_cluster start` steps, the EXIT trap
+stopping every Ray process), but Ray's head never finished starting: its raylet waits a fixed 30 s for the
+dashboard agent (Ray 2.60), which that load exceeds. Expect minutes on an idle machine.
 """
 
 from __future__ import annotations
