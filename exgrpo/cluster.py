@@ -1,7 +1,8 @@
 """Job sizes and cluster settings of the workflow's rules: read from the backbone registry and the environment.
 
 - `job_resources` / `job_threads`: a backbone's per-stage `resources` entry (config/backbones.yaml) as
-  Snakemake resources, so each job requests what its command uses (docs/cluster.md);
+  Snakemake resources, so each job requests what its command uses (docs/cluster.md); a multi-node job asks
+  for its GPUs per node (`gres`), as the SLURM plugin means it;
 - `site_resources`: the SLURM site settings (account, partition, QOS, ...) from EXGRPO_SLURM_* variables,
   never from tracked files;
 - `gpu_refusal`: whether GPU work may start on this machine (a local run without a visible GPU is refused).
@@ -70,20 +71,50 @@ def stage_gpus(entry: Mapping[str, Any], stage: str) -> int:
     return tp * dp
 
 
-def job_resources(entry: Mapping[str, Any], stage: str) -> dict[str, int]:
+def job_resources(entry: Mapping[str, Any], stage: str) -> dict[str, Any]:
     """Snakemake resources of a backbone's `stage` jobs, from its `resources.<stage>` entry.
 
-    `gpu` is the job's total GPU count (`stage_gpus`; the SLURM plugin emits `--gpus=N`, the local
-    executor caps it with `--resources gpu=N`); CPU-only jobs get no gpu/nodes keys.
+    One node: `gpu` is the job's GPU count (the SLURM plugin emits `--gpus=N`, the local executor caps it with
+    `--resources gpu=N`). Several nodes: `gres="gpu:<gpus_per_node>"` with `nodes=N`, because the plugin maps
+    `gpu` to SLURM's `--gpus`, a total for the job that SLURM may split unevenly across the nodes, while
+    `gres` becomes `--gres`, which SLURM counts per node: each node gets the GPUs its raylet and its
+    `srun --gpus-per-node` step ask for. CPU-only jobs get no gpu/gres/nodes keys.
     `threads` is not a resource: rules pass `job_threads(entry, stage)` to `threads:`.
     """
     res = stage_resources(entry, stage)
-    out = {"mem_mb": int(res["mem_mb"]), "runtime": int(res["runtime_min"])}
+    out: dict[str, Any] = {"mem_mb": int(res["mem_mb"]), "runtime": int(res["runtime_min"])}
     gpus = stage_gpus(entry, stage)
-    if gpus:
+    nodes = int(res.get("nodes", 1))
+    if gpus and nodes > 1:
+        out["gres"] = f"gpu:{gpus // nodes}"
+        out["nodes"] = nodes
+    elif gpus:
         out["gpu"] = gpus
-        out["nodes"] = int(res.get("nodes", 1))
+        out["nodes"] = nodes
     return out
+
+
+def slurm_job_resources(entry: Mapping[str, Any], stage: str,
+                        environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """`job_resources` plus the site settings (`site_resources`); a multi-node job's GPU model goes into its
+    `gres` (`gpu:<model>:<n>`), since the plugin would turn a `gpu_model` without `gpu` into `--gpus=<model>:1`."""
+    out = job_resources(entry, stage)
+    site = site_resources(gpu="gpu" in out or "gres" in out, environ=environ)
+    model = site.pop("gpu_model", None) if "gres" in out else None
+    if model:
+        out["gres"] = f"gpu:{model}:{out['gres'].split(':')[-1]}"
+    return {**out, **site}
+
+
+def job_gpus(resources: Mapping[str, Any]) -> int:
+    """GPUs a job's resources ask for in all: `gpu`, or `gres` gpu[:model]:n per node x `nodes`."""
+    if resources.get("gpu"):
+        return int(resources["gpu"])
+    gres = str(resources.get("gres") or "")
+    if gres.startswith("gpu"):
+        count = gres.split(":")[-1]
+        return (int(count) if count.isdigit() else 1) * int(resources.get("nodes") or 1)
+    return 0
 
 
 def job_threads(entry: Mapping[str, Any], stage: str) -> int:
@@ -135,5 +166,5 @@ def gpu_refusal(targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: boo
             "(`snakemake -n all` dry-runs anywhere; `--config allow_no_gpu=True` overrides this check.)")
 
 
-__all__ = ["GPU_SITE_ENV", "SITE_ENV", "STAGES", "gpu_refusal", "job_resources", "job_threads", "site_resources",
-           "stage_gpus", "stage_resources", "visible_gpus", "vllm_parallel"]
+__all__ = ["GPU_SITE_ENV", "SITE_ENV", "STAGES", "gpu_refusal", "job_gpus", "job_resources", "job_threads",
+           "site_resources", "slurm_job_resources", "stage_gpus", "stage_resources", "visible_gpus", "vllm_parallel"]

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="shared HF cache of `exgrpo download`: the job runs offline from it")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="extra environment variable for the job; repeatable")
-    parser.add_argument("--ray-port", type=int, default=6379)
+    parser.add_argument("--ray-port", type=int, default=None,
+                        help="multi-node head's GCS port (default: the job's own, derived from SLURM_JOB_ID)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,9 @@ verl's file logger writes one metrics file per attempt (it truncates its file wh
 
 The multi-node script follows the usual Ray-on-SLURM recipe: `ray start --head` on the first node, one
 `ray start --address` per other node (srun), a wait until all nodes joined, then the driver on the head
-node (`srun --overlap`), which attaches to the cluster through RAY_ADDRESS.
+node (`srun --overlap`), which attaches to the cluster through RAY_ADDRESS. Each `ray start` goes through
+`ray_cluster start`: token authentication with a fresh per-job token, per-job ports, dashboard off
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ def offline_env(hf_home: str | Path) -> dict[str, str]:
 
 
 def launch_values(run_meta: Mapping[str, Any], *, nodes: int | None = None, gpus_per_node: int | None = None,
-                  extra_sbatch: Sequence[str] = (), env: Mapping[str, str] | None = None, ray_port: int = 6379,
+                  extra_sbatch: Sequence[str] = (), env: Mapping[str, str] | None = None, ray_port: int | None = None,
                   head_wait_s: int = 20, join_timeout_s: int = 600, device: str = "cuda") -> dict[str, Any]:
     """Template values from a run's `exgrpo` section (`{backbone, variant, seed, run_dir, resources}`);
     `env` adds `export KEY=VALUE` lines (e.g. `offline_env(...)`). `device="cpu"`: a CPU-mode run, which
-    asks SLURM for no GPU (its fake GPUs are Ray's, inside the job)."""
+    asks SLURM for no GPU (its fake GPUs are Ray's, inside the job). `ray_port`: the multi-node head's GCS
+    port; None (default) = the job's own, derived from SLURM_JOB_ID on the head node (ray_cluster.job_ports)."""
     for key in ("backbone", "variant", "seed", "run_dir", "resources"):
         if run_meta.get(key) is None:
             raise ConfigError(f"exgrpo.{key}", "missing from the run config; regenerate it with `exgrpo verl-config`")
@@ -57,9 +60,10 @@ def launch_values(run_meta: Mapping[str, Any], *, nodes: int | None = None, gpus
         "cpus_per_task": int(res.get("cpus_per_task", 64)), "mem_mb": int(res.get("mem_mb", 800000)),
         "time": int(res.get("runtime_min", 4320)), "extra_sbatch": list(extra_sbatch),
         "env": sorted((env or {}).items()),
-        "plugin_module": PLUGIN_MODULE, "ray_port": int(ray_port), "head_wait_s": int(head_wait_s),
+        "plugin_module": PLUGIN_MODULE, "ray_port": int(ray_port or 0), "head_wait_s": int(head_wait_s),
         "join_timeout_s": int(join_timeout_s), "device": device,
     }
+    values["gpu_step"] = "" if device == "cpu" else f" --gpus-per-node={values['gpus_per_node']}"
     for key in ("nodes", "gpus_per_node", "cpus_per_task", "mem_mb", "time"):
         if values[key] < 1:
             raise ConfigError(key, f"must be >= 1, got {values[key]}")

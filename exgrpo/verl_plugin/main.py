@@ -8,6 +8,10 @@ plug-in is put into VERL_USE_EXTERNAL_MODULES before verl is imported, the confi
 CPU mode (`exgrpo.device: cpu`, set by config/exgrpo_cpu.yaml): the driver gets the same environment as the
 Ray workers (`cpu.CPU_ENV`: verl platform `cpu`) before verl resolves its platform, so the driver, the
 TaskRunner and every worker agree on the device.
+
+Security (docs/security.md): before Ray is imported, `ray_cluster.ensure_job_auth` puts RAY_AUTH_MODE=token and
+a fresh per-job token into this process's environment (kept if the launch script already made one), so the
+cluster verl's `ray.init()` starts, or the one it joins, admits only the job's own processes.
 """
 
 from __future__ import annotations
@@ -59,7 +63,11 @@ def run(config) -> None:  # noqa: ANN001 (an omegaconf DictConfig)
 
 
 def main() -> None:
+    from exgrpo.verl_plugin.ray_cluster import ensure_job_auth, ensure_job_ports
+
     _add_plugin_to_env()
+    ensure_job_auth()
+    ensure_job_ports()
     import hydra
 
     hydra.main(config_path=None, config_name=None, version_base=None)(run)()

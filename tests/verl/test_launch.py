@@ -44,19 +44,28 @@ def test_single_node_script_exact_lines():
 def test_multi_node_script_starts_ray_head_then_workers_then_the_driver():
     lines = _lines(render_multi_node(launch_values(META, nodes=4)))
     assert "#SBATCH --nodes=4" in lines and "#SBATCH --ntasks-per-node=1" in lines
-    head = ('srun --nodes=1 --ntasks=1 --gpus-per-node=8 -w "$head_node" ray start --head --node-ip-address="$head_node_ip" '
-            '--port=$port --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus=8 --block &')
-    worker = ('    srun --nodes=1 --ntasks=1 --gpus-per-node=8 -w "${nodes_array[$i]}" ray start --address="$RAY_ADDRESS" '
-              '--num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus=8 --block &')
+    head = ('srun --nodes=1 --ntasks=1 --gpus-per-node=8 -w "$head_node" python -m exgrpo.verl_plugin.ray_cluster start '
+            '--head --port="$port" --node-ip-address="$head_node_ip" --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus=8 &')
+    worker = ('    srun --nodes=1 --ntasks=1 --gpus-per-node=8 -w "${nodes_array[$i]}" python -m exgrpo.verl_plugin.ray_cluster '
+              'start --address="$RAY_ADDRESS" --node-rank=$i --node-ip-address="$(node_ip "${nodes_array[$i]}")" '
+              '--num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus=8 &')
     driver = ('srun --overlap --nodes=1 --ntasks=1 -w "$head_node" python -m exgrpo.verl_plugin.main --config-path '
-              '/runs/q7 --config-name exgrpo_run trainer.nnodes=4 trainer.n_gpus_per_node=8 "$@"')
+              '/runs/q7 --config-name exgrpo_run trainer.nnodes=4 trainer.n_gpus_per_node=8 '
+              'ray_kwargs.ray_init.num_cpus=null "$@"')
     export = "export VERL_USE_EXTERNAL_MODULES=exgrpo.verl_plugin"
-    for line in (head, worker, driver, export, 'export RAY_ADDRESS="$head_node_ip:$port"', "port=6379",
+    auth = "export RAY_AUTH_MODE=token"
+    token = 'RAY_AUTH_TOKEN="$(python -m exgrpo.verl_plugin.ray_cluster token)"'
+    port = ('port=$(srun --nodes=1 --ntasks=1 -w "$head_node" python -m exgrpo.verl_plugin.ray_cluster gcs-port '
+            '--host "$head_node_ip")')
+    for line in (head, worker, driver, export, auth, token, port, 'export RAY_ADDRESS="$head_node_ip:$port"',
                  "for ((i = 1; i < SLURM_JOB_NUM_NODES; i++)); do"):
         assert line in lines, line
-    order = [lines.index(x) for x in (export, head, worker, driver)]
-    assert order == sorted(order)  # plug-in exported before any raylet starts; driver last
+    order = [lines.index(x) for x in (export, auth, token, port, head, worker, driver)]
+    assert order == sorted(order)  # plug-in and token exported before any raylet starts; driver last
     assert lines[-1] == driver
+    assert not any("6379" in ln for ln in lines)  # no fixed port: two jobs on one node must not collide
+    fixed = _lines(render_multi_node(launch_values(META, nodes=2, ray_port=6500)))
+    assert "port=6500" in fixed
 
 
 def test_scripts_are_valid_bash_and_bad_input_is_refused():

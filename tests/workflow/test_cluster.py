@@ -11,9 +11,11 @@ import yaml
 from exgrpo.cluster import (
     STAGES,
     gpu_refusal,
+    job_gpus,
     job_resources,
     job_threads,
     site_resources,
+    slurm_job_resources,
     stage_gpus,
     vllm_parallel,
 )
@@ -40,7 +42,15 @@ def test_job_resources_map_each_stage_of_the_backbone_entry():
     custom = {"resources": {"train": {"nodes": 2, "gpus_per_node": 4, **job},
                             "eval": {"tensor_parallel": 2, "data_parallel": 3, **job},
                             "judge": {"tensor_parallel": 1, **job}}}
-    assert job_resources(custom, "train") == {"gpu": 8, "nodes": 2, "mem_mb": 1, "runtime": 5}
+    # two nodes: the GPUs per node as SLURM's --gres (the plugin's `gpu` would be --gpus, a job total)
+    assert job_resources(custom, "train") == {"gres": "gpu:4", "nodes": 2, "mem_mb": 1, "runtime": 5}
+    assert job_gpus(job_resources(custom, "train")) == 8 == stage_gpus(custom, "train")
+    assert job_gpus(job_resources(q7, "train")) == 8 and job_gpus({"mem_mb": 1}) == 0
+    site = {"EXGRPO_SLURM_GPU_MODEL": "h100", "EXGRPO_SLURM_GPU_PARTITION": "gpu"}
+    assert slurm_job_resources(custom, "train", site) == {"gres": "gpu:h100:4", "nodes": 2, "mem_mb": 1, "runtime": 5,
+                                                          "slurm_partition": "gpu"}
+    assert slurm_job_resources(q7, "train", site) == {"gpu": 8, "nodes": 1, "mem_mb": 480000, "runtime": 2880,
+                                                      "slurm_partition": "gpu", "gpu_model": "h100"}
     assert vllm_parallel(custom, "eval") == (2, 3) and stage_gpus(custom, "eval") == 6
     assert stage_gpus(custom, "judge") == 2  # the policy's engine (eval TP 2) outsizes the judge's (TP 1)
     with pytest.raises(ValueError, match="unknown stage 'sft'"):

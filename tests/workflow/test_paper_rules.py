@@ -231,8 +231,9 @@ def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_pat
     trains = [j for j in new if j.rule == "train_paper"]
     assert sorted(j.wildcards["variant"] for j in trains) == ["exgrpo", "on_policy"]
     for job in trains:
-        assert {k: job.resources.get(k) for k in ("gpu", "nodes", "runtime")} == {"gpu": "16", "nodes": "2",
-                                                                                   "runtime": "100"}
+        # GPUs per node (SLURM --gres), not a job total (--gpus) that SLURM could split unevenly
+        assert {k: job.resources.get(k) for k in ("gpu", "gres", "nodes", "runtime")} == {
+            "gpu": None, "gres": "gpu:8", "nodes": "2", "runtime": "100"}
         run = f"work/paper-repro/ckpt/qwen2.5-72b/{job.wildcards['variant']}/s0"
         assert f"&& bash {run}/launch_multi_node.sbatch &&" in job.shell
     evals = [j for j in new if j.rule == "eval_paper"]

@@ -18,9 +18,11 @@ from exgrpo.cluster import (
     GPU_SITE_ENV,
     SITE_ENV,
     gpu_refusal,
+    job_gpus,
     job_resources,
     job_threads,
     site_resources,
+    slurm_job_resources,
     visible_gpus,
     vllm_parallel,
 )
@@ -313,8 +315,7 @@ def backbone_resources(stage):
     """
 
     def resources_of(backbone):
-        entry = job_resources(BACKBONES[backbone], stage)
-        return {**entry, **site_resources(gpu=bool(entry.get("gpu")))}
+        return slurm_job_resources(BACKBONES[backbone], stage)
 
     def pick(key):
         return lambda wc: resources_of(wc.backbone).get(key)
@@ -323,6 +324,7 @@ def backbone_resources(stage):
         "mem_mb",
         "runtime",
         "gpu",
+        "gres",
         "nodes",
         *SITE_ENV.values(),
         *GPU_SITE_ENV.values(),

@@ -113,7 +113,7 @@ def refuse_without_gpus(dag, targets):
     gpu_jobs = [
         job.rule.name
         for job in dag.needrun_jobs()
-        if (job.resources.get("gpu") or 0) > 0
+        if job_gpus(job.resources) > 0
     ]
     why = gpu_refusal(
         targets,
