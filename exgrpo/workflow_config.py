@@ -222,7 +222,7 @@ def _resolve_study(name: str, raw: Mapping[str, Any], config: Mapping[str, Any],
     scale = raw["scale"]
     of_scale = [b for b, e in backbones.items() if e["scale"] == scale]
     if raw["backbones"] == "all":
-        chosen = of_scale
+        chosen = [b for b in of_scale if backbones[b].get("in_all", True)]
         if not chosen:
             raise ConfigError(field_path([*where, "backbones"]), f"no backbone of scale {scale!r} is registered")
     else:

@@ -1,0 +1,68 @@
+"""Shared set-up of the real-engine checks (marker `real_engines`): vLLM's CPU build against transformers.
+
+They need the engine environment (`.ci/engines_env`, docs/real-engines.md); without vLLM every test skips with
+that reason, so the normal test environment stays green. Engines start in process (no engine-core subprocess:
+`VLLM_ENABLE_V1_MULTIPROCESSING=0`) with a 1 GiB KV cache, eager mode and fp32 weights, about 30 s each."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: A shipped tiny base with head size 32 (vLLM's CPU attention refuses 16 and 24); EXGRPO_REAL_ENGINES_MODEL
+#: points the checks at another HF folder (e.g. models/tiny/tiny-llama-h32).
+MODEL = Path(os.environ.get("EXGRPO_REAL_ENGINES_MODEL", ROOT / "models/tiny/tiny-math-h32"))
+#: Tiny-task questions (the held-out forms of exgrpo.tiny.task); every character is in the tiny vocabulary.
+QUESTIONS = ["2*8-8", "2+9*1", "7+5", "(3+4)*2", "9-2*3", "6*6", "8-3+1", "4*(5-2)"]
+MAX_TOKENS = 40
+#: Per-token log-prob tolerance (nats) between vLLM's CPU kernels and transformers on the same fp32 weights.
+#: Both compute in float32 with different matmul/attention kernels (oneDNN vs PyTorch eager); a few 1e-5 is
+#: the expected gap, 2e-3 leaves room for accumulated rounding over 40 positions without hiding a wrong weight
+#: (a perturbed weight moves log-probs by 1e-1 or more, see test_weight_reload).
+LOGPROB_ATOL = 2e-3
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+SKIP_REASON = "vLLM is not installed: the real-engine checks run in the engine environment (.ci/engines_env)"
+
+
+def engine_env() -> None:
+    """The environment every engine in these tests starts under (set before vLLM is imported)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def prompt_ids(tokenizer: Any) -> list[list[int]]:
+    """The chat-formatted questions as token ids (the model's own chat template)."""
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False) for q in QUESTIONS]
+
+
+@pytest.fixture(scope="session")
+def hf_model() -> tuple[Any, Any]:
+    """(model, tokenizer) from transformers, fp32, eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(MODEL, dtype="float32").eval()
+    return model, AutoTokenizer.from_pretrained(MODEL)
+
+
+@pytest.fixture(scope="module")
+def llm() -> Any:
+    """One vLLM engine on MODEL with the project's reload extension; shut down at the end of the module."""
+    engine_env()
+    from vllm import LLM
+
+    from exgrpo.engines.weight_sync import WORKER_EXTENSION
+
+    engine = LLM(model=str(MODEL), dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
+                 enable_prefix_caching=False, worker_extension_cls=WORKER_EXTENSION)
+    yield engine
+    del engine
+    gc.collect()
