@@ -8,6 +8,8 @@
 #   smoke      minimal budgets on one tiny backbone (tests, CI)
 #   all        the paper replication at full scale into results/paper-repro/ (GPUs)
 #   paper_cpu  the paper route (verl's trainer, CPU mode) on a tiny base into results/paper-cpu/
+#   paper_headline  Table 1's Qwen2.5-Math-7B row (On-Policy vs ExGRPO, ID+OOD) into results/paper-repro/
+#   paper_ablation_shaping  one ablation slice (Table 6 w/o Shaping) into results/paper-repro/
 #   figures    re-render tables and figures from what is already under results/
 # `snakemake --profile slurm all` submits to SLURM (./slurm -> profiles/slurm). Run locally, `all`
 # refuses to start where nvidia-smi sees no GPU (dry runs always work).
@@ -53,6 +55,8 @@ localrules:
     smoke,
     all,
     paper_cpu,
+    paper_headline,
+    paper_ablation_shaping,
 
 
 rule tiny:
@@ -84,3 +88,13 @@ rule all:
 rule paper_cpu:
     input:
         study_targets("paper_cpu"),
+
+
+rule paper_headline:
+    input:
+        study_targets("paper_headline"),
+
+
+rule paper_ablation_shaping:
+    input:
+        study_targets("paper_ablation_shaping"),

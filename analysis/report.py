@@ -48,7 +48,8 @@ def build_plots(results: Results, profile: str | None) -> tuple[list[Plot], list
         "fig1a_masked_scores": lambda: figures.fig1a(results, est, main),
         "fig1b_entropy_validity": lambda: figures.fig1b(results),
         "fig1c_entropy_density": lambda: figures.fig1c(results),
-        "fig3_backbones": lambda: figures.fig3(results, est, others),
+        # a slice with the main backbone alone (target paper_headline) gets its panel instead of none
+        "fig3_backbones": lambda: figures.fig3(results, est, others or ([main] if main else [])),
         "fig4_dynamics": lambda: figures_train.fig4(results),
         "fig5_buffer": lambda: figures_train.fig5(results),
         "fig6_buffer_variants": lambda: figures_train.fig6(results),
