@@ -10,6 +10,7 @@
 #   paper_cpu  the paper route (verl's trainer, CPU mode) on a tiny base into results/paper-cpu/
 #   paper_headline  Table 1's Qwen2.5-Math-7B row (On-Policy vs ExGRPO, ID+OOD) into results/paper-repro/
 #   paper_ablation_shaping  one ablation slice (Table 6 w/o Shaping) into results/paper-repro/
+#   tiny_plugins  the plug-in example (docs/plugins.md) at 3 seeds; tiny_continuous  the Table 2 analogue
 #   figures    re-render tables and figures from what is already under results/
 # `snakemake --profile slurm all` submits to SLURM (./slurm -> profiles/slurm). Run locally, `all`
 # refuses to start where nvidia-smi sees no GPU (dry runs always work).
@@ -57,6 +58,8 @@ localrules:
     paper_cpu,
     paper_headline,
     paper_ablation_shaping,
+    tiny_plugins,
+    tiny_continuous,
 
 
 rule tiny:
@@ -98,3 +101,13 @@ rule paper_headline:
 rule paper_ablation_shaping:
     input:
         study_targets("paper_ablation_shaping"),
+
+
+rule tiny_plugins:
+    input:
+        study_targets("tiny_plugins"),
+
+
+rule tiny_continuous:
+    input:
+        study_targets("tiny_continuous"),

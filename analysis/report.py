@@ -103,6 +103,23 @@ def render(results_root: str | Path, source: str, profile: str | None = None,
                      skipped, index)
 
 
+def render_extension(results_root: str | Path, source: str, profile: str | None = None,
+                     backbones: str | Path = DEFAULT_BACKBONES) -> list[Path]:
+    """Write only Table 2's analogue and the plug-in rows (analysis.extension_tables) into
+    results/<source>/tables/, leaving every other file as it is; the full `render` builds them too."""
+    from analysis import extension_tables
+
+    results = load(results_root, source, backbones)
+    paper = load(results_root, "paper", backbones) if (Path(results_root) / "paper").is_dir() else None
+    chosen = repro_estimates.choose_profile(results, profile)
+    written: list[Path] = []
+    for table in (extension_tables.table2_continuous(results, paper, chosen),
+                  extension_tables.plugin_table(results, chosen)):
+        if table:
+            written += write(table, results.root / "tables")
+    return written
+
+
 def _swap(new: Path, target: Path) -> None:
     old = target.with_name(f".{target.name}.old")
     shutil.rmtree(old, ignore_errors=True)

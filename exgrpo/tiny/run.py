@@ -198,8 +198,8 @@ def load_questions(data_dir: Path, split: str, tokenizer: Any, size: int = 0,
         rows = rows[:size]
     if not rows:
         raise ConfigError("train_difficulties", f"no question of difficulty {list(difficulties)} in {data_dir}")
-    return [Question(row["qid"], encode_prompt(tokenizer, row["prompt"]), str(row["answer"]), row["kind"])
-            for row in rows]
+    return [Question(row["qid"], encode_prompt(tokenizer, row["prompt"]), str(row["answer"]), row["kind"],
+                     tuple(row.get("steps") or ())) for row in rows]
 
 
 def _write_row(log: Any, row: dict[str, Any], tracker: Tracker) -> None:
