@@ -133,7 +133,8 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
                 _write_row(log, val, tracker)
                 if M.VAL_ACC.name in val:  # the release's best-validation checkpoint (tiny/best.py)
                     maybe_save_best(ckpt_dir, step, val[M.VAL_ACC.name], model=model, tokenizer=tokenizer)
-            if step % args.ckpt_every == 0 or step == args.steps:
+            # a segment's last step (stop_after, exgrpo.cluster.segment_stops) always checkpoints: the next job resumes
+            if step % args.ckpt_every == 0 or step == args.steps or (args.stop_after and step >= args.stop_after):
                 log.flush()
                 os.fsync(log.fileno())
                 save_checkpoint(ckpt_dir, step, model=model, tokenizer=tokenizer, optimizer=trainer.optimizer,
