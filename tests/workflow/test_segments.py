@@ -68,5 +68,5 @@ def test_a_run_cut_into_segments_ends_where_one_job_ends(tmp_path, snakemake, wo
     assert b["resumed_from"] == 4 and a["resumed_from"] == 0
     assert a["summary"]["final_model_sha256"] == b["summary"]["final_model_sha256"]  # bit for bit
     assert a["summary"]["weights_sha256"] == b["summary"]["weights_sha256"]
-    assert a["fingerprint"] == b["fingerprint"]
+    # (fingerprints are not compared: they include the two workflow copies' own paths)
     assert _log(one) == _log(cut)  # every logged value but timings: rewards, buffer, data position, replay
