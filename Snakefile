@@ -8,6 +8,9 @@
 #   smoke      minimal budgets on one tiny backbone (tests, CI)
 #   all        the paper replication at full scale into results/paper-repro/ (GPUs)
 #   paper_cpu  the paper route (verl's trainer, CPU mode) on a tiny base into results/paper-cpu/
+#   paper_headline  Table 1's Qwen2.5-Math-7B row (On-Policy vs ExGRPO, ID+OOD) into results/paper-repro/
+#   paper_ablation_shaping  one ablation slice (Table 6 w/o Shaping) into results/paper-repro/
+#   tiny_plugins  the plug-in example (docs/plugins.md) at 3 seeds; tiny_continuous  the Table 2 analogue
 #   figures    re-render tables and figures from what is already under results/
 # `snakemake --profile slurm all` submits to SLURM (./slurm -> profiles/slurm). Run locally, `all`
 # refuses to start where nvidia-smi sees no GPU (dry runs always work).
@@ -36,6 +39,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/prelim.smk"
 include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/segments.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/analysis.smk"
@@ -53,6 +57,10 @@ localrules:
     smoke,
     all,
     paper_cpu,
+    paper_headline,
+    paper_ablation_shaping,
+    tiny_plugins,
+    tiny_continuous,
 
 
 rule tiny:
@@ -84,3 +92,23 @@ rule all:
 rule paper_cpu:
     input:
         study_targets("paper_cpu"),
+
+
+rule paper_headline:
+    input:
+        study_targets("paper_headline"),
+
+
+rule paper_ablation_shaping:
+    input:
+        study_targets("paper_ablation_shaping"),
+
+
+rule tiny_plugins:
+    input:
+        study_targets("tiny_plugins"),
+
+
+rule tiny_continuous:
+    input:
+        study_targets("tiny_continuous"),

@@ -19,13 +19,14 @@ from analysis.loader import DEFAULT_BACKBONES, ResultsError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("render", "render tables, figures and index.md"), ("check", "validate only")):
+    for name, text in (("render", "render tables, figures and index.md"), ("check", "validate only"),
+                       ("extension", "write only the suite's extra tables (Table 2 analogue, plug-in rows)")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--results", default="results", help="the results/ directory (default: results)")
         cmd.add_argument("--source", default="all", choices=[*schema.SOURCES, "all"],
                          help="which source to process (all: every one that exists)")
         cmd.add_argument("--backbones", default=str(DEFAULT_BACKBONES), help="backbone registry (backbones.yaml)")
-        if name == "render":
+        if name in ("render", "extension"):
             cmd.add_argument("--profile", default=None,
                              help="evaluation profile for tables (default: the most common one)")
         cmd.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if args.command == "check":
                 print("\n".join(report.check(args.results, source, args.backbones)))
+            elif args.command == "extension":
+                for path in report.render_extension(args.results, source, args.profile, args.backbones):
+                    print(path)
             else:
                 done = report.render(args.results, source, args.profile, args.backbones)
                 print(f"results/{source}: {len(done.tables)} tables, {len(done.figures)} figures, "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis import estimates, extra_tables, labels, ledger, regimes
+from analysis import estimates, extension_tables, extra_tables, labels, ledger, regimes
 from analysis import paper as paper_numbers
 from analysis.loader import Results
 from analysis.tables import Table, fmt, fmt_ci, score_table
@@ -224,6 +224,12 @@ def build(results: Results, paper: Results | None, profile: str | None) -> tuple
             tables.append(table)
         elif not any(line.startswith(name) for line in skipped):
             skipped.append(f"{name}: no data in results/{results.source}")
+    if not published:  # the suite's additions: Table 2's continuous-reward analogue, plug-in rows
+        for table in (extension_tables.table2_continuous(results, paper, profile),
+                      extension_tables.plugin_table(results, profile)):
+            if table:
+                skipped[:] = [line for line in skipped if not line.startswith(f"{table.name}:")]
+                tables.append(table)
     if not published:
         comp = estimates.comparisons(results, profile)
         for name, builder in (("comparisons", lambda: comparison_table(results, comp)),

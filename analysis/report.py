@@ -48,7 +48,8 @@ def build_plots(results: Results, profile: str | None) -> tuple[list[Plot], list
         "fig1a_masked_scores": lambda: figures.fig1a(results, est, main),
         "fig1b_entropy_validity": lambda: figures.fig1b(results),
         "fig1c_entropy_density": lambda: figures.fig1c(results),
-        "fig3_backbones": lambda: figures.fig3(results, est, others),
+        # a slice with the main backbone alone (target paper_headline) gets its panel instead of none
+        "fig3_backbones": lambda: figures.fig3(results, est, others or ([main] if main else [])),
         "fig4_dynamics": lambda: figures_train.fig4(results),
         "fig5_buffer": lambda: figures_train.fig5(results),
         "fig6_buffer_variants": lambda: figures_train.fig6(results),
@@ -100,6 +101,23 @@ def render(results_root: str | Path, source: str, profile: str | None = None,
     index = write_index(results, chosen, tables, plots, skipped)
     return Rendering(source, [f"tables/{t.name}.md" for t in tables], [f"figures/{p.name}.png" for p in plots],
                      skipped, index)
+
+
+def render_extension(results_root: str | Path, source: str, profile: str | None = None,
+                     backbones: str | Path = DEFAULT_BACKBONES) -> list[Path]:
+    """Write only Table 2's analogue and the plug-in rows (analysis.extension_tables) into
+    results/<source>/tables/, leaving every other file as it is; the full `render` builds them too."""
+    from analysis import extension_tables
+
+    results = load(results_root, source, backbones)
+    paper = load(results_root, "paper", backbones) if (Path(results_root) / "paper").is_dir() else None
+    chosen = repro_estimates.choose_profile(results, profile)
+    written: list[Path] = []
+    for table in (extension_tables.table2_continuous(results, paper, chosen),
+                  extension_tables.plugin_table(results, chosen)):
+        if table:
+            written += write(table, results.root / "tables")
+    return written
 
 
 def _swap(new: Path, target: Path) -> None:

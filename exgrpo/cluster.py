@@ -13,6 +13,7 @@ workflow/rules/common.smk, the compute ledger (analysis/ledger.py) and the tests
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -137,6 +138,32 @@ def site_resources(gpu: bool = False, environ: Mapping[str, str] | None = None) 
     return out
 
 
+# ---------------------------------------------------------------------------- segments under a time limit
+
+
+def segment_count(runtime_min: int, limit_min: int | None) -> int:
+    """Jobs a training run that requests `runtime_min` becomes under a partition limit of `limit_min` (1: none)."""
+    if not limit_min or runtime_min <= limit_min:
+        return 1
+    return math.ceil(runtime_min / limit_min)
+
+
+def segment_stops(steps: int, runtime_min: int, limit_min: int | None) -> list[int]:
+    """The step after which each segment but the last checkpoints and exits ([] = one job).
+
+    The run's `steps` are split evenly, assuming the step time the requested `runtime_min` implies (the
+    resource model of `job_resources`): with n = ⌈runtime / limit⌉ segments each trains ⌈steps / n⌉ steps."""
+    n = segment_count(runtime_min, limit_min)
+    per = math.ceil(steps / n)
+    return [per * k for k in range(1, n) if per * k < steps]
+
+
+def segment_runtime(runtime_min: int, limit_min: int | None) -> int:
+    """Minutes each segment job requests: its share of the run's runtime, never above the limit."""
+    n = segment_count(runtime_min, limit_min)
+    return runtime_min if n == 1 else min(int(limit_min or runtime_min), math.ceil(runtime_min / n))
+
+
 # ---------------------------------------------------------------------------- GPU guard
 
 
@@ -167,4 +194,5 @@ def gpu_refusal(targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: boo
 
 
 __all__ = ["GPU_SITE_ENV", "SITE_ENV", "STAGES", "gpu_refusal", "job_gpus", "job_resources", "job_threads",
-           "site_resources", "slurm_job_resources", "stage_gpus", "stage_resources", "visible_gpus", "vllm_parallel"]
+           "segment_count", "segment_runtime", "segment_stops", "site_resources", "slurm_job_resources",
+           "stage_gpus", "stage_resources", "visible_gpus", "vllm_parallel"]

@@ -20,9 +20,12 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, get_type_hints
+
+from exgrpo.core.registry import PluginDict, RegistryChoices
 
 
 class ConfigError(ValueError):
@@ -66,6 +69,11 @@ class ExGRPOConfig:
     """Graded text is capped to its last N characters before parsing (answers come last)."""
     reward_workers: int = 1
     """Processes in the verifier pool."""
+    reward_kind: str = "binary"
+    """The training reward: `binary` (1 iff the final answer is right, paper §3.1) or `step_credit`, the tiny
+    task's continuous reward for the Table 2 analogue (paper §5.3 trains on a reward model's score): (reasoning
+    steps equal to the canonical step at their position + the binary answer reward) / (steps + 1), in [0, 1]
+    and 1 only for a fully right response (CPU trainer; needs `difficulty_signal: reward_std`)."""
 
     drop_fresh_overflow: bool = False
     """Released: each step consumes B fresh questions and drops the n_exp it does not use (docs/method.md §7); False consumes B - n_exp."""
@@ -212,6 +220,9 @@ class ExGRPOConfig:
                      "kl_coef", "grad_clip", "skip_grad_bound", "buffer_lbound", "log_ratio_clamp"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)!r}")
+        if self.reward_kind != "binary" and self.difficulty_signal != "reward_std":
+            raise ConfigError("reward_kind", f"{self.reward_kind!r} is a continuous reward: it needs "
+                                             "difficulty_signal 'reward_std' (buckets by reward std, paper §5.3)")
         if self.n_rollouts < 2:
             raise ConfigError("n_rollouts", f"GRPO needs at least 2 rollouts per question, got {self.n_rollouts}")
         if not (self.buffer_lbound < self.rbound <= self.n_rollouts):
@@ -241,28 +252,29 @@ class ExGRPOConfig:
         return dataclasses.asdict(self)
 
 
-CHOICES: dict[str, frozenset[str]] = {
+STATIC_CHOICES: dict[str, frozenset[str]] = {
     "method": frozenset({"on_policy", "exgrpo"}),
     "reward_region": frozenset({"after_think", "full"}),
     "reward_answer_rule": frozenset({"release", "release_060", "last_box"}),
     "retire_from_data": frozenset({"epoch", "never"}),
     "retire_data_guard": frozenset({"after", "before"}),
     "n_exp_rounding": frozenset({"floor", "int"}),
-    "sampler": frozenset({"gaussian", "uniform", "linear", "sqrt", "linear_clip"}),
     "sigma_units": frozenset({"count", "accuracy"}),
     "sample_range": frozenset({"all", "first_half", "last_half"}),
     "difficulty_signal": frozenset({"success", "reward_std"}),
-    "selection_mode": frozenset({"argmin", "argmax", "random"}),
-    "selection_metric": frozenset({"entropy", "nll", "random"}),
+    "reward_kind": frozenset({"binary", "step_credit"}),
     "selection_policy": frozenset({"current", "at_collection"}),
     "entropy_mask": frozenset({"response", "as_released"}),
-    "replay_shaping": frozenset({"shaped", "clipped", "unclipped"}),
     "loss_agg": frozenset({"seq_sum_const", "token_mean", "seq_mean"}),
     "entropy_scale": frozenset({"token_mean", "per_micro_batch"}),
     "grad_scale": frozenset({"whole_batch", "as_released"}),
     "difficulty_mask": frozenset({"none", "hard", "medium", "easy"}),
 }
-"""Allowed values of every enumerated field."""
+"""Allowed values of the enumerated fields that are not implementations (fixed here)."""
+
+
+CHOICES: Mapping[str, frozenset[str]] = RegistryChoices(STATIC_CHOICES)
+"""Allowed values of every enumerated field (derived: a registered plug-in is a valid choice)."""
 
 
 @dataclass(frozen=True)
@@ -305,6 +317,8 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("rho", 0.5, 0.5, "Table 6 ρ=25% / 75%"),
     Switch("delayed_start", "True (off for Llama base)", True, "Table 5 Llama base"),
     Switch("difficulty_signal", "success", "success (no code for reward_std)", "Table 2 continuous reward"),
+    Switch("reward_kind", "binary (Math-Verify); Table 2: a reward model's score", "binary",
+           "Table 2 analogue on the tiny task (step_credit)"),
     Switch("difficulty_mask", "none", "none (no code)", "Table 9/10, Fig. 1a masked GRPO"),
     Switch("reward_region", "after_think", "after_think (reward_impl_version=3)", "grader study"),
     Switch("reward_answer_rule", "release (Math-Verify)", "release (math-verify 0.6.0 on the region)",
@@ -320,7 +334,7 @@ SWITCHES: tuple[Switch, ...] = (
 """Paper-vs-release switches, rendered into the README table."""
 
 
-ABLATIONS: dict[str, dict[str, Any]] = {
+ABLATIONS: dict[str, dict[str, Any]] = PluginDict({
     "on_policy": {"method": "on_policy"},
     "exgrpo": {"method": "exgrpo"},
     "wo_q_selection": {"sampler": "uniform"},
@@ -338,11 +352,35 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "retired_review": {"retired_review_fraction": 0.1, "retired_review_every": 25},
     "ppl_selection": {"selection_metric": "nll"},
     "entropy_as_released": {"entropy_mask": "as_released"},
+    "continuous_on_policy": {"method": "on_policy", "reward_kind": "step_credit", "difficulty_signal": "reward_std"},
+    "continuous_exgrpo": {"reward_kind": "step_credit", "difficulty_signal": "reward_std"},
     "masked_easy": {"method": "on_policy", "difficulty_mask": "easy"},
     "masked_medium": {"method": "on_policy", "difficulty_mask": "medium"},
     "masked_hard": {"method": "on_policy", "difficulty_mask": "hard"},
-}
+})
 """Named variants (paper Tables 3, 6, 7, 9) as overrides of the defaults. `exgrpo` and `on_policy` are the two methods."""
+
+PLUGIN_VARIANTS: dict[str, str] = {}
+"""Variant name -> the plug-in module that registered it (`register_variant`)."""
+
+
+def register_variant(name: str, overrides: dict[str, Any], module: str) -> None:
+    """Add a named variant from a plug-in module (exgrpo.core.registry): `overrides` of the defaults.
+
+    The variant is validated when a config uses it (its values must be registered choices). A name that
+    exists already is an error, so a plug-in can never redefine a paper variant."""
+    if not name.isidentifier():
+        raise ValueError(f"variant names are identifiers, got {name!r}")
+    existing = dict.get(ABLATIONS, name)
+    if existing is not None and (existing != overrides or PLUGIN_VARIANTS.get(name) != module):
+        raise ValueError(f"variant {name!r} is already defined"
+                         + (f" by {PLUGIN_VARIANTS[name]}" if name in PLUGIN_VARIANTS else " (exgrpo.config.ABLATIONS)"))
+    unknown = sorted(set(overrides) - {f.name for f in fields(ExGRPOConfig)})
+    if unknown:
+        raise ValueError(f"variant {name!r} ({module}): unknown settings {unknown}")
+    dict.__setitem__(ABLATIONS, name, dict(overrides))
+    PLUGIN_VARIANTS[name] = module
+
 
 VARIANT_ALIASES: dict[str, str] = {"masked_full": "on_policy"}
 """Names the analysis uses for a run of another variant, never trained under their own name: Table 9's
@@ -393,5 +431,5 @@ def _check_range(name: str, value: float, lo: float, hi: float, hi_open: bool = 
         raise ConfigError(name, f"must be in [{lo}, {hi}{')' if hi_open else ']'}, got {value!r}")
 
 
-__all__ = ["ABLATIONS", "CHOICES", "SWITCHES", "VARIANT_ALIASES", "ConfigError", "ExGRPOConfig", "Switch",
-           "config_for", "field_docs"]
+__all__ = ["ABLATIONS", "CHOICES", "PLUGIN_VARIANTS", "STATIC_CHOICES", "SWITCHES", "VARIANT_ALIASES", "ConfigError", "ExGRPOConfig", "Switch",
+           "config_for", "field_docs", "register_variant"]

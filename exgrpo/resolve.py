@@ -226,10 +226,11 @@ def weights_digest(model_dir: str | Path) -> str:
 
 
 CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
-    "train_tiny": ("config.py", "resolve.py", "core", "tiny"),
-    "train_paper": ("config.py", "resolve.py", "core", "verl_plugin"),
+    # plugins/: the replay-idea plug-ins, imported by core/registry.py (docs/plugins.md)
+    "train_tiny": ("config.py", "resolve.py", "core", "plugins", "tiny"),
+    "train_paper": ("config.py", "resolve.py", "core", "plugins", "verl_plugin"),
     # the plug-in's CPU mode also runs the tiny route (tiny splits, TrainArgs) and the project's sampler
-    "train_verl_cpu": ("config.py", "resolve.py", "core", "verl_plugin", "tiny/rollout.py", "tiny/trainer.py",
+    "train_verl_cpu": ("config.py", "resolve.py", "core", "plugins", "verl_plugin", "tiny/rollout.py", "tiny/trainer.py",
                        "tiny/splits.py", "tiny/task.py"),
     "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "core/math_verify_060.py",
              "tiny/rollout.py"),

@@ -33,7 +33,9 @@ from exgrpo.resolve import RunSpec, run_spec
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
 TARGET_STUDIES: dict[str, str] = {"tiny": "tiny", "tiny_full": "tiny_full", "smoke": "smoke", "all": "paper_repro",
-                                  "paper_cpu": "paper_cpu"}
+                                  "paper_cpu": "paper_cpu", "paper_headline": "paper_headline",
+                                  "paper_ablation_shaping": "paper_ablation_shaping", "tiny_plugins": "tiny_plugins",
+                                  "tiny_continuous": "tiny_continuous"}
 """Snakemake target -> the study (key of `studies`) it runs."""
 
 VARIANT_GROUPS = ("methods", "ablations", "prelim")

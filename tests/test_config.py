@@ -61,4 +61,4 @@ def test_every_field_has_a_docstring_and_switches_exist():
 
 def test_replace_validates():
     with pytest.raises(ConfigError, match="selection_mode"):
-        ExGRPOConfig().replace(selection_mode="median")
+        ExGRPOConfig().replace(selection_mode="no_such_mode")

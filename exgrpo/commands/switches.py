@@ -9,6 +9,34 @@ HELP = "print the README table of method switches: paper default, released behav
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("markdown",), default="markdown")
+    parser.add_argument("--registries", action="store_true",
+                        help="print the table of registered implementations instead (docs/plugins.md)")
+
+
+BUILTIN_PREFIX = "exgrpo.core."
+"""Registry entries from modules under this prefix are built in; any other module's are plug-ins."""
+
+
+def _plugin_note(field_name: str) -> str:
+    """`; plug-ins: name (module), ...` for a registry-backed field with plug-in entries, else ''."""
+    from exgrpo.core.registry import REGISTRIES
+
+    for reg in REGISTRIES:
+        if reg.config_field == field_name:
+            extra = [f"`{e.name}` ({e.module})" for e in reg.entries() if not e.module.startswith(BUILTIN_PREFIX)]
+            return f"; plug-ins: {', '.join(extra)}" if extra else ""
+    return ""
+
+
+def registry_table() -> str:
+    """Markdown: every registered implementation of every registry (docs/plugins.md keeps a copy)."""
+    from exgrpo.core.registry import REGISTRIES
+
+    rows = ["| setting | value | what it does | module |", "|---|---|---|---|"]
+    for reg in REGISTRIES:
+        for e in reg.entries():
+            rows.append(f"| `{reg.config_field}` | `{e.name}` | {e.doc} | `{e.module}` |")
+    return "\n".join(rows)
 
 
 def switch_table() -> str:
@@ -18,10 +46,11 @@ def switch_table() -> str:
     default = ExGRPOConfig()
     rows = ["| switch | default here | paper | released code | ablation it serves |", "|---|---|---|---|---|"]
     for s in SWITCHES:
-        rows.append(f"| `{s.field}` | `{getattr(default, s.field)}` | {s.paper} | {s.released} | {s.ablation} |")
+        rows.append(f"| `{s.field}` | `{getattr(default, s.field)}` | {s.paper} | {s.released} | "
+                    f"{s.ablation}{_plugin_note(s.field)} |")
     return "\n".join(rows)
 
 
 def run(args: argparse.Namespace) -> int:
-    print(switch_table())
+    print(registry_table() if args.registries else switch_table())
     return 0

@@ -34,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--logger", choices=("jsonl", "tensorboard"), default="jsonl",
                    help="also write TensorBoard events next to the log (<ckpt>/tensorboard/); needs tensorboard")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (not part of the run's identity)")
+    p.add_argument("--stop-after", type=int, default=None, metavar="STEP",
+                   help="checkpoint after STEP and exit without finishing (one segment of a run cut by a partition "
+                        "time limit; the next call resumes); not part of the run's identity")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override an ExGRPOConfig field or a TrainArgs field (repeatable)")
 
@@ -94,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
     trainer = dict(spec.trainer)
     if args.threads is not None:
         trainer["threads"] = args.threads
+    if args.stop_after is not None:
+        if args.stop_after < 1:
+            raise ConfigError("--stop-after", f"must be a step >= 1, got {args.stop_after}")
+        trainer["stop_after"] = args.stop_after
     targs = TrainArgs(**trainer)
     ckpt = args.ckpt or Path("work/tiny/ckpt") / spec.backbone / spec.label / f"s{spec.seed}"
     from transformers import AutoTokenizer

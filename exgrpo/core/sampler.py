@@ -28,10 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from exgrpo.core.registry import QUESTION_SAMPLERS
+
 WeightFn = Callable[[np.ndarray, int, float, float], np.ndarray]
 """(keys float64 [n], K, mu (accuracy units), sigma_count) -> non-negative weights float64 [n]."""
 
 
+@QUESTION_SAMPLERS.register("gaussian", doc="N(k; µK, σ_count) over bucket keys (paper, released `normal`)")
 def _gaussian(keys: np.ndarray, n_rollouts: int, mu: float, sigma_count: float) -> np.ndarray:
     # N(k; µK, σ_count) up to its constant factor, which cancels in the normalisation. Shifting the
     # exponent by its minimum keeps the largest weight at 1, so a narrow σ never underflows to all zeros.
@@ -39,28 +42,45 @@ def _gaussian(keys: np.ndarray, n_rollouts: int, mu: float, sigma_count: float) 
     return np.exp(-(sq - sq.min()))
 
 
+@QUESTION_SAMPLERS.register("uniform", doc="uniform over eligible questions, not buckets (\"w/o Q. Selection\", "
+                            "released `exp_bucket_manager=null`)", question_level=True)
+def _uniform(buckets: Mapping[int, Sequence[str]], n: int, rng: np.random.Generator) -> list[str]:
+    parts = [buckets[key] for key in buckets]
+    ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
+    total = int(ends[-1]) if len(parts) else 0
+    if n < 0 or n > total:
+        raise ValueError(f"cannot draw n={n} distinct items from {total}")
+    if not n:
+        return []
+    drawn = rng.choice(total, size=n, replace=False)  # indices into the concatenation, never built
+    where = np.searchsorted(ends, drawn, side="right")
+    starts = ends - [len(part) for part in parts]
+    return [parts[b][int(i - starts[b])] for i, b in zip(drawn, where)]
+
+
+@QUESTION_SAMPLERS.register("linear", doc="weight k/K (released option)")
 def _linear(keys: np.ndarray, n_rollouts: int, mu: float, sigma_count: float) -> np.ndarray:
     return keys / n_rollouts
 
 
+@QUESTION_SAMPLERS.register("sqrt", doc="weight sqrt(k/K) (released option)")
 def _sqrt(keys: np.ndarray, n_rollouts: int, mu: float, sigma_count: float) -> np.ndarray:
     return np.sqrt(keys / n_rollouts)
 
 
+@QUESTION_SAMPLERS.register("linear_clip", doc="weight min(k/K, 0.5) (released option)")
 def _linear_clip(keys: np.ndarray, n_rollouts: int, mu: float, sigma_count: float) -> np.ndarray:
     return np.minimum(keys / n_rollouts, 0.5)
 
 
-WEIGHT_FNS: dict[str, WeightFn] = {
-    "gaussian": _gaussian,  # released `normal`
-    "linear": _linear,
-    "sqrt": _sqrt,
-    "linear_clip": _linear_clip,
-}
-"""Bucket weighting registry (released `exp_bucket_manager` options). `uniform` is question-level, see module doc."""
+WEIGHT_FNS = QUESTION_SAMPLERS
+"""The question-sampler registry (exgrpo.core.registry): bucket weightings (released `exp_bucket_manager`
+options) and question-level draws (entries with `question_level=True`, e.g. `uniform`, see module doc)."""
 
-QUESTION_LEVEL_SAMPLERS = frozenset({"uniform"})
-"""Samplers that draw questions directly instead of weighting buckets."""
+
+def is_question_level(kind: str) -> bool:
+    """Whether sampler `kind` draws questions directly (fn(buckets, n, rng)) instead of weighting buckets."""
+    return bool(QUESTION_SAMPLERS.entry(kind).extra.get("question_level"))
 
 
 def bucket_weights(bucket_keys: Sequence[int] | np.ndarray, n_rollouts: int, kind: str, mu: float,
@@ -77,9 +97,10 @@ def bucket_weights(bucket_keys: Sequence[int] | np.ndarray, n_rollouts: int, kin
         float64 [n], summing to 1, aligned with `bucket_keys`. With K=8, keys 1..7, gaussian, µ=0.5, σ=1:
         .004 .054 .242 .399 .242 .054 .004.
     """
-    if kind not in WEIGHT_FNS:
-        hint = " (uniform is a question-level sampler; use sample_questions)" if kind in QUESTION_LEVEL_SAMPLERS else ""
-        raise ValueError(f"unknown bucket weighting {kind!r}; known: {sorted(WEIGHT_FNS)}{hint}")
+    weightings = sorted(k for k in QUESTION_SAMPLERS if not is_question_level(k))
+    if kind not in weightings:
+        hint = f" ({kind} is a question-level sampler; use sample_questions)" if kind in QUESTION_SAMPLERS else ""
+        raise ValueError(f"unknown bucket weighting {kind!r}; known: {weightings}{hint}")
     keys = np.asarray(bucket_keys, dtype=np.float64)
     if keys.ndim != 1 or keys.size == 0:
         raise ValueError("bucket_keys must be a non-empty 1-D sequence")
@@ -185,18 +206,10 @@ def sample_questions(buckets: Mapping[int, Sequence[str]], n: int, *, kind: str,
     `uniform` draws n questions uniformly without replacement from all buckets' items (concatenated in
     iteration order); the other kinds weight buckets with `bucket_weights` and run `bucket_sample`.
     """
-    if kind in QUESTION_LEVEL_SAMPLERS:
-        parts = [buckets[key] for key in buckets]
-        ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
-        total = int(ends[-1]) if len(parts) else 0
-        if n < 0 or n > total:
-            raise ValueError(f"cannot draw n={n} distinct items from {total}")
-        if not n:
-            return []
-        drawn = rng.choice(total, size=n, replace=False)  # indices into the concatenation, never built
-        where = np.searchsorted(ends, drawn, side="right")
-        starts = ends - [len(part) for part in parts]
-        return [parts[b][int(i - starts[b])] for i, b in zip(drawn, where)]
+    if kind not in QUESTION_SAMPLERS:
+        raise ValueError(f"unknown sampler {kind!r}; known: {sorted(QUESTION_SAMPLERS)}")
+    if is_question_level(kind):
+        return QUESTION_SAMPLERS[kind](buckets, n, rng)
     nonempty = {k: v for k, v in buckets.items() if len(v) > 0}
     if not nonempty:
         if n:
@@ -226,5 +239,6 @@ def std_bucket_keys(reward_stds: np.ndarray | Sequence[float], n_rollouts: int, 
     return np.floor(normalised * n_rollouts + 0.5).astype(np.int64)
 
 
-__all__ = ["N_EXP_ROUNDINGS", "QUESTION_LEVEL_SAMPLERS", "WEIGHT_FNS", "bucket_sample", "bucket_weights", "n_replay",
+__all__ = ["N_EXP_ROUNDINGS", "QUESTION_SAMPLERS", "WEIGHT_FNS", "bucket_sample", "bucket_weights", "is_question_level",
+           "n_replay",
            "restrict_range", "sample_questions", "std_bucket_keys"]

@@ -18,11 +18,10 @@ Departures from the paper, stated up front:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.registry import SELECTION_METRICS, SELECTION_MODES
 
 RELEASED_CHUNK_SIZE = 8
 """The released scoring forward pass runs in chunks of 8 candidates (`BATCH_SIZE = 8` in `compute_postcal_metrics`)."""
@@ -64,6 +63,8 @@ def _masked_row_mean(values: torch.Tensor, mask: torch.Tensor, name: str) -> tor
 _Opt = torch.Tensor | None
 
 
+@SELECTION_METRICS.register("entropy", doc="mean full-vocabulary token entropy over the response (released `ent`)",
+                            needs="entropy")
 def _score_entropy(token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor,
                    generator: torch.Generator | None) -> torch.Tensor:
     if token_entropy is None:
@@ -71,6 +72,8 @@ def _score_entropy(token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor,
     return _masked_row_mean(token_entropy, mask, "token_entropy")
 
 
+@SELECTION_METRICS.register("nll", doc="mean −log π of the response tokens, log-PPL (Alg. 1 line 11, §F.3)",
+                            needs="logp")
 def _score_nll(token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor,
                generator: torch.Generator | None) -> torch.Tensor:
     if token_logp is None:
@@ -78,17 +81,20 @@ def _score_nll(token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor,
     return _masked_row_mean(-token_logp, mask, "token_logp")
 
 
+@SELECTION_METRICS.register("random", doc="U[0,1) per candidate: no scoring pass (w/o T. Selection)",
+                            needs="none")
 def _score_random(token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor,
                   generator: torch.Generator | None) -> torch.Tensor:
     return torch.rand(mask.shape[0], generator=generator)
 
 
-SCORE_FNS: dict[str, Callable[..., torch.Tensor]] = {
-    "entropy": _score_entropy,
-    "nll": _score_nll,
-    "random": _score_random,
-}
-"""`cfg.selection_metric` → fn(token_entropy, token_logp, mask, generator) -> [N] scores."""
+SCORE_FNS = SELECTION_METRICS
+"""`cfg.selection_metric` → fn(token_entropy, token_logp, mask, generator) -> [N] scores (the registry)."""
+
+
+def metric_needs(metric: str) -> str:
+    """What a selection metric reads from the scoring pass: `entropy`, `logp` or `none`."""
+    return str(SELECTION_METRICS.entry(metric).extra.get("needs", "entropy"))
 
 
 def sequence_scores(
@@ -218,13 +224,24 @@ def select_index(scores: torch.Tensor, mode: str, generator: torch.Generator | N
     """
     if scores.dim() != 1 or scores.numel() == 0:
         raise ValueError(f"scores must be a non-empty 1-D tensor, got shape {tuple(scores.shape)}")
-    if mode == "argmin":
-        return int(torch.argmin(scores).item())
-    if mode == "argmax":
-        return int(torch.argmax(scores).item())
-    if mode == "random":
-        return int(torch.randint(scores.numel(), (1,), generator=generator).item())
-    raise ConfigError("selection_mode", f"got {mode!r}, expected one of ['argmax', 'argmin', 'random']")
+    if mode not in SELECTION_MODES:
+        raise ConfigError("selection_mode", f"got {mode!r}, expected one of {sorted(SELECTION_MODES)}")
+    return int(SELECTION_MODES[mode](scores, generator))
+
+
+@SELECTION_MODES.register("argmin", doc="the lowest score (paper: the lowest-entropy correct trajectory)")
+def _pick_argmin(scores: torch.Tensor, generator: torch.Generator | None) -> int:
+    return int(torch.argmin(scores).item())
+
+
+@SELECTION_MODES.register("argmax", doc="the highest score (\"w/ Highest-Entropy T.\", Table 6)")
+def _pick_argmax(scores: torch.Tensor, generator: torch.Generator | None) -> int:
+    return int(torch.argmax(scores).item())
+
+
+@SELECTION_MODES.register("random", doc="uniform over the candidates, scores ignored (\"w/o T. Selection\")")
+def _pick_random(scores: torch.Tensor, generator: torch.Generator | None) -> int:
+    return int(torch.randint(scores.numel(), (1,), generator=generator).item())
 
 
 def candidate_scores(
@@ -256,6 +273,8 @@ def candidate_scores(
     if metric == "random" or cfg.entropy_mask == "response":
         return sequence_scores(metric, token_entropy=token_entropy, token_logp=token_logp, mask=mask,
                                generator=generator)
+    if metric not in ("entropy", "nll"):  # the released mask is defined for the released metrics only
+        raise ConfigError("entropy_mask", f"'as_released' applies to selection_metric entropy or nll, got {metric!r}")
     if response_ids is None or pad_id is None:
         raise ValueError("entropy_mask='as_released' needs response_ids [N, T] and pad_id")
     source = token_entropy if metric == "entropy" else (None if token_logp is None else -token_logp)
@@ -268,6 +287,9 @@ def candidate_scores(
 __all__ = [
     "RELEASED_CHUNK_SIZE",
     "SCORE_FNS",
+    "SELECTION_METRICS",
+    "SELECTION_MODES",
+    "metric_needs",
     "candidate_scores",
     "released_entropy_mask",
     "released_sequence_scores",

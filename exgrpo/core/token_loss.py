@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from exgrpo.core.registry import REPLAY_WEIGHTINGS
+
 LOG_RATIO_CLAMP = 20.0
 """Default |log π_θ − log π_old| bound before exp (`ExGRPOConfig.log_ratio_clamp`; verl 0.9; the release has none)."""
 
@@ -65,37 +67,39 @@ SHAPING_FNS: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
 """Shaping name → fn(ratio [B,T], beta) -> weight [B,T]; the replayed token loss is −A·weight."""
 
 
+def _clip_weight(ratio: torch.Tensor, clip_eps: float, beta: float) -> torch.Tensor:  # noqa: ARG001
+    return torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+
+
+@REPLAY_WEIGHTINGS.register("shaped", doc="−f(w)·A with f(w) = w/(w+β) (paper, released p_div_p_0.1)",
+                            weight=lambda ratio, clip_eps, beta: SHAPING_FNS["shaped"](ratio, beta))
 def _replay_shaped(ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float,  # noqa: ARG001
                    beta: float) -> tuple[torch.Tensor, torch.Tensor]:
     return -adv * SHAPING_FNS["shaped"](ratio, beta), torch.zeros_like(ratio, dtype=torch.bool)
 
 
+@REPLAY_WEIGHTINGS.register("clipped", doc="PPO's clipped surrogate on the replayed ratio (\"w/o Shaping\", Table 6)",
+                            weight=_clip_weight)
 def _replay_clipped(ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float,
                     beta: float) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ARG001
     return ppo_clip_token_loss(ratio, adv, clip_eps)
 
 
+@REPLAY_WEIGHTINGS.register("unclipped", doc="−w·A, no clip (released no_reshape)",
+                            weight=lambda ratio, clip_eps, beta: ratio)
 def _replay_unclipped(ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float,  # noqa: ARG001
                       beta: float) -> tuple[torch.Tensor, torch.Tensor]:
     return -adv * SHAPING_FNS["identity"](ratio, beta), torch.zeros_like(ratio, dtype=torch.bool)
 
 
-REPLAY_TOKEN_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor, float, float],
-                                        tuple[torch.Tensor, torch.Tensor]]] = {
-    "shaped": _replay_shaped,
-    "clipped": _replay_clipped,
-    "unclipped": _replay_unclipped,
-}
-"""`replay_shaping` → fn(ratio [B,T], adv [B,1], clip_eps, beta) -> ([B,T] loss, [B,T] bool clipped)."""
+REPLAY_TOKEN_LOSSES = REPLAY_WEIGHTINGS
+"""`replay_shaping` → fn(ratio [B,T], adv [B,1], clip_eps, beta) -> ([B,T] loss, [B,T] bool clipped) (the registry)."""
 
 
 def replay_weight(ratio: torch.Tensor, replay_shaping: str, clip_eps: float, beta: float) -> torch.Tensor:
     """The factor that multiplies −A on a replayed token, for metrics: f(w), clip(w) or w. Args: ratio [B, T]."""
-    if replay_shaping == "shaped":
-        return SHAPING_FNS["shaped"](ratio, beta)
-    if replay_shaping == "clipped":
-        return torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    return ratio
+    weight = REPLAY_WEIGHTINGS.entry(replay_shaping).extra.get("weight")
+    return ratio if weight is None else weight(ratio, clip_eps, beta)
 
 
 @dataclass

@@ -134,7 +134,8 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
                 _write_row(log, val, tracker)
                 if M.VAL_ACC.name in val:  # the release's best-validation checkpoint (tiny/best.py)
                     maybe_save_best(ckpt_dir, step, val[M.VAL_ACC.name], model=model, tokenizer=tokenizer)
-            if step % args.ckpt_every == 0 or step == args.steps:
+            # a segment's last step (stop_after, exgrpo.cluster.segment_stops) always checkpoints: the next job resumes
+            if step % args.ckpt_every == 0 or step == args.steps or (args.stop_after and step >= args.stop_after):
                 log.flush()
                 os.fsync(log.fileno())
                 save_checkpoint(ckpt_dir, step, model=model, tokenizer=tokenizer, optimizer=trainer.optimizer,
@@ -199,8 +200,8 @@ def load_questions(data_dir: Path, split: str, tokenizer: Any, size: int = 0,
         rows = rows[:size]
     if not rows:
         raise ConfigError("train_difficulties", f"no question of difficulty {list(difficulties)} in {data_dir}")
-    return [Question(row["qid"], encode_prompt(tokenizer, row["prompt"]), str(row["answer"]), row["kind"])
-            for row in rows]
+    return [Question(row["qid"], encode_prompt(tokenizer, row["prompt"]), str(row["answer"]), row["kind"],
+                     tuple(row.get("steps") or ())) for row in rows]
 
 
 def _write_row(log: Any, row: dict[str, Any], tracker: Tracker) -> None:

@@ -283,6 +283,25 @@ def check_reasoning(problem: dict, response: str) -> bool:
     return [s.strip() for s in think.split(";")] == problem["steps"]
 
 
+def step_matches(steps: list[str] | tuple[str, ...], kind: str, answer: str, response: str) -> int:
+    """How many reasoning steps of `response` equal the canonical step at the same position (0 without
+    `</think>`); a choice problem's trailing lookup tag `(X)` is not a step. The continuous reward's part."""
+    think, _ = split_response(response)
+    if think is None:
+        return 0
+    if kind == "choice" and think.endswith(f"({answer})"):
+        think = think[:-len(f"({answer})")]
+    given = [s.strip() for s in think.split(";")]
+    return sum(1 for i, step in enumerate(steps) if i < len(given) and given[i] == step)
+
+
+def step_credit(steps: list[str] | tuple[str, ...], kind: str, answer: str, response: str,
+                answer_reward: float) -> float:
+    """The tiny task's continuous reward (`ExGRPOConfig.reward_kind="step_credit"`, the Table 2 analogue):
+    (steps right at their position + `answer_reward`, the binary grade) / (number of canonical steps + 1)."""
+    return (step_matches(steps, kind, answer, response) + float(answer_reward)) / (len(steps) + 1)
+
+
 def classify(problem: dict, response: str) -> str:
     """`logical` (right answer, all steps right), `lucky` (right answer, a wrong step) or `wrong`."""
     if not answer_correct(problem, response):

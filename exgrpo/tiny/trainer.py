@@ -33,7 +33,7 @@ from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
 from exgrpo.core.reward import Verifier
-from exgrpo.core.selection import candidate_scores
+from exgrpo.core.selection import candidate_scores, metric_needs
 from exgrpo.tiny.rollout import generate, score
 
 
@@ -83,6 +83,8 @@ class Question:
     prompt_ids: list[int]
     answer: str
     kind: str
+    steps: tuple[str, ...] = ()
+    """The canonical reasoning steps (the continuous reward `step_credit` grades them)."""
 
 
 class CPUTrainer:
@@ -123,10 +125,15 @@ class CPUTrainer:
                             generator=self.generators["rollout"])
         rewards = self.verifier.scores(roll.texts, [self.questions[q].answer for q in owners],
                                        [self.questions[q].kind for q in owners])
+        if self.cfg.reward_kind == "binary":
+            # stored trajectories are correct by construction: the replayed rows' reward is 1
+            replay_rewards = [1.0] * len(chosen)
+        else:
+            rewards = self._continuous(owners, roll.texts, rewards)
+            replay_rewards = self._replay_rewards(replay_qids, chosen)
         t_roll = time.perf_counter() - t0 - t_sel
 
-        # stored trajectories are correct by construction: the replayed rows' reward is 1
-        rows = core_step.step_rows(qids, slots, is_replay, [*np.asarray(rewards, dtype=np.float32), *[1.0] * len(chosen)],
+        rows = core_step.step_rows(qids, slots, is_replay, [*np.asarray(rewards, dtype=np.float32), *replay_rewards],
                                    K)
         batch = self._assemble(rows, roll, chosen)
         update_metrics = self._update(batch)
@@ -155,6 +162,24 @@ class CPUTrainer:
         return metrics
 
     # ------------------------------------------------------------------ pieces
+    def _continuous(self, qids: list[str], texts: list[str], answer_rewards: Any) -> list[float]:
+        """`reward_kind="step_credit"`: the continuous reward of each response (exgrpo.tiny.task.step_credit)."""
+        from exgrpo.tiny.task import step_credit
+
+        return [step_credit(self.questions[q].steps, self.questions[q].kind, self.questions[q].answer, text, float(r))
+                for q, text, r in zip(qids, texts, answer_rewards)]
+
+    def _replay_rewards(self, qids: list[str], chosen: list[Trajectory]) -> list[float]:
+        """A replayed trajectory's own continuous reward (a stored one was above its group's mean, not 1)."""
+        if not chosen:
+            return []
+        eos = self.tok.eos_token_id
+        texts = [self.tok.decode(t.token_ids[:-1] if len(t.token_ids) and int(t.token_ids[-1]) == eos else t.token_ids,
+                                 skip_special_tokens=False) for t in chosen]
+        grades = self.verifier.scores(texts, [self.questions[q].answer for q in qids],
+                                      [self.questions[q].kind for q in qids])
+        return self._continuous(qids, texts, grades)
+
     def _select_all(self, qids: list[str]) -> list[Trajectory]:
         """o* per replayed question, in plan order (`core.step.choose_replayed`; paper §4.1).
 
@@ -172,7 +197,7 @@ class CPUTrainer:
             self.model.eval()
             with torch.no_grad():
                 logp, ent = score(self.model, [self.questions[q].prompt_ids for q, _ in flat], ids, mask,
-                                  temperature=1.0, with_entropy=self.cfg.selection_metric == "entropy")
+                                  temperature=1.0, with_entropy=metric_needs(self.cfg.selection_metric) == "entropy")
             scores = candidate_scores(self.cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids,
                                       pad_id=self.tok.pad_token_id)
         picked = core_step.choose_replayed(self.cfg, qids, cands, self.generators["select"], scores)

@@ -222,6 +222,9 @@ def check_verl_config(config: Any) -> ExGRPOConfig:
     if cfg.fresh_anchored:  # the agent loop's batch is train_batch_size prompts; B + n_exp is untested there
         raise ConfigError("exgrpo.config.fresh_anchored", "is a CPU-trainer setting (the tiny regime map); the "
                                                           "verl plug-in trains B - n_exp fresh + n_exp replayed")
+    if cfg.reward_kind != "binary":  # the plug-in's reward function grades answers; step credit is the tiny trainer's
+        raise ConfigError("exgrpo.config.reward_kind", f"{cfg.reward_kind!r} is a CPU-trainer reward (the tiny Table 2 "
+                                                       "analogue); the verl plug-in trains on the binary reward")
     actor = "actor_rollout_ref.actor"
     expected = {
         "actor_rollout_ref.rollout.n": cfg.n_rollouts,

@@ -66,6 +66,7 @@ rule train_tiny:
         data=study_data,
         init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
+        segments=last_segment,  # the segment before it, under a partition limit (segments.smk)
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
@@ -80,7 +81,7 @@ rule train_tiny:
         "../envs/cpu.yaml"
     threads: backbone_threads("train")
     resources:
-        **backbone_resources("train"),
+        **train_resources(),
     params:
         data=input_folder("data"),
         init=input_folder("init"),

@@ -1,0 +1,72 @@
+"""Segments under a partition time limit: a forced tiny limit turns a CPU-trainer run into a chain of SLURM jobs
+(through the stand-in SLURM commands) that each train to a step budget, checkpoint and exit; the chain ends with
+the same weights and the same log as one uninterrupted job."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from exgrpo.cluster import segment_count, segment_runtime, segment_stops
+
+HERE = Path(__file__).resolve().parent
+STANDINS = HERE / "slurm_standins"
+FAST = ("--retries", "0", "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
+        "--latency-wait", "1")
+RUN = "results/smoke/train/tiny-math-small/exgrpo/s0"
+CKPT = "work/smoke/ckpt/tiny-math-small/exgrpo/s0"
+
+
+@pytest.mark.parametrize(("steps", "runtime", "limit", "stops", "minutes"), [
+    (700, 2880, None, [], 2880),                       # no limit: one job
+    (700, 2880, 2880, [], 2880),                       # fits
+    (700, 2880, 1440, [350], 1440),                    # 48 h at a 24 h limit: two jobs of 350 steps
+    (500, 2160, 1000, [167, 334], 720),                # three jobs: ⌈500/3⌉ = 167 steps each, 12 h requested
+    (6, 30, 10, [2, 4], 10),                           # the test below: smoke budget, 30 min at a 10 min limit
+    (3, 30, 1, [1, 2], 1),                             # more segments than steps: one step each, never empty
+])
+def test_segment_model_by_hand(steps, runtime, limit, stops, minutes):
+    assert segment_stops(steps, runtime, limit) == stops
+    assert segment_runtime(runtime, limit) == minutes and segment_count(runtime, limit) >= len(stops) + 1
+
+
+def _log(root: Path) -> list[dict]:
+    with gzip.open(root / RUN / "log.jsonl.gz", "rt") as fh:
+        rows = [json.loads(line) for line in fh]
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # timings differ
+
+
+@pytest.mark.segments
+def test_a_run_cut_into_segments_ends_where_one_job_ends(tmp_path, snakemake, workflow_copier):
+    one = workflow_copier(tmp_path / "one")
+    ref = snakemake("--cores", "1", RUN + "/run.json", cwd=one, timeout=1800)
+    assert ref.returncode == 0, ref.stdout[-3000:]
+
+    cut = workflow_copier(tmp_path / "cut")
+    state = cut / ".fakeslurm"
+    env = {"FAKE_SLURM_STATE": str(state), "EXGRPO_SLURM_ACCOUNT": "exgrpo-test",
+           "EXGRPO_SLURM_PARTITION": "standin-cpu"}
+    res = snakemake("--profile", "slurm", RUN + "/run.json", "--config", "partition_limit_min=10", *FAST,
+                    cwd=cut, path_prefix=STANDINS, env=env, timeout=1800)
+    assert res.returncode == 0, res.stdout[-3000:]
+
+    calls = [json.loads(line)["argv"] for line in (state / "sbatch_calls.jsonl").read_text().splitlines()]
+    train = [a for a in calls if a[a.index("--comment") + 1].startswith("rule_train_tiny")]
+    # two segment jobs (steps 1-2, 3-4) and the final job (5-6), each asking for 10 of the run's 30 minutes
+    assert sorted(a[a.index("--comment") + 1].split("_wildcards_")[0] for a in train) == \
+        ["rule_train_tiny", "rule_train_tiny_segment", "rule_train_tiny_segment"]
+    assert all(a[a.index("-t") + 1] == "10" for a in train)
+    seg_logs = sorted((cut / "logs/train/smoke/tiny-math-small/exgrpo").glob("s0.segment*.log"))
+    assert [p.name for p in seg_logs] == ["s0.segment1.log", "s0.segment2.log"]
+    assert "resuming from step 3" in seg_logs[1].read_text()
+    assert "resuming from step 5" in (cut / "logs/train/smoke/tiny-math-small/exgrpo/s0.log").read_text()
+
+    a, b = (json.loads((root / RUN / "run.json").read_text()) for root in (one, cut))
+    assert b["resumed_from"] == 4 and a["resumed_from"] == 0
+    assert a["summary"]["final_model_sha256"] == b["summary"]["final_model_sha256"]  # bit for bit
+    assert a["summary"]["weights_sha256"] == b["summary"]["weights_sha256"]
+    # (fingerprints are not compared: they include the two workflow copies' own paths)
+    assert _log(one) == _log(cut)  # every logged value but timings: rewards, buffer, data position, replay
