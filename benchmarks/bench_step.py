@@ -27,7 +27,8 @@ from exgrpo.core.data_order import DataOrder
 from exgrpo.io import write_json
 from exgrpo.provenance import provenance
 from exgrpo.tiny.run import load_questions
-from exgrpo.tiny.trainer import CPUTrainer, TrainArgs
+from exgrpo.tiny.trainer import CPUTrainer
+from exgrpo.trainer_settings import TrainerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,7 +57,7 @@ def main() -> None:
         task.write_dataset(tmp, task.make_splits(0))
         tok = AutoTokenizer.from_pretrained(args.model)
         train = load_questions(Path(tmp), "train", tok)
-    targs = TrainArgs(batch_size=args.batch_size, val_every=0)
+    targs = TrainerSettings(batch_size=args.batch_size, val_every=0)
     runs = {}
     for method, overrides in (("on_policy", {}), ("exgrpo", {"delayed_start": False,
                                                              "collect_before_activation": True})):

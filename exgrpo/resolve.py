@@ -22,7 +22,6 @@ runtime trains exactly what was validated, with no `--set` strings in between.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -33,6 +32,7 @@ from typing import Any
 from exgrpo.backbones import backbone_method_settings
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig, config_for
 from exgrpo.io import hash_file
+from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
 
 PRECEDENCE = ("defaults", "backbone", "variant", "budget", "overrides")
 """Layers of `resolve`, lowest first (module docstring)."""
@@ -45,11 +45,9 @@ BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
                           "max_new_tokens": 48},
               "method": {"delayed_start": False, "collect_before_activation": True}},
 }
-"""Budget presets: `method` (ExGRPOConfig fields) and `trainer` (CPU TrainArgs fields) settings."""
+"""Budget presets: `method` (ExGRPOConfig fields) and `trainer` (TrainerSettings fields) settings."""
 
 RUN_FILE_FORMAT = 1
-RUNTIME_ONLY = frozenset({"threads", "stop_after"})
-"""TrainArgs fields that say where or how far a process runs, not what it trains (not fingerprinted)."""
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
@@ -94,16 +92,13 @@ def resolve(backbone: Mapping[str, Any], variant: str, overrides: Mapping[str, A
 
 def trainer_settings(backbone: Mapping[str, Any], budget: str, overrides: Mapping[str, Any] | None = None
                      ) -> dict[str, Any]:
-    """CPU-trainer settings (TrainArgs fields) of a tiny run: backbone steps and length, budget, overrides."""
+    """Trainer settings (TrainerSettings fields) of a tiny run: backbone steps and length, budget, overrides.
+
+    Only the fields these layers set (the schema's defaults fill the rest where a runtime reads them); checked
+    against the schema, so an unknown or out-of-range value is refused here, naming `trainer.<field>`."""
     values: dict[str, Any] = {"steps": int(backbone["steps"]), "max_new_tokens": int(backbone["max_response_length"]),
                               **BUDGETS[budget].get("trainer", {}), **(overrides or {})}
-    if overrides:  # the presets above are known-good; importing the trainer (torch) only to check user keys
-        from exgrpo.tiny.trainer import TrainArgs
-
-        known = {f.name for f in dataclasses.fields(TrainArgs)}
-        for key in overrides:
-            if key not in known:
-                raise ConfigError(f"trainer.{key}", f"unknown CPU-trainer setting; known: {', '.join(sorted(known))}")
+    TrainerSettings.from_dict(values)
     return values
 
 
@@ -120,7 +115,8 @@ class RunSpec:
     """Seed of the training-data shuffle (the study's `data_order_seed`; the release fixes 47)."""
     method: ExGRPOConfig
     trainer: dict[str, Any]
-    """CPU-trainer settings (tiny scale); empty at paper scale, where the verl config holds them."""
+    """Trainer settings (TrainerSettings fields the run sets; tiny scale); empty at paper scale, where the verl
+    config holds them."""
     arm: str | None = None
     """The regime arm this run is (`on_policy-b24`: its results folder name, docs/regimes.md); None outside the
     regime map. A label only: what the arm changes is already in `method` and `trainer`."""
@@ -174,6 +170,7 @@ def read_run_file(path: str | Path) -> RunSpec:
     if missing or data.get("format") != RUN_FILE_FORMAT:
         raise ConfigError(str(path), f"not a run file of format {RUN_FILE_FORMAT} (missing {missing or 'format'})")
     method = ExGRPOConfig.from_dict(data["method"], where=f"{path}: method.")
+    TrainerSettings.from_dict(data["trainer"], where=f"{path}: trainer.")
     if data["variant"] not in ABLATIONS:
         raise ConfigError(f"{path}: variant", f"unknown variant {data['variant']!r}")
     return RunSpec(backbone=data["backbone"], variant=data["variant"], seed=int(data["seed"]),
@@ -207,10 +204,10 @@ def weights_digest(model_dir: str | Path) -> str:
 
 
 CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
-    "train_tiny": ("config.py", "resolve.py", "core", "tiny"),
-    "train_paper": ("config.py", "resolve.py", "core", "verl_plugin"),
-    # the plug-in's CPU mode also runs the tiny route (tiny splits, TrainArgs) and the project's sampler
-    "train_verl_cpu": ("config.py", "resolve.py", "core", "verl_plugin", "tiny/rollout.py", "tiny/trainer.py",
+    "train_tiny": ("config.py", "trainer_settings.py", "resolve.py", "core", "tiny"),
+    "train_paper": ("config.py", "trainer_settings.py", "resolve.py", "core", "verl_plugin"),
+    # the plug-in's CPU mode also runs the tiny route (tiny splits, trainer settings) and the project's sampler
+    "train_verl_cpu": ("config.py", "trainer_settings.py", "resolve.py", "core", "verl_plugin", "tiny/rollout.py", "tiny/trainer.py",
                        "tiny/splits.py", "tiny/task.py"),
     "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "tiny/rollout.py"),
 }

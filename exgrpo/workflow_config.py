@@ -65,7 +65,7 @@ class Study:
     """What trains the runs: `tiny` (the CPU trainer, exgrpo/tiny) or `verl` (the plug-in; always at paper
     scale, and on CPU for a tiny-scale study: exgrpo.verl_plugin.tiny_route)."""
     trainer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """CPU-trainer settings (TrainArgs fields) for every run of the study, on top of its budget's."""
+    """Trainer settings (TrainerSettings fields) for every run of the study, on top of its budget's."""
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and

@@ -14,6 +14,7 @@ from typing import Any
 
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig
 from exgrpo.resolve import BUDGETS, RunSpec, read_run_file, run_spec
+from exgrpo.trainer_settings import TrainerSettings
 
 HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant); resumes from --ckpt"
 
@@ -35,16 +36,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write TensorBoard events next to the log (<ckpt>/tensorboard/); needs tensorboard")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (not part of the run's identity)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an ExGRPOConfig field or a TrainArgs field (repeatable)")
+                   help="override an ExGRPOConfig field or a TrainerSettings field (repeatable)")
 
 
 def resolve_cli(backbone_name: str, backbone: dict[str, Any], variant: str, seed: int, budget: str,
                 overrides: list[str]) -> RunSpec:
     """The run of `--set KEY=VALUE` strings: parsed by field type, then exgrpo.resolve.run_spec."""
-    from exgrpo.tiny.trainer import TrainArgs
-
     method_fields = {f.name: f.type for f in dataclasses.fields(ExGRPOConfig)}
-    trainer_fields = {f.name: f.type for f in dataclasses.fields(TrainArgs)}
+    trainer_fields = {f.name: f.type for f in dataclasses.fields(TrainerSettings)}
     method: dict[str, Any] = {}
     trainer: dict[str, Any] = {}
     for item in overrides:
@@ -56,7 +55,7 @@ def resolve_cli(backbone_name: str, backbone: dict[str, Any], variant: str, seed
         elif key in trainer_fields:
             trainer[key] = _parse(key, raw, trainer_fields[key])
         else:
-            raise ConfigError(key, "unknown setting (neither an ExGRPOConfig nor a TrainArgs field)")
+            raise ConfigError(key, "unknown setting (neither an ExGRPOConfig nor a TrainerSettings field)")
     return run_spec(backbone_name, backbone, variant, seed, budget=budget, overrides=method,
                     trainer_overrides=trainer, where="--set ")
 
@@ -78,7 +77,6 @@ def _parse(key: str, raw: str, typ: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from exgrpo.backbones import load_backbone
     from exgrpo.tiny.run import load_questions, run_training
-    from exgrpo.tiny.trainer import TrainArgs
 
     if args.run_file is not None:
         if args.backbone or args.method or args.overrides:
@@ -94,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     trainer = dict(spec.trainer)
     if args.threads is not None:
         trainer["threads"] = args.threads
-    targs = TrainArgs(**trainer)
+    targs = TrainerSettings.from_dict(trainer)
     ckpt = args.ckpt or Path("work/tiny/ckpt") / spec.backbone / spec.label / f"s{spec.seed}"
     from transformers import AutoTokenizer
 

@@ -36,7 +36,7 @@ from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
-from exgrpo.resolve import RUNTIME_ONLY, RunSpec, code_digest, file_digest, fingerprint
+from exgrpo.resolve import RunSpec, code_digest, file_digest, fingerprint
 from exgrpo.resolve import weights_digest as model_dir_digest
 from exgrpo.tiny.best import clear_best, maybe_save_best
 from exgrpo.tiny.checkpoint import (
@@ -47,10 +47,11 @@ from exgrpo.tiny.checkpoint import (
     save_checkpoint,
 )
 from exgrpo.tiny.tracker import TENSORBOARD_DIR, Tracker, open_tracker
-from exgrpo.tiny.trainer import CPUTrainer, Question, TrainArgs, weights_digest
+from exgrpo.tiny.trainer import CPUTrainer, Question, weights_digest
+from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
 
 
-def run_fingerprint(cfg: ExGRPOConfig, args: TrainArgs, seed: int, data_order_seed: int, data_dir: Path | None,
+def run_fingerprint(cfg: ExGRPOConfig, args: TrainerSettings, seed: int, data_order_seed: int, data_dir: Path | None,
                     model_dir: Path) -> tuple[str, dict[str, Any]]:
     """(fingerprint, its parts) of a CPU training run: what decides the weights it produces."""
     parts = {"method": cfg.to_dict(),
@@ -62,7 +63,7 @@ def run_fingerprint(cfg: ExGRPOConfig, args: TrainArgs, seed: int, data_order_se
 
 
 def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[Question]], cfg: ExGRPOConfig,
-                 args: TrainArgs, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any],
+                 args: TrainerSettings, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any],
                  data_dir: Path | None = None, spec: RunSpec | None = None,
                  logger: str = "jsonl") -> dict[str, Any]:
     """Train (or resume, or recognise as done) and write the results. Returns the final summary.
@@ -185,7 +186,7 @@ def load_questions(data_dir: Path, split: str, tokenizer: Any, size: int = 0,
     """A split of the tiny task as trainer questions (prompt token ids via the chat template).
 
     `difficulties` keeps the questions with those numbers of operations, then `size` (> 0) the first `size` of
-    them in the split's stored order, which is shuffled (TrainArgs.train_difficulties, train_size).
+    them in the split's stored order, which is shuffled (TrainerSettings.train_difficulties, train_size).
     """
     from exgrpo.tiny.task import load_split
     from exgrpo.tiny.tokenizer import encode_prompt

@@ -18,6 +18,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from exgrpo.core.buffer import Trajectory  # noqa: E402
+from exgrpo.trainer_settings import TrainerSettings  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
@@ -96,7 +97,7 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
 
     # ---- the CPU trainer's adapter (its step(), with the model, sampler and verifier replaced)
     cpu = object.__new__(tiny.CPUTrainer)
-    cpu.cfg, cpu.args, cpu.seed = base, tiny.TrainArgs(mini_batches=1, max_new_tokens=8), seed
+    cpu.cfg, cpu.args, cpu.seed = base, TrainerSettings(mini_batches=1, max_new_tokens=8), seed
     cpu.questions = {q: tiny.Question(q, [3, 4, 5], "1", "int") for q in ("q0", "q1", "q3")}
     cpu.manager, cpu.tok = _PlanManager(plan, cands), SimpleNamespace(pad_token_id=0)
     cpu.model = SimpleNamespace(eval=lambda: None, train=lambda: None)
