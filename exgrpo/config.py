@@ -24,6 +24,8 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, get_type_hints
 
+from exgrpo.suggest import unknown
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid. The message names the field and what was expected.
@@ -346,7 +348,7 @@ def config_for(variant: str, **overrides: Any) -> ExGRPOConfig:
     backbone's and the budget's settings in its documented order."""
     variant = VARIANT_ALIASES.get(variant, variant)
     if variant not in ABLATIONS:
-        raise ConfigError("variant", f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
+        raise ConfigError("variant", unknown("variant", variant, ABLATIONS))
     return ExGRPOConfig.from_dict({**ABLATIONS[variant], **overrides})
 
 

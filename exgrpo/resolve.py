@@ -32,6 +32,7 @@ from typing import Any
 from exgrpo.backbones import backbone_method_settings
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig, config_for
 from exgrpo.io import hash_file
+from exgrpo.suggest import unknown
 from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
 
 PRECEDENCE = ("defaults", "backbone", "variant", "budget", "overrides")
@@ -55,7 +56,7 @@ def check_overrides(variant: str, overrides: Mapping[str, Any], where: str = "")
     """Refuse overrides that would turn `variant` into something else (ConfigError naming the field)."""
     if variant not in ABLATIONS:
         raise ConfigError(f"{where}variant".rstrip("."),
-                          f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
+                          unknown("variant", variant, ABLATIONS))
     own = {"method": ExGRPOConfig().method, **ABLATIONS[variant]}
     for key, value in overrides.items():
         if key in own and value != own[key]:
@@ -81,7 +82,7 @@ def resolve(backbone: Mapping[str, Any], variant: str, overrides: Mapping[str, A
     overrides = dict(overrides or {})
     check_overrides(variant, overrides, where)
     if budget not in BUDGETS:
-        raise ConfigError("budget", f"unknown budget {budget!r}; known: {', '.join(sorted(BUDGETS))}")
+        raise ConfigError("budget", unknown("budget", budget, BUDGETS))
     values = {**backbone_method_settings(backbone), **ABLATIONS[variant], **BUDGETS[budget].get("method", {})}
     try:
         ExGRPOConfig.from_dict(values)
@@ -172,7 +173,7 @@ def read_run_file(path: str | Path) -> RunSpec:
     method = ExGRPOConfig.from_dict(data["method"], where=f"{path}: method.")
     TrainerSettings.from_dict(data["trainer"], where=f"{path}: trainer.")
     if data["variant"] not in ABLATIONS:
-        raise ConfigError(f"{path}: variant", f"unknown variant {data['variant']!r}")
+        raise ConfigError(f"{path}: variant", unknown("variant", data["variant"], ABLATIONS))
     return RunSpec(backbone=data["backbone"], variant=data["variant"], seed=int(data["seed"]),
                    budget=data["budget"], scale=data["scale"], data_order_seed=int(data["data_order_seed"]),
                    method=method, trainer=dict(data["trainer"]), arm=data.get("arm"))
