@@ -49,12 +49,12 @@ def main() -> None:
     from _machine import machine
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from exgrpo.tiny import task
+    from exgrpo.tiny import splits as tiny_splits
 
     load_before = os.getloadavg()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        task.write_dataset(tmp, task.make_splits(0))
+        tiny_splits.write_dataset(tmp, tiny_splits.make_splits(0))
         tok = AutoTokenizer.from_pretrained(args.model)
         train = load_questions(Path(tmp), "train", tok)
     targs = TrainerSettings(batch_size=args.batch_size, val_every=0)

@@ -188,7 +188,7 @@ def load_questions(data_dir: Path, split: str, tokenizer: Any, size: int = 0,
     `difficulties` keeps the questions with those numbers of operations, then `size` (> 0) the first `size` of
     them in the split's stored order, which is shuffled (TrainerSettings.train_difficulties, train_size).
     """
-    from exgrpo.tiny.task import load_split
+    from exgrpo.tiny.splits import load_split
     from exgrpo.tiny.tokenizer import encode_prompt
 
     rows = [r for r in load_split(data_dir, split) if not difficulties or r["difficulty"] in difficulties]
