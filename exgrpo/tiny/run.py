@@ -87,13 +87,7 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
         print(f"{meta.get('name', 'run')}: finished with the same fingerprint {fp[:12]} ({out_dir / 'run.json'}); "
               "not training again", flush=True)
         return done
-    resume = latest_checkpoint(ckpt_dir)
-    if resume is not None and checkpoint_fingerprint(resume) != fp:
-        print(f"{meta.get('name', 'run')}: checkpoint {resume} was made by another configuration, data, init or "
-              f"code (fingerprint {str(checkpoint_fingerprint(resume))[:12]}, this run {fp[:12]}): discarding "
-              "the checkpoints and starting from step 1", flush=True)
-        discard_checkpoints(ckpt_dir)
-        resume = None
+    resume = _own_checkpoint(ckpt_dir, fp, meta.get("name", "run"))
     source = resume / "model" if resume else model_dir
     if not (source / "config.json").exists():
         raise FileNotFoundError(f"{source}: no HF model (config.json) found; run `exgrpo sft` first")
@@ -145,13 +139,7 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
             if args.stop_after and step >= args.stop_after:
                 return {"stopped_at": step}
 
-    final = ckpt_dir / "final"
-    tmp = ckpt_dir / "final.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    final = _save_final(ckpt_dir, model, tokenizer)
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     val = [r["val/acc"] for r in rows if "val/acc" in r]
     summary = {"final_val_acc": val[-1] if val else None, "weights_sha256": weights_digest(model),
@@ -162,6 +150,31 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
         **meta, summary=summary, wall_time_s=time.perf_counter() - t_run, resumed_from=start - 1,
         fingerprint=fp, fingerprint_parts=fp_parts))
     return summary
+
+
+def _own_checkpoint(ckpt_dir: Path, fp: str, name: str) -> Path | None:
+    """The latest checkpoint under `ckpt_dir` if it has this run's fingerprint `fp`; checkpoints of any other
+    fingerprint are discarded (saying so), and None means training starts from step 1."""
+    resume = latest_checkpoint(ckpt_dir)
+    if resume is not None and checkpoint_fingerprint(resume) != fp:
+        print(f"{name}: checkpoint {resume} was made by another configuration, data, init or "
+              f"code (fingerprint {str(checkpoint_fingerprint(resume))[:12]}, this run {fp[:12]}): discarding "
+              "the checkpoints and starting from step 1", flush=True)
+        discard_checkpoints(ckpt_dir)
+        resume = None
+    return resume
+
+
+def _save_final(ckpt_dir: Path, model: Any, tokenizer: Any) -> Path:
+    """Write the final HF model to `<ckpt>/final` via a sibling temp folder (never a half-written final)."""
+    final = ckpt_dir / "final"
+    tmp = ckpt_dir / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final
 
 
 def _finished(out_dir: Path, ckpt_dir: Path, fp: str) -> dict[str, Any] | None:
