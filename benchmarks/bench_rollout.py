@@ -107,14 +107,15 @@ def main() -> None:
 
     from exgrpo.io import write_json
     from exgrpo.provenance import provenance
-    from exgrpo.tiny import models, task
+    from exgrpo.tiny import models
+    from exgrpo.tiny import splits as tiny_splits
     from exgrpo.tiny.tokenizer import build_tokenizer, encode_questions
 
     load_before = os.getloadavg()
     torch.set_num_threads(args.threads)
     if args.batch % args.group:
         parser.error(f"--batch {args.batch} is not a multiple of --group {args.group}")
-    rows = [row for row in task.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
+    rows = [row for row in tiny_splits.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
             for _ in range(args.group)]
     per_model = {}
     for backbone in args.backbones.split(","):

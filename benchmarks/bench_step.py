@@ -27,7 +27,8 @@ from exgrpo.core.data_order import DataOrder
 from exgrpo.io import write_json
 from exgrpo.provenance import provenance
 from exgrpo.tiny.run import load_questions
-from exgrpo.tiny.trainer import CPUTrainer, TrainArgs
+from exgrpo.tiny.trainer import CPUTrainer
+from exgrpo.trainer_settings import TrainerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,15 +49,15 @@ def main() -> None:
     from _machine import machine
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from exgrpo.tiny import task
+    from exgrpo.tiny import splits as tiny_splits
 
     load_before = os.getloadavg()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        task.write_dataset(tmp, task.make_splits(0))
+        tiny_splits.write_dataset(tmp, tiny_splits.make_splits(0))
         tok = AutoTokenizer.from_pretrained(args.model)
         train = load_questions(Path(tmp), "train", tok)
-    targs = TrainArgs(batch_size=args.batch_size, val_every=0)
+    targs = TrainerSettings(batch_size=args.batch_size, val_every=0)
     runs = {}
     for method, overrides in (("on_policy", {}), ("exgrpo", {"delayed_start": False,
                                                              "collect_before_activation": True})):

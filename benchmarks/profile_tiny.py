@@ -115,12 +115,13 @@ def profile_rollout(model_dir: Path, batch: int, max_new_tokens: int, repeats: i
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from exgrpo.tiny import models, task
+    from exgrpo.tiny import models
+    from exgrpo.tiny import splits as tiny_splits
     from exgrpo.tiny.tokenizer import encode_questions
 
     torch.set_num_threads(1)
     model, tok = models.load_checkpoint(model_dir)
-    rows = [row for row in task.make_splits(0, {"train": 0})["test"][:batch // group] for _ in range(group)]
+    rows = [row for row in tiny_splits.make_splits(0, {"train": 0})["test"][:batch // group] for _ in range(group)]
     fns = {k: v for k, v in samplers(model, tok, encode_questions(tok, [r["question"] for r in rows]),
                                      max_new_tokens).items()
            if k not in ("hf_generate_with_scores", "exgrpo_generate_prefill_every_row")}

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.config import ConfigError
+from exgrpo.suggest import unknown
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "workflow" / "schemas"
@@ -125,7 +126,7 @@ def load_backbone(path: str | Path, name: str, scale: str | None = None) -> dict
     """One validated entry by name, optionally checking its `scale` (tiny | paper)."""
     entries = load_backbones(path)
     if name not in entries:
-        raise ConfigError("backbone", f"unknown backbone {name!r} in {path}; known: {', '.join(sorted(entries))}")
+        raise ConfigError("backbone", unknown("backbone", name, entries, f" in {path}"))
     entry = entries[name]
     if scale is not None and entry.get("scale") != scale:
         raise ConfigError(f"backbones.{name}.scale", f"expected {scale!r}, got {entry.get('scale')!r} ({path})")

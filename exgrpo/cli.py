@@ -16,12 +16,13 @@ import importlib
 import pkgutil
 import sys
 
-from exgrpo import commands
+from exgrpo import __version__, commands
 from exgrpo.config import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="exgrpo", description="ExGRPO replication suite (arXiv 2510.02245).")
+    parser.add_argument("--version", action="version", version=f"exgrpo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -32,6 +33,22 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser
+
+
+def flag_table() -> str:
+    """The markdown table of every subcommand's flags (docs/cli.md holds it; tests/test_cli_style.py checks it
+    is current). Deprecated aliases are hidden from `--help` and listed in their own column."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    rows = ["| command | flags | deprecated aliases |", "|---|---|---|"]
+    for name, cmd in sorted(sub.choices.items()):
+        flags, aliases = [], []
+        for action in cmd._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            (aliases if action.help == argparse.SUPPRESS else flags).append(action.option_strings[0])
+        rows.append(f"| `{name}` | {' '.join(f'`{f}`' for f in flags)} | {' '.join(f'`{a}`' for a in aliases)} |")
+    return "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

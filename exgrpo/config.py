@@ -26,6 +26,7 @@ from functools import lru_cache
 from typing import Any, get_type_hints
 
 from exgrpo.core.registry import PluginDict, RegistryChoices
+from exgrpo.suggest import unknown
 
 
 class ConfigError(ValueError):
@@ -394,7 +395,7 @@ def config_for(variant: str, **overrides: Any) -> ExGRPOConfig:
     backbone's and the budget's settings in its documented order."""
     variant = VARIANT_ALIASES.get(variant, variant)
     if variant not in ABLATIONS:
-        raise ConfigError("variant", f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
+        raise ConfigError("variant", unknown("variant", variant, ABLATIONS))
     return ExGRPOConfig.from_dict({**ABLATIONS[variant], **overrides})
 
 

@@ -1,9 +1,11 @@
 """Every key of a training log, defined once: its name, meaning, unit and the runtimes that write it.
 
 A results log (`results/<source>/train/.../log.jsonl.gz`, results/README.md) has the same keys whichever
-runtime made it. The CPU trainer writes these names directly; the verl plug-in logs under verl's namespaces
-(its trackers show `exgrpo/...`, `actor/...`, `critic/...`), and `exgrpo verl-collect` renames each key by
-`Metric.verl_key` (`verl_key_map`). `analysis.loader` checks every training log against `lookup`: an
+runtime made it. The CPU trainer writes these names directly; verl and the plug-in compute some under verl's
+namespaces (`exgrpo/...`, `actor/exgrpo/...`, `critic/score/mean`: `Metric.verl_key`), and the plug-in renames
+them to these names before verl's trackers log them (`live_names`), so both runtimes show one vocabulary live;
+`exgrpo verl-collect` applies the same map (`verl_key_map`) only to read logs written before that.
+`analysis.loader` checks every training log against `lookup`: an
 unknown key is an error naming it. Pure Python, no torch: the analysis imports it without a runtime.
 
 Where a metric is computed differently by the two runtimes, its meaning says how, and it is a number of the
@@ -217,6 +219,19 @@ def is_verl_passthrough(key: str) -> bool:
 def verl_key_map() -> dict[str, str]:
     """verl / plug-in key -> results-log key, for every metric verl records under another name."""
     return {m.verl_key: m.name for m in METRICS if m.verl_key}
+
+
+_LIVE_RENAMES = verl_key_map()
+
+
+def live_names(metrics: dict[str, object]) -> dict[str, object]:
+    """Rename, in place, every key verl or the plug-in records under another name (`Metric.verl_key`) to its
+    registry name, and return the dict: the plug-in calls it on each step's metrics before verl's trackers log
+    them, so console, file, TensorBoard and W&B show the CPU trainer's names live. Idempotent."""
+    for key, name in _LIVE_RENAMES.items():
+        if key in metrics:
+            metrics[name] = metrics.pop(key)
+    return metrics
 
 
 def written_by(runtime: str) -> list[Metric]:

@@ -39,7 +39,7 @@ class Arm:
     method: dict[str, Any]
     """ExGRPOConfig overrides (regime-level ones included)."""
     trainer: dict[str, Any]
-    """CPU-trainer (TrainArgs) overrides (regime-level ones included)."""
+    """Trainer-settings (TrainerSettings) overrides (regime-level ones included)."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ runtime trains exactly what was validated, with no `--set` strings in between.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -33,6 +32,8 @@ from typing import Any
 from exgrpo.backbones import backbone_method_settings
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig, config_for
 from exgrpo.io import hash_file
+from exgrpo.suggest import unknown
+from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
 
 PRECEDENCE = ("defaults", "backbone", "variant", "budget", "overrides")
 """Layers of `resolve`, lowest first (module docstring)."""
@@ -45,11 +46,9 @@ BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
                           "max_new_tokens": 48},
               "method": {"delayed_start": False, "collect_before_activation": True}},
 }
-"""Budget presets: `method` (ExGRPOConfig fields) and `trainer` (CPU TrainArgs fields) settings."""
+"""Budget presets: `method` (ExGRPOConfig fields) and `trainer` (TrainerSettings fields) settings."""
 
 RUN_FILE_FORMAT = 1
-RUNTIME_ONLY = frozenset({"threads", "stop_after"})
-"""TrainArgs fields that say where or how far a process runs, not what it trains (not fingerprinted)."""
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
@@ -57,7 +56,7 @@ def check_overrides(variant: str, overrides: Mapping[str, Any], where: str = "")
     """Refuse overrides that would turn `variant` into something else (ConfigError naming the field)."""
     if variant not in ABLATIONS:
         raise ConfigError(f"{where}variant".rstrip("."),
-                          f"unknown variant {variant!r}; known: {', '.join(sorted(ABLATIONS))}")
+                          unknown("variant", variant, ABLATIONS))
     own = {"method": ExGRPOConfig().method, **ABLATIONS[variant]}
     for key, value in overrides.items():
         if key in own and value != own[key]:
@@ -83,7 +82,7 @@ def resolve(backbone: Mapping[str, Any], variant: str, overrides: Mapping[str, A
     overrides = dict(overrides or {})
     check_overrides(variant, overrides, where)
     if budget not in BUDGETS:
-        raise ConfigError("budget", f"unknown budget {budget!r}; known: {', '.join(sorted(BUDGETS))}")
+        raise ConfigError("budget", unknown("budget", budget, BUDGETS))
     values = {**backbone_method_settings(backbone), **ABLATIONS[variant], **BUDGETS[budget].get("method", {})}
     try:
         ExGRPOConfig.from_dict(values)
@@ -94,16 +93,13 @@ def resolve(backbone: Mapping[str, Any], variant: str, overrides: Mapping[str, A
 
 def trainer_settings(backbone: Mapping[str, Any], budget: str, overrides: Mapping[str, Any] | None = None
                      ) -> dict[str, Any]:
-    """CPU-trainer settings (TrainArgs fields) of a tiny run: backbone steps and length, budget, overrides."""
+    """Trainer settings (TrainerSettings fields) of a tiny run: backbone steps and length, budget, overrides.
+
+    Only the fields these layers set (the schema's defaults fill the rest where a runtime reads them); checked
+    against the schema, so an unknown or out-of-range value is refused here, naming `trainer.<field>`."""
     values: dict[str, Any] = {"steps": int(backbone["steps"]), "max_new_tokens": int(backbone["max_response_length"]),
                               **BUDGETS[budget].get("trainer", {}), **(overrides or {})}
-    if overrides:  # the presets above are known-good; importing the trainer (torch) only to check user keys
-        from exgrpo.tiny.trainer import TrainArgs
-
-        known = {f.name for f in dataclasses.fields(TrainArgs)}
-        for key in overrides:
-            if key not in known:
-                raise ConfigError(f"trainer.{key}", f"unknown CPU-trainer setting; known: {', '.join(sorted(known))}")
+    TrainerSettings.from_dict(values)
     return values
 
 
@@ -120,7 +116,8 @@ class RunSpec:
     """Seed of the training-data shuffle (the study's `data_order_seed`; the release fixes 47)."""
     method: ExGRPOConfig
     trainer: dict[str, Any]
-    """CPU-trainer settings (tiny scale); empty at paper scale, where the verl config holds them."""
+    """Trainer settings (TrainerSettings fields the run sets; tiny scale); empty at paper scale, where the verl
+    config holds them."""
     arm: str | None = None
     """The regime arm this run is (`on_policy-b24`: its results folder name, docs/regimes.md); None outside the
     regime map. A label only: what the arm changes is already in `method` and `trainer`."""
@@ -174,8 +171,9 @@ def read_run_file(path: str | Path) -> RunSpec:
     if missing or data.get("format") != RUN_FILE_FORMAT:
         raise ConfigError(str(path), f"not a run file of format {RUN_FILE_FORMAT} (missing {missing or 'format'})")
     method = ExGRPOConfig.from_dict(data["method"], where=f"{path}: method.")
+    TrainerSettings.from_dict(data["trainer"], where=f"{path}: trainer.")
     if data["variant"] not in ABLATIONS:
-        raise ConfigError(f"{path}: variant", f"unknown variant {data['variant']!r}")
+        raise ConfigError(f"{path}: variant", unknown("variant", data["variant"], ABLATIONS))
     return RunSpec(backbone=data["backbone"], variant=data["variant"], seed=int(data["seed"]),
                    budget=data["budget"], scale=data["scale"], data_order_seed=int(data["data_order_seed"]),
                    method=method, trainer=dict(data["trainer"]), arm=data.get("arm"))
@@ -227,10 +225,11 @@ def weights_digest(model_dir: str | Path) -> str:
 
 CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     # plugins/: the replay-idea plug-ins, imported by core/registry.py (docs/plugins.md)
-    "train_tiny": ("config.py", "resolve.py", "core", "plugins", "tiny"),
-    "train_paper": ("config.py", "resolve.py", "core", "plugins", "verl_plugin"),
-    # the plug-in's CPU mode also runs the tiny route (tiny splits, TrainArgs) and the project's sampler
-    "train_verl_cpu": ("config.py", "resolve.py", "core", "plugins", "verl_plugin", "tiny/rollout.py", "tiny/trainer.py",
+    "train_tiny": ("config.py", "trainer_settings.py", "resolve.py", "core", "plugins", "tiny"),
+    "train_paper": ("config.py", "trainer_settings.py", "resolve.py", "core", "plugins", "verl_plugin"),
+    # the plug-in's CPU mode also runs the tiny route (tiny splits, trainer settings) and the project's sampler
+    "train_verl_cpu": ("config.py", "trainer_settings.py", "resolve.py", "core", "plugins", "verl_plugin",
+                       "tiny/rollout.py", "tiny/trainer.py",
                        "tiny/splits.py", "tiny/task.py"),
     "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "core/math_verify_060.py",
              "tiny/rollout.py"),

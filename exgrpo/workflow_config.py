@@ -30,6 +30,7 @@ from exgrpo.backbones import SCHEMA_DIR, load_backbones
 from exgrpo.config import ABLATIONS, VARIANT_ALIASES, ConfigError, ExGRPOConfig
 from exgrpo.regimes import Regime, arm_run, regime_studies
 from exgrpo.resolve import RunSpec, run_spec
+from exgrpo.suggest import unknown
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
 TARGET_STUDIES: dict[str, str] = {"tiny": "tiny", "tiny_full": "tiny_full", "smoke": "smoke", "all": "paper_repro",
@@ -67,7 +68,7 @@ class Study:
     """What trains the runs: `tiny` (the CPU trainer, exgrpo/tiny) or `verl` (the plug-in; always at paper
     scale, and on CPU for a tiny-scale study: exgrpo.verl_plugin.tiny_route)."""
     trainer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """CPU-trainer settings (TrainArgs fields) for every run of the study, on top of its budget's."""
+    """Trainer settings (TrainerSettings fields) for every run of the study, on top of its budget's."""
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
@@ -195,8 +196,7 @@ def _check_benchmark_names(sets: Mapping[str, list[str]]) -> None:
         for i, name in enumerate(names):
             if name not in BENCHMARKS:
                 raise ConfigError(field_path(["benchmarks", set_name, i]),
-                                  f"unknown benchmark {name!r}; known (exgrpo.eval.benchmarks): "
-                                  f"{', '.join(sorted(BENCHMARKS))}")
+                                  unknown("benchmark", name, BENCHMARKS, " (exgrpo.eval.benchmarks)"))
 
 
 def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -210,7 +210,7 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                                   f"(exgrpo.config.VARIANT_ALIASES), not a variant to train: remove it")
             if variant not in ABLATIONS:
                 raise ConfigError(f"{group}.{variant}",
-                                  f"unknown variant; known (exgrpo.config.ABLATIONS): {', '.join(sorted(ABLATIONS))}")
+                                  unknown("variant", variant, ABLATIONS, " (exgrpo.config.ABLATIONS)"))
             if variant in seen:
                 raise ConfigError(f"{group}.{variant}", f"already defined under `{seen[variant]}`")
             seen[variant] = group
@@ -249,13 +249,12 @@ def _resolve_study(name: str, raw: Mapping[str, Any], config: Mapping[str, Any],
     for i, bench_set in enumerate(raw["eval"]["benchmarks"]):
         if bench_set not in config["benchmarks"]:
             raise ConfigError(field_path([*where, "eval", "benchmarks", i]),
-                              f"unknown benchmark set {bench_set!r}; known: {', '.join(config['benchmarks'])}")
+                              unknown("benchmark set", bench_set, config["benchmarks"]))
         benchmarks += [b for b in config["benchmarks"][bench_set] if b not in benchmarks]
     for i, profile in enumerate(raw["eval"]["profiles"]):
         if profile not in PROFILES:
             raise ConfigError(field_path([*where, "eval", "profiles", i]),
-                              f"unknown decoding profile {profile!r}; known (exgrpo.eval.profiles): "
-                              f"{', '.join(sorted(PROFILES))}")
+                              unknown("decoding profile", profile, PROFILES, " (exgrpo.eval.profiles)"))
     return Study(name=name, source=raw["source"], scale=scale, backbones=tuple(chosen),
                  ablation_backbones=tuple(ablation_backbones), budget=raw["budget"],
                  data_seed=raw.get("data_seed"), data_order_seed=_data_order_seed(raw), seeds=tuple(raw["seeds"]), methods=tuple(raw["methods"]),
@@ -271,7 +270,7 @@ def _data_order_seed(raw: Mapping[str, Any]) -> int | None:
 
 def _known_backbone(name: str, where: list[Any], backbones: Mapping[str, Mapping[str, Any]], scale: str) -> str:
     if name not in backbones:
-        raise ConfigError(field_path(where), f"unknown backbone {name!r}; known: {', '.join(backbones)}")
+        raise ConfigError(field_path(where), unknown("backbone", name, backbones))
     if backbones[name]["scale"] != scale:
         raise ConfigError(field_path(where),
                           f"backbone {name!r} has scale {backbones[name]['scale']!r}, the study's scale is {scale!r}")

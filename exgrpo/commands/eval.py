@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from exgrpo.commands._flags import deprecated_alias
 from exgrpo.config import ConfigError
 
 HELP = "Evaluate a model on benchmarks (lm-eval + Math-Verify), writing per-sample caches and aggregates."
@@ -31,9 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reuse caches made with other grader/engine library versions (recorded in the aggregate)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (lm-eval seeds; vLLM engine seed; tiny sampler seed)")
     parser.add_argument("--k", type=int, default=None, help="samples per problem for every benchmark (not with --profile paper)")
-    parser.add_argument("--data-dir", default=None,
+    data = parser.add_argument("--data", dest="data_dir", default=None,
                         help="folder with local benchmark files (<name>.jsonl|json|parquet in the source schema) "
                              "or the tiny splits from `exgrpo make-data`; default: the Hugging Face hub")
+    deprecated_alias(parser, "--data-dir", data)
     parser.add_argument("--revision", default=None, help="model revision recorded in provenance (and passed to the backend)")
     parser.add_argument("--prompt-format", default="chat", help="chat (model's chat template, no system prompt) or llama_base")
     parser.add_argument("--batch-size", default=None,

@@ -12,7 +12,7 @@ _SIZE_FLAGS = {"train": "--train-size", "validation": "--validation-size", "test
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from exgrpo.tiny.task import DEFAULT_SIZES
+    from exgrpo.tiny.splits import DEFAULT_SIZES
 
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from exgrpo.config import ConfigError
     from exgrpo.provenance import provenance
-    from exgrpo.tiny import task
+    from exgrpo.tiny import splits as task
 
     sizes = {split: getattr(args, f"size_{split}") for split in _SIZE_FLAGS}
     try:

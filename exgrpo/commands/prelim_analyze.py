@@ -3,7 +3,7 @@
     exgrpo prelim-analyze --model work/tiny/ckpt/tiny-math/on_policy/s0/final --data work/tiny/data \\
         --split train --questions 400 --k 8 --judge step --out results/tiny/prelim/tiny-math/trajectories.parquet
     exgrpo prelim-analyze --engine vllm --model CKPT --data data/verl/luffy --questions 1000 --k 8 \\
-        --judge llm --judge-model Qwen/Qwen3-32B --judge-tp 4 --out results/paper-repro/prelim/qwen2.5-math-7b/trajectories.parquet
+        --judge llm --judge-model Qwen/Qwen3-32B --judge-tensor-parallel-size 4 --out results/paper-repro/prelim/qwen2.5-math-7b/trajectories.parquet
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from exgrpo.commands._flags import deprecated_alias
 
 HELP = "preliminary study: sample K rollouts per training question, bucket by k/K, record entropy/PPL/judge/code"
 
@@ -37,11 +39,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="sampling top-p (paper rollouts: 1.0)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="response cap (default: tiny 72, vllm 8192)")
     p.add_argument("--batch-size", type=int, default=64, help="rows per sampling/scoring batch (tiny engine)")
-    p.add_argument("--tp", type=int, default=1, help="vLLM tensor parallel size for the policy")
+    deprecated_alias(p, "--tp", p.add_argument("--tensor-parallel-size", dest="tp", type=int, default=1,
+                                               help="vLLM tensor parallel size for the policy"))
     p.add_argument("--hard-high", type=float, default=cfg.mask_hard_high, help="Hard = (0, hard_high]")
     p.add_argument("--easy-low", type=float, default=cfg.mask_easy_low, help="Easy = [easy_low, 1)")
     p.add_argument("--judge-model", default=judge.model, help=f"LLM judge (default {judge.model}, paper §F.2)")
-    p.add_argument("--judge-tp", type=int, default=judge.tensor_parallel_size, help="judge tensor parallel size")
+    deprecated_alias(p, "--judge-tp", p.add_argument("--judge-tensor-parallel-size", dest="judge_tp", type=int,
+                                                     default=judge.tensor_parallel_size,
+                                                     help="judge tensor parallel size"))
     p.add_argument("--judge-max-tokens", type=int, default=judge.max_tokens, help="judge reply cap")
     p.add_argument("--judge-cache", type=Path, default=Path("work/prelim/judge_cache.jsonl"),
                    help="JSONL cache of judge replies, keyed by sha256(model, prompt)")

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from exgrpo.commands._flags import deprecated_alias
 from exgrpo.config import ConfigError
 
 HELP = "Re-grade cached evaluation samples (no generation), writing new records and aggregates."
@@ -27,8 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grader", default=None,
                         help="release (the release's evaluation label, the paper's) or strict (the training reward's "
                              "rule); default: the grader stored in the cache")
-    parser.add_argument("--timeout-s", type=float, default=None, help="seconds per answer (default: as stored)")
-    parser.add_argument("--workers", type=int, default=None, help="grader processes (default: as stored)")
+    deprecated_alias(parser, "--timeout-s", parser.add_argument(
+        "--grader-timeout", dest="timeout_s", type=float, default=None, help="seconds per answer (default: as stored)"))
+    deprecated_alias(parser, "--workers", parser.add_argument(
+        "--grader-workers", dest="workers", type=int, default=None, help="grader processes (default: as stored)"))
     parser.add_argument("--max-chars", type=int, default=None, help="grade the last N characters (default: as stored)")
     parser.add_argument("--require-think-close", action=argparse.BooleanOptionalAction, default=None,
                         help="score 0 without </think> when the prompt opened a think block (default: as stored)")

@@ -1,7 +1,7 @@
 """Train a tiny backbone on CPU with on-policy Dr.GRPO, ExGRPO or one of its named variants.
 
 The run's settings come from one resolution (exgrpo.resolve): either a run file written by the
-workflow (`--run-file method.json`), or the same resolution made here from `--backbone`, `--method`,
+workflow (`--run-file method.json`), or the same resolution made here from `--backbone`, `--variant`,
 `--budget` and `--set` (defaults < backbone < variant < budget < --set).
 """
 
@@ -12,8 +12,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from exgrpo.commands._flags import deprecated_alias
 from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig
 from exgrpo.resolve import BUDGETS, RunSpec, read_run_file, run_spec
+from exgrpo.trainer_settings import TrainerSettings
 
 HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant); resumes from --ckpt"
 
@@ -21,9 +23,10 @@ HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-file", type=Path, default=None,
                    help="the run's resolved config (method.json, written by the workflow); replaces --backbone, "
-                        "--method, --seed, --budget and --set")
+                        "--variant, --seed, --budget and --set")
     p.add_argument("--backbone", default=None, help="a key of config/backbones.yaml with scale: tiny")
-    p.add_argument("--method", default=None, help=f"variant: one of {', '.join(sorted(ABLATIONS))}")
+    deprecated_alias(p, "--method", p.add_argument("--variant", default=None,
+                                                   help=f"method variant: one of {', '.join(sorted(ABLATIONS))}"))
     p.add_argument("--data", required=True, type=Path, help="directory written by `exgrpo make-data`")
     p.add_argument("--init", required=True, type=Path, help="SFT checkpoint (HF model directory)")
     p.add_argument("--out", required=True, type=Path, help="results directory for log.jsonl.gz and run.json")
@@ -38,16 +41,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint after STEP and exit without finishing (one segment of a run cut by a partition "
                         "time limit; the next call resumes); not part of the run's identity")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an ExGRPOConfig field or a TrainArgs field (repeatable)")
+                   help="override an ExGRPOConfig field or a TrainerSettings field (repeatable)")
 
 
 def resolve_cli(backbone_name: str, backbone: dict[str, Any], variant: str, seed: int, budget: str,
                 overrides: list[str]) -> RunSpec:
     """The run of `--set KEY=VALUE` strings: parsed by field type, then exgrpo.resolve.run_spec."""
-    from exgrpo.tiny.trainer import TrainArgs
-
     method_fields = {f.name: f.type for f in dataclasses.fields(ExGRPOConfig)}
-    trainer_fields = {f.name: f.type for f in dataclasses.fields(TrainArgs)}
+    trainer_fields = {f.name: f.type for f in dataclasses.fields(TrainerSettings)}
     method: dict[str, Any] = {}
     trainer: dict[str, Any] = {}
     for item in overrides:
@@ -59,7 +60,7 @@ def resolve_cli(backbone_name: str, backbone: dict[str, Any], variant: str, seed
         elif key in trainer_fields:
             trainer[key] = _parse(key, raw, trainer_fields[key])
         else:
-            raise ConfigError(key, "unknown setting (neither an ExGRPOConfig nor a TrainArgs field)")
+            raise ConfigError(key, "unknown setting (neither an ExGRPOConfig nor a TrainerSettings field)")
     return run_spec(backbone_name, backbone, variant, seed, budget=budget, overrides=method,
                     trainer_overrides=trainer, where="--set ")
 
@@ -81,19 +82,18 @@ def _parse(key: str, raw: str, typ: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from exgrpo.backbones import load_backbone
     from exgrpo.tiny.run import load_questions, run_training
-    from exgrpo.tiny.trainer import TrainArgs
 
     if args.run_file is not None:
-        if args.backbone or args.method or args.overrides:
-            raise ConfigError("--run-file", "the run file holds the whole run: drop --backbone, --method and --set")
+        if args.backbone or args.variant or args.overrides:
+            raise ConfigError("--run-file", "the run file holds the whole run: drop --backbone, --variant and --set")
         spec = read_run_file(args.run_file)
         if spec.scale != "tiny":
             raise ConfigError(f"{args.run_file}: scale", f"expected a tiny run, got {spec.scale!r}")
     else:
-        if not (args.backbone and args.method):
-            raise ConfigError("--backbone", "give --run-file, or --backbone and --method")
+        if not (args.backbone and args.variant):
+            raise ConfigError("--backbone", "give --run-file, or --backbone and --variant")
         entry = load_backbone(args.backbones, args.backbone, scale="tiny")
-        spec = resolve_cli(args.backbone, entry, args.method, args.seed, args.budget, args.overrides)
+        spec = resolve_cli(args.backbone, entry, args.variant, args.seed, args.budget, args.overrides)
     trainer = dict(spec.trainer)
     if args.threads is not None:
         trainer["threads"] = args.threads
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         if args.stop_after < 1:
             raise ConfigError("--stop-after", f"must be a step >= 1, got {args.stop_after}")
         trainer["stop_after"] = args.stop_after
-    targs = TrainArgs(**trainer)
+    targs = TrainerSettings.from_dict(trainer)
     ckpt = args.ckpt or Path("work/tiny/ckpt") / spec.backbone / spec.label / f"s{spec.seed}"
     from transformers import AutoTokenizer
 

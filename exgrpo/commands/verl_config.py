@@ -19,6 +19,8 @@ import argparse
 import json
 from pathlib import Path
 
+from exgrpo.commands._flags import deprecated_alias
+
 HELP = "Write the verl Hydra config (exgrpo_run.yaml) of a paper-scale run: a backbone x a method variant."
 
 
@@ -37,9 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-files", default=None,
                         help="verl validation parquet (default: data/verl/<template>/valid.parquet)")
     parser.add_argument("--model-path", default=None, help="local model directory instead of the backbone's hf_id")
-    parser.add_argument("--tiny-data", type=Path, default=None,
+    data = parser.add_argument("--data", dest="tiny_data", type=Path, default=None,
                         help="tiny-task splits (`exgrpo make-data`): converted into <out>/data/ and trained on instead of "
                              "--train-files/--val-files (a tiny backbone, --device cpu: exgrpo.verl_plugin.tiny_route)")
+    deprecated_alias(parser, "--tiny-data", data)
     parser.add_argument("--nnodes", type=int, default=None, help="override the backbone's resources.nodes")
     parser.add_argument("--gpus-per-node", type=int, default=None)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
@@ -146,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         from exgrpo.verl_plugin.tiny_route import write_verl_data
 
         if args.train_files or args.val_files:
-            raise ConfigError("--tiny-data", "replaces --train-files and --val-files: give one or the other")
+            raise ConfigError("--data", "replaces --train-files and --val-files: give one or the other")
         files = write_verl_data(args.tiny_data, args.out / "data")
         train, val = (str(files[role].resolve()) for role in ("train", "val"))
     flat = hc.verl_overrides(spec.backbone, backbone, spec.method, variant=spec.variant, seed=spec.seed,

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from exgrpo.commands._flags import deprecated_alias
+
 HELP = "Render the launch script of a verl run: one GPU node, or SLURM + Ray over several nodes."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", required=True, type=Path, help="directory holding exgrpo_run.yaml")
-    parser.add_argument("--nodes", type=int, default=None, help="override the run's resources.nodes")
+    deprecated_alias(parser, "--nodes", parser.add_argument("--nnodes", dest="nodes", type=int, default=None,
+                                                            help="override the run's resources.nodes"))
     parser.add_argument("--gpus-per-node", type=int, default=None)
     parser.add_argument("--sbatch", action="append", default=[], metavar="--OPTION=VALUE",
                         help="extra #SBATCH line, e.g. --sbatch=--partition=gpu; repeatable")

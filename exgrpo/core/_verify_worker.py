@@ -97,7 +97,7 @@ class TimeoutPool:
                     pids.append(ready.get(timeout=0.2))
                 except queue.Empty:
                     # a failing initializer breaks the pool: report it now, not after the deadline
-                    broken = [f.exception() for f in starters if f.done() and f.exception() is not None]
+                    broken = [e for f in starters if f.done() and (e := f.exception()) is not None]
                     if broken or time.monotonic() > deadline:
                         raise (broken[0] if broken else queue.Empty()) from None
             for fut in starters:

@@ -201,7 +201,7 @@ class ExperienceBuffer:
             tokens[pos:pos + n] = self._tokens_of(s)
             logprobs[pos:pos + n] = self._logprobs_of(s)
             pos += n
-        arrays = {"tokens": tokens, "logprobs": logprobs, "traj_lengths": lengths,
+        arrays: dict[str, np.ndarray] = {"tokens": tokens, "logprobs": logprobs, "traj_lengths": lengths,
                   "traj_steps": self._slots["step"][order].astype(np.int64),
                   "traj_entropy": self._slots["entropy"][order].astype(np.float64),
                   "question_sizes": np.array([len(v) for v in self._questions.values()], np.int64)}

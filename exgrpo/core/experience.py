@@ -59,6 +59,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -151,8 +152,8 @@ class ExperienceManager:
             return []
         cfg = self.cfg
         buckets: dict[int, Sequence[str]]
-        if cfg.sample_range == "all":
-            buckets = {k: v for k, v in sorted(self._buckets.items()) if len(v)}
+        if cfg.sample_range == "all":  # the indexed live sets themselves (`s[i]`, `len(s)`: a sequence of qids)
+            buckets = {k: cast("Sequence[str]", v) for k, v in sorted(self._buckets.items()) if len(v)}
         else:
             in_order = [q for q in self.buffer.qids() if q in self._bucket_key]
             halves: dict[int, list[str]] = {}

@@ -44,6 +44,7 @@ Departures / decisions, stated up front:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -166,7 +167,7 @@ def entropy_term(token_entropy: torch.Tensor, mask: torch.Tensor, keep: torch.Te
 
 
 def entropy_bonus(token_entropy: torch.Tensor, mask: torch.Tensor, coef: float, keep: torch.Tensor | None = None,
-                  **agg: int | str | None) -> torch.Tensor:
+                  **agg: Any) -> torch.Tensor:
     """coef · `entropy_term(...)`: the bonus that is subtracted from the loss. Shapes as `entropy_term`."""
     return coef * entropy_term(token_entropy, mask, keep, **agg)
 
@@ -271,7 +272,7 @@ def exgrpo_policy_loss(
         keep_clip_after_activation=cfg.keep_clip_after_activation, replay_shaping=cfg.replay_shaping,
         shaping_beta=cfg.shaping_beta, is_correction=cfg.is_correction, sample_mask=sample_mask,
         log_ratio_clamp=cfg.log_ratio_clamp)
-    dp = {"dp_size": dp_size, "batch_num_tokens": batch_num_tokens}
+    dp: dict[str, Any] = {"dp_size": dp_size, "batch_num_tokens": batch_num_tokens}
     own_batch = dp_size == 1 and batch_num_tokens is None and global_batch_size is None
     pg_loss = agg_loss(tl.loss, mask, cfg.loss_agg, norm_const=norm_const, global_batch_size=global_batch_size,
                        **dp)
@@ -308,6 +309,7 @@ def exgrpo_policy_loss(
         }
         if any_replay:
             rep, rep_ratio = tl.replay_tokens, tl.replay_ratio
+            assert tl.replay_clipped is not None  # set whenever a replayed token exists (token_loss)
             weight = replay_weight(rep_ratio, cfg.replay_shaping, cfg.clip_eps, cfg.shaping_beta)
             metrics.update({
                 "replay_ratio_mean": _masked_mean(rep_ratio, rep),

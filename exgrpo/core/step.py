@@ -62,7 +62,7 @@ def scoring_needed(cfg: ExGRPOConfig) -> bool:
 def flat_candidates(plan: Sequence[str], candidates: Mapping[str, Sequence[Trajectory]]
                     ) -> list[tuple[str, Trajectory]]:
     """All candidates of the plan, in plan order: the rows of the scoring pass and of `choose_replayed`'s scores."""
-    out = []
+    out: list[tuple[str, Trajectory]] = []
     for qid in plan:
         cands = candidates[qid]
         if not cands:

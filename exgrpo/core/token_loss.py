@@ -174,7 +174,11 @@ def policy_token_losses(
     # replayed tokens: π_θ / π_past (IS correction) or π_θ / π_θold, shaped or clipped
     rep_clipped = None
     if bool(replay.any()):
-        denom = torch.where(replay[:, None], behaviour_logp, old_logp) if is_correction else old_logp
+        denom = old_logp
+        if is_correction:
+            if behaviour_logp is None:
+                raise ValueError("is_correction needs the replayed rows' behaviour log-probs (behaviour_logp)")
+            denom = torch.where(replay[:, None], behaviour_logp, old_logp)
         rep_ratio = torch.exp(bounded_log_ratio(logp - denom, log_ratio_clamp, mask))
         rep_loss, rep_clipped = REPLAY_TOKEN_LOSSES[replay_shaping](rep_ratio, adv, clip_eps, shaping_beta)
         token_loss = torch.where(replay[:, None], rep_loss, on_loss)

@@ -49,6 +49,7 @@ from exgrpo.eval.schemas import (
     tiny_row,
 )
 from exgrpo.io import file_sha256
+from exgrpo.suggest import unknown
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 """File types accepted in a data folder."""
@@ -175,8 +176,7 @@ SUITES: dict[str, tuple[str, ...]] = {"paper": PAPER_ID + PAPER_OOD, "paper_id":
 def get_benchmark(name: str) -> Benchmark:
     """The benchmark called `name`; an unknown name is a ConfigError listing the known ones."""
     if name not in BENCHMARKS:
-        raise ConfigError("benchmarks", f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))} "
-                                        f"(suites: {', '.join(sorted(SUITES))})")
+        raise ConfigError("benchmarks", unknown("benchmark", name, [*BENCHMARKS, *SUITES], " (benchmarks and suites)"))
     return BENCHMARKS[name]
 
 

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exgrpo.config import ConfigError
+from exgrpo.suggest import unknown
 
 _PAPER_K = MappingProxyType({"aime24": 32, "aime25": 32, "amc": 32})
 """Benchmarks the paper reports as Avg@32 (paper §5.1); every other benchmark gets one sample."""
@@ -101,7 +102,7 @@ PROFILES: dict[str, DecodingProfile] = {
 def get_profile(name: str) -> DecodingProfile:
     """The profile called `name`; an unknown name is a ConfigError listing the known ones."""
     if name not in PROFILES:
-        raise ConfigError("profile", f"unknown decoding profile {name!r}; known: {', '.join(sorted(PROFILES))}")
+        raise ConfigError("profile", unknown("decoding profile", name, PROFILES))
     return PROFILES[name]
 
 

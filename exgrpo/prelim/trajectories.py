@@ -106,7 +106,7 @@ def load_questions(data: str | Path, split: str) -> list[Question]:
     or a .parquet file). FileNotFoundError names what is missing."""
     data = Path(data)
     if (data / "manifest.json").exists():
-        from exgrpo.tiny.task import load_split
+        from exgrpo.tiny.splits import load_split
 
         try:
             return [_from_tiny(r) for r in load_split(data, split)]

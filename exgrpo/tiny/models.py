@@ -23,6 +23,7 @@ from typing import Any
 
 from exgrpo.config import ConfigError
 from exgrpo.io import file_sha256
+from exgrpo.suggest import unknown
 
 FAMILIES = ("qwen2", "llama")
 ARCH_KEYS = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -47,7 +48,7 @@ def tiny_entry(name: str, path: str | Path | None = None) -> dict[str, Any]:
     backbones = load_backbones(path)
     if name not in backbones:
         tiny = sorted(k for k, v in backbones.items() if v.get("scale") == "tiny")
-        raise ConfigError("backbone", f"unknown backbone {name!r}; tiny backbones: {', '.join(tiny)}")
+        raise ConfigError("backbone", unknown("backbone", name, tiny, " tiny backbones"))
     entry = backbones[name]
     if entry.get("scale") != "tiny":
         raise ConfigError(f"{name}.scale", f"expected 'tiny' for the CPU testbed, got {entry.get('scale')!r}")

@@ -36,7 +36,7 @@ from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
-from exgrpo.resolve import RUNTIME_ONLY, RunSpec, code_digest, file_digest, fingerprint, library_versions_of
+from exgrpo.resolve import RunSpec, code_digest, file_digest, fingerprint, library_versions_of
 from exgrpo.resolve import weights_digest as model_dir_digest
 from exgrpo.tiny.best import clear_best, maybe_save_best
 from exgrpo.tiny.checkpoint import (
@@ -47,10 +47,11 @@ from exgrpo.tiny.checkpoint import (
     save_checkpoint,
 )
 from exgrpo.tiny.tracker import TENSORBOARD_DIR, Tracker, open_tracker
-from exgrpo.tiny.trainer import CPUTrainer, Question, TrainArgs, weights_digest
+from exgrpo.tiny.trainer import CPUTrainer, Question, weights_digest
+from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
 
 
-def run_fingerprint(cfg: ExGRPOConfig, args: TrainArgs, seed: int, data_order_seed: int, data_dir: Path | None,
+def run_fingerprint(cfg: ExGRPOConfig, args: TrainerSettings, seed: int, data_order_seed: int, data_dir: Path | None,
                     model_dir: Path) -> tuple[str, dict[str, Any]]:
     """(fingerprint, its parts) of a CPU training run: what decides the weights it produces."""
     parts = {"method": cfg.to_dict(),
@@ -63,7 +64,7 @@ def run_fingerprint(cfg: ExGRPOConfig, args: TrainArgs, seed: int, data_order_se
 
 
 def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[Question]], cfg: ExGRPOConfig,
-                 args: TrainArgs, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any],
+                 args: TrainerSettings, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any],
                  data_dir: Path | None = None, spec: RunSpec | None = None,
                  logger: str = "jsonl") -> dict[str, Any]:
     """Train (or resume, or recognise as done) and write the results. Returns the final summary.
@@ -87,13 +88,7 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
         print(f"{meta.get('name', 'run')}: finished with the same fingerprint {fp[:12]} ({out_dir / 'run.json'}); "
               "not training again", flush=True)
         return done
-    resume = latest_checkpoint(ckpt_dir)
-    if resume is not None and checkpoint_fingerprint(resume) != fp:
-        print(f"{meta.get('name', 'run')}: checkpoint {resume} was made by another configuration, data, init or "
-              f"code (fingerprint {str(checkpoint_fingerprint(resume))[:12]}, this run {fp[:12]}): discarding "
-              "the checkpoints and starting from step 1", flush=True)
-        discard_checkpoints(ckpt_dir)
-        resume = None
+    resume = _own_checkpoint(ckpt_dir, fp, meta.get("name", "run"))
     source = resume / "model" if resume else model_dir
     if not (source / "config.json").exists():
         raise FileNotFoundError(f"{source}: no HF model (config.json) found; run `exgrpo sft` first")
@@ -146,13 +141,7 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
             if args.stop_after and step >= args.stop_after:
                 return {"stopped_at": step}
 
-    final = ckpt_dir / "final"
-    tmp = ckpt_dir / "final.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    final = _save_final(ckpt_dir, model, tokenizer)
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     val = [r["val/acc"] for r in rows if "val/acc" in r]
     summary = {"final_val_acc": val[-1] if val else None, "weights_sha256": weights_digest(model),
@@ -163,6 +152,31 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
         **meta, summary=summary, wall_time_s=time.perf_counter() - t_run, resumed_from=start - 1,
         fingerprint=fp, fingerprint_parts=fp_parts))
     return summary
+
+
+def _own_checkpoint(ckpt_dir: Path, fp: str, name: str) -> Path | None:
+    """The latest checkpoint under `ckpt_dir` if it has this run's fingerprint `fp`; checkpoints of any other
+    fingerprint are discarded (saying so), and None means training starts from step 1."""
+    resume = latest_checkpoint(ckpt_dir)
+    if resume is not None and checkpoint_fingerprint(resume) != fp:
+        print(f"{name}: checkpoint {resume} was made by another configuration, data, init or "
+              f"code (fingerprint {str(checkpoint_fingerprint(resume))[:12]}, this run {fp[:12]}): discarding "
+              "the checkpoints and starting from step 1", flush=True)
+        discard_checkpoints(ckpt_dir)
+        resume = None
+    return resume
+
+
+def _save_final(ckpt_dir: Path, model: Any, tokenizer: Any) -> Path:
+    """Write the final HF model to `<ckpt>/final` via a sibling temp folder (never a half-written final)."""
+    final = ckpt_dir / "final"
+    tmp = ckpt_dir / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return final
 
 
 def _finished(out_dir: Path, ckpt_dir: Path, fp: str) -> dict[str, Any] | None:
@@ -187,9 +201,9 @@ def load_questions(data_dir: Path, split: str, tokenizer: Any, size: int = 0,
     """A split of the tiny task as trainer questions (prompt token ids via the chat template).
 
     `difficulties` keeps the questions with those numbers of operations, then `size` (> 0) the first `size` of
-    them in the split's stored order, which is shuffled (TrainArgs.train_difficulties, train_size).
+    them in the split's stored order, which is shuffled (TrainerSettings.train_difficulties, train_size).
     """
-    from exgrpo.tiny.task import load_split
+    from exgrpo.tiny.splits import load_split
     from exgrpo.tiny.tokenizer import encode_prompt
 
     rows = [r for r in load_split(data_dir, split) if not difficulties or r["difficulty"] in difficulties]

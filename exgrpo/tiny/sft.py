@@ -199,9 +199,11 @@ def evaluate(model: Any, tokenizer: Any, rows: list[dict], *, temperature: float
 
 def read_heldout(data_dir: str | Path) -> tuple[set[task.Expression], dict[str, list[dict]]]:
     """Held-out expressions of a `make-data` directory, and its held-out rows by split."""
-    manifest = task.load_manifest(data_dir)
-    splits = {name: task.load_split(data_dir, name) for name in manifest["splits"] if name != "train"}
-    return task.heldout_expressions(splits), splits
+    from exgrpo.tiny import splits as task_splits
+
+    manifest = task_splits.load_manifest(data_dir)
+    splits = {name: task_splits.load_split(data_dir, name) for name in manifest["splits"] if name != "train"}
+    return task_splits.heldout_expressions(splits), splits
 
 
 def settings_dict(settings: SFTSettings) -> dict[str, Any]:

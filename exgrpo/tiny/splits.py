@@ -36,7 +36,8 @@ SPLITS: dict[str, dict[str, object]] = {
 
 DEFAULT_SIZES = {"train": 1600, "validation": 200, "test": 400, "ood_words": 200, "ood_choice4": 200,
                  "ood_choice10": 200, "probe_length": 100}
-"""Rows per split. train ≈ 200 RL steps × 16 questions / 2 visits (paper: ~2 epochs)."""
+"""Rows per split. train = 100 RL steps (the tiny backbones' `steps`) × 16 questions: about one pass over the
+training questions at the tiny budget (fewer fresh ones per step once replay starts; the paper trains ~2 epochs)."""
 
 
 def _draw(difficulty: int, count: int, taken: set[Expression], rng: random.Random,

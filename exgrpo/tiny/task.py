@@ -16,7 +16,7 @@ The prompt is the paper's chat form (system/user/assistant roles, the assistant 
 - "reasoning correct" is decided exactly by `check_reasoning` (steps equal the canonical ones)
   instead of the paper's LLM judge (paper §F.2).
 
-Splits (`exgrpo.tiny.splits.make_splits`, re-exported here): `train` (RL questions), `validation`, `test` (ID, d = 1..4), three OOD
+Splits (`exgrpo.tiny.splits.make_splits`): `train` (RL questions), `validation`, `test` (ID, d = 1..4), three OOD
 sets mirroring the paper's ARC-c / GPQA / MMLU-Pro columns, and a length probe:
 - `ood_words`   (mirrors ARC-c): the same skill in another surface form, operators in words
   ("3 plus 4 times 2 minus 5"); same step format, numeric answer.
@@ -307,17 +307,3 @@ def classify(problem: dict, response: str) -> str:
     if not answer_correct(problem, response):
         return "wrong"
     return "logical" if check_reasoning(problem, response) else "lucky"
-
-
-# The split API lives in splits.py (which imports this module); served lazily here so that callers can
-# keep writing `task.make_splits` without an import cycle.
-_SPLIT_API = ("DEFAULT_SIZES", "SPLITS", "heldout_expressions", "load_manifest", "load_split", "make_splits",
-              "write_dataset")
-
-
-def __getattr__(name: str) -> object:
-    if name in _SPLIT_API:
-        from exgrpo.tiny import splits
-
-        return getattr(splits, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

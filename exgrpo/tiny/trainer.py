@@ -35,46 +35,7 @@ from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
 from exgrpo.core.reward import Verifier
 from exgrpo.core.selection import candidate_scores, metric_needs
 from exgrpo.tiny.rollout import generate, score
-
-
-@dataclass
-class TrainArgs:
-    """Runtime settings of the CPU trainer (the method's settings live in ExGRPOConfig)."""
-
-    steps: int = 200
-    """Training steps (one rollout batch each)."""
-    batch_size: int = 16
-    """B: questions per step (fresh + replayed; B fresh + replayed with `fresh_anchored`)."""
-    train_size: int = 0
-    """Training questions used: the first N of the train split's (shuffled) stored order; 0 = all of them."""
-    train_difficulties: tuple[int, ...] = ()
-    """Keep only training questions with these numbers of operations (e.g. (3, 4): a harder mix); () = all."""
-    mini_batches: int = 2
-    """Optimizer steps per training step (paper: 128 prompts, mini-batch 64 → 2)."""
-    lr: float = 1e-4
-    """AdamW learning rate (1e-4: the largest that gains on the tiny task without eroding greedy accuracy)."""
-    adam_beta2: float = 0.99
-    """AdamW β2 (β1 = 0.9)."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    temperature: float = 1.0
-    """Rollout temperature (paper: 1.0)."""
-    top_p: float = 1.0
-    """Rollout top-p (paper: 1.0)."""
-    max_new_tokens: int = 72
-    """Response length cap; also the constant loss normaliser when `loss_norm_const` is 0."""
-    val_every: int = 25
-    """Validate every N steps (and at the last step); 0 disables."""
-    val_size: int = 200
-    """Validation questions (first N of the valid split)."""
-    val_temperature: float = 0.6
-    """Validation temperature (paper: 0.6, one sample)."""
-    ckpt_every: int = 25
-    """Checkpoint every N steps (and at the last step)."""
-    threads: int = 1
-    """torch intra-op threads."""
-    stop_after: int = 0
-    """Exit after this step without finishing (tests and failure drills); 0 = run to the end."""
+from exgrpo.trainer_settings import TrainerSettings
 
 
 @dataclass
@@ -90,13 +51,13 @@ class Question:
 class CPUTrainer:
     """Drives the exgrpo core on a tiny HF model. State lives in `state_dict`-able parts only."""
 
-    def __init__(self, model: Any, tokenizer: Any, cfg: ExGRPOConfig, args: TrainArgs, train: list[Question],
+    def __init__(self, model: Any, tokenizer: Any, cfg: ExGRPOConfig, args: TrainerSettings, train: list[Question],
                  valid: list[Question], seed: int):
         self.model, self.tok, self.cfg, self.args, self.seed = model, tokenizer, cfg, args, seed
         self.questions = {q.qid: q for q in train}
         self.valid = valid[: args.val_size]
         self.manager = ExperienceManager(cfg, seed=seed)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, args.adam_beta2),
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=args.betas,
                                            weight_decay=args.weight_decay)
         self.generators = {"rollout": torch.Generator().manual_seed(seed),
                            "shuffle": torch.Generator().manual_seed(seed + 1),

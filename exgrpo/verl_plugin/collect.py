@@ -12,8 +12,10 @@ invalidates every earlier row at step >= r (steps past the checkpoint that were 
 otherwise (e.g. a validation-only row on resume), the later attempt's values win key by key.
 
 Where the contract keys come from (stated up front): every key is defined once in `exgrpo.metrics`, with its
-meaning, unit and, where verl records it under another name, `verl_key`; `KEY_MAP` is that registry's rename
-table, so a collected log has the CPU trainer's names with the CPU trainer's meanings:
+meaning, unit and, where verl computes it under another name, `verl_key`. The plug-in logs the registry's names
+live (`exgrpo.metrics.live_names`, before verl's trackers), so a current run's metrics files already carry them;
+`KEY_MAP` (the same registry map) only reads metrics files written before that. A collected log has the CPU
+trainer's names with the CPU trainer's meanings:
 - `pass1` (`exgrpo/pass1`), `entropy` (`exgrpo/entropy`) and `response_length` (`exgrpo/response_length`)
   are over freshly generated rollouts only, as the CPU trainer's; `reward/batch_mean` is verl's
   `critic/score/mean`, over every trained row, replayed o* included (the CPU trainer computes the same).

@@ -229,6 +229,13 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.prompt_cache = {q: v for q, v in self.prompt_cache.items() if q in self.manager.buffer}
         return batch
 
+    def _compute_metrics(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int,
+                         epoch: int) -> None:
+        """verl's step metrics, then every key renamed to the results contract's (`exgrpo.metrics.live_names`):
+        the last hook before verl's trackers log the step, so they show the CPU trainer's names live."""
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        M.live_names(metrics)
+
     # ------------------------------------------------------------------ replay plan and selection
     def on_init_end(self) -> None:
         loss_fn = partial(exgrpo_actor_loss, cfg=self.exgrpo_cfg, norm_const=self.norm_const)

@@ -23,7 +23,7 @@ def tiny(tmp_path_factory):
     import torch
 
     from exgrpo.tiny.models import build_model
-    from exgrpo.tiny.task import make_splits
+    from exgrpo.tiny.splits import make_splits
     from exgrpo.tiny.tokenizer import build_tokenizer
 
     torch.set_num_threads(1)

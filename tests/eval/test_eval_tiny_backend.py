@@ -30,7 +30,7 @@ def tiny(tmp_path_factory):
     """The tiny splits as JSONL (what `exgrpo make-data` writes), 100 test problems."""
     import torch
 
-    from exgrpo.tiny.task import make_splits
+    from exgrpo.tiny.splits import make_splits
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("tinyback")

@@ -72,7 +72,7 @@ def test_tiny_model_on_vllm(tmp_path: Path):
     pytest.importorskip("vllm")
     from exgrpo.eval import cache
     from exgrpo.tiny.models import build_model
-    from exgrpo.tiny.task import make_splits
+    from exgrpo.tiny.splits import make_splits
     from exgrpo.tiny.tokenizer import build_tokenizer
 
     tok = build_tokenizer()

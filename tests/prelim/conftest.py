@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from exgrpo.tiny import models, task
+from exgrpo.tiny import models
+from exgrpo.tiny import splits as tiny_splits
 from exgrpo.tiny.tokenizer import build_tokenizer
 
 SIZES = {"train": 60, "validation": 8, "test": 16, "ood_words": 4, "ood_choice4": 4, "ood_choice10": 4,
@@ -19,7 +20,7 @@ ARCH = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "in
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("data")
-    task.write_dataset(out, task.make_splits(0, SIZES))
+    tiny_splits.write_dataset(out, tiny_splits.make_splits(0, SIZES))
     return out
 
 

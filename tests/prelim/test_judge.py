@@ -10,6 +10,7 @@ import pytest
 from exgrpo.config import ConfigError
 from exgrpo.prelim import judge as J
 from exgrpo.prelim import policies
+from exgrpo.tiny import splits as tiny_splits
 from exgrpo.tiny import task
 
 SMALL = {"train": 60, "validation": 8, "test": 16, "ood_words": 4, "ood_choice4": 4, "ood_choice10": 4,
@@ -37,7 +38,7 @@ def test_parse_verdict(output, expected):
 
 # ------------------------------------------------------------------------------------------ step checker
 def test_step_checker_judge_matches_the_task_checker():
-    problems = task.make_splits(0, SMALL)["train"][:30]
+    problems = tiny_splits.make_splits(0, SMALL)["train"][:30]
     rng = random.Random(0)
     items, expected = [], []
     for p in problems:

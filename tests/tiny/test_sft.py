@@ -12,6 +12,7 @@ import yaml
 from exgrpo.cli import main
 from exgrpo.config import ConfigError
 from exgrpo.tiny import models, task
+from exgrpo.tiny import splits as tiny_splits
 from exgrpo.tiny.sft import NoisyTeacherStream, SFTSettings, collate, evaluate, lr_at, train_sft
 from exgrpo.tiny.tokenizer import build_tokenizer
 
@@ -30,8 +31,8 @@ def tok():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     out = tmp_path_factory.mktemp("data")
-    splits = task.make_splits(0, SIZES)
-    task.write_dataset(out, splits)
+    splits = tiny_splits.make_splits(0, SIZES)
+    tiny_splits.write_dataset(out, splits)
     return out, splits
 
 
@@ -52,7 +53,7 @@ def test_collate_masks_prompt_and_padding():
 
 def test_stream_never_shows_heldout_problems(tok, data):
     _, splits = data
-    heldout = task.heldout_expressions(splits)
+    heldout = tiny_splits.heldout_expressions(splits)
     stream = NoisyTeacherStream(tok, heldout, SFTSettings(steps=1, lr=1e-3), "s")
     problems = stream.problems(3000)
     assert not {task.expression_of(p) for p in problems} & heldout
@@ -65,7 +66,7 @@ def test_stream_never_shows_heldout_problems(tok, data):
 
 def test_micro_batching_does_not_change_the_update(tok, data):
     _, splits = data
-    heldout = task.heldout_expressions(splits)
+    heldout = tiny_splits.heldout_expressions(splits)
     finals = []
     for micro in (3, 16):
         model = models.build_model("qwen2", ARCH, tok, seed=0)
@@ -80,7 +81,7 @@ def test_short_sft_lowers_the_loss(tok, data):
     _, splits = data
     model = models.build_model("llama", ARCH, tok, seed=0)
     settings = SFTSettings(steps=40, lr=1e-2, batch_size=16, warmup=5)
-    losses = train_sft(model, tok, task.heldout_expressions(splits), settings, "short", progress=False)
+    losses = train_sft(model, tok, tiny_splits.heldout_expressions(splits), settings, "short", progress=False)
     assert losses[0] > 4.0  # ~ln(106) at init
     assert sum(losses[-5:]) / 5 < 0.7 * losses[0]
     result = evaluate(model, tok, splits["validation"][:6], temperature=1.0, max_new_tokens=8)

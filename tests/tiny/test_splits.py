@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from exgrpo.tiny import splits, task
+from exgrpo.tiny import splits as tiny_splits
 
 
 def test_heldout_splits_are_independent_of_the_training_settings():
@@ -19,7 +20,7 @@ def test_heldout_splits_are_independent_of_the_training_settings():
             assert small_hard[name] == default[name], name
     assert len(small_hard["train"]) == 200
     assert collections.Counter(r["difficulty"] for r in small_hard["train"]) == {3: 100, 4: 100}
-    heldout = task.heldout_expressions(small_hard)
+    heldout = tiny_splits.heldout_expressions(small_hard)
     assert not heldout & {task.expression_of(r) for r in small_hard["train"]}
 
 
@@ -40,7 +41,7 @@ def test_make_data_records_the_mix_and_names_a_bad_flag(tmp_path):
     cmd = [sys.executable, "-m", "exgrpo.cli", "make-data", "--out", str(out), "--train-size", "40",
            "--train-difficulties", "3,4"]
     subprocess.run(cmd, check=True, capture_output=True)
-    manifest = task.load_manifest(out)
+    manifest = tiny_splits.load_manifest(out)
     assert manifest["train_difficulties"] == [3, 4] and manifest["splits"]["train"]["rows"] == 40
     assert set(manifest["splits"]["train"]["difficulties"]) == {"3", "4"}
     bad = subprocess.run(cmd[:-1] + ["3,x"], capture_output=True, text=True)

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from exgrpo.cli import main
+from exgrpo.tiny import splits as tiny_splits
 from exgrpo.tiny import task
 
 SMALL = {"train": 120, "validation": 40, "test": 80, "ood_words": 40, "ood_choice4": 40, "ood_choice10": 40,
@@ -16,7 +17,7 @@ SMALL = {"train": 120, "validation": 40, "test": 80, "ood_words": 40, "ood_choic
 
 @pytest.fixture(scope="module")
 def splits():
-    return task.make_splits(0)
+    return tiny_splits.make_splits(0)
 
 
 def test_canonical_steps_hand_examples():
@@ -35,18 +36,18 @@ def test_value_limit_applies_to_intermediates():
 
 
 def test_generator_is_deterministic_and_seeded(splits):
-    again = task.make_splits(0)
+    again = tiny_splits.make_splits(0)
     assert again == splits
-    other = task.make_splits(1)
+    other = tiny_splits.make_splits(1)
     assert {r["question"] for r in other["test"]} != {r["question"] for r in splits["test"]}
 
 
 def test_sizes_and_difficulties(splits):
-    for name, size in task.DEFAULT_SIZES.items():
+    for name, size in tiny_splits.DEFAULT_SIZES.items():
         assert len(splits[name]) == size
     for name in ("validation", "test", "ood_words", "ood_choice4", "ood_choice10"):
         counts = Counter(r["difficulty"] for r in splits[name])
-        assert counts == {d: task.DEFAULT_SIZES[name] // 4 for d in (1, 2, 3, 4)}
+        assert counts == {d: tiny_splits.DEFAULT_SIZES[name] // 4 for d in (1, 2, 3, 4)}
     assert {r["difficulty"] for r in splits["probe_length"]} == {5}
     train_d = Counter(r["difficulty"] for r in splits["train"])
     # d=1 has 243 problems; validation (50) and test (100) take theirs first, train gets the rest
@@ -132,15 +133,15 @@ def test_noisy_teacher_rates_match_hand_computation():
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_files_round_trip_with_checksums(tmp_path, fmt):
-    splits = task.make_splits(5, SMALL)
-    manifest = task.write_dataset(tmp_path, splits, fmt)
+    splits = tiny_splits.make_splits(5, SMALL)
+    manifest = tiny_splits.write_dataset(tmp_path, splits, fmt)
     assert {k: v["rows"] for k, v in manifest["splits"].items()} == SMALL
     for name in splits:
-        assert task.load_split(tmp_path, name) == splits[name]
+        assert tiny_splits.load_split(tmp_path, name) == splits[name]
     path = tmp_path / manifest["splits"]["test"]["file"]
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(ValueError, match="sha256"):
-        task.load_split(tmp_path, "test")
+        tiny_splits.load_split(tmp_path, "test")
 
 
 def test_make_data_cli(tmp_path, capsys):
@@ -149,9 +150,9 @@ def test_make_data_cli(tmp_path, capsys):
             "--test-size", "40", "--ood-words-size", "20", "--ood-choice4-size", "20", "--ood-choice10-size", "20",
             "--probe-size", "8"]
     assert main(args) == 0
-    manifest = task.load_manifest(out)
+    manifest = tiny_splits.load_manifest(out)
     assert manifest["splits"]["probe_length"]["rows"] == 8 and manifest["seed"] == 2
-    assert task.load_split(out, "ood_words") == task.make_splits(2, {**SMALL, "train": 100, "validation": 20,
+    assert tiny_splits.load_split(out, "ood_words") == tiny_splits.make_splits(2, {**SMALL, "train": 100, "validation": 20,
                                                                         "test": 40, "ood_words": 20, "ood_choice4": 20,
                                                                         "ood_choice10": 20, "probe_length": 8})["ood_words"]
     # an OOD set larger than the test set it re-renders is a clean error naming the flag

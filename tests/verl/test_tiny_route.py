@@ -58,7 +58,7 @@ def test_the_verl_reward_grades_the_tiny_format_like_the_cpu_trainer(task_dir, t
 
 def test_cpu_trainer_settings_map_to_verl_keys():
     keys = tiny_route.trainer_overrides({"steps": 8, "batch_size": 8, "val_every": 4}, max_prompt_length=96)
-    # TrainArgs defaults fill the rest: mini_batches 2, lr 1e-4, 72 new tokens, checkpoints every 25 steps
+    # TrainerSettings defaults fill the rest: mini_batches 2, lr 1e-4, 72 new tokens, checkpoints every 25 steps
     assert keys["trainer.total_training_steps"] == 8 and keys["data.train_batch_size"] == 8
     assert keys["actor_rollout_ref.actor.ppo_mini_batch_size"] == 4
     assert keys["actor_rollout_ref.actor.optim.lr"] == 1e-4 and keys["data.max_response_length"] == 72

@@ -18,6 +18,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from exgrpo.core.buffer import Trajectory  # noqa: E402
+from exgrpo.trainer_settings import TrainerSettings  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
@@ -96,7 +97,7 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
 
     # ---- the CPU trainer's adapter (its step(), with the model, sampler and verifier replaced)
     cpu = object.__new__(tiny.CPUTrainer)
-    cpu.cfg, cpu.args, cpu.seed = base, tiny.TrainArgs(mini_batches=1, max_new_tokens=8), seed
+    cpu.cfg, cpu.args, cpu.seed = base, TrainerSettings(mini_batches=1, max_new_tokens=8), seed
     cpu.questions = {q: tiny.Question(q, [3, 4, 5], "1", "int") for q in ("q0", "q1", "q3")}
     cpu.manager, cpu.tok = _PlanManager(plan, cands), SimpleNamespace(pad_token_id=0)
     cpu.model = SimpleNamespace(eval=lambda: None, train=lambda: None)
@@ -173,6 +174,16 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
     assert verl_metrics["exgrpo/mixed_fraction"] == cpu_metrics["groups/mixed_fraction"]
     assert verl_metrics["exgrpo/masked_questions"] == cpu_metrics["masked/questions"]
     assert all(verl_metrics[f"exp/bucket_{k}"] == cpu_metrics[f"exp/bucket_{k}"] for k in range(K + 1))
+    # one vocabulary live: the plug-in's step metrics, renamed as its _compute_metrics hook does before verl's
+    # trackers log them, carry the CPU trainer's names for every quantity both routes write
+    from exgrpo import metrics as M
+
+    live = M.live_names(dict(verl_metrics))
+    both = {k for k in live if (m := M.lookup(k)) is not None and M.TINY in m.writers}
+    cpu_names = set(cpu_metrics) | {M.TRAINING_QUESTIONS.name, M.DATA_EPOCH.name}  # run_training adds these two
+    assert both and both <= cpu_names, sorted(both - cpu_names)
+    assert not set(live) & set(M.verl_key_map()), "a key left under its verl name"
+    assert live["groups/mixed_fraction"] == cpu_metrics["groups/mixed_fraction"]
 
     # ---- the loss: the CPU trainer's call on its whole batch vs the installed loss on verl's layout
     norm = 16

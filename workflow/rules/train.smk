@@ -2,8 +2,9 @@
 # backbone x variant x seed (Study.runs: methods on every backbone, ablations and prelim variants
 # on the ablation backbones).
 #
-# Each run is resolved once (# A shell write, not a `run:` block: Snakemake executes each `run:` job in a fresh Snakemake
-# process that re-parses the workflow (seconds per job, x100 runs); this takes milliseconds.
+# Each run is resolved once, into its run file (method.json), by a shell write rather than a `run:` block:
+# Snakemake executes each `run:` job in a fresh Snakemake process that re-parses the workflow (seconds
+# per job, x100 runs); this takes milliseconds.
 rule resolve_run:
     output:
         run_file("{source}", "{backbone}", "{variant}", "{seed}"),
