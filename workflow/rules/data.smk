@@ -12,7 +12,7 @@ rule make_data:
     log:
         "logs/make_data/{source}/s{seed}.log",
     benchmark:
-        "results/{source}/benchmarks/make_data/s{seed}.tsv"
+        f"{RESULTS}/{{source}}/benchmarks/make_data/s{{seed}}.tsv"
     conda:
         "../envs/cpu.yaml"
     threads: 1
