@@ -221,3 +221,29 @@ def test_a_gated_model_says_how_to_give_the_token(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert "meta-llama/Llama-3.1-8B is gated" in err and "HF_TOKEN" in err and "Never put the token" in err
     assert not (tmp_path / "models").exists()
+
+
+def test_a_changed_model_file_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    """The first download writes the lock of the files' sha256; a later download whose upstream file changed
+    (same names, other bytes) stops with the file named, and writes no manifest."""
+    snapshot = tmp_path / "hf" / "hub" / "models--Org--M" / "snapshots" / ("ab" * 20)
+    (snapshot / "sub").mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "sub" / "model.safetensors").write_bytes(b"\0" * 10)
+    seen = []
+    monkeypatch.setattr(download, "fetch_model",
+                        lambda hf_id, out, revision: seen.append(revision) or snapshot)
+    out, lock = tmp_path / "hf", tmp_path / "locks" / "m.json"
+    argv = ["download", "--out", str(out), "--model", "Org/M", "--name", "m", "--revision", "ab" * 20,
+            "--lock", str(lock)]
+    assert main(argv) == 0 and seen == ["ab" * 20]
+    locked = json.loads(lock.read_text())["files"]
+    assert locked == {"config.json": hashlib.sha256(b"{}").hexdigest(),
+                      "sub/model.safetensors": hashlib.sha256(b"\0" * 10).hexdigest()}
+    assert main(argv) == 0  # unchanged: the lock holds
+    (out / "models" / "m.json").unlink()
+    (snapshot / "sub" / "model.safetensors").write_bytes(b"\1" * 10)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "sub/model.safetensors" in err and "changed" in err and str(lock) in err
+    assert not (out / "models" / "m.json").exists()
