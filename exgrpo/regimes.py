@@ -115,6 +115,8 @@ def parse_regimes(
             for arm_name in pair:
                 if arm_name not in arms:
                     raise ConfigError(f"{where}.compare[{i}]", f"{arm_name!r} is not an arm of the regime")
+            if pair[0] == pair[1]:
+                raise ConfigError(f"{where}.compare[{i}]", f"compares arm {pair[0]!r} with itself")
             comparisons.append((pair[0], pair[1]))
         out[name] = Regime(name, entry["title"], backbone, entry["tests"], arms, tuple(comparisons),
                            data_seed=entry.get("data_seed"))

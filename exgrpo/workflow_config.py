@@ -192,7 +192,11 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
     for name, study in studies.items():  # and every run as its study resolves it
         for backbone, variant, seed in study.runs():
             try:
-                wf.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
+                spec = wf.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
+                if study.runtime == "verl" and study.scale == "tiny":  # what its job would refuse, refused now
+                    from exgrpo.verl_plugin.tiny_route import trainer_overrides
+
+                    trainer_overrides(spec.trainer, int(backbones[backbone]["max_prompt_length"]))
             except ConfigError as err:
                 if not err.field.startswith("trainer."):
                     raise
@@ -300,7 +304,8 @@ def _check_shared_sources(studies: Mapping[str, Study]) -> None:
     first: dict[str, Study] = {}
     for study in studies.values():
         other = first.setdefault(study.source, study)
-        for attr in ("scale", "budget", "data_seed", "data_order_seed"):
+        # every setting that changes what a run of the same (backbone, variant, seed) writes to the shared path
+        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer"):
             if getattr(study, attr) != getattr(other, attr):
                 raise ConfigError(f"studies.{study.name}.{attr}",
                                   f"{getattr(study, attr)!r} differs from study {other.name!r} "
