@@ -1,12 +1,13 @@
 # ExGRPO replication suite: the whole study as one Snakemake workflow.
 #
-# Targets (config/config.yaml says WHAT each runs; the profile says WHERE):
+# Targets (config/config.yaml says WHAT each runs; the profile says WHERE). Every study of the config
+# is the target of its own name (`exgrpo studies` lists them); the shipped ones:
 #   tiny       (default) the embedded CPU study into results/tiny/, from the shipped bases (models/tiny/)
 #   tiny_pretrain  rebuild the shipped tiny bases (SFT) into models/tiny/
 #   tiny_full  the same with more seeds and every ablation
 #   tiny_regimes  the pre-registered regime map (docs/regimes.md) into results/tiny/regimes/
 #   smoke      minimal budgets on one tiny backbone (tests, CI)
-#   all        the paper replication at full scale into results/paper-repro/ (GPUs)
+#   all        (= paper_repro) the paper replication at full scale into results/paper-repro/ (GPUs)
 #   paper_cpu  the paper route (verl's trainer, CPU mode) on a tiny base into results/paper-cpu/
 #   paper_headline  Table 1's Qwen2.5-Math-7B row (On-Policy vs ExGRPO, ID+OOD) into results/paper-repro/
 #   paper_ablation_shaping  one ablation slice (Table 6 w/o Shaping) into results/paper-repro/
@@ -18,7 +19,7 @@ import os
 
 from snakemake.utils import min_version
 
-from exgrpo.workflow_config import check_config_files
+from exgrpo.workflow_config import DEFAULT_STUDY, check_config_files
 
 min_version("9.0")
 
@@ -51,27 +52,7 @@ onstart:
 
 
 localrules:
-    tiny,
-    tiny_full,
     tiny_regimes,
-    smoke,
-    all,
-    paper_cpu,
-    paper_headline,
-    paper_ablation_shaping,
-    tiny_plugins,
-    tiny_continuous,
-
-
-rule tiny:
-    default_target: True
-    input:
-        study_targets("tiny"),
-
-
-rule tiny_full:
-    input:
-        study_targets("tiny_full"),
 
 
 rule tiny_regimes:
@@ -79,36 +60,14 @@ rule tiny_regimes:
         regime_targets(),
 
 
-rule smoke:
-    input:
-        study_targets("smoke"),
+# One target per study, of the study's own name (and `all` for paper_repro): the map is
+# exgrpo.workflow_config.target_studies, so a study added by config or an overlay is a target too.
+for _target, _study in study_target_map().items():
 
-
-rule all:
-    input:
-        study_targets("paper_repro"),
-
-
-rule paper_cpu:
-    input:
-        study_targets("paper_cpu"),
-
-
-rule paper_headline:
-    input:
-        study_targets("paper_headline"),
-
-
-rule paper_ablation_shaping:
-    input:
-        study_targets("paper_ablation_shaping"),
-
-
-rule tiny_plugins:
-    input:
-        study_targets("tiny_plugins"),
-
-
-rule tiny_continuous:
-    input:
-        study_targets("tiny_continuous"),
+    rule:
+        name:
+            _target
+        default_target: _target == DEFAULT_STUDY
+        input:
+            study_targets(_study),
+        localrule: True

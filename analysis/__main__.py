@@ -1,4 +1,4 @@
-"""`python -m analysis render|check --results results --source tiny|paper|paper-repro|all`.
+"""`python -m analysis render|check --results results --source SOURCE|all`.
 
 render: validate results/<source>/ and write results/<source>/{tables,figures}/ and index.md.
 check:  validate only (and report flagged published averages and the cache size).
@@ -23,14 +23,31 @@ def main(argv: list[str] | None = None) -> int:
                        ("extension", "write only the suite's extra tables (Table 2 analogue, plug-in rows)")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--results", default="results", help="the results/ directory (default: results)")
-        cmd.add_argument("--source", default="all", choices=[*schema.SOURCES, "all"],
-                         help="which source to process (all: every one that exists)")
+        cmd.add_argument("--source", default="all",
+                         help="which source to process: any folder of --results holding a study's results "
+                              f"(a study's `source`), or all: every shipped one that exists ({', '.join(schema.SOURCES)})")
         cmd.add_argument("--backbones", default=str(DEFAULT_BACKBONES), help="backbone registry (backbones.yaml)")
         if name in ("render", "extension"):
             cmd.add_argument("--profile", default=None,
                              help="evaluation profile for tables (default: the most common one)")
         cmd.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    rep = sub.add_parser("reproduce", help="compare a rerun with the committed results (a reproduction report)")
+    rep.add_argument("--results", default="results", help="the committed reference (default: results)")
+    rep.add_argument("--rerun", default="reruns", help="the rerun's results folder (default: reruns)")
+    rep.add_argument("--source", required=True, help="the study's source (a folder of both)")
+    rep.add_argument("--name", default="report", help="report file name: <rerun>/<source>/reproduction/<name>.md")
+    rep.add_argument("--backbones", default=str(DEFAULT_BACKBONES), help="backbone registry (backbones.yaml)")
+    rep.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     args = parser.parse_args(argv)
+    if args.command == "reproduce":
+        from analysis.reproduce import reproduce
+
+        try:
+            print(reproduce(args.results, args.rerun, args.source, args.name, args.backbones))
+        except (ResultsError, FileNotFoundError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("analysis").setLevel(logging.WARNING if args.quiet else logging.INFO)
     from analysis import report

@@ -43,7 +43,7 @@ SCORE_SPECS: tuple[ScoreSpec, ...] = (
               "none", ()),
     ScoreSpec("table3_sampler", "T3", "Table 3", "Sensitivity to the Gaussian question sampler (µ, σ).",
               "main", ("on_policy", "exgrpo", "sigma_wide", "sigma_narrow", "mu_hard")),
-    ScoreSpec("table5_backbones", "T5", "Table 5", "Other backbones (500 steps): base, On-Policy, ExGRPO.",
+    ScoreSpec("table5_backbones", "T5", "Table 5", "Other backbones (the paper trains 500 steps; runs here: their backbone's `steps`): base, On-Policy, ExGRPO.",
               "t5", ("base", "on_policy", "exgrpo")),
     ScoreSpec("table6_ablations", "T6", "Table 6", "Component and ρ ablations (ID benchmarks in the paper).",
               "main", ("on_policy", "exgrpo", "wo_q_selection", "wo_t_selection", "wo_qt_selection", "wo_shaping",

@@ -92,8 +92,9 @@ def with_aliases(frame: pd.DataFrame) -> pd.DataFrame:
 def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKBONES) -> Results:
     """Load and validate results/<source>/. Raises ResultsError / FileNotFoundError naming the file."""
     root = Path(results) / source
-    if source not in schema.SOURCES:
-        raise ResultsError(root, "source", f"unknown source {source!r}; expected one of {list(schema.SOURCES)}")
+    if not re.fullmatch(schema.SOURCE_NAME, source):
+        raise ResultsError(root, "source", f"not a source name {source!r}: one folder of {results}/, "
+                           f"matching {schema.SOURCE_NAME} (e.g. {', '.join(schema.SOURCES)})")
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: results source directory not found")
     from analysis import regimes  # it reads its sub-trees with this module's readers
@@ -159,6 +160,21 @@ def _load_paper_csvs(root: Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]
 
 
 # ------------------------------------------------------------------------------------------ training
+def mixed_code_notes(runs: pd.DataFrame) -> list[str]:
+    """A note when the runs were trained by different code (run.json `fingerprint_parts.code`), so no table
+    pools runs of several code versions without saying so; none when they agree or record no digest."""
+    codes = runs.dropna(subset=["code"])
+    if codes["code"].nunique() <= 1:
+        return []
+    parts = []
+    for code, group in codes.groupby("code", sort=True):
+        names = ", ".join(f"{b}/{v}/s{s}" for b, v, s in group[["backbone", "variant", "seed"]].itertuples(index=False))
+        parts.append(f"code {str(code)[:12]} ({len(group)} runs: {names})")
+    return [f"the runs were trained by {codes['code'].nunique()} versions of the code (fingerprint_parts.code), "
+            f"and tables pool them: " + "; ".join(parts)]
+
+
+
 def load_train(root: Path, registry: dict[str, Any], variants: set[str] | None = None,
                notes: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, per-step training rows) of every train/<backbone>/<variant>/s<seed>/ under `root`.
@@ -183,7 +199,8 @@ def load_train(root: Path, registry: dict[str, Any], variants: set[str] | None =
                 raise ResultsError(meta_path, key, f"{meta[key]!r} does not match the directory ({expected!r})")
         run_rows.append({"backbone": backbone, "variant": variant, "seed": seed, "config": meta["config"],
                          "steps": meta.get("steps"), "wall_time_s": meta.get("wall_time_s"),
-                         "git_commit": meta.get("git_commit")})
+                         "git_commit": meta.get("git_commit"),
+                         "code": (meta.get("fingerprint_parts") or {}).get("code")})
         rows = read_log(log)
         frame = pd.DataFrame.from_records(rows)
         frame.insert(0, "seed", seed)
@@ -191,7 +208,9 @@ def load_train(root: Path, registry: dict[str, Any], variants: set[str] | None =
         frame.insert(0, "backbone", backbone)
         frames.append(frame)
     runs = pd.DataFrame(run_rows, columns=["backbone", "variant", "seed", "config", "steps", "wall_time_s",
-                                           "git_commit"])
+                                           "git_commit", "code"])
+    if notes is not None:
+        notes.extend(mixed_code_notes(runs))
     train = (pd.concat(frames, ignore_index=True) if frames
              else pd.DataFrame(columns=["backbone", "variant", "seed", "step"]))
     return runs, train

@@ -61,7 +61,7 @@ def load(source_root: Path, registry: dict[str, Any],
     for spec_path in sorted(base.glob(f"*/{REGIME_FILE}")):
         spec = loader.read_json(spec_path)
         loader.check_keys(spec_path, spec, REGIME_REQUIRED, {"description": "str", "format": "int",
-                                                             "reused": "object"})
+                                                             "reused": "object", "data_seed": "int"})
         root = spec_path.parent
         if spec["name"] != root.name:
             raise loader.ResultsError(spec_path, "name", f"{spec['name']!r} does not match the directory {root.name!r}")
@@ -78,7 +78,8 @@ def load(source_root: Path, registry: dict[str, Any],
             if arm not in spec["arms"] or where != "../.." or source_frames is None:
                 raise loader.ResultsError(spec_path, f"reused.{arm}", f"expected an arm of the regime read from "
                                                                       f"'../..' (the source's tree), got {where!r}")
-        allowed = set(spec["arms"]) - set(reused)
+        # `base`: the regime's own base models (eval/<backbone>/base/), built when it has its own data seed
+        allowed = set(spec["arms"]) - set(reused) | {"base"}
         notes: list[str] = []
         _, train = loader.load_train(root, registry, variants=allowed, notes=notes)
         evals, samples = loader.load_eval(root, registry, notes, variants=allowed)

@@ -14,7 +14,12 @@ from __future__ import annotations
 from exgrpo import metrics as M  # the metric registry: pure Python, no runtime
 
 SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro", "paper-cpu", "smoke")
-"""Sub-directories of results/ that share this contract (`smoke`: the CI plumbing run, never committed)."""
+"""The shipped studies' sub-directories of results/ (`smoke`: the CI plumbing run, never committed), the
+ones `--source all` renders. Any other folder of results/ named like a study's `source` (SOURCE_NAME)
+shares the same contract: a study a researcher adds renders with `--source <its source>`."""
+
+SOURCE_NAME = r"[a-z0-9][a-z0-9-]*"
+"""A study's `source` (workflow/schemas/config.schema.yaml): one folder name under results/."""
 
 # ---------------------------------------------------------------------------------------- paper CSVs
 SCORE_COLUMNS: dict[str, str] = {

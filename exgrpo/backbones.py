@@ -76,6 +76,13 @@ def _check_entry(name: str, entry: Mapping[str, Any], path: str) -> None:
                                  f"use one of {', '.join(sorted(TEMPLATES[scale]))}")
     if scale == "tiny":  # (its resources have no GPUs or nodes: the schema's tiny_resources)
         _check_arch(entry, fail)
+        from exgrpo.tiny.models import MAX_POSITIONS  # the tiny models' position table (no torch import)
+
+        if run_context(entry) > MAX_POSITIONS:
+            field = ["context_extension", "max_position_embeddings"] if entry.get("context_extension") \
+                else ["max_context"]
+            raise fail(field, f"{run_context(entry)} exceeds the tiny models' position table "
+                              f"(exgrpo.tiny.models.MAX_POSITIONS = {MAX_POSITIONS})")
     lengths = int(entry["max_prompt_length"]) + int(entry["max_response_length"])
     context = run_context(entry)
     if lengths > context:

@@ -35,14 +35,22 @@ def library_versions() -> dict[str, str | None]:
     return versions
 
 
+OUTPUT_PATHS = ("results", "models/tiny")
+"""Tracked folders the workflow writes (results, the shipped bases `tiny_pretrain` rebuilds): a change there is
+an output, not a change of the code or config that made it, so it does not make the commit `-dirty`."""
+
+
 @functools.lru_cache(maxsize=1)
 def git_commit(repo: str | None = None) -> str | None:
-    """The current git commit of the project checkout (with '-dirty' if it has changes), or None."""
+    """The current git commit of the project checkout, or None; with '-dirty' when a tracked file of the code
+    or config differs from it (changes under OUTPUT_PATHS and untracked files do not count)."""
     cwd = repo or str(Path(__file__).resolve().parent.parent)
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
                              check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+        excluded = [f":(top,exclude){path}" for path in OUTPUT_PATHS]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", *excluded],
+                               cwd=cwd,
                                capture_output=True, text=True, check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None

@@ -53,6 +53,8 @@ class Regime:
     arms: dict[str, Arm]
     comparisons: tuple[tuple[str, str], ...]
     """(treatment arm, control arm), the primary comparison first."""
+    data_seed: int | None = None
+    """The regime's own task-data seed (`make-data --seed`), or None: the base study's."""
 
     def spec(self, reused: Mapping[str, str]) -> dict[str, Any]:
         """regime.json: what the analysis reads. `reused`: arm -> the base tree (relative path) holding it."""
@@ -70,6 +72,8 @@ class Regime:
                 {"treatment": t, "control": c, "primary": i == 0} for i, (t, c) in enumerate(self.comparisons)
             ],
             "reused": dict(reused),
+            # only when set, so the regime.json of a regime on the base study's data keeps its bytes
+            **({"data_seed": self.data_seed} if self.data_seed is not None else {}),
         }
 
 
@@ -111,8 +115,11 @@ def parse_regimes(
             for arm_name in pair:
                 if arm_name not in arms:
                     raise ConfigError(f"{where}.compare[{i}]", f"{arm_name!r} is not an arm of the regime")
+            if pair[0] == pair[1]:
+                raise ConfigError(f"{where}.compare[{i}]", f"compares arm {pair[0]!r} with itself")
             comparisons.append((pair[0], pair[1]))
-        out[name] = Regime(name, entry["title"], backbone, entry["tests"], arms, tuple(comparisons))
+        out[name] = Regime(name, entry["title"], backbone, entry["tests"], arms, tuple(comparisons),
+                           data_seed=entry.get("data_seed"))
     ablations = raw.get("ablations") or {}
     if ablations.get("regime"):
         target = ablations["regime"]
@@ -196,15 +203,18 @@ def regime_studies(
     studies, reuse = {}, {}
     for name, regime in regimes.items():
         reuse[name] = {}
+        data_seed = base.data_seed if regime.data_seed is None else regime.data_seed
         for arm_name, arm in regime.arms.items():
             specs = [arm_run(regime, arm_name, s, wf.backbones[regime.backbone], base.budget,
                              wf.variant_overrides.get(arm.variant, {}), base.data_order_seed) for s in seeds]
-            if all((regime.backbone, arm_name, s) in base_runs
+            # on other data (its own data_seed) no run of the base study is a run of the regime
+            if data_seed == base.data_seed and all((regime.backbone, arm_name, s) in base_runs
                    and spec == wf.run(regime.backbone, arm_name, s, base.budget, base.data_order_seed)
                    for s, spec in zip(seeds, specs)):
                 reuse[name][arm_name] = base.source
         studies[name] = dataclasses.replace(
             base, name=f"regime.{name}", source=f"{base.source}/regimes/{name}", backbones=(regime.backbone,),
+            data_seed=data_seed,
             ablation_backbones=(), seeds=seeds, methods=tuple(a for a in regime.arms if a not in reuse[name]),
             ablations=(), prelim=())
     return regimes, studies, reuse

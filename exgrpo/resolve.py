@@ -139,12 +139,26 @@ class RunSpec:
                 "trainer": {k: v for k, v in self.trainer.items() if k not in RUNTIME_ONLY}}
 
 
+def _check_context(name: str, backbone: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
+    """A tiny run's prompt + generated tokens must fit the model's context on every route: the registry checks
+    its own lengths (exgrpo.backbones), a `trainer.max_new_tokens` override is checked here, before any job."""
+    from exgrpo.backbones import run_context
+
+    total = int(backbone["max_prompt_length"]) + int(trainer["max_new_tokens"])
+    if total > run_context(backbone):
+        raise ConfigError("trainer.max_new_tokens",
+                          f"{trainer['max_new_tokens']}: max_prompt_length {backbone['max_prompt_length']} + "
+                          f"max_new_tokens = {total} exceeds {name}'s context ({run_context(backbone)})")
+
+
 def run_spec(name: str, backbone: Mapping[str, Any], variant: str, seed: int, *, budget: str = "full",
              overrides: Mapping[str, Any] | None = None, trainer_overrides: Mapping[str, Any] | None = None,
              data_order_seed: int | None = None, where: str = "") -> RunSpec:
     """Resolve one run of `variant` on backbone `name`. `data_order_seed` None = the run seed."""
     method = resolve(backbone, variant, overrides, budget=budget, where=where)
     trainer = trainer_settings(backbone, budget, trainer_overrides) if backbone["scale"] == "tiny" else {}
+    if trainer:
+        _check_context(name, backbone, trainer)
     return RunSpec(backbone=name, variant=variant, seed=int(seed), budget=budget, scale=backbone["scale"],
                    data_order_seed=int(seed if data_order_seed is None else data_order_seed), method=method,
                    trainer=trainer)

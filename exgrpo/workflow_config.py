@@ -33,11 +33,22 @@ from exgrpo.resolve import RunSpec, run_spec
 from exgrpo.suggest import unknown
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
-TARGET_STUDIES: dict[str, str] = {"tiny": "tiny", "tiny_full": "tiny_full", "smoke": "smoke", "all": "paper_repro",
-                                  "paper_cpu": "paper_cpu", "paper_headline": "paper_headline",
-                                  "paper_ablation_shaping": "paper_ablation_shaping", "tiny_plugins": "tiny_plugins",
-                                  "tiny_continuous": "tiny_continuous"}
-"""Snakemake target -> the study (key of `studies`) it runs."""
+TARGET_ALIASES: dict[str, str] = {"all": "paper_repro"}
+"""Snakemake targets named otherwise than the study they run. Every study is also the target of its own
+name (`target_studies`), so a study added to the config, or by an overlay with `--configfile`, is built by
+`snakemake <its name>`."""
+
+DEFAULT_STUDY = "tiny"
+"""The study of the default target (`snakemake` with no target)."""
+
+
+def target_studies(studies: Iterable[str]) -> dict[str, str]:
+    """Snakemake target -> the study (key of `studies`) it runs: the one target-to-study map.
+
+    Each study is the target of its own name; TARGET_ALIASES adds the other names (`all`).
+    """
+    names = list(studies)
+    return {**{name: name for name in names}, **{t: s for t, s in TARGET_ALIASES.items() if s in names}}
 
 VARIANT_GROUPS = ("methods", "ablations", "prelim")
 """Config sections that name variants (keys of exgrpo.config.ABLATIONS) with extra overrides."""
@@ -90,6 +101,8 @@ class WorkflowConfig:
     """Variant -> extra ExGRPOConfig overrides from the config (on top of ABLATIONS[variant])."""
     hf_cache: str
     allow_no_gpu: bool
+    results_dir: str = "reruns"
+    """Where the workflow writes results (config `results_dir`; `results` = the committed references)."""
     regimes: dict[str, Regime] = dataclasses.field(default_factory=dict)
     """The regime map (exgrpo.regimes), by regime name."""
     regime_studies: dict[str, Study] = dataclasses.field(default_factory=dict)
@@ -162,20 +175,29 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
     overrides = _variant_overrides(config)
     _check_benchmark_names(config["benchmarks"])
     studies = {name: _resolve_study(name, raw, config, backbones) for name, raw in config["studies"].items()}
-    for target, study in TARGET_STUDIES.items():
+    for target, study in {**TARGET_ALIASES, DEFAULT_STUDY: DEFAULT_STUDY}.items():
         if study not in studies:
             raise ConfigError(f"studies.{study}", f"missing; target `{target}` runs this study")
+    for name in studies:
+        if name in TARGET_ALIASES:
+            raise ConfigError(f"studies.{name}", f"`{name}` is the target of study "
+                              f"{TARGET_ALIASES[name]!r} (exgrpo.workflow_config.TARGET_ALIASES): rename the study")
     _check_shared_sources(studies)
     hf_cache = os.environ.get("EXGRPO_HF_CACHE") or config["hf_cache"]
     wf = WorkflowConfig(raw=config, backbones=backbones, studies=studies, variant_overrides=overrides,
-                        hf_cache=hf_cache, allow_no_gpu=bool(config.get("allow_no_gpu", False)))
+                        hf_cache=hf_cache, allow_no_gpu=bool(config.get("allow_no_gpu", False)),
+                        results_dir=str(config.get("results_dir", "reruns")))
     for variant in overrides:  # a variant must be valid on every backbone it may meet
         for name in backbones:
             wf.run(name, variant, 0, "full")
     for name, study in studies.items():  # and every run as its study resolves it
         for backbone, variant, seed in study.runs():
             try:
-                wf.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
+                spec = wf.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
+                if study.runtime == "verl" and study.scale == "tiny":  # what its job would refuse, refused now
+                    from exgrpo.verl_plugin.tiny_route import trainer_overrides
+
+                    trainer_overrides(spec.trainer, int(backbones[backbone]["max_prompt_length"]))
             except ConfigError as err:
                 if not err.field.startswith("trainer."):
                     raise
@@ -281,12 +303,13 @@ def _check_shared_sources(studies: Mapping[str, Study]) -> None:
     first: dict[str, Study] = {}
     for study in studies.values():
         other = first.setdefault(study.source, study)
-        for attr in ("scale", "budget", "data_seed", "data_order_seed"):
+        # every setting that changes what a run of the same (backbone, variant, seed) writes to the shared path
+        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer"):
             if getattr(study, attr) != getattr(other, attr):
                 raise ConfigError(f"studies.{study.name}.{attr}",
                                   f"{getattr(study, attr)!r} differs from study {other.name!r} "
                                   f"({getattr(other, attr)!r}), which writes to the same source {study.source!r}")
 
 
-__all__ = ["SCHEMA_DIR", "TARGET_STUDIES", "VARIANT_GROUPS", "Study", "WorkflowConfig", "check_config_files",
+__all__ = ["DEFAULT_STUDY", "SCHEMA_DIR", "TARGET_ALIASES", "target_studies", "VARIANT_GROUPS", "Study", "WorkflowConfig", "check_config_files",
            "check_schema", "field_path", "load_backbones", "load_workflow_config", "load_yaml"]

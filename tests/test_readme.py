@@ -23,9 +23,30 @@ def test_main_command_installs_cpu_torch_and_runs_tiny():
     main = [b for b in blocks if "snakemake" in b and b.endswith(" tiny")]
     assert main, "the README must show the main command that runs the `tiny` target"
     assert "torch==2.13.0" in main[0]
+    # the CPU build on any Linux machine: PyTorch's CPU index, not the registry's CUDA wheel of that version
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && " in main[0]
 
 
 def test_readme_switch_table_is_the_generated_one():
     from exgrpo.commands.switches import switch_table
 
     assert switch_table() in (ROOT / "README.md").read_text(), "README switch table is stale: run `exgrpo switches`"
+
+
+def test_readme_numbers_are_the_ones_the_files_hold():
+    """The commits the README says made the tiny numbers are the ones the run files record, and its job count and
+    wall hours are the compute ledger's (results/tiny/tables/ledger_rules.md, `all rules`)."""
+    import json
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    named = re.search(r"The runs record the commits ([0-9a-f, and]+) \(", text)
+    assert named, "the README names the commits the tiny runs record"
+    claimed = set(re.findall(r"[0-9a-f]{7,40}", named.group(1)))
+    recorded = {json.loads(p.read_text())["git_commit"].removesuffix("-dirty")[:7]
+                for p in (ROOT / "results/tiny/train").glob("*/*/s*/run.json")}
+    assert claimed == recorded
+    ledger = (ROOT / "results/tiny/tables/ledger_rules.md").read_text()
+    row = next(line for line in ledger.splitlines() if line.startswith("| all rules"))
+    jobs, wall_h = (cell.strip() for cell in row.split("|")[2:4])
+    compute = re.search(r"([\d.]+) wall-h in all for the (\d+) jobs of `results/tiny`", text)
+    assert compute and compute.group(2) == jobs and compute.group(1) == f"{float(wall_h):.2f}"

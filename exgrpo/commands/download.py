@@ -246,6 +246,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="fetch this HF model id instead of the data")
     parser.add_argument("--name", default=None, help="manifest name for --model (a backbone name)")
     parser.add_argument("--revision", default=None, help="model revision (branch, tag or commit)")
+    parser.add_argument("--lock", type=Path, default=None,
+                        help="lock of the model's file hashes: checked when it exists (a changed file is an "
+                             "error naming it), written when it does not")
     parser.add_argument("--dry-run", action="store_true", help="print what would be fetched, fetch nothing")
 
 
@@ -298,10 +301,44 @@ def download_data(out: Path, sources: list[Source]) -> dict[str, Any]:
     return manifest
 
 
-def download_model(out: Path, hf_id: str, name: str, revision: str | None) -> dict[str, Any]:
-    """Snapshot one model, write out/models/<name>.json (commit, files, sizes); returns the manifest."""
+def file_lock(root: Path, files: list[Path]) -> dict[str, str]:
+    """Relative path -> sha256 of each file under `root` (the lock a download writes and checks)."""
+    return {str(p.relative_to(root)): file_sha256(p) for p in files}
+
+
+def check_lock(lock_path: Path, found: dict[str, str], what: str) -> None:
+    """Compare `found` (path -> sha256) with the lock at `lock_path`; write the lock when there is none.
+
+    A file whose sha256 differs, a locked file that is missing and a file the lock does not know are each
+    a ChecksumError naming the file: a changed upstream file is refused, never taken silently. To accept
+    a deliberate change, delete the lock and download again (then commit the new lock).
+    """
+    from exgrpo.io import read_json
+
+    if not lock_path.exists():
+        write_json(lock_path, {"what": what, "files": found})
+        print(f"{what}: wrote the lock {lock_path} ({len(found)} files); commit it", flush=True)
+        return
+    locked = read_json(lock_path)["files"]
+    for rel in sorted(set(locked) | set(found)):
+        if rel not in found:
+            raise ChecksumError(f"{what}: {rel} is in the lock {lock_path} but was not downloaded")
+        if rel not in locked:
+            raise ChecksumError(f"{what}: {rel} is not in the lock {lock_path} (a new upstream file)")
+        if locked[rel] != found[rel]:
+            raise ChecksumError(f"{what}: {rel} has sha256 {found[rel]}, the lock {lock_path} says {locked[rel]}: "
+                                "the upstream file changed; delete the lock to accept it deliberately")
+
+
+def download_model(out: Path, hf_id: str, name: str, revision: str | None,
+                   lock: Path | None = None) -> dict[str, Any]:
+    """Snapshot one model, check it against `lock` (written when absent), write out/models/<name>.json
+    (commit, files, sizes, sha256s); returns the manifest."""
     snapshot = with_retries(lambda: fetch_model(hf_id, out, revision), f"model {hf_id}")
     files = sorted(p for p in snapshot.rglob("*") if p.is_file())
+    hashes = file_lock(snapshot, files) if lock is not None else None
+    if lock is not None:
+        check_lock(lock, hashes, f"{hf_id}@{revision or 'main'}")
     manifest = {
         "kind": "model",
         "name": name,
@@ -310,6 +347,7 @@ def download_model(out: Path, hf_id: str, name: str, revision: str | None) -> di
         "commit": snapshot.name,  # hub cache layout: .../snapshots/<commit>/
         "path": str(snapshot.relative_to(out)) if snapshot.is_relative_to(out) else str(snapshot),
         "files": {str(p.relative_to(snapshot)): p.stat().st_size for p in files},
+        **({"sha256": hashes, "lock": str(lock)} if lock is not None else {}),
         "offline_env": _offline_env(out),
         "provenance": provenance(),
     }
@@ -336,13 +374,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"would fetch model {args.model} into {out / 'hub'} and write {out / 'models' / (name + '.json')}")
             return 0
         try:
-            download_model(out, args.model, name, args.revision)
+            download_model(out, args.model, name, args.revision, args.lock)
         except DownloadError as err:
             print(f"exgrpo download: error: {err}", file=sys.stderr)
             return 1
         return 0
-    if args.name is not None or args.revision is not None:
-        raise ConfigError("--name" if args.name is not None else "--revision", "only applies with --model")
+    if args.name is not None or args.revision is not None or args.lock is not None:
+        raise ConfigError("--name" if args.name is not None else "--revision" if args.revision is not None
+                          else "--lock", "only applies with --model")
     sources = select_sources(args.only)
     if args.dry_run:
         for s in sources:

@@ -93,6 +93,16 @@ def generation_identity(settings: EvalSettings) -> dict[str, Any] | None:
             "overlong_prompts": overlong_policy(settings.overlong_prompts, settings.backend), **VLLM_DECODING}
 
 
+def resolved_settings(settings: EvalSettings, k: int) -> dict[str, Any]:
+    """The evaluation's settings as resolved (provenance `config`): profile, k, seed, limit, data, prompt
+    format, grading, bootstrap, batch size, backend and its context policy."""
+    return {"profile": settings.profile.to_dict(), "k": k, "seed": settings.seed, "limit": settings.limit,
+            "data_dir": settings.data_dir, "prompt_format": settings.prompt_format,
+            "grading": settings.grading.to_dict(), "n_boot": settings.n_boot, "batch_size": settings.batch_size,
+            "backend": settings.backend, "max_model_len": settings.max_model_len,
+            "overlong_prompts": overlong_policy(settings.overlong_prompts, settings.backend)}
+
+
 def task_manager(data_dir: str | None, prompt_format: str) -> Any:
     """lm-eval TaskManager over the project's task folder only (skips indexing lm-eval's 14k built-ins)."""
     from lm_eval.tasks import TaskManager
@@ -300,7 +310,7 @@ def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings
     records, regions = records_from_generations(gens, seed=settings.seed, max_new_tokens=profile.max_new_tokens,
                                                 count_tokens=token_counter(lm))
     graded = grade_records(records, bench.kind, regions, grader)
-    prov = provenance(seed=settings.seed, model=(model_meta(lm) if model_meta else {"path": model_id}),
+    prov = provenance(config=resolved_settings(settings, k), seed=settings.seed, model=(model_meta(lm) if model_meta else {"path": model_id}),
                       profile=profile.to_dict(), benchmark=bench.name, lm_eval_task=bench.task_name,
                       prompt_format=settings.prompt_format, grader=grader.name, grader_version=grader.version)
     meta = {**expect, "split": bench.split, "kind": bench.kind, "data": data_info,

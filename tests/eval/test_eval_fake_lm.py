@@ -162,3 +162,15 @@ def test_lm_eval_task_grades_like_the_cache(evaluated, fake_lm):
     cached = next(a for a in evaluated["aggs"] if a["benchmark"] == "amc")["metrics"]
     assert metrics["avg_at_k,all_samples"] == pytest.approx(cached["avg_at_k"])
     assert metrics["pass_at_k,all_samples"] == pytest.approx(cached["pass_at_k"])
+
+
+def test_eval_provenance_records_its_resolved_settings():
+    """Evaluation provenance has its resolved settings, not `config: null` (exgrpo.eval.harness.resolved_settings)."""
+    from exgrpo.eval.harness import EvalSettings, resolved_settings
+    from exgrpo.eval.profiles import PROFILES
+
+    settings = EvalSettings(profile=PROFILES["tiny"], seed=3, limit=32, backend="hf")
+    config = resolved_settings(settings, k=4)
+    assert (config["k"], config["seed"], config["limit"], config["backend"]) == (4, 3, 32, "hf")
+    assert config["profile"] == PROFILES["tiny"].to_dict() and config["overlong_prompts"] == "truncate"
+    assert config["grading"] == settings.grading.to_dict()

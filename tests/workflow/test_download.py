@@ -267,3 +267,29 @@ def test_permanent_failures_are_not_retried(tmp_path, fake_fetchers, monkeypatch
     with pytest.raises(urllib.error.HTTPError):
         download.download_data(tmp_path, download.select_sources("exgrpo_test_id"))
     assert waits == []
+
+
+def test_a_changed_model_file_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    """The first download writes the lock of the files' sha256; a later download whose upstream file changed
+    (same names, other bytes) stops with the file named, and writes no manifest."""
+    snapshot = tmp_path / "hf" / "hub" / "models--Org--M" / "snapshots" / ("ab" * 20)
+    (snapshot / "sub").mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "sub" / "model.safetensors").write_bytes(b"\0" * 10)
+    seen = []
+    monkeypatch.setattr(download, "fetch_model",
+                        lambda hf_id, out, revision: seen.append(revision) or snapshot)
+    out, lock = tmp_path / "hf", tmp_path / "locks" / "m.json"
+    argv = ["download", "--out", str(out), "--model", "Org/M", "--name", "m", "--revision", "ab" * 20,
+            "--lock", str(lock)]
+    assert main(argv) == 0 and seen == ["ab" * 20]
+    locked = json.loads(lock.read_text())["files"]
+    assert locked == {"config.json": hashlib.sha256(b"{}").hexdigest(),
+                      "sub/model.safetensors": hashlib.sha256(b"\0" * 10).hexdigest()}
+    assert main(argv) == 0  # unchanged: the lock holds
+    (out / "models" / "m.json").unlink()
+    (snapshot / "sub" / "model.safetensors").write_bytes(b"\1" * 10)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "sub/model.safetensors" in err and "changed" in err and str(lock) in err
+    assert not (out / "models" / "m.json").exists()

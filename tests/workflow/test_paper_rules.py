@@ -54,7 +54,7 @@ def test_all_lists_the_paper_jobs_with_the_right_counts(dry_all):
         == {(b, v, "paper") for b, v in models}
     assert result.counts["eval_paper"] == 27 + 6 == 33
     outputs = {path for j in evals for path in j.output}
-    assert outputs == {f"results/paper-repro/eval/{b}/{v}/s0/{bench}.paper.json" for b, v in models
+    assert outputs == {f"reruns/paper-repro/eval/{b}/{v}/s0/{bench}.paper.json" for b, v in models
                        for bench in BENCHMARKS}  # every model on all 9 benchmarks: 297 results
     for job in evals:
         assert _norm(job.shell).count("exgrpo eval ") == 1 and f"--benchmarks {','.join(BENCHMARKS)} " in job.shell
@@ -134,7 +134,7 @@ def test_every_submitted_job_gets_the_site_account(dry_all):
 
 
 def test_memory_and_runtime_are_overridden_per_site(wf, snakemake, slurm_site):
-    target = "results/paper-repro/train/qwen2.5-math-7b/exgrpo/s0/run.json"
+    target = "reruns/paper-repro/train/qwen2.5-math-7b/exgrpo/s0/run.json"
     result = snakemake("--profile", "slurm", "-n", target, "--set-resources", "train_paper:mem_mb=900000",
                        "train_paper:runtime=4320", cwd=wf, env=slurm_site)
     assert result.returncode == 0, result.stdout[-3000:]
@@ -156,11 +156,11 @@ def test_exact_shell_of_a_train_and_an_eval_job(dry_all):
         f" --train-files {files}/openr1_math_46k.parquet --val-files {files}/exgrpo_valid.parquet"
         f" && exgrpo verl-launch --run-dir {run} --hf-home work/hf"
         f" && bash {run}/launch_single_node.sh"
-        f" && exgrpo verl-collect --run-dir {run} --out results/paper-repro/train/qwen2.5-math-7b/exgrpo/s0"
+        f" && exgrpo verl-collect --run-dir {run} --out reruns/paper-repro/train/qwen2.5-math-7b/exgrpo/s0"
         f" --export-hf {run}/final) > logs/train/paper-repro/qwen2.5-math-7b/exgrpo/s0.log 2>&1")
     (ev,) = [j for j in _by_rule(result, "eval_paper")
              if (j.wildcards["backbone"], j.wildcards["variant"]) == ("qwen2.5-math-7b", "exgrpo")]
-    out = "results/paper-repro/eval/qwen2.5-math-7b/exgrpo/s0"
+    out = "reruns/paper-repro/eval/qwen2.5-math-7b/exgrpo/s0"
     assert _norm(ev.shell) == _norm(
         f"(export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 && model={run}/final"
         f' && exgrpo eval --model "$model" --benchmarks {",".join(BENCHMARKS)} --profile paper'
@@ -182,7 +182,7 @@ def test_base_models_prelim_and_variant_overrides_in_the_shell(dry_all):
         " && exgrpo prelim-analyze --engine vllm --model work/paper-repro/ckpt/qwen2.5-math-7b/on_policy/s0/final"
         " --data work/hf/files/openr1_math_46k.parquet --questions 1000 --k 8 --tp 2 --judge-tp 4 --judge llm"
         ' --judge-model "$judge" --judge-cache work/paper-repro/prelim/judge_cache.jsonl --seed 0'
-        " --backbone qwen2.5-math-7b --out results/paper-repro/prelim/qwen2.5-math-7b/trajectories.on_policy.s0.parquet"
+        " --backbone qwen2.5-math-7b --out reruns/paper-repro/prelim/qwen2.5-math-7b/trajectories.on_policy.s0.parquet"
         " --no-progress) > logs/prelim/paper-repro/qwen2.5-math-7b/on_policy/s0.log 2>&1")
     (judge,) = _by_rule(result, "download_judge")
     assert "--model Qwen/Qwen3-32B --name judge-qwen3-32b " in judge.shell
@@ -199,12 +199,12 @@ def test_base_models_prelim_and_variant_overrides_in_the_shell(dry_all):
 
 def test_tiny_and_paper_targets_go_to_their_own_rules(wf, snakemake):
     targets = {
-        "results/tiny/train/tiny-math/exgrpo/s0/run.json": "train_tiny",
-        "results/paper-repro/train/qwen2.5-math-7b/exgrpo/s0/run.json": "train_paper",
-        "results/tiny/eval/tiny-math/base/s0/tiny_test.tiny.json": "eval_tiny",
-        "results/paper-repro/eval/qwen2.5-math-1.5b/base/s0/amc.paper.json": "eval_paper",
-        "results/tiny/prelim/tiny-math/trajectories.on_policy.s0.parquet": "prelim_tiny",
-        "results/paper-repro/prelim/qwen2.5-math-7b/trajectories.on_policy.s0.parquet": "prelim_paper",
+        "reruns/tiny/train/tiny-math/exgrpo/s0/run.json": "train_tiny",
+        "reruns/paper-repro/train/qwen2.5-math-7b/exgrpo/s0/run.json": "train_paper",
+        "reruns/tiny/eval/tiny-math/base/s0/tiny_test.tiny.json": "eval_tiny",
+        "reruns/paper-repro/eval/qwen2.5-math-1.5b/base/s0/amc.paper.json": "eval_paper",
+        "reruns/tiny/prelim/tiny-math/trajectories.on_policy.s0.parquet": "prelim_tiny",
+        "reruns/paper-repro/prelim/qwen2.5-math-7b/trajectories.on_policy.s0.parquet": "prelim_paper",
     }
     result = snakemake("-n", *targets, cwd=wf)
     assert result.returncode == 0, result.stdout[-3000:]

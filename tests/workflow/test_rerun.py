@@ -23,9 +23,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny-sft"
-RUN = "results/smoke/train/tiny-math-small/exgrpo/s0/run.json"
-EVAL = "results/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.json"
-SAMPLES = "results/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.samples.parquet"
+RUN = "reruns/smoke/train/tiny-math-small/exgrpo/s0/run.json"
+EVAL = "reruns/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.json"
+SAMPLES = "reruns/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.samples.parquet"
 TRAIN_LOG = "logs/train/smoke/tiny-math-small/exgrpo/s0.log"
 
 TARGETS = (RUN, EVAL)

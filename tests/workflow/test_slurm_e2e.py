@@ -70,7 +70,7 @@ def test_smoke_dag_through_the_slurm_plugin(e2e):
     assert "--target-jobs 'make_data:source=smoke,seed=0'" in argv[-1]
     manifest = json.loads((wf / "work/smoke/data/s0/manifest.json").read_text())
     assert manifest  # written by the real `exgrpo make-data`, inside the "job"
-    assert (wf / "results/smoke/benchmarks/make_data/s0.tsv").is_file()  # the compute-ledger record
+    assert (wf / "reruns/smoke/benchmarks/make_data/s0.tsv").is_file()  # the compute-ledger record
 
 
 def test_gpu_backbone_job_sbatch_line(e2e):
@@ -98,7 +98,7 @@ def test_report_shows_each_figure_with_its_caption(e2e, snakemake):
     made = snakemake("--report", "report.html", "smoke", cwd=wf)
     assert made.returncode == 0, made.stdout
     entries = {Path(path).name: entry for path, entry in _report_results((wf / "report.html").read_text()).items()}
-    figures = sorted((wf / "results/smoke/figures").glob("*.png"))
+    figures = sorted((wf / "reruns/smoke/figures").glob("*.png"))
     assert figures and sorted(entries) == [png.name for png in figures]
     for png in figures:
         caption = png.with_suffix(".rst").read_text().strip().replace("**", "")

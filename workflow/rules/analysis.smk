@@ -41,7 +41,7 @@ rule render_study:
     log:
         "logs/render/{source}/{study}.log",
     benchmark:
-        "results/{source}/benchmarks/render/{study}.tsv"
+        f"{RESULTS}/{{source}}/benchmarks/render/{{study}}.tsv"
     conda:
         "../envs/cpu.yaml"
     threads: 1
@@ -49,9 +49,10 @@ rule render_study:
         **cpu_resources(),
     params:
         backbones=backbones_file(),
-        figures="results/{source}/figures",
+        figures=f"{RESULTS}/{{source}}/figures",
+        results=RESULTS,
     shell:
-        "(python -m analysis render --results results --source {wildcards.source}"
+        "(python -m analysis render --results {params.results} --source {wildcards.source}"
         " --backbones {params.backbones}"
         " && mkdir -p {output.figures}"
         " && find {params.figures} -maxdepth 1 '(' -name '*.png' -o -name '*.rst' ')'"
@@ -59,3 +60,31 @@ rule render_study:
 
 
 register_stage("report", scales=("tiny", "paper"))
+
+
+# The rerun against the committed reference (analysis.reproduce): the last job of every study's
+# target when results go beside results/ (config `results_dir`, default reruns/). A source with no
+# committed reference gets a report that lists every run as new.
+rule reproduce_study:
+    input:
+        "work/{source}/rendered.{study}.done",
+    output:
+        report="%s/{source}/reproduction/{study}.md" % RESULTS,
+        figure="%s/{source}/reproduction/{study}.png" % RESULTS,
+        table="%s/{source}/reproduction/{study}.json" % RESULTS,
+    log:
+        "logs/reproduce/{source}/{study}.log",
+    localrule: True
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        backbones=backbones_file(),
+        results=lambda wc, output: results_root_of(output.report, wc.source),
+    shell:
+        "python -m analysis reproduce --results results --rerun {params.results}"
+        " --source {wildcards.source} --name {wildcards.study} --backbones {params.backbones}"
+        " > {log} 2>&1"
+
+
+if RESULTS != "results":
+    register_stage("reproduce", scales=("tiny", "paper"))

@@ -1,8 +1,10 @@
 # Helpers shared by every stage: validated configuration, output paths, resources, targets.
 #
 # Rules read `config` only through these helpers. Path layout (the results contract):
-#   results/<source>/{train,eval,prelim}/...       results (tracked for tiny and paper sources)
-#   results/<source>/benchmarks/<rule>/...         Snakemake benchmark files -> compute ledger
+#   <R>/<source>/{train,eval,prelim}/...           results; <R> = config `results_dir` (default reruns/,
+#                                                  git-ignored; results/ holds the committed references)
+#   <R>/<source>/benchmarks/<rule>/...             Snakemake benchmark files -> compute ledger
+#   <R>/<source>/reproduction/<study>.{md,png,json}  the rerun against results/<source>/ (analysis.reproduce)
 #   work/<source>/{data,ckpt}/..., work/tiny/sft/  data and checkpoints (git-ignored)
 #   work/<source>/runs/<backbone>/<variant>/s<seed>/method.json   each run's resolved config
 #   <hf_cache>/                                    paper-scale downloads (shared, see config.yaml)
@@ -35,6 +37,9 @@ WF = load_workflow_config(
     config_files=workflow.configfiles,
 )
 REPORT_DIR = f"{workflow.current_basedir}/../report"
+RESULTS = WF.results_dir
+"""Where this run writes its results (config `results_dir`, default reruns/): never the committed
+results/ unless asked (`--config results_dir=results`); `exgrpo promote` copies a rerun there."""
 BACKBONES = WF.backbones
 STUDIES = WF.studies
 
@@ -102,7 +107,7 @@ def base_dir(source, backbone):
 
 def train_dir(source, backbone, variant, seed):
     """`exgrpo train --out`: log.jsonl.gz and run.json land here."""
-    return f"results/{source}/train/{backbone}/{variant}/s{seed}"
+    return f"{RESULTS}/{source}/train/{backbone}/{variant}/s{seed}"
 
 
 def ckpt_dir(source, backbone, variant, seed):
@@ -117,11 +122,11 @@ def run_file(source, backbone, variant, seed):
 
 def eval_dir(source, backbone, variant, seed):
     """`exgrpo eval --out` of one trained model: <benchmark>.<profile>.json (+ .samples.parquet)."""
-    return f"results/{source}/eval/{backbone}/{variant}/s{seed}"
+    return f"{RESULTS}/{source}/eval/{backbone}/{variant}/s{seed}"
 
 
 def prelim_dir(source, backbone, variant, seed):
-    return f"results/{source}/prelim/{backbone}/{variant}/s{seed}"
+    return f"{RESULTS}/{source}/prelim/{backbone}/{variant}/s{seed}"
 
 
 def log_file(rule, *parts):
@@ -130,10 +135,8 @@ def log_file(rule, *parts):
 
 
 def bench_file(source, rule, *parts):
-    """results/<source>/benchmarks/<rule>/<parts>.tsv: summarised later into the compute ledger."""
-    return (
-        os.path.join("results", source, "benchmarks", rule, *map(str, parts)) + ".tsv"
-    )
+    """<results_dir>/<source>/benchmarks/<rule>/<parts>.tsv: summarised later into the compute ledger."""
+    return os.path.join(RESULTS, source, "benchmarks", rule, *map(str, parts)) + ".tsv"
 
 
 def backbones_file():

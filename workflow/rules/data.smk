@@ -12,7 +12,7 @@ rule make_data:
     log:
         "logs/make_data/{source}/s{seed}.log",
     benchmark:
-        "results/{source}/benchmarks/make_data/s{seed}.tsv"
+        f"{RESULTS}/{{source}}/benchmarks/make_data/s{{seed}}.tsv"
     conda:
         "../envs/cpu.yaml"
     threads: 1
@@ -53,8 +53,16 @@ rule download_model:
     params:
         out=lambda wc, output: os.path.dirname(os.path.dirname(output.manifest)),
         hf_id=lambda wc: BACKBONES[wc.backbone]["hf_id"],
+        # the registry's pinned commit, and the committed lock of the files' sha256 (written when absent)
+        pin=lambda wc: (
+            f"--revision {BACKBONES[wc.backbone]['revision']} "
+            if BACKBONES[wc.backbone].get("revision")
+            else ""
+        ),
+        lock=lambda wc: f"config/locks/{wc.backbone}.json",
     shell:
-        "exgrpo download --out {params.out} --model {params.hf_id} --name {wildcards.backbone} > {log} 2>&1"
+        "exgrpo download --out {params.out} --model {params.hf_id} --name {wildcards.backbone}"
+        " {params.pin}--lock {params.lock} > {log} 2>&1"
 
 
 rule retemplate:

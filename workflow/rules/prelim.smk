@@ -10,7 +10,7 @@ rule prelim_tiny:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         data=study_data,
     output:
-        "results/{source}/prelim/{backbone}/trajectories.{variant}.s{seed}.parquet",
+        f"{RESULTS}/{{source}}/prelim/{{backbone}}/trajectories.{{variant}}.s{{seed}}.parquet",
     log:
         log_file("prelim", "{source}", "{backbone}", "{variant}", "s{seed}"),
     benchmark:
@@ -60,7 +60,7 @@ rule prelim_paper:
         data=download_manifest(),
         judge=model_manifest(JUDGE_NAME),
     output:
-        "results/{source}/prelim/{backbone}/trajectories.{variant}.s{seed}.parquet",
+        f"{RESULTS}/{{source}}/prelim/{{backbone}}/trajectories.{{variant}}.s{{seed}}.parquet",
     log:
         log_file("prelim", "{source}", "{backbone}", "{variant}", "s{seed}"),
     benchmark:

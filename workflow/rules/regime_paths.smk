@@ -5,7 +5,7 @@ def regime_base_source():
 
 
 def regime_spec_file(name):
-    return f"results/{regime_base_source()}/regimes/{name}/regime.json"
+    return f"{RESULTS}/{regime_base_source()}/regimes/{name}/regime.json"
 
 
 def regime_spec_json(wc):

@@ -8,7 +8,7 @@
 
 rule regime_spec:
     output:
-        "results/{source}/regimes/{regime}/regime.json",
+        f"{RESULTS}/{{source}}/regimes/{{regime}}/regime.json",
     log:
         "logs/regime_spec/{source}/{regime}.log",
     benchmark:

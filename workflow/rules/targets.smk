@@ -53,9 +53,23 @@ def report_targets(study):
     return [f"work/{study.source}/rendered.{study.name}.done"]
 
 
+def reproduce_targets(study):
+    """The study's reproduction report against results/<source>/ (rule reproduce_study)."""
+    return [f"{RESULTS}/{study.source}/reproduction/{study.name}.md"]
+
+
+def results_root_of(report, source):
+    """The results folder of `<root>/<source>/reproduction/<study>.md` (a params function)."""
+    from pathlib import Path
+
+    return str(Path(report).parents[2 + source.count("/")])
+
+
 def prelim_file(source, backbone, variant, seed):
     """The loader reads prelim/<backbone>/trajectories*.parquet (results/README.md)."""
-    return f"results/{source}/prelim/{backbone}/trajectories.{variant}.s{seed}.parquet"
+    return (
+        f"{RESULTS}/{source}/prelim/{backbone}/trajectories.{variant}.s{seed}.parquet"
+    )
 
 
 STAGE_TARGET_FUNCTIONS = {
@@ -65,6 +79,7 @@ STAGE_TARGET_FUNCTIONS = {
     "eval_base": base_eval_targets,
     "prelim": prelim_targets,
     "report": report_targets,
+    "reproduce": reproduce_targets,
 }
 REGISTERED_STAGES = {}
 
@@ -72,6 +87,24 @@ REGISTERED_STAGES = {}
 def register_stage(stage, scales=("tiny", "paper")):
     """Add a wired stage's outputs to the targets of the studies of `scales` (tiny and/or paper)."""
     REGISTERED_STAGES.setdefault(stage, set()).update(scales)
+
+
+def study_target_map():
+    """Target -> study for every study (exgrpo.workflow_config.target_studies), refusing a study whose
+    target would be one of the workflow's own rules (called after every rule file is included).
+    """
+    from exgrpo.config import ConfigError
+    from exgrpo.workflow_config import target_studies
+
+    taken = {r.name for r in workflow.rules}
+    mapping = target_studies(STUDIES)
+    for target, study in mapping.items():
+        if target in taken:
+            raise ConfigError(
+                f"studies.{study}",
+                f"its target `{target}` is already one of the workflow's rules; rename the study",
+            )
+    return mapping
 
 
 def study_targets(name):
@@ -93,7 +126,7 @@ def study_inputs(wildcards):
     return [
         p
         for st, scales in REGISTERED_STAGES.items()
-        if st not in ("report", "data") and study.scale in scales
+        if st not in ("report", "data", "reproduce") and study.scale in scales
         for p in STAGE_TARGET_FUNCTIONS[st](study)
     ]
 

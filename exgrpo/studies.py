@@ -1,0 +1,142 @@
+"""Every study of a workflow configuration, with its target, source, job count and cost estimate.
+
+`exgrpo studies` prints this table (README "Your own study"). The configuration is read the way
+Snakemake reads it: config/config.yaml, then each overlay given with `--configfile`, merged by
+Snakemake's own `update_config`, then validated by exgrpo.workflow_config (so a study that would not
+build is refused here too, naming the field).
+
+Job counts are the jobs of the study's own DAG from scratch (nothing done yet), counted from the
+study's runs exactly as workflow/rules/targets.smk lists its outputs. The cost estimate is two numbers:
+- `requested`: the hours the jobs ask the scheduler for (the backbone's `resources.<stage>.runtime_min`,
+  config/backbones.yaml), and GPU-hours = those hours x the GPUs each job holds (exgrpo.cluster); an
+  upper bound, the numbers a cluster allocation is planned with;
+- `measured`: where results/<source>/benchmarks/ holds Snakemake benchmark files of the same rules, their
+  mean wall time per job x this study's job count (the compute ledger's input); absent otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from exgrpo.cluster import stage_gpus, stage_resources
+from exgrpo.workflow_config import Study, WorkflowConfig, load_workflow_config, target_studies
+from exgrpo.yaml_files import load_yaml
+
+DEFAULT_CONFIG = "config/config.yaml"
+
+STAGE_OF_RULE_KIND = {"train": "train", "eval": "eval", "prelim": "judge"}
+"""Job kind -> the backbone `resources` stage that sizes it (exgrpo.cluster.STAGES)."""
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    """One line of `exgrpo studies`."""
+
+    target: str
+    study: str
+    source: str
+    scale: str
+    runtime: str
+    jobs: dict[str, int]
+    """Job kind (train, eval, prelim, other) -> number of jobs."""
+    requested_h: float
+    """Hours requested over all per-backbone jobs (runtime_min / 60, summed)."""
+    gpu_h: float
+    """Requested hours x GPUs held, summed (0 for CPU studies)."""
+    measured_h: float | None
+    """Mean measured wall hours per job of each kind in results/<source>/benchmarks/ x job count, or None."""
+
+    @property
+    def total_jobs(self) -> int:
+        return sum(self.jobs.values())
+
+
+def merged_config(config_files: Iterable[str | Path]) -> dict[str, Any]:
+    """The files merged as Snakemake merges `configfile:` and `--configfile` (later files win, dicts merge)."""
+    from snakemake.utils import update_config  # Snakemake's own merge, so the two readings cannot differ
+
+    merged: dict[str, Any] = {}
+    for path in config_files:
+        update_config(merged, load_yaml(path, "configfile") or {})
+    return merged
+
+
+def load_studies(config_files: Iterable[str | Path] = (DEFAULT_CONFIG,), workdir: str | Path = ".") -> WorkflowConfig:
+    """The validated workflow configuration of config/config.yaml plus overlays (ConfigError on bad input)."""
+    files = [Path(workdir) / p if not Path(p).is_absolute() else Path(p) for p in config_files]
+    from exgrpo.backbones import SCHEMA_DIR
+
+    return load_workflow_config(merged_config(files), schema_dir=SCHEMA_DIR, workdir=workdir, config_files=files)
+
+
+def study_jobs(study: Study) -> dict[str, list[str]]:
+    """Job kind -> the backbone of each job of the study (the per-backbone jobs a fresh build runs).
+
+    train: one per run; eval: one per evaluated model and profile (every benchmark in one job), the
+    trained runs plus each backbone's base; prelim: one per on-policy run of an ablation backbone when
+    the study has a preliminary study; other: data, run resolution and rendering (light CPU jobs).
+    """
+    runs = study.runs()
+    profiles = len(study.profiles)
+    jobs = {
+        "train": [b for b, _, _ in runs],
+        "eval": [b for b, _, _ in runs for _ in range(profiles)] + [b for b in study.backbones for _ in range(profiles)],
+        "prelim": [b for b in study.ablation_backbones for _ in study.seeds] if study.prelim else [],
+    }
+    data = 1 if study.scale == "tiny" else 1 + len(study.backbones)
+    jobs["other"] = [""] * (data + len(runs) + 1)  # data, resolve_run per run, render
+    return jobs
+
+
+def measured_wall_h(results: Path, source: str) -> dict[str, float]:
+    """Job kind -> mean wall hours per job, from results/<source>/benchmarks/<rule>/**.tsv (Snakemake's `s`)."""
+    out: dict[str, float] = {}
+    root = results / source / "benchmarks"
+    for kind in ("train", "eval", "prelim"):
+        walls = []
+        for tsv in sorted((root / kind).rglob("*.tsv")) if (root / kind).is_dir() else []:
+            with tsv.open(newline="") as fh:
+                walls += [float(row["s"]) for row in csv.DictReader(fh, delimiter="\t") if row.get("s")]
+        if walls:
+            out[kind] = sum(walls) / len(walls) / 3600.0
+    return out
+
+
+def study_rows(wf: WorkflowConfig, results: str | Path = "results") -> list[StudyRow]:
+    """One row per target, in config order (`all` next to the study it runs)."""
+    rows = []
+    for target, name in target_studies(wf.studies).items():
+        study = wf.studies[name]
+        jobs = study_jobs(study)
+        requested = gpu = 0.0
+        for kind, stage in STAGE_OF_RULE_KIND.items():
+            for backbone in jobs[kind]:
+                entry: Mapping[str, Any] = wf.backbones[backbone]
+                hours = stage_resources(entry, stage)["runtime_min"] / 60.0
+                requested += hours
+                gpu += hours * stage_gpus(entry, stage)
+        measured = measured_wall_h(Path(results), study.source)
+        measured_h = (sum(measured[k] * len(jobs[k]) for k in measured) if measured else None)
+        rows.append(StudyRow(target, name, study.source, study.scale, study.runtime,
+                             {k: len(v) for k, v in jobs.items()}, requested, gpu, measured_h))
+    return rows
+
+
+def studies_table(rows: list[StudyRow]) -> str:
+    """The Markdown table `exgrpo studies` prints."""
+    lines = ["| target | study | source | scale / runtime | jobs (train, eval, prelim, other) | requested h "
+             "| GPU-h | measured-based h |", "|---|---|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        measured = f"{r.measured_h:.2f}" if r.measured_h is not None else "-"
+        lines.append(f"| `{r.target}` | {r.study} | results/{r.source}/ | {r.scale} / {r.runtime} | {r.total_jobs} "
+                     f"({r.jobs['train']}, {r.jobs['eval']}, {r.jobs['prelim']}, {r.jobs['other']}) "
+                     f"| {r.requested_h:.1f} | {r.gpu_h:.0f} | {measured} |")
+    return "\n".join(lines)
+
+
+__all__ = ["DEFAULT_CONFIG", "StudyRow", "load_studies", "measured_wall_h", "merged_config", "studies_table",
+           "study_jobs", "study_rows"]
