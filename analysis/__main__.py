@@ -19,23 +19,36 @@ from analysis.loader import DEFAULT_BACKBONES, ResultsError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("render", "render tables, figures and index.md"), ("check", "validate only"),
-                       ("extension", "write only the suite's extra tables (Table 2 analogue, plug-in rows)")):
+    for name, text in (
+        ("render", "render tables, figures and index.md"),
+        ("check", "validate only"),
+        ("extension", "write only the suite's extra tables (Table 2 analogue, plug-in rows)"),
+    ):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--results", default="results", help="the results/ directory (default: results)")
-        cmd.add_argument("--source", default="all",
-                         help="which source to process: any folder of --results holding a study's results "
-                              f"(a study's `source`), or all: every shipped one that exists ({', '.join(schema.SOURCES)})")
-        cmd.add_argument("--backbones", default=str(DEFAULT_BACKBONES), help="backbone registry (backbones.yaml)")
+        cmd.add_argument(
+            "--source",
+            default="all",
+            help="which source to process: any folder of --results holding a study's results "
+            f"(a study's `source`), or all: every shipped one that exists ({', '.join(schema.SOURCES)})",
+        )
+        cmd.add_argument(
+            "--backbones", default=str(DEFAULT_BACKBONES), help="backbone registry (backbones.yaml)"
+        )
         if name in ("render", "extension"):
-            cmd.add_argument("--profile", default=None,
-                             help="evaluation profile for tables (default: the most common one)")
+            cmd.add_argument(
+                "--profile", default=None, help="evaluation profile for tables (default: the most common one)"
+            )
         cmd.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
-    rep = sub.add_parser("reproduce", help="compare a rerun with the committed results (a reproduction report)")
+    rep = sub.add_parser(
+        "reproduce", help="compare a rerun with the committed results (a reproduction report)"
+    )
     rep.add_argument("--results", default="results", help="the committed reference (default: results)")
     rep.add_argument("--rerun", default="reruns", help="the rerun's results folder (default: reruns)")
     rep.add_argument("--source", required=True, help="the study's source (a folder of both)")
-    rep.add_argument("--name", default="report", help="report file name: <rerun>/<source>/reproduction/<name>.md")
+    rep.add_argument(
+        "--name", default="report", help="report file name: <rerun>/<source>/reproduction/<name>.md"
+    )
     rep.add_argument("--backbones", default=str(DEFAULT_BACKBONES), help="backbone registry (backbones.yaml)")
     rep.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     args = parser.parse_args(argv)
@@ -65,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(path)
             else:
                 done = report.render(args.results, source, args.profile, args.backbones)
-                print(f"results/{source}: {len(done.tables)} tables, {len(done.figures)} figures, "
-                      f"{len(done.skipped)} skipped -> {done.index}")
+                print(
+                    f"results/{source}: {len(done.tables)} tables, {len(done.figures)} figures, "
+                    f"{len(done.skipped)} skipped -> {done.index}"
+                )
     except (ResultsError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

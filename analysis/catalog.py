@@ -37,22 +37,75 @@ class ScoreSpec:
 
 
 SCORE_SPECS: tuple[ScoreSpec, ...] = (
-    ScoreSpec("table1_main", "T1", "Table 1", "Zero RLVR on Qwen2.5-Math-7B and continual RLVR from LUFFY.",
-              "t1", ("base", "on_policy", "exgrpo")),
-    ScoreSpec("table2_continuous", "T2", "Table 2", "Continuous-reward extension (WildChat-IF, Qwen2.5-7B-Base).",
-              "none", ()),
-    ScoreSpec("table3_sampler", "T3", "Table 3", "Sensitivity to the Gaussian question sampler (µ, σ).",
-              "main", ("on_policy", "exgrpo", "sigma_wide", "sigma_narrow", "mu_hard")),
-    ScoreSpec("table5_backbones", "T5", "Table 5", "Other backbones (the paper trains 500 steps; runs here: their backbone's `steps`): base, On-Policy, ExGRPO.",
-              "t5", ("base", "on_policy", "exgrpo")),
-    ScoreSpec("table6_ablations", "T6", "Table 6", "Component and ρ ablations (ID benchmarks in the paper).",
-              "main", ("on_policy", "exgrpo", "wo_q_selection", "wo_t_selection", "wo_qt_selection", "wo_shaping",
-                       "wo_is_correction", "highest_entropy", "rho_25", "rho_75", "ppl_selection",
-                       "entropy_as_released")),
-    ScoreSpec("table7_retired_review", "T7", "Table 7", "Re-introducing retired questions (Retired Review).",
-              "main", ("exgrpo", "retired_review")),
-    ScoreSpec("table9_masked", "T9", "Table 9", "Masked GRPO trained on one difficulty bucket (preliminary study).",
-              "main", ("masked_full", "masked_easy", "masked_medium", "masked_hard")),
+    ScoreSpec(
+        "table1_main",
+        "T1",
+        "Table 1",
+        "Zero RLVR on Qwen2.5-Math-7B and continual RLVR from LUFFY.",
+        "t1",
+        ("base", "on_policy", "exgrpo"),
+    ),
+    ScoreSpec(
+        "table2_continuous",
+        "T2",
+        "Table 2",
+        "Continuous-reward extension (WildChat-IF, Qwen2.5-7B-Base).",
+        "none",
+        (),
+    ),
+    ScoreSpec(
+        "table3_sampler",
+        "T3",
+        "Table 3",
+        "Sensitivity to the Gaussian question sampler (µ, σ).",
+        "main",
+        ("on_policy", "exgrpo", "sigma_wide", "sigma_narrow", "mu_hard"),
+    ),
+    ScoreSpec(
+        "table5_backbones",
+        "T5",
+        "Table 5",
+        "Other backbones (the paper trains 500 steps; runs here: their backbone's `steps`): base, On-Policy, ExGRPO.",
+        "t5",
+        ("base", "on_policy", "exgrpo"),
+    ),
+    ScoreSpec(
+        "table6_ablations",
+        "T6",
+        "Table 6",
+        "Component and ρ ablations (ID benchmarks in the paper).",
+        "main",
+        (
+            "on_policy",
+            "exgrpo",
+            "wo_q_selection",
+            "wo_t_selection",
+            "wo_qt_selection",
+            "wo_shaping",
+            "wo_is_correction",
+            "highest_entropy",
+            "rho_25",
+            "rho_75",
+            "ppl_selection",
+            "entropy_as_released",
+        ),
+    ),
+    ScoreSpec(
+        "table7_retired_review",
+        "T7",
+        "Table 7",
+        "Re-introducing retired questions (Retired Review).",
+        "main",
+        ("exgrpo", "retired_review"),
+    ),
+    ScoreSpec(
+        "table9_masked",
+        "T9",
+        "Table 9",
+        "Masked GRPO trained on one difficulty bucket (preliminary study).",
+        "main",
+        ("masked_full", "masked_easy", "masked_medium", "masked_hard"),
+    ),
 )
 
 
@@ -76,14 +129,34 @@ def score_tables(results: Results, est: pd.DataFrame) -> tuple[list[Table], list
         else:
             backbones = role_map[spec.role]
             rows = est[est["backbone"].isin(backbones) & est["variant"].isin(spec.variants)]
-            rows = rows.assign(_v=rows["variant"].map(spec.variants.index),
-                               _b=rows["backbone"].map(backbones.index) if backbones else 0)
+            rows = rows.assign(
+                _v=rows["variant"].map(spec.variants.index),
+                _b=rows["backbone"].map(backbones.index) if backbones else 0,
+            )
             rows = rows.sort_values(["_b", "_v", "split"], kind="stable").drop(columns=["_v", "_b"])
-            key = rows["backbone"] + "|" + rows["variant"] + "|" + rows["table"].astype(str) + "|" + rows["row"].astype(str)
+            key = (
+                rows["backbone"]
+                + "|"
+                + rows["variant"]
+                + "|"
+                + rows["table"].astype(str)
+                + "|"
+                + rows["row"].astype(str)
+            )
             multi = spec.role != "main"
-            row_label = pd.Series([f"{labels.backbone_label(b, results.backbones)} · {labels.variant_label(v)}"
-                                   if multi else labels.variant_label(v) for b, v in zip(rows["backbone"], rows["variant"])],
-                                  index=key.to_numpy()).groupby(level=0).first()
+            row_label = (
+                pd.Series(
+                    [
+                        f"{labels.backbone_label(b, results.backbones)} · {labels.variant_label(v)}"
+                        if multi
+                        else labels.variant_label(v)
+                        for b, v in zip(rows["backbone"], rows["variant"])
+                    ],
+                    index=key.to_numpy(),
+                )
+                .groupby(level=0)
+                .first()
+            )
         distinctive = set(spec.variants) - {"base", "on_policy", "exgrpo"}
         if rows.empty or (not published and distinctive and not distinctive & set(rows["variant"])):
             skipped.append(f"{spec.name}: no data in results/{results.source}")
@@ -91,59 +164,109 @@ def score_tables(results: Results, est: pd.DataFrame) -> tuple[list[Table], list
         if published:
             caption = f"{spec.caption} Source: published numbers (results/paper)."
         else:
-            stands = sorted({f"{labels.backbone_label(b, results.backbones)} for "
-                             f"{labels.paper_backbone(b, results.backbones)}" for b in rows["backbone"]})
+            stands = sorted(
+                {
+                    f"{labels.backbone_label(b, results.backbones)} for "
+                    f"{labels.paper_backbone(b, results.backbones)}"
+                    for b in rows["backbone"]
+                }
+            )
             caption = f"{spec.caption} Reproduced in results/{results.source} ({'; '.join(stands)})."
-        tables.append(score_table(rows, spec.name, spec.title, caption,
-                                  published=published, row_label=row_label))
+        tables.append(
+            score_table(rows, spec.name, spec.title, caption, published=published, row_label=row_label)
+        )
     return tables, skipped
 
 
 def headline_table(results: Results) -> Table:
     frame, summary = paper_numbers.headline(results.scores)
-    rows = [{"Setting": f"{labels.backbone_label(b, results.backbones)} ({t})", "ID gain": fmt(i, 2), "OOD gain": fmt(o, 2), "ID gain (printed avgs)": fmt(ip, 1),
-             "OOD gain (printed avgs)": fmt(op, 1)} for t, b, i, o, ip, op in frame.itertuples(index=False)]
-    rows.append({"Setting": f"Mean over {summary['n_settings']} settings", "ID gain": fmt(summary["id"], 2),
-                 "OOD gain": fmt(summary["ood"], 2), "ID gain (printed avgs)": fmt(summary["id_printed"], 2),
-                 "OOD gain (printed avgs)": fmt(summary["ood_printed"], 2)})
-    return Table("headline_gain", "Headline gain", "ExGRPO − On-Policy per setting (Tables 1 and 5) and its mean: the "
-                 "paper's \"+3.5 ID / +7.6 OOD\".", pd.DataFrame(rows),
-                 ["ID/OOD gain: from averages recomputed from cells; (printed avgs): from the printed averages. "
-                  "Both round to +3.5 / +7.6."])
+    rows = [
+        {
+            "Setting": f"{labels.backbone_label(b, results.backbones)} ({t})",
+            "ID gain": fmt(i, 2),
+            "OOD gain": fmt(o, 2),
+            "ID gain (printed avgs)": fmt(ip, 1),
+            "OOD gain (printed avgs)": fmt(op, 1),
+        }
+        for t, b, i, o, ip, op in frame.itertuples(index=False)
+    ]
+    rows.append(
+        {
+            "Setting": f"Mean over {summary['n_settings']} settings",
+            "ID gain": fmt(summary["id"], 2),
+            "OOD gain": fmt(summary["ood"], 2),
+            "ID gain (printed avgs)": fmt(summary["id_printed"], 2),
+            "OOD gain (printed avgs)": fmt(summary["ood_printed"], 2),
+        }
+    )
+    return Table(
+        "headline_gain",
+        "Headline gain",
+        'ExGRPO − On-Policy per setting (Tables 1 and 5) and its mean: the paper\'s "+3.5 ID / +7.6 OOD".',
+        pd.DataFrame(rows),
+        [
+            "ID/OOD gain: from averages recomputed from cells; (printed avgs): from the printed averages. "
+            "Both round to +3.5 / +7.6."
+        ],
+    )
 
 
 def averages_check_table(results: Results) -> Table:
     avg = paper_numbers.averages(results.scores)
     avg = avg[np.isfinite(avg["printed"]) & np.isfinite(avg["recomputed"])]
     shown = avg[(avg["printed"] - avg["recomputed"]).abs() > 0.05 + 1e-9]
-    rows = pd.DataFrame({"Table": shown["table"], "Row": shown["label"], "Split": shown["split"].str.upper(),
-                         "Printed": [fmt(v, 1) for v in shown["printed"]],
-                         "Recomputed": [fmt(v, 2) for v in shown["recomputed"]],
-                         "Status": ["DISCREPANCY" if c is False else "rounding" for c in shown["consistent"]]})
-    return Table("averages_check", "Printed vs recomputed averages", f"All {len(avg)} printed averages were "
-                 "recomputed from their cells; listed are those further than 0.05 from the recomputed mean.", rows,
-                 [f"Tolerance: {paper_numbers.ROUNDING_TOLERANCE - 1e-9:.1f} (cells and averages are each rounded to "
-                  "0.1); beyond it: DISCREPANCY. Table 1 prints 48.3 and Table 3 48.4 for ExGRPO's identical cells "
-                  "(mean 48.35): both are roundings of the same value."])
+    rows = pd.DataFrame(
+        {
+            "Table": shown["table"],
+            "Row": shown["label"],
+            "Split": shown["split"].str.upper(),
+            "Printed": [fmt(v, 1) for v in shown["printed"]],
+            "Recomputed": [fmt(v, 2) for v in shown["recomputed"]],
+            "Status": ["DISCREPANCY" if c is False else "rounding" for c in shown["consistent"]],
+        }
+    )
+    return Table(
+        "averages_check",
+        "Printed vs recomputed averages",
+        f"All {len(avg)} printed averages were "
+        "recomputed from their cells; listed are those further than 0.05 from the recomputed mean.",
+        rows,
+        [
+            f"Tolerance: {paper_numbers.ROUNDING_TOLERANCE - 1e-9:.1f} (cells and averages are each rounded to "
+            "0.1); beyond it: DISCREPANCY. Table 1 prints 48.3 and Table 3 48.4 for ExGRPO's identical cells "
+            "(mean 48.35): both are roundings of the same value."
+        ],
+    )
 
 
 def comparison_table(results: Results, comp: pd.DataFrame) -> Table | None:
     if comp.empty:
         return None
-    rows = pd.DataFrame({
-        "Backbone": [labels.backbone_label(b, results.backbones) for b in comp["backbone"]],
-        "Variant": [labels.variant_label(v) for v in comp["variant"]],
-        "vs": [labels.variant_label(v) for v in comp["baseline"]],
-        "Split": comp["split"].str.upper(),
-        "Δ avg (95% CI)": [f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" for d, lo, hi in zip(comp["diff"], comp["lo"], comp["hi"])],
-        "Excludes 0": ["yes" if e else ("no" if e is False else "–") for e in comp["excludes_zero"]],
-        "Problems": comp["n_problems"].astype(str)})
-    return Table("comparisons", "Paired comparisons", f"Variant − baseline of the ID / OOD average, paired bootstrap "
-                 f"over shared problems (seeds resampled per arm), results/{results.source}.", rows)
+    rows = pd.DataFrame(
+        {
+            "Backbone": [labels.backbone_label(b, results.backbones) for b in comp["backbone"]],
+            "Variant": [labels.variant_label(v) for v in comp["variant"]],
+            "vs": [labels.variant_label(v) for v in comp["baseline"]],
+            "Split": comp["split"].str.upper(),
+            "Δ avg (95% CI)": [
+                f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" for d, lo, hi in zip(comp["diff"], comp["lo"], comp["hi"])
+            ],
+            "Excludes 0": ["yes" if e else ("no" if e is False else "–") for e in comp["excludes_zero"]],
+            "Problems": comp["n_problems"].astype(str),
+        }
+    )
+    return Table(
+        "comparisons",
+        "Paired comparisons",
+        f"Variant − baseline of the ID / OOD average, paired bootstrap "
+        f"over shared problems (seeds resampled per arm), results/{results.source}.",
+        rows,
+    )
 
 
-def reproduced_vs_published(results: Results, est: pd.DataFrame, comp: pd.DataFrame,
-                            paper: Results | None) -> Table | None:
+def reproduced_vs_published(
+    results: Results, est: pd.DataFrame, comp: pd.DataFrame, paper: Results | None
+) -> Table | None:
     if paper is None or paper.scores.empty or est.empty:
         return None
     paper_est = paper_numbers.estimates(paper.scores)
@@ -161,17 +284,28 @@ def reproduced_vs_published(results: Results, est: pd.DataFrame, comp: pd.DataFr
             mine, theirs = _pick(group, metric, split), _pick(pub, metric, split)
             if mine is None or theirs is None:
                 continue
-            rows.append(_compare_row(results, backbone, target, variant, metric, split, mine, theirs, pub["table"].iloc[0]))
+            rows.append(
+                _compare_row(
+                    results, backbone, target, variant, metric, split, mine, theirs, pub["table"].iloc[0]
+                )
+            )
         for split in ("id", "ood"):
             gain = _gain_row(results, est, comp, paper_est, backbone, target, variant, split)
             if gain:
                 rows.append(gain)
     if not rows:
         return None
-    return Table("reproduced_vs_published", "Reproduced vs published", f"Each reproduced number of results/"
-                 f"{results.source} beside the published one of the paper backbone it stands for.",
-                 pd.DataFrame(rows), ["Tiny backbones are scored on tiny benchmarks: only ID/OOD averages and gains "
-                                      "over On-Policy are comparable. Difference = reproduced − published."])
+    return Table(
+        "reproduced_vs_published",
+        "Reproduced vs published",
+        f"Each reproduced number of results/"
+        f"{results.source} beside the published one of the paper backbone it stands for.",
+        pd.DataFrame(rows),
+        [
+            "Tiny backbones are scored on tiny benchmarks: only ID/OOD averages and gains "
+            "over On-Policy are comparable. Difference = reproduced − published."
+        ],
+    )
 
 
 def _pick(frame: pd.DataFrame, metric: str, split: str) -> pd.Series | None:
@@ -179,32 +313,70 @@ def _pick(frame: pd.DataFrame, metric: str, split: str) -> pd.Series | None:
     return None if hit.empty else hit.iloc[0]
 
 
-def _compare_row(results: Results, backbone: str, target: str, variant: str, metric: str, split: str,
-                 mine: pd.Series, theirs: pd.Series, table: str) -> dict[str, str]:
+def _compare_row(
+    results: Results,
+    backbone: str,
+    target: str,
+    variant: str,
+    metric: str,
+    split: str,
+    mine: pd.Series,
+    theirs: pd.Series,
+    table: str,
+) -> dict[str, str]:
     name = f"{split.upper()} avg" if metric == "avg" else labels.benchmark_label(metric)
-    return {"Backbone": labels.backbone_label(backbone, results.backbones), "Paper backbone": target,
-            "Variant": labels.variant_label(variant), "Metric": name,
-            "Reproduced": fmt_ci(mine["value"], mine["lo"], mine["hi"]), "Published": fmt(theirs["value"], 2),
-            "Difference": fmt(mine["value"] - theirs["value"], 2), "Published in": table}
+    return {
+        "Backbone": labels.backbone_label(backbone, results.backbones),
+        "Paper backbone": target,
+        "Variant": labels.variant_label(variant),
+        "Metric": name,
+        "Reproduced": fmt_ci(mine["value"], mine["lo"], mine["hi"]),
+        "Published": fmt(theirs["value"], 2),
+        "Difference": fmt(mine["value"] - theirs["value"], 2),
+        "Published in": table,
+    }
 
 
-def _gain_row(results: Results, est: pd.DataFrame, comp: pd.DataFrame, paper_est: pd.DataFrame, backbone: str,
-              target: str, variant: str, split: str) -> dict[str, str] | None:
+def _gain_row(
+    results: Results,
+    est: pd.DataFrame,
+    comp: pd.DataFrame,
+    paper_est: pd.DataFrame,
+    backbone: str,
+    target: str,
+    variant: str,
+    split: str,
+) -> dict[str, str] | None:
     if variant in ("on_policy", "base") or variant.startswith("masked_"):
         return None
     base = est[(est["backbone"] == backbone) & (est["variant"] == "on_policy")]
-    mine, mine_base = _pick(est[(est["backbone"] == backbone) & (est["variant"] == variant)], "avg", split), _pick(base, "avg", split)
-    pub, pub_base = (_pick(paper_numbers.published(paper_est, target, v), "avg", split) for v in (variant, "on_policy"))
+    mine, mine_base = (
+        _pick(est[(est["backbone"] == backbone) & (est["variant"] == variant)], "avg", split),
+        _pick(base, "avg", split),
+    )
+    pub, pub_base = (
+        _pick(paper_numbers.published(paper_est, target, v), "avg", split) for v in (variant, "on_policy")
+    )
     if any(x is None for x in (mine, mine_base, pub, pub_base)):
         return None
     gain, pub_gain = mine["value"] - mine_base["value"], pub["value"] - pub_base["value"]
-    hit = comp[(comp["backbone"] == backbone) & (comp["variant"] == variant) & (comp["baseline"] == "on_policy")
-               & (comp["split"] == split)]
+    hit = comp[
+        (comp["backbone"] == backbone)
+        & (comp["variant"] == variant)
+        & (comp["baseline"] == "on_policy")
+        & (comp["split"] == split)
+    ]
     shown = fmt_ci(hit["diff"].iloc[0], hit["lo"].iloc[0], hit["hi"].iloc[0], 2) if len(hit) else fmt(gain, 2)
-    return {"Backbone": labels.backbone_label(backbone, results.backbones), "Paper backbone": target,
-            "Variant": labels.variant_label(variant), "Metric": f"{split.upper()} avg gain vs On-Policy",
-            "Reproduced": shown, "Published": fmt(pub_gain, 2), "Difference": fmt(gain - pub_gain, 2),
-            "Published in": pub["table"]}
+    return {
+        "Backbone": labels.backbone_label(backbone, results.backbones),
+        "Paper backbone": target,
+        "Variant": labels.variant_label(variant),
+        "Metric": f"{split.upper()} avg gain vs On-Policy",
+        "Reproduced": shown,
+        "Published": fmt(pub_gain, 2),
+        "Difference": fmt(gain - pub_gain, 2),
+        "Published in": pub["table"],
+    }
 
 
 def build(results: Results, paper: Results | None, profile: str | None) -> tuple[list[Table], list[str]]:
@@ -214,32 +386,45 @@ def build(results: Results, paper: Results | None, profile: str | None) -> tuple
     tables, skipped = score_tables(results, est)
     if published and not results.scores.empty:
         tables += [headline_table(results), averages_check_table(results)]
-    for name, builder in (("table4_hparams", lambda: extra_tables.table4(results)),
-                          ("table8_overhead", lambda: extra_tables.table8(results)),
-                          ("table10_questions", lambda: extra_tables.table10(results)),
-                          ("table11_code_rules", lambda: extra_tables.table11(skipped)),
-                          ("table12_code", lambda: extra_tables.table12(results))):
+    for name, builder in (
+        ("table4_hparams", lambda: extra_tables.table4(results)),
+        ("table8_overhead", lambda: extra_tables.table8(results)),
+        ("table10_questions", lambda: extra_tables.table10(results)),
+        ("table11_code_rules", lambda: extra_tables.table11(skipped)),
+        ("table12_code", lambda: extra_tables.table12(results)),
+    ):
         table = builder()
         if table:
             tables.append(table)
         elif not any(line.startswith(name) for line in skipped):
             skipped.append(f"{name}: no data in results/{results.source}")
     if not published:  # the suite's additions: Table 2's continuous-reward analogue, plug-in rows
-        for table in (extension_tables.table2_continuous(results, paper, profile),
-                      extension_tables.plugin_table(results, profile)):
+        for table in (
+            extension_tables.table2_continuous(results, paper, profile),
+            extension_tables.plugin_table(results, profile),
+        ):
             if table:
                 skipped[:] = [line for line in skipped if not line.startswith(f"{table.name}:")]
                 tables.append(table)
     if not published:
         comp = estimates.comparisons(results, profile)
-        for name, builder in (("comparisons", lambda: comparison_table(results, comp)),
-                              ("reproduced_vs_published", lambda: reproduced_vs_published(results, est, comp, paper))):
+        for name, builder in (
+            ("comparisons", lambda: comparison_table(results, comp)),
+            ("reproduced_vs_published", lambda: reproduced_vs_published(results, est, comp, paper)),
+        ):
             table = builder()
-            (tables.append(table) if table else skipped.append(f"{name}: no data in results/{results.source}"))
+            (
+                tables.append(table)
+                if table
+                else skipped.append(f"{name}: no data in results/{results.source}")
+            )
     if not published:
         regime_table = regimes.table(regimes.rows(results.regimes), regimes.deviations(results.root))
-        (tables.append(regime_table) if regime_table
-         else skipped.append(f"regimes: no regime runs in results/{results.source}/regimes"))
+        (
+            tables.append(regime_table)
+            if regime_table
+            else skipped.append(f"regimes: no regime runs in results/{results.source}/regimes")
+        )
     if results.has("bench"):
         tables += ledger.tables(results.bench, results.backbones, results.source)
     else:
@@ -249,8 +434,24 @@ def build(results: Results, paper: Results | None, profile: str | None) -> tuple
 
 
 TABLE_ORDER: tuple[str, ...] = (
-    "table1_main", "headline_gain", "averages_check", "table2_continuous", "table3_sampler", "table4_hparams",
-    "table5_backbones", "table6_ablations", "table7_retired_review", "table8_overhead", "table9_masked",
-    "table10_questions", "table11_code_rules", "table12_code", "comparisons", "reproduced_vs_published",
-    "regimes", "ledger_rules", "ledger_jobs")
+    "table1_main",
+    "headline_gain",
+    "averages_check",
+    "table2_continuous",
+    "table3_sampler",
+    "table4_hparams",
+    "table5_backbones",
+    "table6_ablations",
+    "table7_retired_review",
+    "table8_overhead",
+    "table9_masked",
+    "table10_questions",
+    "table11_code_rules",
+    "table12_code",
+    "comparisons",
+    "reproduced_vs_published",
+    "regimes",
+    "ledger_rules",
+    "ledger_jobs",
+)
 """Order of tables in index.md: the paper's numbering, checks beside Table 1, comparisons and ledger last."""

@@ -29,11 +29,15 @@ def choose_profile(results: Results, requested: str | None) -> str | None:
     profiles = results.evals["profile"].value_counts()
     if requested is not None:
         if requested not in profiles.index:
-            raise ValueError(f"profile {requested!r} not in {results.root}/eval (have: {sorted(profiles.index)})")
+            raise ValueError(
+                f"profile {requested!r} not in {results.root}/eval (have: {sorted(profiles.index)})"
+            )
         return requested
     best = sorted(profiles.index, key=lambda p: (-int(profiles[p]), p))[0]
     if len(profiles) > 1:
-        log.info("%s: several evaluation profiles %s; tables use %r", results.source, sorted(profiles.index), best)
+        log.info(
+            "%s: several evaluation profiles %s; tables use %r", results.source, sorted(profiles.index), best
+        )
     return best
 
 
@@ -62,8 +66,10 @@ def reproduced(results: Results, profile: str | None) -> pd.DataFrame:
         benches = labels.order_benchmarks(sorted(group["benchmark"].unique()))
         arm = sample_arms.get((backbone, variant))
         seeds_per_bench = group.groupby("benchmark")["seed"].nunique()
-        full = arm is not None and all(b in arm.matrix and arm.matrix[b].size
-                                       and arm.matrix[b].shape[0] == seeds_per_bench[b] for b in benches)
+        full = arm is not None and all(
+            b in arm.matrix and arm.matrix[b].size and arm.matrix[b].shape[0] == seeds_per_bench[b]
+            for b in benches
+        )
         n_seeds = int(group["seed"].nunique())
         metrics = [(b, splits[b], [b]) for b in benches]
         metrics += [("avg", s, [b for b in benches if splits[b] == s]) for s in AVG_SPLITS]
@@ -74,10 +80,23 @@ def reproduced(results: Results, profile: str | None) -> pd.DataFrame:
                 value, lo, hi = stats.estimate(arm, members)
             else:
                 value, lo, hi = _from_aggregates(group, members)
-            rows.append({"table": "", "row": backbone_order.get(backbone, 99) * 100 + _variant_rank(variant),
-                         "backbone": backbone, "variant": variant, "label": labels.variant_label(variant),
-                         "metric": metric, "split": split, "value": value, "lo": lo, "hi": hi,
-                         "n_seeds": n_seeds, "printed": np.nan, "flag": "" if full else "no per-sample records"})
+            rows.append(
+                {
+                    "table": "",
+                    "row": backbone_order.get(backbone, 99) * 100 + _variant_rank(variant),
+                    "backbone": backbone,
+                    "variant": variant,
+                    "label": labels.variant_label(variant),
+                    "metric": metric,
+                    "split": split,
+                    "value": value,
+                    "lo": lo,
+                    "hi": hi,
+                    "n_seeds": n_seeds,
+                    "printed": np.nan,
+                    "flag": "" if full else "no per-sample records",
+                }
+            )
     out = pd.DataFrame(rows, columns=ESTIMATE_COLUMNS)
     return out.sort_values(["row", "split"], kind="stable").reset_index(drop=True)
 
@@ -88,7 +107,11 @@ def _from_aggregates(group: pd.DataFrame, members: list[str]) -> tuple[float, fl
     if len(per_seed) > 1:
         return stats.seed_bootstrap(per_seed.to_numpy())
     if len(members) == 1 and len(sub) == 1 and pd.notna(sub["ci_lo"].iloc[0]):
-        return float(per_seed.iloc[0]), float(sub["ci_lo"].iloc[0]) * 100.0, float(sub["ci_hi"].iloc[0]) * 100.0
+        return (
+            float(per_seed.iloc[0]),
+            float(sub["ci_lo"].iloc[0]) * 100.0,
+            float(sub["ci_hi"].iloc[0]) * 100.0,
+        )
     return float(per_seed.iloc[0]), float("nan"), float("nan")
 
 
@@ -97,8 +120,12 @@ def _variant_rank(variant: str) -> int:
     return order.index(variant) if variant in order else len(order)
 
 
-COMPARISON_BASELINES = {"exgrpo": ("on_policy", "base"), "masked_easy": ("masked_full",),
-                        "masked_medium": ("masked_full",), "masked_hard": ("masked_full",)}
+COMPARISON_BASELINES = {
+    "exgrpo": ("on_policy", "base"),
+    "masked_easy": ("masked_full",),
+    "masked_medium": ("masked_full",),
+    "masked_hard": ("masked_full",),
+}
 """Which baselines each variant is compared with; every other trained variant is compared with on_policy."""
 
 
@@ -108,8 +135,9 @@ def comparisons(results: Results, profile: str | None) -> pd.DataFrame:
     sample_arms = arms(results, profile)
     rows = []
     for (backbone, variant), arm in sorted(sample_arms.items()):
-        baselines = COMPARISON_BASELINES.get(variant, () if variant in ("base", "on_policy", "masked_full")
-                                             else ("on_policy",))
+        baselines = COMPARISON_BASELINES.get(
+            variant, () if variant in ("base", "on_policy", "masked_full") else ("on_policy",)
+        )
         for baseline in baselines:
             other = sample_arms.get((backbone, baseline))
             if other is None:
@@ -119,8 +147,30 @@ def comparisons(results: Results, profile: str | None) -> pd.DataFrame:
                 if not members:
                     continue
                 diff, lo, hi, n = stats.paired_difference(arm, other, members)
-                rows.append({"backbone": backbone, "variant": variant, "baseline": baseline, "split": split,
-                             "diff": diff, "lo": lo, "hi": hi, "n_problems": n,
-                             "excludes_zero": stats.excludes_zero(lo, hi)})
-    return pd.DataFrame(rows, columns=["backbone", "variant", "baseline", "split", "diff", "lo", "hi",
-                                       "n_problems", "excludes_zero"])
+                rows.append(
+                    {
+                        "backbone": backbone,
+                        "variant": variant,
+                        "baseline": baseline,
+                        "split": split,
+                        "diff": diff,
+                        "lo": lo,
+                        "hi": hi,
+                        "n_problems": n,
+                        "excludes_zero": stats.excludes_zero(lo, hi),
+                    }
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "backbone",
+            "variant",
+            "baseline",
+            "split",
+            "diff",
+            "lo",
+            "hi",
+            "n_problems",
+            "excludes_zero",
+        ],
+    )

@@ -21,8 +21,18 @@ from analysis.tables import Table, fmt, fmt_ci
 
 CONTINUOUS = ("continuous_on_policy", "continuous_exgrpo")
 """Table 2's two arms on a reproduced source."""
-PAPER_TABLE6 = ("on_policy", "exgrpo", "wo_q_selection", "wo_t_selection", "wo_qt_selection", "wo_shaping",
-                "wo_is_correction", "highest_entropy", "rho_25", "rho_75")
+PAPER_TABLE6 = (
+    "on_policy",
+    "exgrpo",
+    "wo_q_selection",
+    "wo_t_selection",
+    "wo_qt_selection",
+    "wo_shaping",
+    "wo_is_correction",
+    "highest_entropy",
+    "rho_25",
+    "rho_75",
+)
 
 
 def _main_backbone(results: Results, est: pd.DataFrame) -> str | None:
@@ -31,8 +41,12 @@ def _main_backbone(results: Results, est: pd.DataFrame) -> str | None:
 
 
 def _cell(est: pd.DataFrame, backbone: str, variant: str, split: str) -> tuple[str, int]:
-    row = est[(est["backbone"] == backbone) & (est["variant"] == variant) & (est["metric"] == "avg")
-              & (est["split"] == split)]
+    row = est[
+        (est["backbone"] == backbone)
+        & (est["variant"] == variant)
+        & (est["metric"] == "avg")
+        & (est["split"] == split)
+    ]
     if row.empty:
         return "–", 0
     r = row.iloc[0]
@@ -40,8 +54,12 @@ def _cell(est: pd.DataFrame, backbone: str, variant: str, split: str) -> tuple[s
 
 
 def _diff(comp: pd.DataFrame, backbone: str, variant: str, baseline: str, split: str) -> str:
-    row = comp[(comp["backbone"] == backbone) & (comp["variant"] == variant) & (comp["baseline"] == baseline)
-               & (comp["split"] == split)]
+    row = comp[
+        (comp["backbone"] == backbone)
+        & (comp["variant"] == variant)
+        & (comp["baseline"] == baseline)
+        & (comp["split"] == split)
+    ]
     if row.empty:
         return "–"
     r = row.iloc[0]
@@ -49,7 +67,9 @@ def _diff(comp: pd.DataFrame, backbone: str, variant: str, baseline: str, split:
     return f"**{text}**" if r["excludes_zero"] else text
 
 
-def _paired(results: Results, profile: str | None, backbone: str, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+def _paired(
+    results: Results, profile: str | None, backbone: str, pairs: list[tuple[str, str]]
+) -> pd.DataFrame:
     """Paired-bootstrap differences (variant − baseline) of the ID/OOD averages for `pairs` on `backbone`."""
     from analysis import stats
 
@@ -64,10 +84,21 @@ def _paired(results: Results, profile: str | None, backbone: str, pairs: list[tu
             members = [m for m in labels.order_benchmarks(list(a.matrix)) if splits.get(m) == split]
             if members:
                 diff, lo, hi, _ = stats.paired_difference(a, b, members)
-                rows.append({"backbone": backbone, "variant": variant, "baseline": baseline, "split": split,
-                             "diff": diff, "lo": lo, "hi": hi, "excludes_zero": stats.excludes_zero(lo, hi)})
-    return pd.DataFrame(rows, columns=["backbone", "variant", "baseline", "split", "diff", "lo", "hi",
-                                       "excludes_zero"])
+                rows.append(
+                    {
+                        "backbone": backbone,
+                        "variant": variant,
+                        "baseline": baseline,
+                        "split": split,
+                        "diff": diff,
+                        "lo": lo,
+                        "hi": hi,
+                        "excludes_zero": stats.excludes_zero(lo, hi),
+                    }
+                )
+    return pd.DataFrame(
+        rows, columns=["backbone", "variant", "baseline", "split", "diff", "lo", "hi", "excludes_zero"]
+    )
 
 
 def table2_continuous(results: Results, paper: Results | None, profile: str | None) -> Table | None:
@@ -81,32 +112,46 @@ def table2_continuous(results: Results, paper: Results | None, profile: str | No
     if paper is not None and not paper.scores.empty:
         published = paper.scores[paper.scores["table"] == "T2"]
     rows = []
-    for variant, paper_variant, name in (("continuous_on_policy", "on_policy", "GRPO"),
-                                         ("continuous_exgrpo", "exgrpo", "ExGRPO")):
+    for variant, paper_variant, name in (
+        ("continuous_on_policy", "on_policy", "GRPO"),
+        ("continuous_exgrpo", "exgrpo", "ExGRPO"),
+    ):
         id_cell, n = _cell(est, backbone, variant, "id")
-        row = {"Method": name, f"{labels.backbone_label(backbone, results.backbones)} ID": id_cell,
-               "OOD": _cell(est, backbone, variant, "ood")[0], "seeds": str(n)}
+        row = {
+            "Method": name,
+            f"{labels.backbone_label(backbone, results.backbones)} ID": id_cell,
+            "OOD": _cell(est, backbone, variant, "ood")[0],
+            "seeds": str(n),
+        }
         if variant == "continuous_exgrpo":
             row["Δ ID [95% CI]"] = _diff(comp, backbone, variant, "continuous_on_policy", "id")
             row["Δ OOD [95% CI]"] = _diff(comp, backbone, variant, "continuous_on_policy", "ood")
         else:
             row["Δ ID [95% CI]"] = row["Δ OOD [95% CI]"] = ""
         pub = published[published["variant"] == paper_variant] if len(published) else published
-        for bench, title in (("arenahard_v2", "paper ArenaHardV2"), ("ifeval", "paper IFEval"),
-                             ("ifbench", "paper IFBench"), ("printed_avg", "paper Avg")):
+        for bench, title in (
+            ("arenahard_v2", "paper ArenaHardV2"),
+            ("ifeval", "paper IFEval"),
+            ("ifbench", "paper IFBench"),
+            ("printed_avg", "paper Avg"),
+        ):
             cell = pub[pub["benchmark"] == bench]["value"] if len(pub) else pd.Series(dtype=float)
             row[title] = fmt(float(cell.iloc[0])) if len(cell) and np.isfinite(cell.iloc[0]) else "–"
         rows.append(row)
     frame = pd.DataFrame(rows).fillna("")
-    caption = ("Continuous-reward extension (paper §5.3): difficulty from the within-question reward std, min-max "
-               "normalised over the batch, bucketed by round(σ̃·K). Reproduced in results/"
-               f"{results.source} on {labels.backbone_label(backbone, results.backbones)} with the tiny task's "
-               "continuous step-credit reward ((right steps + right answer) / (steps + 1)); published: "
-               "WildChat-IF, Qwen2.5-7B-Base, reward model Skywork-Reward-Llama-3.1-8B-v0.2.")
-    notes = ["Reproduced cells: avg@k in %, mean over seeds ± 95% bootstrap half-width; evaluation graded by the "
-             "binary answer reward (the continuous reward is the training signal only). Δ = ExGRPO − GRPO, paired "
-             "bootstrap over problems and seeds (bold: the interval excludes 0).",
-             "Different task, model and benchmarks from the paper's: compare the sign and size of the gain only."]
+    caption = (
+        "Continuous-reward extension (paper §5.3): difficulty from the within-question reward std, min-max "
+        "normalised over the batch, bucketed by round(σ̃·K). Reproduced in results/"
+        f"{results.source} on {labels.backbone_label(backbone, results.backbones)} with the tiny task's "
+        "continuous step-credit reward ((right steps + right answer) / (steps + 1)); published: "
+        "WildChat-IF, Qwen2.5-7B-Base, reward model Skywork-Reward-Llama-3.1-8B-v0.2."
+    )
+    notes = [
+        "Reproduced cells: avg@k in %, mean over seeds ± 95% bootstrap half-width; evaluation graded by the "
+        "binary answer reward (the continuous reward is the training signal only). Δ = ExGRPO − GRPO, paired "
+        "bootstrap over problems and seeds (bold: the interval excludes 0).",
+        "Different task, model and benchmarks from the paper's: compare the sign and size of the gain only.",
+    ]
     return Table("table2_continuous", "Table 2", caption, frame, notes)
 
 
@@ -127,14 +172,24 @@ def plugin_table(results: Results, profile: str | None) -> Table | None:
     rows = []
     for variant in order:
         id_cell, n = _cell(est, backbone, variant, "id")
-        rows.append({"Variant": labels.variant_label(variant) + (" (plug-in)" if variant in plugins else ""),
-                     "ID": id_cell, "OOD": _cell(est, backbone, variant, "ood")[0], "seeds": str(n),
-                     "Δ ID vs ExGRPO [95% CI]": _diff(comp, backbone, variant, "exgrpo", "id"),
-                     "Δ OOD vs ExGRPO [95% CI]": _diff(comp, backbone, variant, "exgrpo", "ood")})
-    caption = (f"Table 6's arms on {labels.backbone_label(backbone, results.backbones)} with the plug-in variants "
-               f"({', '.join(f'{v}: {PLUGIN_VARIANTS[v]}' for v in plugins)}; docs/plugins.md) as extra rows.")
-    notes = ["avg@k in %, mean over seeds ± 95% bootstrap half-width; Δ = variant − ExGRPO, paired bootstrap over "
-             "problems and seeds (bold: the interval excludes 0)."]
+        rows.append(
+            {
+                "Variant": labels.variant_label(variant) + (" (plug-in)" if variant in plugins else ""),
+                "ID": id_cell,
+                "OOD": _cell(est, backbone, variant, "ood")[0],
+                "seeds": str(n),
+                "Δ ID vs ExGRPO [95% CI]": _diff(comp, backbone, variant, "exgrpo", "id"),
+                "Δ OOD vs ExGRPO [95% CI]": _diff(comp, backbone, variant, "exgrpo", "ood"),
+            }
+        )
+    caption = (
+        f"Table 6's arms on {labels.backbone_label(backbone, results.backbones)} with the plug-in variants "
+        f"({', '.join(f'{v}: {PLUGIN_VARIANTS[v]}' for v in plugins)}; docs/plugins.md) as extra rows."
+    )
+    notes = [
+        "avg@k in %, mean over seeds ± 95% bootstrap half-width; Δ = variant − ExGRPO, paired bootstrap over "
+        "problems and seeds (bold: the interval excludes 0)."
+    ]
     return Table("table6_plugins", "Table 6 + plug-ins", caption, pd.DataFrame(rows), notes)
 
 

@@ -25,9 +25,21 @@ from analysis.tables import readable, write_text
 
 matplotlib.use("Agg")
 
-STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "xtick.labelsize": 8,
-         "ytick.labelsize": 8, "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 100,
-         "savefig.dpi": 150, "font.family": "DejaVu Sans", "pdf.fonttype": 3, "svg.hashsalt": "exgrpo"}
+STYLE = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.dpi": 100,
+    "savefig.dpi": 150,
+    "font.family": "DejaVu Sans",
+    "pdf.fonttype": 3,
+    "svg.hashsalt": "exgrpo",
+}
 PNG_METADATA = {"Software": None}
 PDF_METADATA = {"CreationDate": None, "ModDate": None, "Creator": None, "Producer": None}
 
@@ -77,8 +89,9 @@ def save(plot: Plot, directory: Path) -> list[Path]:
     return paths + [rst]
 
 
-def _bars(ax, groups: list[str], series: list[tuple[str, str, list[float], list | None]],
-          annotate: bool = False) -> None:
+def _bars(
+    ax, groups: list[str], series: list[tuple[str, str, list[float], list | None]], annotate: bool = False
+) -> None:
     """Grouped bars: series = (label, colour, values per group, errors per group or None).
 
     An error is a half-width or a (below, above) pair (asymmetric 95% interval)."""
@@ -90,8 +103,16 @@ def _bars(ax, groups: list[str], series: list[tuple[str, str, list[float], list 
         if yerr is not None and yerr.ndim == 2:
             yerr = yerr.T  # [2, groups]: below, above
         has_err = yerr is not None and np.nansum(yerr) > 0
-        bars = ax.bar(pos, values, width, label=label, color=color, yerr=yerr if has_err else None, capsize=2,
-                      error_kw={"elinewidth": 0.8})
+        bars = ax.bar(
+            pos,
+            values,
+            width,
+            label=label,
+            color=color,
+            yerr=yerr if has_err else None,
+            capsize=2,
+            error_kw={"elinewidth": 0.8},
+        )
         if annotate:
             ax.bar_label(bars, fmt="%.2f" if max(values, default=0) < 10 else "%.1f", fontsize=7, padding=2)
     ax.set_xticks(x, groups)
@@ -121,10 +142,24 @@ def fig1a(results: Results, est: pd.DataFrame, main: str | None) -> Plot | None:
     values = [rows.loc[v, "value"] for v in present]
     errs = [_err(rows.loc[v]) for v in present]
     for i, v in enumerate(present):
-        ax.bar(i, values[i], 0.6, color=labels.variant_color(v), capsize=3, label=labels.variant_label(v),
-               yerr=[[errs[i][0]], [errs[i][1]]] if sum(errs[i]) > 0 else None)
-        ax.annotate(f"{values[i]:.{2 if results.source == 'paper' else 1}f}", (i, values[i] + errs[i][1]), ha="center", va="bottom", fontsize=8,
-                    xytext=(0, 2), textcoords="offset points")
+        ax.bar(
+            i,
+            values[i],
+            0.6,
+            color=labels.variant_color(v),
+            capsize=3,
+            label=labels.variant_label(v),
+            yerr=[[errs[i][0]], [errs[i][1]]] if sum(errs[i]) > 0 else None,
+        )
+        ax.annotate(
+            f"{values[i]:.{2 if results.source == 'paper' else 1}f}",
+            (i, values[i] + errs[i][1]),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
     ax.set_xticks(range(len(present)), [labels.variant_label(v) for v in present])
     ax.set_xlabel("Training set (masked GRPO)")
     ax.set_ylabel("Average ID score (%)")
@@ -133,24 +168,39 @@ def fig1a(results: Results, est: pd.DataFrame, main: str | None) -> Plot | None:
     ax.set_title("(a) Score by difficulty-masked training set")
     if results.source == "paper":
         quoted = results.paper.get("fig1a")
-        printed = "" if quoted is None else " (the figure's printed values: " + ", ".join(
-            f"{lab} {v:.1f}" for lab, v in zip(quoted["label"], quoted["value"])) + ")"
+        printed = (
+            ""
+            if quoted is None
+            else " (the figure's printed values: "
+            + ", ".join(f"{lab} {v:.1f}" for lab, v in zip(quoted["label"], quoted["value"]))
+            + ")"
+        )
         note = f" — bars are Table 9's averages recomputed from its cells{printed}."
     else:
         note = ", mean ± 95% CI."
-    return Plot("fig1a_masked_scores", "Figure 1a", "Average in-distribution score of on-policy models trained on the "
-                "full set or on one difficulty bucket (masked GRPO; paper Fig. 1a / Table 9)" + note, fig)
+    return Plot(
+        "fig1a_masked_scores",
+        "Figure 1a",
+        "Average in-distribution score of on-policy models trained on the "
+        "full set or on one difficulty bucket (masked GRPO; paper Fig. 1a / Table 9)" + note,
+        fig,
+    )
 
 
 # ------------------------------------------------------------------------------------------ Fig. 1b / 10
-def _validity_values(results: Results, metric: str) -> dict[str, dict[str, tuple[float, tuple[float, float]]]] | None:
+def _validity_values(
+    results: Results, metric: str
+) -> dict[str, dict[str, tuple[float, tuple[float, float]]]] | None:
     """{reasoning: {bucket: (mean, (below, above))}} for entropy or ppl, reasoning ∈ correct/wrong."""
     if results.source == "paper":
         frame = results.paper.get("fig10")
         if frame is None:
             return None
         sub = frame[frame["metric"] == metric]
-        return {r: {b: (v, (0.0, 0.0)) for b, v in zip(g["bucket"], g["value"])} for r, g in sub.groupby("reasoning")}
+        return {
+            r: {b: (v, (0.0, 0.0)) for b, v in zip(g["bucket"], g["value"])}
+            for r, g in sub.groupby("reasoning")
+        }
     traj = results.trajectories.dropna(subset=["reasoning_correct"]) if results.has("trajectories") else None
     if traj is None or traj.empty:
         return None
@@ -169,8 +219,14 @@ def _validity_panel(ax, values: dict[str, dict[str, tuple[float, tuple[float, fl
     for name, color in (("correct", "#2ca02c"), ("wrong", "#d62728")):
         if name in values:
             vals = [values[name].get(b, (np.nan, (0.0, 0.0))) for b in buckets]
-            series.append(("Correct reasoning (C.)" if name == "correct" else "Wrong reasoning (W.)", color,
-                           [v[0] for v in vals], [v[1] for v in vals]))
+            series.append(
+                (
+                    "Correct reasoning (C.)" if name == "correct" else "Wrong reasoning (W.)",
+                    color,
+                    [v[0] for v in vals],
+                    [v[1] for v in vals],
+                )
+            )
     _bars(ax, [labels.BUCKET_LABELS[b].replace(" ", "\n", 1) for b in buckets], series, annotate=True)
     ax.set_ylabel(ylabel)
     ax.set_xlabel("Rollout-correctness bucket")
@@ -187,8 +243,13 @@ def fig1b(results: Results) -> Plot | None:
     fig, axes = new_figure(4.6, 3.0)
     _validity_panel(axes[0, 0], values, "Mean token entropy")
     axes[0, 0].set_title("(b) Entropy of reasoning-correct vs -wrong trajectories")
-    return Plot("fig1b_entropy_validity", "Figure 1b", "Mean entropy of correct-answer trajectories whose reasoning "
-                "was judged correct vs wrong, by rollout-correctness bucket" + _traj_note(results), fig)
+    return Plot(
+        "fig1b_entropy_validity",
+        "Figure 1b",
+        "Mean entropy of correct-answer trajectories whose reasoning "
+        "was judged correct vs wrong, by rollout-correctness bucket" + _traj_note(results),
+        fig,
+    )
 
 
 @styled
@@ -202,8 +263,13 @@ def fig10(results: Results) -> Plot | None:
     axes[0, 0].set_ylim(1.0, max(v[0] + v[1][1] for r in ppl.values() for v in r.values()) * 1.04)
     axes[0, 0].set_title("Perplexity")
     axes[0, 1].set_title("Entropy")
-    return Plot("fig10_ppl_entropy", "Figure 10", "Average perplexity and entropy of reasoning-correct (C.) and "
-                "reasoning-wrong (W.) trajectories by bucket" + _traj_note(results), fig)
+    return Plot(
+        "fig10_ppl_entropy",
+        "Figure 10",
+        "Average perplexity and entropy of reasoning-correct (C.) and "
+        "reasoning-wrong (W.) trajectories by bucket" + _traj_note(results),
+        fig,
+    )
 
 
 def _traj_note(results: Results) -> str:
@@ -229,14 +295,23 @@ def fig1c(results: Results) -> Plot | None:
         values = good[good["bucket"] == bucket]["entropy"].to_numpy(dtype=float)
         if len(values) < 2:
             continue
-        ax.plot(grid, gaussian_kde(values, grid), color=labels.BUCKET_COLORS[bucket],
-                label=f"{labels.BUCKET_LABELS[bucket]} (n={len(values)})")
+        ax.plot(
+            grid,
+            gaussian_kde(values, grid),
+            color=labels.BUCKET_COLORS[bucket],
+            label=f"{labels.BUCKET_LABELS[bucket]} (n={len(values)})",
+        )
     ax.set_xlabel("Trajectory entropy")
     ax.set_ylabel("Density")
     ax.legend(frameon=False)
     ax.set_title("(c) Entropy of reasoning-correct trajectories")
-    return Plot("fig1c_entropy_density", "Figure 1c", "Density (Gaussian KDE, Scott bandwidth) of the entropy of "
-                f"reasoning-correct trajectories per bucket, results/{results.source}/prelim.", fig)
+    return Plot(
+        "fig1c_entropy_density",
+        "Figure 1c",
+        "Density (Gaussian KDE, Scott bandwidth) of the entropy of "
+        f"reasoning-correct trajectories per bucket, results/{results.source}/prelim.",
+        fig,
+    )
 
 
 def gaussian_kde(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -262,7 +337,9 @@ def fig3(results: Results, est: pd.DataFrame, backbones: list[str]) -> Plot | No
     for ax, backbone in zip(axes.flat, order):
         sub = rows[rows["backbone"] == backbone]
         keys = [(m, s) for m, s in dict.fromkeys(zip(sub["metric"], sub["split"])) if m != "avg"]
-        keys = sorted(keys, key=lambda k: (k[1] != "id", labels.order_benchmarks([x[0] for x in keys]).index(k[0])))
+        keys = sorted(
+            keys, key=lambda k: (k[1] != "id", labels.order_benchmarks([x[0] for x in keys]).index(k[0]))
+        )
         keys += [("avg", s) for s in ("id", "ood") if ((sub["metric"] == "avg") & (sub["split"] == s)).any()]
         names = [f"{s.upper()} Avg" if m == "avg" else labels.benchmark_label(m) for m, s in keys]
         series = []
@@ -271,23 +348,48 @@ def fig3(results: Results, est: pd.DataFrame, backbones: list[str]) -> Plot | No
             if arm.empty:
                 continue
             picked = [arm[(arm["metric"] == m) & (arm["split"] == s)] for m, s in keys]
-            series.append((labels.variant_label(v), labels.variant_color(v),
-                           [p["value"].iloc[0] if len(p) else np.nan for p in picked],
-                           [_err(p.iloc[0]) if len(p) else (0.0, 0.0) for p in picked]))
+            series.append(
+                (
+                    labels.variant_label(v),
+                    labels.variant_color(v),
+                    [p["value"].iloc[0] if len(p) else np.nan for p in picked],
+                    [_err(p.iloc[0]) if len(p) else (0.0, 0.0) for p in picked],
+                )
+            )
         _bars(ax, names, series)
         ax.tick_params(axis="x", labelrotation=35)
-        ax.set_title(labels.backbone_label(backbone, results.backbones) if backbone in results.backbones else backbone)
+        ax.set_title(
+            labels.backbone_label(backbone, results.backbones) if backbone in results.backbones else backbone
+        )
         ax.set_ylabel("Score (%)")
         ax.legend(frameon=False, ncols=3, loc="upper left")
-        ax.set_ylim(0, max((v + e[1] for _, _, vs, es in series for v, e in zip(vs, es) if np.isfinite(v)),
-                           default=1.0) * 1.25)
-    for ax in list(axes.flat)[len(order):]:
+        ax.set_ylim(
+            0,
+            max((v + e[1] for _, _, vs, es in series for v, e in zip(vs, es) if np.isfinite(v)), default=1.0)
+            * 1.25,
+        )
+    for ax in list(axes.flat)[len(order) :]:
         ax.set_visible(False)
-    return Plot("fig3_backbones", "Figure 3", "Benchmark scores per backbone: base model, On-Policy and ExGRPO "
-                + ("(Table 5)." if results.source == "paper" else f"(results/{results.source}; error bars 95% CI)."), fig)
+    return Plot(
+        "fig3_backbones",
+        "Figure 3",
+        "Benchmark scores per backbone: base model, On-Policy and ExGRPO "
+        + ("(Table 5)." if results.source == "paper" else f"(results/{results.source}; error bars 95% CI)."),
+        fig,
+    )
 
 
-FIGURE_ORDER: tuple[str, ...] = ("fig1a_masked_scores", "fig1b_entropy_validity", "fig1c_entropy_density",
-                                 "fig3_backbones", "fig4_dynamics", "fig5_buffer", "fig6_buffer_variants",
-                                 "fig7_validation", "fig8_entropy", "fig9_masked_questions", "fig10_ppl_entropy",
-                                 "regimes_forest")
+FIGURE_ORDER: tuple[str, ...] = (
+    "fig1a_masked_scores",
+    "fig1b_entropy_validity",
+    "fig1c_entropy_density",
+    "fig3_backbones",
+    "fig4_dynamics",
+    "fig5_buffer",
+    "fig6_buffer_variants",
+    "fig7_validation",
+    "fig8_entropy",
+    "fig9_masked_questions",
+    "fig10_ppl_entropy",
+    "regimes_forest",
+)

@@ -5,29 +5,60 @@ from __future__ import annotations
 from typing import Any
 
 BENCHMARK_LABELS: dict[str, str] = {
-    "aime24": "AIME24", "aime25": "AIME25", "amc": "AMC", "math500": "MATH-500", "minerva": "Minerva",
-    "olympiadbench": "Olympiad", "arc_c": "ARC-c", "gpqa_diamond": "GPQA*", "mmlu_pro": "MMLU-Pro",
-    "arenahard_v2": "ArenaHardV2", "ifeval": "IFEval", "ifbench": "IFBench",
+    "aime24": "AIME24",
+    "aime25": "AIME25",
+    "amc": "AMC",
+    "math500": "MATH-500",
+    "minerva": "Minerva",
+    "olympiadbench": "Olympiad",
+    "arc_c": "ARC-c",
+    "gpqa_diamond": "GPQA*",
+    "mmlu_pro": "MMLU-Pro",
+    "arenahard_v2": "ArenaHardV2",
+    "ifeval": "IFEval",
+    "ifbench": "IFBench",
 }
 """Paper benchmark slugs (results/paper CSVs; the same names as exgrpo.eval.benchmarks) -> column headers.
 Other slugs are shown as they are."""
 
 VARIANT_LABELS: dict[str, str] = {
-    "base": "Base", "on_policy": "On-Policy (Dr.GRPO)", "exgrpo": "ExGRPO",
-    "wo_q_selection": "w/o Q. Selection", "wo_t_selection": "w/o T. Selection",
-    "wo_qt_selection": "w/o Q.+T. Selection", "wo_shaping": "w/o Shaping", "wo_is_correction": "w/o IS Correction",
-    "highest_entropy": "w/ Highest-Entropy T.", "rho_25": "ρ=25%", "rho_75": "ρ=75%",
-    "sigma_wide": "Wider σ=1.5", "sigma_narrow": "Narrower σ=0.5", "mu_hard": "Hard-Biased µ=0.25",
-    "retired_review": "w/ Retired Review", "ppl_selection": "PPL selection",
-    "entropy_as_released": "Entropy mask as released", "masked_full": "Full", "masked_easy": "Easy",
-    "masked_medium": "Medium", "masked_hard": "Hard",
+    "base": "Base",
+    "on_policy": "On-Policy (Dr.GRPO)",
+    "exgrpo": "ExGRPO",
+    "wo_q_selection": "w/o Q. Selection",
+    "wo_t_selection": "w/o T. Selection",
+    "wo_qt_selection": "w/o Q.+T. Selection",
+    "wo_shaping": "w/o Shaping",
+    "wo_is_correction": "w/o IS Correction",
+    "highest_entropy": "w/ Highest-Entropy T.",
+    "rho_25": "ρ=25%",
+    "rho_75": "ρ=75%",
+    "sigma_wide": "Wider σ=1.5",
+    "sigma_narrow": "Narrower σ=0.5",
+    "mu_hard": "Hard-Biased µ=0.25",
+    "retired_review": "w/ Retired Review",
+    "ppl_selection": "PPL selection",
+    "entropy_as_released": "Entropy mask as released",
+    "masked_full": "Full",
+    "masked_easy": "Easy",
+    "masked_medium": "Medium",
+    "masked_hard": "Hard",
 }
 
 VARIANT_COLORS: dict[str, str] = {
-    "base": "#9e9e9e", "on_policy": "#1f77b4", "exgrpo": "#d62728", "wo_q_selection": "#2ca02c",
-    "wo_t_selection": "#9467bd", "wo_qt_selection": "#8c564b", "wo_shaping": "#ff7f0e",
-    "rho_25": "#17becf", "rho_75": "#bcbd22", "masked_full": "#7f7f7f", "masked_easy": "#2ca02c",
-    "masked_medium": "#ff7f0e", "masked_hard": "#d62728",
+    "base": "#9e9e9e",
+    "on_policy": "#1f77b4",
+    "exgrpo": "#d62728",
+    "wo_q_selection": "#2ca02c",
+    "wo_t_selection": "#9467bd",
+    "wo_qt_selection": "#8c564b",
+    "wo_shaping": "#ff7f0e",
+    "rho_25": "#17becf",
+    "rho_75": "#bcbd22",
+    "masked_full": "#7f7f7f",
+    "masked_easy": "#2ca02c",
+    "masked_medium": "#ff7f0e",
+    "masked_hard": "#d62728",
 }
 BUCKET_LABELS = {"hard": "Hard (0, 25%]", "medium": "Medium (25%, 75%)", "easy": "Easy [75%, 100%)"}
 BUCKET_COLORS = {"hard": "#d62728", "medium": "#ff7f0e", "easy": "#2ca02c"}
@@ -68,7 +99,9 @@ def backbone_label(name: str, registry: dict[str, dict[str, Any]]) -> str:
     return str(registry.get(name, {}).get("label") or name)
 
 
-def backbone_for_role(paper_name: str, backbones: list[str], registry: dict[str, dict[str, Any]]) -> str | None:
+def backbone_for_role(
+    paper_name: str, backbones: list[str], registry: dict[str, dict[str, Any]]
+) -> str | None:
     """Among `backbones`, the one standing for paper backbone `paper_name` (first in registry order)."""
     for name in registry:
         if name in backbones and paper_backbone(name, registry) == paper_name:

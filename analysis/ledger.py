@@ -47,12 +47,29 @@ def jobs(bench: pd.DataFrame, registry: dict[str, dict[str, Any]]) -> pd.DataFra
 
 def per_rule(job_frame: pd.DataFrame) -> pd.DataFrame:
     """Totals per rule (and an 'all rules' line)."""
-    grouped = job_frame.groupby("rule", sort=True).agg(
-        jobs=("job", "size"), wall_h=("wall_h", "sum"), cpu_h=("cpu_h", lambda s: s.sum(min_count=1)),
-        max_rss_mb=("max_rss_mb", "max"), gpu_h=("gpu_h", "sum")).reset_index()
-    total = pd.DataFrame([{"rule": "all rules", "jobs": int(grouped["jobs"].sum()), "wall_h": grouped["wall_h"].sum(),
-                           "cpu_h": grouped["cpu_h"].sum(min_count=1), "max_rss_mb": grouped["max_rss_mb"].max(),
-                           "gpu_h": grouped["gpu_h"].sum()}])
+    grouped = (
+        job_frame.groupby("rule", sort=True)
+        .agg(
+            jobs=("job", "size"),
+            wall_h=("wall_h", "sum"),
+            cpu_h=("cpu_h", lambda s: s.sum(min_count=1)),
+            max_rss_mb=("max_rss_mb", "max"),
+            gpu_h=("gpu_h", "sum"),
+        )
+        .reset_index()
+    )
+    total = pd.DataFrame(
+        [
+            {
+                "rule": "all rules",
+                "jobs": int(grouped["jobs"].sum()),
+                "wall_h": grouped["wall_h"].sum(),
+                "cpu_h": grouped["cpu_h"].sum(min_count=1),
+                "max_rss_mb": grouped["max_rss_mb"].max(),
+                "gpu_h": grouped["gpu_h"].sum(),
+            }
+        ]
+    )
     return pd.concat([grouped, total], ignore_index=True)
 
 
@@ -60,20 +77,44 @@ def tables(bench: pd.DataFrame, registry: dict[str, dict[str, Any]], source: str
     """The per-rule and per-job ledger tables."""
     job_frame = jobs(bench, registry)
     rules = per_rule(job_frame)
-    rule_rows = pd.DataFrame({"Rule": rules["rule"], "Jobs": rules["jobs"].astype(int).astype(str),
-                              "Wall h": [fmt(v, 3) for v in rules["wall_h"]],
-                              "CPU h": [fmt(v, 3) for v in rules["cpu_h"]],
-                              "Max RSS MB": [fmt(v, 0) for v in rules["max_rss_mb"]],
-                              "GPU h": [fmt(v, 2) for v in rules["gpu_h"]]})
-    job_rows = pd.DataFrame({"Rule": job_frame["rule"], "Job": job_frame["job"],
-                             "Wall h": [fmt(v, 4) for v in job_frame["wall_h"]],
-                             "CPU h": [fmt(v, 4) for v in job_frame["cpu_h"]],
-                             "Max RSS MB": [fmt(v, 0) for v in job_frame["max_rss_mb"]],
-                             "GPUs": job_frame["gpus"].astype(str),
-                             "GPU h": [fmt(v, 3) for v in job_frame["gpu_h"]]})
-    note = ("GPU h = wall h × GPUs allocated (config/backbones.yaml resources) for GPU rules; "
-            "Snakemake benchmark files do not measure GPUs.")
-    return [Table("ledger_rules", "Compute ledger per rule", f"Snakemake benchmark files of results/{source}.",
-                  rule_rows, [note]),
-            Table("ledger_jobs", "Compute ledger per job", f"One line per benchmark record of results/{source}.",
-                  job_rows, [note])]
+    rule_rows = pd.DataFrame(
+        {
+            "Rule": rules["rule"],
+            "Jobs": rules["jobs"].astype(int).astype(str),
+            "Wall h": [fmt(v, 3) for v in rules["wall_h"]],
+            "CPU h": [fmt(v, 3) for v in rules["cpu_h"]],
+            "Max RSS MB": [fmt(v, 0) for v in rules["max_rss_mb"]],
+            "GPU h": [fmt(v, 2) for v in rules["gpu_h"]],
+        }
+    )
+    job_rows = pd.DataFrame(
+        {
+            "Rule": job_frame["rule"],
+            "Job": job_frame["job"],
+            "Wall h": [fmt(v, 4) for v in job_frame["wall_h"]],
+            "CPU h": [fmt(v, 4) for v in job_frame["cpu_h"]],
+            "Max RSS MB": [fmt(v, 0) for v in job_frame["max_rss_mb"]],
+            "GPUs": job_frame["gpus"].astype(str),
+            "GPU h": [fmt(v, 3) for v in job_frame["gpu_h"]],
+        }
+    )
+    note = (
+        "GPU h = wall h × GPUs allocated (config/backbones.yaml resources) for GPU rules; "
+        "Snakemake benchmark files do not measure GPUs."
+    )
+    return [
+        Table(
+            "ledger_rules",
+            "Compute ledger per rule",
+            f"Snakemake benchmark files of results/{source}.",
+            rule_rows,
+            [note],
+        ),
+        Table(
+            "ledger_jobs",
+            "Compute ledger per job",
+            f"One line per benchmark record of results/{source}.",
+            job_rows,
+            [note],
+        ),
+    ]

@@ -44,11 +44,15 @@ class Results:
     paper: dict[str, pd.DataFrame]  # the other paper CSVs, keyed by file stem
     runs: pd.DataFrame  # backbone, variant, seed, config (dict), steps, wall_time_s
     train: pd.DataFrame  # backbone, variant, seed, step, <metric columns>
-    evals: pd.DataFrame  # backbone, variant, seed, benchmark, profile, split, k, n_problems, avg_at_k, ci_lo, ci_hi
+    evals: (
+        pd.DataFrame
+    )  # backbone, variant, seed, benchmark, profile, split, k, n_problems, avg_at_k, ci_lo, ci_hi
     samples: pd.DataFrame  # backbone, variant, seed, benchmark, profile, problem_id, sample_index, score
     trajectories: pd.DataFrame  # backbone + schema.TRAJECTORY_COLUMNS
     bench: pd.DataFrame  # rule, job, + schema.BENCHMARK_COLUMNS
-    regimes: list[Any] = field(default_factory=list)  # analysis.regimes.Regime, one per results/<source>/regimes/*
+    regimes: list[Any] = field(
+        default_factory=list
+    )  # analysis.regimes.Regime, one per results/<source>/regimes/*
     notes: list[str] = field(default_factory=list)  # non-fatal observations, logged by the caller
 
     def has(self, name: str) -> bool:
@@ -93,8 +97,12 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
     """Load and validate results/<source>/. Raises ResultsError / FileNotFoundError naming the file."""
     root = Path(results) / source
     if not re.fullmatch(schema.SOURCE_NAME, source):
-        raise ResultsError(root, "source", f"not a source name {source!r}: one folder of {results}/, "
-                           f"matching {schema.SOURCE_NAME} (e.g. {', '.join(schema.SOURCES)})")
+        raise ResultsError(
+            root,
+            "source",
+            f"not a source name {source!r}: one folder of {results}/, "
+            f"matching {schema.SOURCE_NAME} (e.g. {', '.join(schema.SOURCES)})",
+        )
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: results source directory not found")
     from analysis import regimes  # it reads its sub-trees with this module's readers
@@ -105,14 +113,26 @@ def load(results: str | Path, source: str, backbones: str | Path = DEFAULT_BACKB
     runs, train = load_train(root, registry, notes=notes)
     evals, samples = load_eval(root, registry, notes)
     evals, samples = with_aliases(evals), with_aliases(samples)
-    return Results(source=source, root=root, backbones=registry, scores=scores, paper=paper, runs=runs,
-                   train=train, evals=evals, samples=samples, trajectories=_load_trajectories(root, registry),
-                   bench=load_benchmarks(root), notes=notes,
-                   regimes=regimes.load(root, registry, source_frames=(train, evals, samples)))
+    return Results(
+        source=source,
+        root=root,
+        backbones=registry,
+        scores=scores,
+        paper=paper,
+        runs=runs,
+        train=train,
+        evals=evals,
+        samples=samples,
+        trajectories=_load_trajectories(root, registry),
+        bench=load_benchmarks(root),
+        notes=notes,
+        regimes=regimes.load(root, registry, source_frames=(train, evals, samples)),
+    )
 
 
-def _run_dirs(root: Path, kind: str, registry: dict[str, Any],
-              variants: set[str] | None = None) -> list[tuple[str, str, int, Path]]:
+def _run_dirs(
+    root: Path, kind: str, registry: dict[str, Any], variants: set[str] | None = None
+) -> list[tuple[str, str, int, Path]]:
     """(backbone, variant, seed, dir) for every <kind>/<backbone>/<variant>/s<seed>/ directory.
 
     `variants`: the names allowed in the variant position (default: the known method variants).
@@ -125,7 +145,9 @@ def _run_dirs(root: Path, kind: str, registry: dict[str, Any],
     for seed_dir in sorted(p for p in base.glob("*/*/*") if p.is_dir()):
         backbone, variant, seed_name = seed_dir.relative_to(base).parts
         if backbone not in registry:
-            raise ResultsError(seed_dir, "backbone", f"unknown backbone {backbone!r} (not in config/backbones.yaml)")
+            raise ResultsError(
+                seed_dir, "backbone", f"unknown backbone {backbone!r} (not in config/backbones.yaml)"
+            )
         if variant not in variants:
             raise ResultsError(seed_dir, "variant", f"unknown variant {variant!r}; known: {sorted(variants)}")
         match = _SEED_DIR.match(seed_name)
@@ -153,9 +175,16 @@ def _load_paper_csvs(root: Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]
             score_parts.append(frame)
         else:
             others[path.stem] = frame
-    scores = (pd.concat(score_parts, ignore_index=True) if score_parts
-              else pd.DataFrame({c: pd.Series(dtype="float64" if k == "float" else "object")
-                                 for c, k in schema.SCORE_COLUMNS.items()}))
+    scores = (
+        pd.concat(score_parts, ignore_index=True)
+        if score_parts
+        else pd.DataFrame(
+            {
+                c: pd.Series(dtype="float64" if k == "float" else "object")
+                for c, k in schema.SCORE_COLUMNS.items()
+            }
+        )
+    )
     return scores, others
 
 
@@ -168,15 +197,19 @@ def mixed_code_notes(runs: pd.DataFrame) -> list[str]:
         return []
     parts = []
     for code, group in codes.groupby("code", sort=True):
-        names = ", ".join(f"{b}/{v}/s{s}" for b, v, s in group[["backbone", "variant", "seed"]].itertuples(index=False))
+        names = ", ".join(
+            f"{b}/{v}/s{s}" for b, v, s in group[["backbone", "variant", "seed"]].itertuples(index=False)
+        )
         parts.append(f"code {str(code)[:12]} ({len(group)} runs: {names})")
-    return [f"the runs were trained by {codes['code'].nunique()} versions of the code (fingerprint_parts.code), "
-            f"and tables pool them: " + "; ".join(parts)]
+    return [
+        f"the runs were trained by {codes['code'].nunique()} versions of the code (fingerprint_parts.code), "
+        f"and tables pool them: " + "; ".join(parts)
+    ]
 
 
-
-def load_train(root: Path, registry: dict[str, Any], variants: set[str] | None = None,
-               notes: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_train(
+    root: Path, registry: dict[str, Any], variants: set[str] | None = None, notes: list[str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, per-step training rows) of every train/<backbone>/<variant>/s<seed>/ under `root`.
 
     A run directory holding neither file is a run still in flight (Snakemake makes the directory when the
@@ -191,34 +224,52 @@ def load_train(root: Path, registry: dict[str, Any], variants: set[str] | None =
             continue
         for path in (log, meta_path):
             if not path.exists():
-                raise ResultsError(path, "<file>", "file missing (every train run has log.jsonl.gz and run.json)")
+                raise ResultsError(
+                    path, "<file>", "file missing (every train run has log.jsonl.gz and run.json)"
+                )
         meta = read_json(meta_path)
         check_keys(meta_path, meta, schema.RUN_REQUIRED, schema.RUN_OPTIONAL)
         for key, expected in (("backbone", backbone), ("variant", variant), ("seed", seed)):
             if meta[key] != expected:
-                raise ResultsError(meta_path, key, f"{meta[key]!r} does not match the directory ({expected!r})")
-        run_rows.append({"backbone": backbone, "variant": variant, "seed": seed, "config": meta["config"],
-                         "steps": meta.get("steps"), "wall_time_s": meta.get("wall_time_s"),
-                         "git_commit": meta.get("git_commit"),
-                         "code": (meta.get("fingerprint_parts") or {}).get("code")})
+                raise ResultsError(
+                    meta_path, key, f"{meta[key]!r} does not match the directory ({expected!r})"
+                )
+        run_rows.append(
+            {
+                "backbone": backbone,
+                "variant": variant,
+                "seed": seed,
+                "config": meta["config"],
+                "steps": meta.get("steps"),
+                "wall_time_s": meta.get("wall_time_s"),
+                "git_commit": meta.get("git_commit"),
+                "code": (meta.get("fingerprint_parts") or {}).get("code"),
+            }
+        )
         rows = read_log(log)
         frame = pd.DataFrame.from_records(rows)
         frame.insert(0, "seed", seed)
         frame.insert(0, "variant", variant)
         frame.insert(0, "backbone", backbone)
         frames.append(frame)
-    runs = pd.DataFrame(run_rows, columns=["backbone", "variant", "seed", "config", "steps", "wall_time_s",
-                                           "git_commit", "code"])
+    runs = pd.DataFrame(
+        run_rows,
+        columns=["backbone", "variant", "seed", "config", "steps", "wall_time_s", "git_commit", "code"],
+    )
     if notes is not None:
         notes.extend(mixed_code_notes(runs))
-    train = (pd.concat(frames, ignore_index=True) if frames
-             else pd.DataFrame(columns=["backbone", "variant", "seed", "step"]))
+    train = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["backbone", "variant", "seed", "step"])
+    )
     return runs, train
 
 
 # ------------------------------------------------------------------------------------------ evaluation
-def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
-              variants: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_eval(
+    root: Path, registry: dict[str, Any], notes: list[str], variants: set[str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(aggregates, per-sample records) of every eval/<backbone>/<variant>/s<seed>/ under `root`."""
     eval_rows, eval_paths, sample_frames = [], [], []
     for backbone, variant, seed, run_dir in _run_dirs(root, "eval", registry, variants):
@@ -229,10 +280,16 @@ def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
             check_keys(path, agg["metrics"], {"avg_at_k": "number"}, schema.EVAL_METRICS, prefix="metrics.")
             benchmark, profile = agg["benchmark"], agg["profile"]
             if stem != f"{benchmark}.{profile}":  # names may contain dots: the JSON says which is which
-                raise ResultsError(path, "benchmark", f"file name should be {benchmark}.{profile}.json "
-                                   "(<benchmark>.<profile>.json from the JSON's benchmark and profile)")
+                raise ResultsError(
+                    path,
+                    "benchmark",
+                    f"file name should be {benchmark}.{profile}.json "
+                    "(<benchmark>.<profile>.json from the JSON's benchmark and profile)",
+                )
             if agg["split"] not in schema.EVAL_SPLITS:
-                raise ResultsError(path, "split", f"expected one of {schema.EVAL_SPLITS}, got {agg['split']!r}")
+                raise ResultsError(
+                    path, "split", f"expected one of {schema.EVAL_SPLITS}, got {agg['split']!r}"
+                )
             for key in ("k", "n_problems"):
                 if agg[key] < 1:
                     raise ResultsError(path, key, f"must be >= 1, got {agg[key]}")
@@ -240,13 +297,25 @@ def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
                 if value is not None and kind_ok(value, "number") and not 0.0 <= value <= 1.0:
                     raise ResultsError(path, f"metrics.{key}", f"expected a fraction in [0, 1], got {value}")
             ci = (agg.get("ci95") or {}).get("avg_at_k")
-            if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(kind_ok(v, "number") for v in ci)):
+            if ci is not None and not (
+                isinstance(ci, list) and len(ci) == 2 and all(kind_ok(v, "number") for v in ci)
+            ):
                 raise ResultsError(path, "ci95.avg_at_k", f"expected [lo, hi], got {ci!r}")
-            row = {"backbone": backbone, "variant": variant, "seed": seed, "benchmark": benchmark,
-                   "profile": profile, "split": agg["split"], "k": agg["k"], "n_problems": agg["n_problems"],
-                   "avg_at_k": float(agg["metrics"]["avg_at_k"]),
-                   "pass_at_k": agg["metrics"].get("pass_at_k"), "maj_at_k": agg["metrics"].get("maj_at_k"),
-                   "ci_lo": ci[0] if ci else None, "ci_hi": ci[1] if ci else None}
+            row = {
+                "backbone": backbone,
+                "variant": variant,
+                "seed": seed,
+                "benchmark": benchmark,
+                "profile": profile,
+                "split": agg["split"],
+                "k": agg["k"],
+                "n_problems": agg["n_problems"],
+                "avg_at_k": float(agg["metrics"]["avg_at_k"]),
+                "pass_at_k": agg["metrics"].get("pass_at_k"),
+                "maj_at_k": agg["metrics"].get("maj_at_k"),
+                "ci_lo": ci[0] if ci else None,
+                "ci_hi": ci[1] if ci else None,
+            }
             eval_rows.append(row)
             eval_paths.append(path)
             sample_path = run_dir / f"{stem}.samples.parquet"
@@ -254,8 +323,10 @@ def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
                 frame = read_samples(sample_path)
                 mean = frame.groupby("problem_id")["score"].mean().mean()
                 if abs(mean - row["avg_at_k"]) > 1e-6:
-                    notes.append(f"{path}: metrics.avg_at_k {row['avg_at_k']:.6f} differs from the mean of "
-                                 f"{sample_path.name} ({mean:.6f}); tables use the per-sample records")
+                    notes.append(
+                        f"{path}: metrics.avg_at_k {row['avg_at_k']:.6f} differs from the mean of "
+                        f"{sample_path.name} ({mean:.6f}); tables use the per-sample records"
+                    )
                 for key, value in row.items():
                     if key in ("backbone", "variant", "seed", "benchmark", "profile"):
                         frame[key] = value
@@ -267,12 +338,33 @@ def load_eval(root: Path, registry: dict[str, Any], notes: list[str],
     for row, path in zip(eval_rows, eval_paths):
         split, where = first_split.setdefault(row["benchmark"], (row["split"], str(path)))
         if row["split"] != split:
-            raise ResultsError(path, "split", f"{row['split']!r}, but {where} puts benchmark "
-                                              f"{row['benchmark']!r} in {split!r}")
-    evals = pd.DataFrame(eval_rows, columns=["backbone", "variant", "seed", "benchmark", "profile", "split", "k",
-                                             "n_problems", "avg_at_k", "pass_at_k", "maj_at_k", "ci_lo", "ci_hi"])
+            raise ResultsError(
+                path,
+                "split",
+                f"{row['split']!r}, but {where} puts benchmark {row['benchmark']!r} in {split!r}",
+            )
+    evals = pd.DataFrame(
+        eval_rows,
+        columns=[
+            "backbone",
+            "variant",
+            "seed",
+            "benchmark",
+            "profile",
+            "split",
+            "k",
+            "n_problems",
+            "avg_at_k",
+            "pass_at_k",
+            "maj_at_k",
+            "ci_lo",
+            "ci_hi",
+        ],
+    )
     cols = ["backbone", "variant", "seed", "benchmark", "profile", "problem_id", "sample_index", "score"]
-    samples = pd.concat(sample_frames, ignore_index=True)[cols] if sample_frames else pd.DataFrame(columns=cols)
+    samples = (
+        pd.concat(sample_frames, ignore_index=True)[cols] if sample_frames else pd.DataFrame(columns=cols)
+    )
     return evals, samples
 
 
@@ -282,11 +374,15 @@ def _load_trajectories(root: Path, registry: dict[str, Any]) -> pd.DataFrame:
     for path in sorted((root / "prelim").glob("*/trajectories*.parquet")):
         backbone = path.parent.name
         if backbone not in registry:
-            raise ResultsError(path, "backbone", f"unknown backbone {backbone!r} (not in config/backbones.yaml)")
+            raise ResultsError(
+                path, "backbone", f"unknown backbone {backbone!r} (not in config/backbones.yaml)"
+            )
         frame = read_parquet(path, schema.TRAJECTORY_COLUMNS, tuple(schema.TRAJECTORY_COLUMNS))
         bad = ~frame["bucket"].isin(schema.BUCKETS)
         if bad.any():
-            raise ResultsError(path, "bucket", f"row {int(bad.to_numpy().argmax())}: expected one of {schema.BUCKETS}")
+            raise ResultsError(
+                path, "bucket", f"row {int(bad.to_numpy().argmax())}: expected one of {schema.BUCKETS}"
+            )
         frame.insert(0, "backbone", backbone)
         frames.append(frame)
     cols = ["backbone", *schema.TRAJECTORY_COLUMNS]

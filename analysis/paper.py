@@ -21,8 +21,21 @@ import pandas as pd
 ROUNDING_TOLERANCE = 0.1 + 1e-9
 """|printed − recomputed| allowed by rounding: cells and printed average are each rounded to 0.1."""
 HEADLINE_TABLES = ("T1", "T5")
-ESTIMATE_COLUMNS = ["table", "row", "backbone", "variant", "label", "metric", "split", "value", "lo", "hi",
-                    "n_seeds", "printed", "flag"]
+ESTIMATE_COLUMNS = [
+    "table",
+    "row",
+    "backbone",
+    "variant",
+    "label",
+    "metric",
+    "split",
+    "value",
+    "lo",
+    "hi",
+    "n_seeds",
+    "printed",
+    "flag",
+]
 """The frame every table builder reads, for published and reproduced sources alike (metric 'avg' = split average)."""
 _KEYS = ["table", "row", "backbone", "variant", "label", "split"]
 
@@ -36,8 +49,10 @@ def averages(scores: pd.DataFrame) -> pd.DataFrame:
     recomputed = cells.groupby(_KEYS, sort=False)["value"].agg(recomputed="mean", n_cells="size")
     out = recomputed.join(printed, how="outer").reset_index()
     out["diff"] = out["printed"] - out["recomputed"]
-    out["consistent"] = [None if not (np.isfinite(p) and np.isfinite(r)) else bool(abs(p - r) <= ROUNDING_TOLERANCE)
-                         for p, r in zip(out["printed"], out["recomputed"])]
+    out["consistent"] = [
+        None if not (np.isfinite(p) and np.isfinite(r)) else bool(abs(p - r) <= ROUNDING_TOLERANCE)
+        for p, r in zip(out["printed"], out["recomputed"])
+    ]
     return out.sort_values(["table", "row", "split"], kind="stable").reset_index(drop=True)
 
 
@@ -84,8 +99,14 @@ def estimates(scores: pd.DataFrame) -> pd.DataFrame:
             flags.append(f"printed {pri:.1f} disagrees with its cells (mean {rec:.2f})")
         else:
             flags.append("")
-    avg_rows = avg.assign(metric="avg", value=avg["recomputed"].fillna(avg["printed"]), lo=np.nan, hi=np.nan,
-                          n_seeds=np.nan, flag=flags)
+    avg_rows = avg.assign(
+        metric="avg",
+        value=avg["recomputed"].fillna(avg["printed"]),
+        lo=np.nan,
+        hi=np.nan,
+        n_seeds=np.nan,
+        flag=flags,
+    )
     out = pd.concat([cells[ESTIMATE_COLUMNS], avg_rows[ESTIMATE_COLUMNS]], ignore_index=True)
     return out.sort_values(["table", "row"], kind="stable").reset_index(drop=True)
 

@@ -50,10 +50,14 @@ def kind_ok(value: Any, kind: str) -> bool:
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def check_keys(path: Path, obj: Any, required: dict[str, str], optional: dict[str, str], prefix: str = "") -> None:
+def check_keys(
+    path: Path, obj: Any, required: dict[str, str], optional: dict[str, str], prefix: str = ""
+) -> None:
     """Raise ResultsError unless `obj` is an object holding every `required` key, each key of its kind."""
     if not isinstance(obj, dict):
-        raise ResultsError(path, prefix.rstrip(".") or "<root>", f"expected a JSON object, got {type(obj).__name__}")
+        raise ResultsError(
+            path, prefix.rstrip(".") or "<root>", f"expected a JSON object, got {type(obj).__name__}"
+        )
     for key, kind in required.items():
         if key not in obj:
             raise ResultsError(path, prefix + key, "required key missing")
@@ -124,7 +128,9 @@ def read_log(path: Path) -> list[dict[str, Any]]:
                 problem = schema.train_row_problem(row)
                 if problem:
                     raise ResultsError(path, f"line {lineno}: {problem[0]}", problem[1])
-                rows.append({k: (float(v) if isinstance(v, bool) else v) for k, v in schema.drop_legacy(row).items()})
+                rows.append(
+                    {k: (float(v) if isinstance(v, bool) else v) for k, v in schema.drop_legacy(row).items()}
+                )
     except (OSError, EOFError, UnicodeDecodeError) as err:  # gzip.BadGzipFile is an OSError
         raise ResultsError(path, "<file>", f"unreadable (truncated or corrupt gzip?): {err}") from None
     if not rows:
@@ -139,10 +145,16 @@ def check_arrow_schema(path: Path, columns: dict[str, str]) -> pa.Schema:
         arrow_schema = pq.read_schema(path)
     except (pa.ArrowException, OSError) as err:
         raise ResultsError(path, "<file>", f"corrupt or truncated parquet ({err})") from None
-    checks = {"str": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)
-              or getattr(pa.types, "is_string_view", lambda _: False)(t),
-              "int": pa.types.is_integer, "bool": pa.types.is_boolean,
-              "float": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)}
+    checks = {
+        "str": lambda t: (
+            pa.types.is_string(t)
+            or pa.types.is_large_string(t)
+            or getattr(pa.types, "is_string_view", lambda _: False)(t)
+        ),
+        "int": pa.types.is_integer,
+        "bool": pa.types.is_boolean,
+        "float": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+    }
     for col, kind in columns.items():
         if col not in arrow_schema.names:
             raise ResultsError(path, col, "required column missing")

@@ -25,10 +25,30 @@ from analysis import labels, loader, stats
 from analysis.tables import Table, fmt
 
 REGIME_FILE = "regime.json"
-REGIME_REQUIRED = {"name": "str", "title": "str", "backbone": "str", "tests": "str", "arms": "object",
-                   "comparisons": "list"}
-COLUMNS = ["regime", "title", "treatment", "control", "primary", "split", "diff", "lo", "hi", "n_problems",
-           "seeds", "fresh_questions", "rollout_tokens", "verdict"]
+REGIME_REQUIRED = {
+    "name": "str",
+    "title": "str",
+    "backbone": "str",
+    "tests": "str",
+    "arms": "object",
+    "comparisons": "list",
+}
+COLUMNS = [
+    "regime",
+    "title",
+    "treatment",
+    "control",
+    "primary",
+    "split",
+    "diff",
+    "lo",
+    "hi",
+    "n_problems",
+    "seeds",
+    "fresh_questions",
+    "rollout_tokens",
+    "verdict",
+]
 
 
 @dataclass
@@ -47,8 +67,11 @@ def arm_variant(arm: str) -> str:
     return arm.split("-", 1)[0]
 
 
-def load(source_root: Path, registry: dict[str, Any],
-         source_frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None) -> list[Regime]:
+def load(
+    source_root: Path,
+    registry: dict[str, Any],
+    source_frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None,
+) -> list[Regime]:
     """Every regime under results/<source>/regimes/, validated (ResultsError naming the file and field).
 
     `source_frames`: the source tree's own (train, evals, samples), where reused arms are read (`../..`).
@@ -60,24 +83,40 @@ def load(source_root: Path, registry: dict[str, Any],
     out = []
     for spec_path in sorted(base.glob(f"*/{REGIME_FILE}")):
         spec = loader.read_json(spec_path)
-        loader.check_keys(spec_path, spec, REGIME_REQUIRED, {"description": "str", "format": "int",
-                                                             "reused": "object", "data_seed": "int"})
+        loader.check_keys(
+            spec_path,
+            spec,
+            REGIME_REQUIRED,
+            {"description": "str", "format": "int", "reused": "object", "data_seed": "int"},
+        )
         root = spec_path.parent
         if spec["name"] != root.name:
-            raise loader.ResultsError(spec_path, "name", f"{spec['name']!r} does not match the directory {root.name!r}")
+            raise loader.ResultsError(
+                spec_path, "name", f"{spec['name']!r} does not match the directory {root.name!r}"
+            )
         for arm in spec["arms"]:
             if arm_variant(arm) not in known:
                 raise loader.ResultsError(spec_path, f"arms.{arm}", f"unknown variant {arm_variant(arm)!r}")
         for i, comp in enumerate(spec["comparisons"]):
-            if not (isinstance(comp, dict) and {"treatment", "control"} <= set(comp)
-                    and comp["treatment"] in spec["arms"] and comp["control"] in spec["arms"]):
-                raise loader.ResultsError(spec_path, f"comparisons[{i}]",
-                                          f"expected {{treatment, control}} naming arms of the regime, got {comp!r}")
+            if not (
+                isinstance(comp, dict)
+                and {"treatment", "control"} <= set(comp)
+                and comp["treatment"] in spec["arms"]
+                and comp["control"] in spec["arms"]
+            ):
+                raise loader.ResultsError(
+                    spec_path,
+                    f"comparisons[{i}]",
+                    f"expected {{treatment, control}} naming arms of the regime, got {comp!r}",
+                )
         reused = spec.get("reused", {})
         for arm, where in reused.items():
             if arm not in spec["arms"] or where != "../.." or source_frames is None:
-                raise loader.ResultsError(spec_path, f"reused.{arm}", f"expected an arm of the regime read from "
-                                                                      f"'../..' (the source's tree), got {where!r}")
+                raise loader.ResultsError(
+                    spec_path,
+                    f"reused.{arm}",
+                    f"expected an arm of the regime read from '../..' (the source's tree), got {where!r}",
+                )
         # `base`: the regime's own base models (eval/<backbone>/base/), built when it has its own data seed
         allowed = set(spec["arms"]) - set(reused) | {"base"}
         notes: list[str] = []
@@ -85,8 +124,10 @@ def load(source_root: Path, registry: dict[str, Any],
         evals, samples = loader.load_eval(root, registry, notes, variants=allowed)
         if reused:
             extra = [_reused(frame, spec["backbone"], set(reused)) for frame in source_frames]
-            train, evals, samples = (pd.concat([own, more], ignore_index=True) if not more.empty else own
-                                     for own, more in zip((train, evals, samples), extra))
+            train, evals, samples = (
+                pd.concat([own, more], ignore_index=True) if not more.empty else own
+                for own, more in zip((train, evals, samples), extra)
+            )
         out.append(Regime(spec, root, train, samples, evals))
     return out
 
@@ -131,14 +172,30 @@ def rows(regimes: list[Regime]) -> pd.DataFrame:
             fresh, tokens = _per_run_totals(regime.train, backbone, treat)
             fresh_c, tokens_c = _per_run_totals(regime.train, backbone, ctrl)
             for split in ("id", "ood"):
-                members = [b for b in labels.order_benchmarks(list(arms[treat].matrix)) if splits.get(b) == split]
+                members = [
+                    b for b in labels.order_benchmarks(list(arms[treat].matrix)) if splits.get(b) == split
+                ]
                 if not members:
                     continue
                 diff, lo, hi, n = stats.paired_difference(arms[treat], arms[ctrl], members)
-                out.append({"regime": spec["name"], "title": spec["title"], "treatment": treat, "control": ctrl,
-                            "primary": i == 0, "split": split, "diff": diff, "lo": lo, "hi": hi, "n_problems": n,
-                            "seeds": ",".join(str(s) for s in seeds), "fresh_questions": (fresh, fresh_c),
-                            "rollout_tokens": (tokens, tokens_c), "verdict": _verdict(diff, lo, hi)})
+                out.append(
+                    {
+                        "regime": spec["name"],
+                        "title": spec["title"],
+                        "treatment": treat,
+                        "control": ctrl,
+                        "primary": i == 0,
+                        "split": split,
+                        "diff": diff,
+                        "lo": lo,
+                        "hi": hi,
+                        "n_problems": n,
+                        "seeds": ",".join(str(s) for s in seeds),
+                        "fresh_questions": (fresh, fresh_c),
+                        "rollout_tokens": (tokens, tokens_c),
+                        "verdict": _verdict(diff, lo, hi),
+                    }
+                )
     return pd.DataFrame(out, columns=COLUMNS)
 
 
@@ -175,22 +232,31 @@ def table(frame: pd.DataFrame, deviation_notes: list[str] | None = None) -> Tabl
     for (_, treat, ctrl), group in frame.groupby(["regime", "treatment", "control"], sort=False):
         by_split = {r["split"]: r for _, r in group.iterrows()}
         first = group.iloc[0]
-        records.append({
-            "Regime": first["title"], "Comparison": f"{treat} − {ctrl}" + (" (primary)" if first["primary"] else ""),
-            "Δ ID [95% CI]": _interval(by_split["id"]) if "id" in by_split else "–",
-            "ID verdict": by_split["id"]["verdict"] if "id" in by_split else "–",
-            "Δ OOD [95% CI]": _interval(by_split["ood"]) if "ood" in by_split else "–",
-            "OOD verdict": by_split["ood"]["verdict"] if "ood" in by_split else "–",
-            "Seeds": first["seeds"],
-            "Fresh questions per run (treatment / control)": _pair(first["fresh_questions"]),
-            "Rollout tokens per run, k (treatment / control)": _pair(first["rollout_tokens"], 1000.0),
-        })
-    return Table("regimes", "Regime map", "Where does experience help? ExGRPO arm − control arm of the ID and "
-                 "OOD averages (avg@4, points), 95% paired bootstrap over problems and seeds; verdict by the "
-                 "pre-registered rule (docs/regimes.md): helps / hurts when the interval excludes 0.",
-                 pd.DataFrame.from_records(records),
-                 notes=["Fresh questions and rollout tokens are summed over a run's steps and averaged over seeds.",
-                        *(f"Deviation from the protocol: {d}" for d in deviation_notes or [])])
+        records.append(
+            {
+                "Regime": first["title"],
+                "Comparison": f"{treat} − {ctrl}" + (" (primary)" if first["primary"] else ""),
+                "Δ ID [95% CI]": _interval(by_split["id"]) if "id" in by_split else "–",
+                "ID verdict": by_split["id"]["verdict"] if "id" in by_split else "–",
+                "Δ OOD [95% CI]": _interval(by_split["ood"]) if "ood" in by_split else "–",
+                "OOD verdict": by_split["ood"]["verdict"] if "ood" in by_split else "–",
+                "Seeds": first["seeds"],
+                "Fresh questions per run (treatment / control)": _pair(first["fresh_questions"]),
+                "Rollout tokens per run, k (treatment / control)": _pair(first["rollout_tokens"], 1000.0),
+            }
+        )
+    return Table(
+        "regimes",
+        "Regime map",
+        "Where does experience help? ExGRPO arm − control arm of the ID and "
+        "OOD averages (avg@4, points), 95% paired bootstrap over problems and seeds; verdict by the "
+        "pre-registered rule (docs/regimes.md): helps / hurts when the interval excludes 0.",
+        pd.DataFrame.from_records(records),
+        notes=[
+            "Fresh questions and rollout tokens are summed over a run's steps and averaged over seeds.",
+            *(f"Deviation from the protocol: {d}" for d in deviation_notes or []),
+        ],
+    )
 
 
 def forest(frame: pd.DataFrame) -> Any:
@@ -208,21 +274,37 @@ def _forest(frame: pd.DataFrame) -> Any:
     for ax, split in zip(axes.flat, ("id", "ood")):
         ys, ticks = [], []
         for y, key in enumerate(reversed(keys)):
-            sub = frame[(frame["title"] == key[0]) & (frame["treatment"] == key[1]) & (frame["control"] == key[2])
-                        & (frame["split"] == split)]
+            sub = frame[
+                (frame["title"] == key[0])
+                & (frame["treatment"] == key[1])
+                & (frame["control"] == key[2])
+                & (frame["split"] == split)
+            ]
             ticks.append(f"{key[0]}: {key[1]} − {key[2]}")
             ys.append(y)
             if sub.empty:
                 continue
             r = sub.iloc[0]
             color = {"helps": "#2a9d8f", "hurts": "#d62828"}.get(r["verdict"], "#555555")
-            ax.errorbar([r["diff"]], [y], xerr=[[r["diff"] - r["lo"]], [r["hi"] - r["diff"]]], fmt="o",
-                        color=color, capsize=3, markersize=4 if not r["primary"] else 6)
+            ax.errorbar(
+                [r["diff"]],
+                [y],
+                xerr=[[r["diff"] - r["lo"]], [r["hi"] - r["diff"]]],
+                fmt="o",
+                color=color,
+                capsize=3,
+                markersize=4 if not r["primary"] else 6,
+            )
         ax.axvline(0.0, color="#999999", linewidth=0.8, linestyle="--")
         ax.set_yticks(ys)
         ax.set_yticklabels(ticks if split == "id" else [""] * len(ticks))
         ax.set_xlabel(f"Δ {split.upper()} avg (points)")
         ax.set_title(f"{split.upper()}")
-    return Plot("regimes_forest", "Regime map", "ExGRPO − control per regime, ID and OOD averages with 95% "
-                "paired-bootstrap intervals (green: helps, red: hurts, grey: inconclusive; large markers: the "
-                "primary comparison of each regime; docs/regimes.md).", fig)
+    return Plot(
+        "regimes_forest",
+        "Regime map",
+        "ExGRPO − control per regime, ID and OOD averages with 95% "
+        "paired-bootstrap intervals (green: helps, red: hurts, grey: inconclusive; large markers: the "
+        "primary comparison of each regime; docs/regimes.md).",
+        fig,
+    )

@@ -69,8 +69,12 @@ def build_plots(results: Results, profile: str | None) -> tuple[list[Plot], list
     return plots, skipped
 
 
-def render(results_root: str | Path, source: str, profile: str | None = None,
-           backbones: str | Path = DEFAULT_BACKBONES) -> Rendering:
+def render(
+    results_root: str | Path,
+    source: str,
+    profile: str | None = None,
+    backbones: str | Path = DEFAULT_BACKBONES,
+) -> Rendering:
     """Validate results/<source>/ and write its tables/, figures/ and index.md."""
     results = load(results_root, source, backbones)
     for note in results.notes:
@@ -99,12 +103,21 @@ def render(results_root: str | Path, source: str, profile: str | None = None,
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     index = write_index(results, chosen, tables, plots, skipped)
-    return Rendering(source, [f"tables/{t.name}.md" for t in tables], [f"figures/{p.name}.png" for p in plots],
-                     skipped, index)
+    return Rendering(
+        source,
+        [f"tables/{t.name}.md" for t in tables],
+        [f"figures/{p.name}.png" for p in plots],
+        skipped,
+        index,
+    )
 
 
-def render_extension(results_root: str | Path, source: str, profile: str | None = None,
-                     backbones: str | Path = DEFAULT_BACKBONES) -> list[Path]:
+def render_extension(
+    results_root: str | Path,
+    source: str,
+    profile: str | None = None,
+    backbones: str | Path = DEFAULT_BACKBONES,
+) -> list[Path]:
     """Write only Table 2's analogue and the plug-in rows (analysis.extension_tables) into
     results/<source>/tables/, leaving every other file as it is; the full `render` builds them too."""
     from analysis import extension_tables
@@ -113,8 +126,10 @@ def render_extension(results_root: str | Path, source: str, profile: str | None 
     paper = load(results_root, "paper", backbones) if (Path(results_root) / "paper").is_dir() else None
     chosen = repro_estimates.choose_profile(results, profile)
     written: list[Path] = []
-    for table in (extension_tables.table2_continuous(results, paper, chosen),
-                  extension_tables.plugin_table(results, chosen)):
+    for table in (
+        extension_tables.table2_continuous(results, paper, chosen),
+        extension_tables.plugin_table(results, chosen),
+    ):
         if table:
             written += write(table, results.root / "tables")
     return written
@@ -129,24 +144,41 @@ def _swap(new: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_index(results: Results, profile: str | None, tables: list[Table], plots: list[Plot],
-                skipped: list[str]) -> Path:
+def write_index(
+    results: Results, profile: str | None, tables: list[Table], plots: list[Plot], skipped: list[str]
+) -> Path:
     """results/<source>/index.md: every table (inline) and figure with its caption; skipped items listed."""
-    lines = [f"# Results: {results.source}", "",
-             f"Rendered by `python -m analysis render --source {results.source}` from results/{results.source}/ "
-             "(do not edit; re-render instead). Layout and schema: results/README.md.", ""]
+    lines = [
+        f"# Results: {results.source}",
+        "",
+        f"Rendered by `python -m analysis render --source {results.source}` from results/{results.source}/ "
+        "(do not edit; re-render instead). Layout and schema: results/README.md.",
+        "",
+    ]
     if profile:
         lines += [f"Evaluation profile: `{profile}`.", ""]
     if results.notes:
         lines += ["Notes from validation:", "", *[f"- {n}" for n in results.notes], ""]
     lines += ["## Tables", ""]
     for table in tables:
-        lines += [f"### {table.title} ({table.name})", "", f"[Markdown](tables/{table.name}.md) · "
-                  f"[LaTeX](tables/{table.name}.tex)", "", table.markdown(), ""]
+        lines += [
+            f"### {table.title} ({table.name})",
+            "",
+            f"[Markdown](tables/{table.name}.md) · [LaTeX](tables/{table.name}.tex)",
+            "",
+            table.markdown(),
+            "",
+        ]
     lines += ["## Figures", ""]
     for plot in plots:
-        lines += [f"### {plot.title} ({plot.name})", "", f"![{plot.title}](figures/{plot.name}.png)", "",
-                  f"**{plot.title}.** {plot.caption} [PDF](figures/{plot.name}.pdf)", ""]
+        lines += [
+            f"### {plot.title} ({plot.name})",
+            "",
+            f"![{plot.title}](figures/{plot.name}.png)",
+            "",
+            f"**{plot.title}.** {plot.caption} [PDF](figures/{plot.name}.pdf)",
+            "",
+        ]
     if skipped:
         lines += ["## Not rendered for this source", "", *[f"- {s}" for s in skipped], ""]
     path = results.root / "index.md"
@@ -162,17 +194,23 @@ def cache_size(results_root: str | Path) -> int:
 def check(results_root: str | Path, source: str, backbones: str | Path = DEFAULT_BACKBONES) -> list[str]:
     """Validate one source only; returns summary lines (raises on a contract violation)."""
     results = load(results_root, source, backbones)
-    lines = [f"results/{source}: valid",
-             f"  paper cells: {len(results.scores)}, paper files: {len(results.paper)}",
-             f"  train runs: {len(results.runs)}, log rows: {len(results.train)}",
-             f"  eval aggregates: {len(results.evals)}, per-sample records: {len(results.samples)}",
-             f"  trajectories: {len(results.trajectories)}, benchmark records: {len(results.bench)}"]
+    lines = [
+        f"results/{source}: valid",
+        f"  paper cells: {len(results.scores)}, paper files: {len(results.paper)}",
+        f"  train runs: {len(results.runs)}, log rows: {len(results.train)}",
+        f"  eval aggregates: {len(results.evals)}, per-sample records: {len(results.samples)}",
+        f"  trajectories: {len(results.trajectories)}, benchmark records: {len(results.bench)}",
+    ]
     if not results.scores.empty:
         for row in paper_numbers.discrepancies(results.scores).itertuples():
-            lines.append(f"  flag: {row.table} {row.label} {row.split.upper()} avg printed {row.printed:.1f}, "
-                         f"recomputed {row.recomputed:.2f}")
+            lines.append(
+                f"  flag: {row.table} {row.label} {row.split.upper()} avg printed {row.printed:.1f}, "
+                f"recomputed {row.recomputed:.2f}"
+            )
     lines += [f"  note: {n}" for n in results.notes]
     size = cache_size(results_root)
     if size > schema.MAX_CACHE_BYTES:
-        lines.append(f"  warning: results/ holds {size / 2**20:.1f} MiB (limit {schema.MAX_CACHE_BYTES / 2**20:.0f} MiB)")
+        lines.append(
+            f"  warning: results/ holds {size / 2**20:.1f} MiB (limit {schema.MAX_CACHE_BYTES / 2**20:.0f} MiB)"
+        )
     return lines

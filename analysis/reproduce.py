@@ -80,21 +80,37 @@ def compare_runs(ref_root: Path, new_root: Path, runs: pd.DataFrame) -> list[Run
     for b, v, s in runs[["backbone", "variant", "seed"]].itertuples(index=False):
         new, ref = _run_meta(new_root, b, v, int(s)), _run_meta(ref_root, b, v, int(s))
         if ref is None:
-            out.append(RunRow(b, v, int(s), None, "new", None, (new.get("summary") or {}).get("final_val_acc")))
+            out.append(
+                RunRow(b, v, int(s), None, "new", None, (new.get("summary") or {}).get("final_val_acc"))
+            )
             continue
         code = [(m.get("fingerprint_parts") or {}).get("code") for m in (ref, new)]
         same_code = None if None in code else code[0] == code[1]
         sha = [(m.get("summary") or {}).get("final_model_sha256") for m in (ref, new)]
         weights = "bit-identical" if sha[0] is not None and sha[0] == sha[1] else "different"
-        out.append(RunRow(b, v, int(s), same_code, weights, (ref.get("summary") or {}).get("final_val_acc"),
-                          (new.get("summary") or {}).get("final_val_acc")))
+        out.append(
+            RunRow(
+                b,
+                v,
+                int(s),
+                same_code,
+                weights,
+                (ref.get("summary") or {}).get("final_val_acc"),
+                (new.get("summary") or {}).get("final_val_acc"),
+            )
+        )
     return out
 
 
 def _cell_samples(samples: pd.DataFrame, key: tuple) -> pd.DataFrame:
     b, v, s, bench, prof = key
-    sel = samples[(samples["backbone"] == b) & (samples["variant"] == v) & (samples["seed"] == s)
-                  & (samples["benchmark"] == bench) & (samples["profile"] == prof)]
+    sel = samples[
+        (samples["backbone"] == b)
+        & (samples["variant"] == v)
+        & (samples["seed"] == s)
+        & (samples["benchmark"] == bench)
+        & (samples["profile"] == prof)
+    ]
     return sel.sort_values(["problem_id", "sample_index"]).reset_index(drop=True)
 
 
@@ -114,13 +130,19 @@ def compare_evals(ref: loader.Results, new: loader.Results) -> list[Cell]:
         a, b = _cell_samples(new.samples, key), _cell_samples(ref.samples, key)
         if a.empty or b.empty:
             verdict = "bit-identical" if same_metrics else "differs"
-            cells.append(Cell(*key, 100.0 * old["avg_at_k"], rerun, rerun - 100.0 * old["avg_at_k"], None, None,
-                              verdict))
+            cells.append(
+                Cell(
+                    *key, 100.0 * old["avg_at_k"], rerun, rerun - 100.0 * old["avg_at_k"], None, None, verdict
+                )
+            )
             continue
-        identical = same_metrics and len(a) == len(b) and a[["problem_id", "sample_index", "score"]].equals(
-            b[["problem_id", "sample_index", "score"]])
+        identical = (
+            same_metrics
+            and len(a) == len(b)
+            and a[["problem_id", "sample_index", "score"]].equals(b[["problem_id", "sample_index", "score"]])
+        )
         diff, lo, hi, _ = stats.paired_difference(stats.build_arm(a), stats.build_arm(b), [key[3]])
-        verdict = ("bit-identical" if identical else "reproduces" if lo <= 0.0 <= hi else "differs")
+        verdict = "bit-identical" if identical else "reproduces" if lo <= 0.0 <= hi else "differs"
         cells.append(Cell(*key, 100.0 * old["avg_at_k"], rerun, diff, lo, hi, verdict))
     return cells
 
@@ -132,32 +154,63 @@ def _same(a: object, b: object) -> bool:
 
 
 def _f(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None or (isinstance(value, float) and not np.isfinite(value)) else fmt(value, digits)
+    return (
+        "-" if value is None or (isinstance(value, float) and not np.isfinite(value)) else fmt(value, digits)
+    )
 
 
-def report_markdown(source: str, ref_root: Path, new_root: Path, runs: list[RunRow], cells: list[Cell]) -> str:
+def report_markdown(
+    source: str, ref_root: Path, new_root: Path, runs: list[RunRow], cells: list[Cell]
+) -> str:
     counts = pd.Series([c.verdict for c in cells], dtype=object).value_counts().to_dict()
     same = pd.Series([r.weights for r in runs], dtype=object).value_counts().to_dict()
-    lines = [f"# Reproduction report: {source}", "",
-             f"Rerun `{new_root}` against the committed reference `{ref_root}`.", "", RULE, "",
-             "Summary: training runs " + (", ".join(f"{v} {k}" for k, v in sorted(same.items())) or "none")
-             + "; evaluation cells " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none") + ".", ""]
+    lines = [
+        f"# Reproduction report: {source}",
+        "",
+        f"Rerun `{new_root}` against the committed reference `{ref_root}`.",
+        "",
+        RULE,
+        "",
+        "Summary: training runs "
+        + (", ".join(f"{v} {k}" for k, v in sorted(same.items())) or "none")
+        + "; evaluation cells "
+        + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none")
+        + ".",
+        "",
+    ]
     if any(r.same_code is False for r in runs):
-        lines += ["Some reruns ran other code than the committed runs (`same code` = no): a difference there may "
-                  "come from the code, not from chance.", ""]
-    lines += ["## Training runs", "", "| backbone | variant | seed | same code | final weights | committed val acc "
-              "| rerun val acc |", "|---|---|---:|---|---|---:|---:|"]
+        lines += [
+            "Some reruns ran other code than the committed runs (`same code` = no): a difference there may "
+            "come from the code, not from chance.",
+            "",
+        ]
+    lines += [
+        "## Training runs",
+        "",
+        "| backbone | variant | seed | same code | final weights | committed val acc | rerun val acc |",
+        "|---|---|---:|---|---|---:|---:|",
+    ]
     for r in runs:
         code = {True: "yes", False: "no", None: "-"}[r.same_code]
-        lines.append(f"| {r.backbone} | {r.variant} | {r.seed} | {code} | {r.weights} | {_f(r.committed_val_acc, 3)} "
-                     f"| {_f(r.rerun_val_acc, 3)} |")
-    lines += ["", "## Evaluation cells (avg@k, %)", "", "| backbone | variant | seed | benchmark | profile | committed "
-              "| rerun | rerun − committed [95% CI] | verdict |", "|---|---|---:|---|---|---:|---:|---|---|"]
+        lines.append(
+            f"| {r.backbone} | {r.variant} | {r.seed} | {code} | {r.weights} | {_f(r.committed_val_acc, 3)} "
+            f"| {_f(r.rerun_val_acc, 3)} |"
+        )
+    lines += [
+        "",
+        "## Evaluation cells (avg@k, %)",
+        "",
+        "| backbone | variant | seed | benchmark | profile | committed "
+        "| rerun | rerun − committed [95% CI] | verdict |",
+        "|---|---|---:|---|---|---:|---:|---|---|",
+    ]
     for c in cells:
         interval = f" [{_f(c.lo)}, {_f(c.hi)}]" if c.lo is not None else ""
         diff = f"{_f(c.diff)}{interval}" if c.diff is not None else "-"
-        lines.append(f"| {c.backbone} | {c.variant} | {c.seed} | {c.benchmark} | {c.profile} | {_f(c.committed)} "
-                     f"| {_f(c.rerun)} | {diff} | {c.verdict} |")
+        lines.append(
+            f"| {c.backbone} | {c.variant} | {c.seed} | {c.benchmark} | {c.profile} | {_f(c.committed)} "
+            f"| {_f(c.rerun)} | {diff} | {c.verdict} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -175,7 +228,9 @@ def plot(cells: list[Cell], path: Path) -> None:
         err = None if c.lo is None else [[c.diff - c.lo], [c.hi - c.diff]]
         ax.errorbar(c.diff, i, xerr=err, fmt="o", color=colours.get(c.verdict, "grey"), capsize=3)
     ax.axvline(0.0, color="black", lw=0.8)
-    ax.set_yticks(range(len(shown)), [f"{c.backbone}/{c.variant}/s{c.seed} {c.benchmark}" for c in shown], fontsize=7)
+    ax.set_yticks(
+        range(len(shown)), [f"{c.backbone}/{c.variant}/s{c.seed} {c.benchmark}" for c in shown], fontsize=7
+    )
     ax.set_xlabel("rerun − committed avg@k (points), 95% paired interval")
     ax.set_title("Reproduction: green bit-identical, blue reproduces, red differs", fontsize=9)
     fig.tight_layout()
@@ -184,20 +239,44 @@ def plot(cells: list[Cell], path: Path) -> None:
     plt.close(fig)
 
 
-def reproduce(reference: str | Path, rerun: str | Path, source: str, name: str,
-              backbones: str | Path = loader.DEFAULT_BACKBONES) -> Path:
+def reproduce(
+    reference: str | Path,
+    rerun: str | Path,
+    source: str,
+    name: str,
+    backbones: str | Path = loader.DEFAULT_BACKBONES,
+) -> Path:
     """Compare <rerun>/<source>/ with <reference>/<source>/; write <rerun>/<source>/reproduction/<name>.*."""
     new = loader.load(rerun, source, backbones)
     ref_root = Path(reference) / source
     ref = loader.load(reference, source, backbones) if ref_root.is_dir() else None
     runs = compare_runs(ref_root, new.root, new.runs)
-    cells = compare_evals(ref, new) if ref is not None else [
-        Cell(r["backbone"], r["variant"], r["seed"], r["benchmark"], r["profile"], None, 100.0 * r["avg_at_k"],
-             None, None, None, "new") for r in new.evals.to_dict("records")]
+    cells = (
+        compare_evals(ref, new)
+        if ref is not None
+        else [
+            Cell(
+                r["backbone"],
+                r["variant"],
+                r["seed"],
+                r["benchmark"],
+                r["profile"],
+                None,
+                100.0 * r["avg_at_k"],
+                None,
+                None,
+                None,
+                "new",
+            )
+            for r in new.evals.to_dict("records")
+        ]
+    )
     out = new.root / "reproduction"
     write_text(out / f"{name}.md", report_markdown(source, ref_root, new.root, runs, cells))
-    write_json(out / f"{name}.json", {"rule": RULE, "runs": [asdict(r) for r in runs],
-                                      "cells": [asdict(c) for c in cells]})
+    write_json(
+        out / f"{name}.json",
+        {"rule": RULE, "runs": [asdict(r) for r in runs], "cells": [asdict(c) for c in cells]},
+    )
     plot(cells, out / f"{name}.png")
     return out / f"{name}.md"
 

@@ -23,8 +23,15 @@ SOURCE_NAME = r"[a-z0-9][a-z0-9-]*"
 
 # ---------------------------------------------------------------------------------------- paper CSVs
 SCORE_COLUMNS: dict[str, str] = {
-    "table": "str", "row": "int", "backbone": "str", "variant": "str", "label": "str",
-    "split": "str", "benchmark": "str", "value": "float", "source": "str",
+    "table": "str",
+    "row": "int",
+    "backbone": "str",
+    "variant": "str",
+    "label": "str",
+    "split": "str",
+    "benchmark": "str",
+    "value": "float",
+    "source": "str",
 }
 """Published benchmark scores, one cell per line. benchmark == 'printed_avg' holds the average the paper
 printed for (table, row, split); analysis recomputes averages from the cells and compares."""
@@ -37,18 +44,50 @@ PAPER_FILES: dict[str, dict[str, str]] = {
     "table6.csv": SCORE_COLUMNS,
     "table7.csv": SCORE_COLUMNS,
     "table9.csv": SCORE_COLUMNS,
-    "table4_hparams.csv": {"table": "str", "parameter": "str", "value": "str", "config_field": "str?",
-                           "source": "str"},
-    "table8_overhead.csv": {"table": "str", "backbone": "str", "quantity": "str", "on_policy": "float?",
-                            "exgrpo": "float?", "printed_change_pct": "float?", "unit": "str", "source": "str"},
-    "table10_questions.csv": {"table": "str", "variant": "str", "label": "str", "questions_per_batch": "float",
-                              "source": "str"},
-    "table12_code.csv": {"table": "str", "bucket": "str", "entropy_no_code": "float", "entropy_code": "float",
-                         "cot_correct_no_code": "float", "cot_correct_code": "float", "printed_delta": "float",
-                         "text_delta": "float?", "source": "str"},
+    "table4_hparams.csv": {
+        "table": "str",
+        "parameter": "str",
+        "value": "str",
+        "config_field": "str?",
+        "source": "str",
+    },
+    "table8_overhead.csv": {
+        "table": "str",
+        "backbone": "str",
+        "quantity": "str",
+        "on_policy": "float?",
+        "exgrpo": "float?",
+        "printed_change_pct": "float?",
+        "unit": "str",
+        "source": "str",
+    },
+    "table10_questions.csv": {
+        "table": "str",
+        "variant": "str",
+        "label": "str",
+        "questions_per_batch": "float",
+        "source": "str",
+    },
+    "table12_code.csv": {
+        "table": "str",
+        "bucket": "str",
+        "entropy_no_code": "float",
+        "entropy_code": "float",
+        "cot_correct_no_code": "float",
+        "cot_correct_code": "float",
+        "printed_delta": "float",
+        "text_delta": "float?",
+        "source": "str",
+    },
     "fig1a.csv": {"table": "str", "variant": "str", "label": "str", "value": "float", "source": "str"},
-    "fig10.csv": {"table": "str", "bucket": "str", "reasoning": "str", "metric": "str", "value": "float",
-                  "source": "str"},
+    "fig10.csv": {
+        "table": "str",
+        "bucket": "str",
+        "reasoning": "str",
+        "metric": "str",
+        "value": "float",
+        "source": "str",
+    },
 }
 """Published-number files at results/<source>/<name>.csv (only results/paper/ has them)."""
 
@@ -61,15 +100,34 @@ BUCKETS = ("hard", "medium", "easy")
 # ---------------------------------------------------------------------------------------- training
 TRAIN_LOG = "train/{backbone}/{variant}/s{seed}/log.jsonl.gz"
 TRAIN_REQUIRED: dict[str, str] = {"step": "int"}
-TRAIN_KEYS: dict[str, str] = {m.name: "number" for m in (
-    M.REWARD_BATCH_MEAN, M.PASS1, M.ENTROPY, M.RESPONSE_LENGTH, M.EXPERIENCE_BY_NAME["exp/buffered_questions"],
-    M.EXPERIENCE_BY_NAME["exp/buffered_trajectories"], M.EXPERIENCE_BY_NAME["exp/retired"],
-    M.EXPERIENCE_BY_NAME["exp/buffered_tokens"], M.EXPERIENCE_BY_NAME["exp/buffer_payload_bytes"],
-    M.TRAINING_QUESTIONS, M.EXPERIENCE_BY_NAME["exp/active"], M.REPLAY_QUESTIONS, M.MIXED_FRACTION,
-    M.MASKED_QUESTIONS, M.TIME_ROLLOUT, M.TIME_SELECTION, M.TIME_UPDATE, M.TIME_STEP, M.VAL_ACC)}
+TRAIN_KEYS: dict[str, str] = {
+    m.name: "number"
+    for m in (
+        M.REWARD_BATCH_MEAN,
+        M.PASS1,
+        M.ENTROPY,
+        M.RESPONSE_LENGTH,
+        M.EXPERIENCE_BY_NAME["exp/buffered_questions"],
+        M.EXPERIENCE_BY_NAME["exp/buffered_trajectories"],
+        M.EXPERIENCE_BY_NAME["exp/retired"],
+        M.EXPERIENCE_BY_NAME["exp/buffered_tokens"],
+        M.EXPERIENCE_BY_NAME["exp/buffer_payload_bytes"],
+        M.TRAINING_QUESTIONS,
+        M.EXPERIENCE_BY_NAME["exp/active"],
+        M.REPLAY_QUESTIONS,
+        M.MIXED_FRACTION,
+        M.MASKED_QUESTIONS,
+        M.TIME_ROLLOUT,
+        M.TIME_SELECTION,
+        M.TIME_UPDATE,
+        M.TIME_STEP,
+        M.VAL_ACC,
+    )
+}
 """The per-step keys results/README.md documents (the analysis reads these). Every key of a log must be in the
 registry `exgrpo.metrics` (name, meaning, unit, writers), or a verl namespace there; every value is a number,
 bool or null."""
+
 
 def train_row_problem(row: dict) -> tuple[str, str] | None:
     """(key, message) for the first key of a training-log row the registry does not know, else None.
@@ -80,8 +138,10 @@ def train_row_problem(row: dict) -> tuple[str, str] | None:
         alias = M.LEGACY_ALIASES.get(key)
         if alias is not None:
             if row.get(alias) != value:
-                return key, (f"legacy key (it meant {alias} in CPU-trainer logs, the all-rows mean in verl logs); "
-                             f"here it differs from {alias!r}: re-collect the run (reward/batch_mean)")
+                return key, (
+                    f"legacy key (it meant {alias} in CPU-trainer logs, the all-rows mean in verl logs); "
+                    f"here it differs from {alias!r}: re-collect the run (reward/batch_mean)"
+                )
         elif M.lookup(key) is None and not M.is_verl_passthrough(key):
             return key, "unknown metric: not in the registry exgrpo.metrics (nor a verl namespace there)"
     return None
@@ -94,37 +154,71 @@ def drop_legacy(row: dict) -> dict:
 
 RUN_JSON = "train/{backbone}/{variant}/s{seed}/run.json"
 RUN_REQUIRED: dict[str, str] = {"config": "object", "seed": "int", "backbone": "str", "variant": "str"}
-RUN_OPTIONAL: dict[str, str] = {"git_commit": "str?", "versions": "object", "steps": "int",
-                                "wall_time_s": "number"}
+RUN_OPTIONAL: dict[str, str] = {
+    "git_commit": "str?",
+    "versions": "object",
+    "steps": "int",
+    "wall_time_s": "number",
+}
 
 # ---------------------------------------------------------------------------------------- evaluation
 EVAL_JSON = "eval/{backbone}/{variant}/s{seed}/{benchmark}.{profile}.json"
-EVAL_REQUIRED: dict[str, str] = {"benchmark": "str", "split": "str", "profile": "str", "k": "int",
-                                 "n_problems": "int", "metrics": "object"}
+EVAL_REQUIRED: dict[str, str] = {
+    "benchmark": "str",
+    "split": "str",
+    "profile": "str",
+    "k": "int",
+    "n_problems": "int",
+    "metrics": "object",
+}
 EVAL_METRICS: dict[str, str] = {"avg_at_k": "number", "pass_at_k": "number?", "maj_at_k": "number?"}
 """Metrics are fractions in [0, 1]; analysis shows them as percentages."""
 EVAL_OPTIONAL: dict[str, str] = {"ci95": "object", "provenance": "object"}
 
 SAMPLES = "eval/{backbone}/{variant}/s{seed}/{benchmark}.{profile}.samples.parquet"
 SAMPLE_COLUMNS: dict[str, str] = {
-    "problem_id": "str", "sample_index": "int", "seed": "int", "prompt_hash": "str", "completion": "str",
-    "n_tokens": "int", "truncated": "bool", "extracted": "str?", "label": "str", "score": "float",
-    "status": "str", "grader": "str", "grader_version": "str",
+    "problem_id": "str",
+    "sample_index": "int",
+    "seed": "int",
+    "prompt_hash": "str",
+    "completion": "str",
+    "n_tokens": "int",
+    "truncated": "bool",
+    "extracted": "str?",
+    "label": "str",
+    "score": "float",
+    "status": "str",
+    "grader": "str",
+    "grader_version": "str",
 }
 SAMPLE_READ = ("problem_id", "sample_index", "score")
 """The columns analysis reads (the others are checked in the file's schema only)."""
 
 # ---------------------------------------------------------------------------------------- preliminary study
 TRAJECTORIES = "prelim/{backbone}/trajectories*.parquet"
-TRAJECTORY_COLUMNS: dict[str, str] = {"bucket": "str", "entropy": "float", "ppl": "float",
-                                      "reasoning_correct": "bool?", "has_code": "bool"}
+TRAJECTORY_COLUMNS: dict[str, str] = {
+    "bucket": "str",
+    "entropy": "float",
+    "ppl": "float",
+    "reasoning_correct": "bool?",
+    "has_code": "bool",
+}
 """bucket ∈ {hard, medium, easy}; reasoning_correct is the judge's verdict (null = not judged)."""
 
 # ---------------------------------------------------------------------------------------- compute ledger
 BENCHMARK_TSV = "benchmarks/{rule}/{wildcards}.tsv"
-BENCHMARK_COLUMNS: dict[str, str] = {"s": "float", "h:m:s": "str?", "max_rss": "float?", "max_vms": "float?",
-                                     "max_uss": "float?", "max_pss": "float?", "io_in": "float?",
-                                     "io_out": "float?", "mean_load": "float?", "cpu_time": "float?"}
+BENCHMARK_COLUMNS: dict[str, str] = {
+    "s": "float",
+    "h:m:s": "str?",
+    "max_rss": "float?",
+    "max_vms": "float?",
+    "max_uss": "float?",
+    "max_pss": "float?",
+    "io_in": "float?",
+    "io_out": "float?",
+    "mean_load": "float?",
+    "cpu_time": "float?",
+}
 """Snakemake `benchmark:` files; only `s` (wall seconds) is required."""
 
 RENDERED = ("tables", "figures", "index.md")

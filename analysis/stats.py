@@ -71,26 +71,36 @@ def _problem_weights(n_problems: int, key: str, n_boot: int, seed: int) -> np.nd
     differences consistent, and rendering cheap; different benchmarks get independent draws.
     """
     rng = np.random.default_rng([seed, zlib.crc32(key.encode()), n_problems])
-    weights = rng.multinomial(n_problems, np.full(n_problems, 1.0 / n_problems), size=n_boot).astype(np.float64)
+    weights = rng.multinomial(n_problems, np.full(n_problems, 1.0 / n_problems), size=n_boot).astype(
+        np.float64
+    )
     weights.setflags(write=False)
     return weights
 
 
-def estimate(arm: Arm, benchmarks: list[str], n_boot: int = N_BOOT, seed: int = SEED) -> tuple[float, float, float]:
+def estimate(
+    arm: Arm, benchmarks: list[str], n_boot: int = N_BOOT, seed: int = SEED
+) -> tuple[float, float, float]:
     """Mean over `benchmarks` of avg@k (%) with its 95% percentile interval: (point, lo, hi)."""
     benches = [b for b in benchmarks if b in arm.matrix]
     if not benches:
         return (float("nan"),) * 3
     rng = np.random.default_rng(seed)
     point = float(np.mean([_point(arm.matrix[b]) for b in benches]))
-    reps = np.mean([_replicates(arm.matrix[b], _problem_weights(arm.matrix[b].shape[1], b, n_boot, seed), rng)
-                    for b in benches], axis=0)
+    reps = np.mean(
+        [
+            _replicates(arm.matrix[b], _problem_weights(arm.matrix[b].shape[1], b, n_boot, seed), rng)
+            for b in benches
+        ],
+        axis=0,
+    )
     lo, hi = np.percentile(reps, [2.5, 97.5])
     return point, float(lo), float(hi)
 
 
-def paired_difference(arm_a: Arm, arm_b: Arm, benchmarks: list[str], n_boot: int = N_BOOT,
-                      seed: int = SEED) -> tuple[float, float, float, int]:
+def paired_difference(
+    arm_a: Arm, arm_b: Arm, benchmarks: list[str], n_boot: int = N_BOOT, seed: int = SEED
+) -> tuple[float, float, float, int]:
     """A − B of the mean-over-benchmarks avg@k (%), paired over shared problems: (point, lo, hi, n_problems)."""
     rng = np.random.default_rng(seed)
     points, reps, n_shared = [], [], 0
@@ -133,8 +143,12 @@ def mean_ci(values: np.ndarray, n_boot: int = N_BOOT, seed: int = SEED) -> tuple
         return (float(values[0]) if len(values) else float("nan")), float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     chunk = max(1, min(n_boot, 2_000_000 // len(values)))
-    reps = np.concatenate([values[rng.integers(0, len(values), size=(min(chunk, n_boot - start), len(values)))]
-                           .mean(axis=1) for start in range(0, n_boot, chunk)])
+    reps = np.concatenate(
+        [
+            values[rng.integers(0, len(values), size=(min(chunk, n_boot - start), len(values)))].mean(axis=1)
+            for start in range(0, n_boot, chunk)
+        ]
+    )
     lo, hi = np.percentile(reps, [2.5, 97.5])
     return float(values.mean()), float(lo), float(hi)
 
@@ -146,8 +160,9 @@ def excludes_zero(lo: float, hi: float) -> bool | None:
     return bool(lo > 0 or hi < 0)
 
 
-def independent_difference(a: np.ndarray, b: np.ndarray, n_boot: int = N_BOOT,
-                           seed: int = SEED) -> tuple[float, float, float]:
+def independent_difference(
+    a: np.ndarray, b: np.ndarray, n_boot: int = N_BOOT, seed: int = SEED
+) -> tuple[float, float, float]:
     """mean(a) − mean(b) for two independent samples, with a 95% bootstrap interval (each resampled)."""
     a = np.asarray(a, dtype=float)[np.isfinite(a)]
     b = np.asarray(b, dtype=float)[np.isfinite(b)]
@@ -159,7 +174,8 @@ def independent_difference(a: np.ndarray, b: np.ndarray, n_boot: int = N_BOOT,
     chunk = max(1, min(n_boot, 2_000_000 // max(len(a), len(b))))
     for start in range(0, n_boot, chunk):
         n = min(chunk, n_boot - start)
-        reps[start:start + n] = (a[rng.integers(0, len(a), size=(n, len(a)))].mean(axis=1)
-                                 - b[rng.integers(0, len(b), size=(n, len(b)))].mean(axis=1))
+        reps[start : start + n] = a[rng.integers(0, len(a), size=(n, len(a)))].mean(axis=1) - b[
+            rng.integers(0, len(b), size=(n, len(b)))
+        ].mean(axis=1)
     lo, hi = np.percentile(reps, [2.5, 97.5])
     return float(a.mean() - b.mean()), float(lo), float(hi)

@@ -16,6 +16,10 @@ from exgrpo.tiny.models import cpu_model
 
 def machine(load_before: tuple[float, float, float] | None = None) -> dict[str, Any]:
     """CPU count and model, platform, and the load average now (plus `load_before`, if given)."""
-    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "platform": platform.platform(),
-            "load_avg_before": list(load_before) if load_before else None,
-            "load_avg_after": list(os.getloadavg())}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "platform": platform.platform(),
+        "load_avg_before": list(load_before) if load_before else None,
+        "load_avg_after": list(os.getloadavg()),
+    }

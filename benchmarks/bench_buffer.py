@@ -62,7 +62,7 @@ def run_one(n_traj: int, steps: int, seed: int = 0) -> dict:
     def traj(step: int) -> Trajectory:
         n = int(rng.integers(TOKENS - 16, TOKENS + 17))
         o = int(rng.integers(0, pool.size - n))
-        return Trajectory(pool[o:o + n], lp_pool[o:o + n], step)
+        return Trajectory(pool[o : o + n], lp_pool[o : o + n], step)
 
     rss0 = _rss_bytes()
     mgr = ExperienceManager(cfg, seed=seed)
@@ -74,8 +74,13 @@ def run_one(n_traj: int, steps: int, seed: int = 0) -> dict:
     while q < n_questions:
         step += 1
         for _ in range(min(B, n_questions - q)):
-            mgr.record_group(f"q{q}", fill_rewards, [traj(step) for _ in range(correct_per_group)]
-                             + [wrong] * (K - correct_per_group), replayed=False, step=step)
+            mgr.record_group(
+                f"q{q}",
+                fill_rewards,
+                [traj(step) for _ in range(correct_per_group)] + [wrong] * (K - correct_per_group),
+                replayed=False,
+                step=step,
+            )
             q += 1
         mgr.end_step(step, 0.5)
     fill_s = time.perf_counter() - t0
@@ -90,16 +95,31 @@ def run_one(n_traj: int, steps: int, seed: int = 0) -> dict:
         replay_side = []
         for _ in range(B):  # used for the first len(plan) groups: the replayed trajectory + 7 fresh
             k_fresh = int(rng.integers(0, K))
-            replay_side.append((np.array([1.0] + [1.0] * k_fresh + [0.0] * (K - 1 - k_fresh)),
-                                [traj(t) for _ in range(K - 1)]))
+            replay_side.append(
+                (
+                    np.array([1.0] + [1.0] * k_fresh + [0.0] * (K - 1 - k_fresh)),
+                    [traj(t) for _ in range(K - 1)],
+                )
+            )
         fresh_side = []
         for _ in range(B):  # the rest: fresh groups over the known questions and some new ones
             k = int(rng.integers(0, K + 1))
-            fresh_side.append((f"q{int(rng.integers(0, n_questions + 10_000))}",
-                               np.array([1.0] * k + [0.0] * (K - k)), [traj(t) for _ in range(K)]))
+            fresh_side.append(
+                (
+                    f"q{int(rng.integers(0, n_questions + 10_000))}",
+                    np.array([1.0] * k + [0.0] * (K - k)),
+                    [traj(t) for _ in range(K)],
+                )
+            )
         inputs.append((replay_side, fresh_side))
 
-    timings: dict[str, list[float]] = {"plan": [], "candidates": [], "record": [], "end_step": [], "total": []}
+    timings: dict[str, list[float]] = {
+        "plan": [],
+        "candidates": [],
+        "record": [],
+        "end_step": [],
+        "total": [],
+    }
     cpu_total: list[float] = []  # CPU time of the whole step: less sensitive to a shared machine's load
     n_exp, plans, step_metrics = [], [], []
     for replay_side, fresh_side in inputs:
@@ -113,7 +133,7 @@ def run_one(n_traj: int, steps: int, seed: int = 0) -> dict:
         t_c = time.perf_counter()
         for qid, (r, trajs) in zip(plan, replay_side):
             mgr.record_group(qid, r, trajs, replayed=True, step=step)
-        for qid, r, trajs in fresh_side[:B - len(plan)]:
+        for qid, r, trajs in fresh_side[: B - len(plan)]:
             mgr.record_group(qid, r, trajs, replayed=False, step=step)
         t_d = time.perf_counter()
         metrics = mgr.end_step(step, 0.5)
@@ -136,27 +156,38 @@ def run_one(n_traj: int, steps: int, seed: int = 0) -> dict:
         load_s = time.perf_counter() - t0
 
     return {
-        "stored_trajectories": stored, "stored_tokens": tokens, "questions": questions,
-        "fill_seconds": round(fill_s, 3), "fill_trajectories_per_second": round(stored / fill_s),
+        "stored_trajectories": stored,
+        "stored_tokens": tokens,
+        "questions": questions,
+        "fill_seconds": round(fill_s, 3),
+        "fill_trajectories_per_second": round(stored / fill_s),
         "payload_bytes_per_token": mem["payload"] / tokens,
         "reserved_arena_bytes_per_token": round(mem["reserved"] / tokens, 3),
         "metadata_bytes_per_trajectory": round(mem["metadata"] / stored, 1),
         "rss_growth_bytes_per_token": round(rss_fill / tokens, 2),
         "rss_growth_bytes_per_trajectory_beyond_payload": round((rss_fill - mem["payload"]) / stored, 1),
-        "step_ms": {name: {"median": round(float(np.median(v)), 2), "p90": round(float(np.percentile(v, 90)), 2)}
-                    for name, v in timings.items()},
-        "step_cpu_ms": {"median": round(float(np.median(cpu_total)), 2),
-                        "p90": round(float(np.percentile(cpu_total, 90)), 2)},
+        "step_ms": {
+            name: {"median": round(float(np.median(v)), 2), "p90": round(float(np.percentile(v, 90)), 2)}
+            for name, v in timings.items()
+        },
+        "step_cpu_ms": {
+            "median": round(float(np.median(cpu_total)), 2),
+            "p90": round(float(np.percentile(cpu_total, 90)), 2),
+        },
         "replayed_per_step": float(np.mean(n_exp)),
         "plans_and_metrics_sha256": behaviour,
-        "save_seconds": round(save_s, 3), "load_seconds": round(load_s, 3), "saved_bytes": disk,
+        "save_seconds": round(save_s, 3),
+        "load_seconds": round(load_s, 3),
+        "saved_bytes": disk,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
 
 def _extract(commit: str, into: Path) -> Path:
     """The `exgrpo` package of `commit`, unpacked under `into` (git archive; nothing is checked out)."""
-    archive = subprocess.run(["git", "archive", commit, "exgrpo"], cwd=ROOT, capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", commit, "exgrpo"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into
@@ -164,8 +195,12 @@ def _extract(commit: str, into: Path) -> Path:
 
 def _child(size: int, steps: int, src: Path) -> dict:
     load_before = os.getloadavg()
-    proc = subprocess.run([sys.executable, __file__, "--one", str(size), "--steps", str(steps), "--src", str(src)],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--one", str(size), "--steps", str(steps), "--src", str(src)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["load_average_1m"] = {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)}
     return result
@@ -177,21 +212,38 @@ def _ratio(a: float, b: float) -> float:
 
 def _summary(reps: list[dict]) -> dict:
     """The first repeat in full, plus every repeat's median step times and load average."""
-    return {**reps[0], "repeats": [{"step_ms_median": {k: v["median"] for k, v in r["step_ms"].items()},
-                                    "step_cpu_ms_median": r["step_cpu_ms"]["median"],
-                                    "load_average_1m": r["load_average_1m"]} for r in reps]}
+    return {
+        **reps[0],
+        "repeats": [
+            {
+                "step_ms_median": {k: v["median"] for k, v in r["step_ms"].items()},
+                "step_cpu_ms_median": r["step_cpu_ms"]["median"],
+                "load_average_1m": r["load_average_1m"],
+            }
+            for r in reps
+        ],
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--steps", type=int, default=30, help="timed training steps per size")
-    parser.add_argument("--baseline", default=DEFAULT_BASELINE,
-                        help="git commit to time side by side ('none' to skip); default %(default)s")
-    parser.add_argument("--repeats", type=int, default=2,
-                        help="children per size and code, alternating current/baseline (default %(default)s)")
+    parser.add_argument(
+        "--baseline",
+        default=DEFAULT_BASELINE,
+        help="git commit to time side by side ('none' to skip); default %(default)s",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="children per size and code, alternating current/baseline (default %(default)s)",
+    )
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child mode: one size, JSON on stdout
-    parser.add_argument("--src", type=Path, help=argparse.SUPPRESS)  # child mode: where `exgrpo` is imported from
+    parser.add_argument(
+        "--src", type=Path, help=argparse.SUPPRESS
+    )  # child mode: where `exgrpo` is imported from
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.one is not None:
@@ -220,31 +272,57 @@ def main() -> int:
             continue
         pairs = list(zip(new_reps, runs["baseline"][size]))
         comparison[size] = {
-            "same_plans_and_metrics": all(n["plans_and_metrics_sha256"] == o["plans_and_metrics_sha256"]
-                                          for n, o in pairs),
+            "same_plans_and_metrics": all(
+                n["plans_and_metrics_sha256"] == o["plans_and_metrics_sha256"] for n, o in pairs
+            ),
             # per component: the median over repeats of (current median / baseline median) of one pair
             "median_ms_current_over_baseline": {
-                name: float(np.median([_ratio(n["step_ms"][name]["median"], o["step_ms"][name]["median"])
-                                       for n, o in pairs])) for name in new_reps[0]["step_ms"]},
-            "step_cpu_ms_current_over_baseline": float(np.median(
-                [_ratio(n["step_cpu_ms"]["median"], o["step_cpu_ms"]["median"]) for n, o in pairs])),
-            "fill_seconds_current_over_baseline": float(np.median([_ratio(n["fill_seconds"], o["fill_seconds"])
-                                                                   for n, o in pairs])),
-            "rss_growth_per_token_current_over_baseline": float(np.median(
-                [_ratio(n["rss_growth_bytes_per_token"], o["rss_growth_bytes_per_token"]) for n, o in pairs])),
+                name: float(
+                    np.median(
+                        [_ratio(n["step_ms"][name]["median"], o["step_ms"][name]["median"]) for n, o in pairs]
+                    )
+                )
+                for name in new_reps[0]["step_ms"]
+            },
+            "step_cpu_ms_current_over_baseline": float(
+                np.median([_ratio(n["step_cpu_ms"]["median"], o["step_cpu_ms"]["median"]) for n, o in pairs])
+            ),
+            "fill_seconds_current_over_baseline": float(
+                np.median([_ratio(n["fill_seconds"], o["fill_seconds"]) for n, o in pairs])
+            ),
+            "rss_growth_per_token_current_over_baseline": float(
+                np.median(
+                    [
+                        _ratio(n["rss_growth_bytes_per_token"], o["rss_growth_bytes_per_token"])
+                        for n, o in pairs
+                    ]
+                )
+            ),
         }
-    write_json(args.out, {
-        "benchmark": "experience buffer (exgrpo.core.experience.ExperienceManager)",
-        "setup": {"batch_questions": B, "n_rollouts": K, "rho": RHO, "mean_tokens_per_trajectory": TOKENS,
-                  "trajectories_per_question": 4, "timed_steps": args.steps,
-                  "step": "plan_replay + candidates + record_group x128 + end_step (inputs drawn beforehand)",
-                  "baseline_commit": None if args.baseline == "none" else args.baseline},
-        "results": results,
-        "baseline": baseline,
-        "comparison": comparison,
-        "load_average": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in os.getloadavg()]},
-        "provenance": provenance(seed=0, cpu_count=os.cpu_count(), current_commit=git_commit()),
-    })
+    write_json(
+        args.out,
+        {
+            "benchmark": "experience buffer (exgrpo.core.experience.ExperienceManager)",
+            "setup": {
+                "batch_questions": B,
+                "n_rollouts": K,
+                "rho": RHO,
+                "mean_tokens_per_trajectory": TOKENS,
+                "trajectories_per_question": 4,
+                "timed_steps": args.steps,
+                "step": "plan_replay + candidates + record_group x128 + end_step (inputs drawn beforehand)",
+                "baseline_commit": None if args.baseline == "none" else args.baseline,
+            },
+            "results": results,
+            "baseline": baseline,
+            "comparison": comparison,
+            "load_average": {
+                "start": [round(x, 2) for x in load_start],
+                "end": [round(x, 2) for x in os.getloadavg()],
+            },
+            "provenance": provenance(seed=0, cpu_count=os.cpu_count(), current_commit=git_commit()),
+        },
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -55,12 +55,16 @@ def main() -> None:
     t0 = time.perf_counter()
     model, tok = models.load_checkpoint(base)
     ours_start = time.perf_counter() - t0
-    rows = [row for row in task.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
-            for _ in range(args.group)]
+    rows = [
+        row
+        for row in task.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
+        for _ in range(args.group)
+    ]
     prompts = encode_questions(tok, [r["question"] for r in rows])
 
     t0 = time.perf_counter()
     from vllm import LLM, SamplingParams, TokensPrompt
+
     vllm_import = time.perf_counter() - t0
     t0 = time.perf_counter()
     llm = LLM(model=str(base), dtype="float32", enforce_eager=True, max_model_len=256, seed=0)
@@ -69,14 +73,20 @@ def main() -> None:
 
     def ours(seed: int) -> int:
         torch.set_num_threads(args.threads)
-        out = generate(model, tok, prompts, max_new_tokens=args.max_new_tokens,
-                       generator=torch.Generator().manual_seed(seed))
+        out = generate(
+            model,
+            tok,
+            prompts,
+            max_new_tokens=args.max_new_tokens,
+            generator=torch.Generator().manual_seed(seed),
+        )
         return int(out.response_mask.sum())
 
     def vllm(seed: int) -> int:
         torch.set_num_threads(vllm_threads)
-        params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=args.max_new_tokens, logprobs=0,
-                                seed=seed)
+        params = SamplingParams(
+            temperature=1.0, top_p=1.0, top_k=0, max_tokens=args.max_new_tokens, logprobs=0, seed=seed
+        )
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outs)
 
@@ -93,23 +103,41 @@ def main() -> None:
             n = fn(rep + 1)
             wall = time.perf_counter() - t0
             runs[name].append({"tokens": n, "wall_s": round(wall, 4), "tokens_per_s": round(n / wall, 1)})
-    samplers = {name: {"median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rr),
-                       "first_call_s": first[name], "runs": rr} for name, rr in runs.items()}
+    samplers = {
+        name: {
+            "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rr),
+            "first_call_s": first[name],
+            "runs": rr,
+        }
+        for name, rr in runs.items()
+    }
     ratio = samplers["vllm_cpu"]["median_tokens_per_s"] / samplers["exgrpo_generate"]["median_tokens_per_s"]
     result = {
-        "benchmark": "engines", "backbone": args.backbone, "parameters": models.count_parameters(model),
-        "batch": args.batch, "group": args.group, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+        "benchmark": "engines",
+        "backbone": args.backbone,
+        "parameters": models.count_parameters(model),
+        "batch": args.batch,
+        "group": args.group,
+        "max_new_tokens": args.max_new_tokens,
+        "repeats": args.repeats,
         "threads": {"exgrpo_generate": args.threads, "vllm_cpu": vllm_threads},
-        "samplers": samplers, "vllm_over_exgrpo_tokens_per_s": round(ratio, 3),
-        "startup_s": {"exgrpo_generate_load_checkpoint": round(ours_start, 3), "vllm_import": round(vllm_import, 3),
-                      "vllm_engine": round(vllm_start, 3)},
+        "samplers": samplers,
+        "vllm_over_exgrpo_tokens_per_s": round(ratio, 3),
+        "startup_s": {
+            "exgrpo_generate_load_checkpoint": round(ours_start, 3),
+            "vllm_import": round(vllm_import, 3),
+            "vllm_engine": round(vllm_start, 3),
+        },
         "kind": "ratio (side by side in one run); tokens/s and seconds are absolute and machine-dependent",
-        "machine": machine(load_before), "provenance": provenance(config=vars(args)),
+        "machine": machine(load_before),
+        "provenance": provenance(config=vars(args)),
     }
     write_json(args.out, result)
-    print(f"vLLM-CPU {samplers['vllm_cpu']['median_tokens_per_s']:.0f} tok/s, exgrpo "
-          f"{samplers['exgrpo_generate']['median_tokens_per_s']:.0f} tok/s ({ratio:.2f}x); start-up vLLM "
-          f"{vllm_start:.1f} s (+{vllm_import:.1f} s imports), exgrpo {ours_start:.2f} s -> {args.out}")
+    print(
+        f"vLLM-CPU {samplers['vllm_cpu']['median_tokens_per_s']:.0f} tok/s, exgrpo "
+        f"{samplers['exgrpo_generate']['median_tokens_per_s']:.0f} tok/s ({ratio:.2f}x); start-up vLLM "
+        f"{vllm_start:.1f} s (+{vllm_import:.1f} s imports), exgrpo {ours_start:.2f} s -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

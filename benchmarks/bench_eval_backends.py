@@ -38,8 +38,17 @@ def make_data(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def run_backend(backend: str, model: Path, benchmark: str, limit: int, k: int, seed: int, threads: int,
-                data_dir: Path, out_dir: Path) -> dict[str, Any]:
+def run_backend(
+    backend: str,
+    model: Path,
+    benchmark: str,
+    limit: int,
+    k: int,
+    seed: int,
+    threads: int,
+    data_dir: Path,
+    out_dir: Path,
+) -> dict[str, Any]:
     """One `evaluate_model` run; returns timings, metrics and the cache's prompt hashes."""
     from exgrpo.eval import backends, cache, harness
     from exgrpo.eval.benchmarks import parse_benchmarks
@@ -55,8 +64,16 @@ def run_backend(backend: str, model: Path, benchmark: str, limit: int, k: int, s
     else:
         model_args = backends.tiny_model_args(model_id, seed=seed, threads=threads)
         batch_size = 512
-    settings = harness.EvalSettings(profile=get_profile("tiny"), seed=seed, limit=limit, k=k, data_dir=str(data_dir),
-                                    batch_size=batch_size, backend=backend, n_boot=100)
+    settings = harness.EvalSettings(
+        profile=get_profile("tiny"),
+        seed=seed,
+        limit=limit,
+        k=k,
+        data_dir=str(data_dir),
+        batch_size=batch_size,
+        backend=backend,
+        n_boot=100,
+    )
     timings = {"load_s": 0.0, "generate_s": 0.0}
 
     def make_lm() -> Any:
@@ -77,20 +94,29 @@ def run_backend(backend: str, model: Path, benchmark: str, limit: int, k: int, s
     harness.generate = timed_generate  # _evaluate_one looks it up in the module at call time
     try:
         start = time.perf_counter()
-        [agg] = harness.evaluate_model(make_lm, parse_benchmarks(benchmark), settings, out_dir, model_id,
-                                       progress=False)
+        [agg] = harness.evaluate_model(
+            make_lm, parse_benchmarks(benchmark), settings, out_dir, model_id, progress=False
+        )
         total = time.perf_counter() - start
     finally:
         harness.generate = original
     records, _ = cache.read_samples(cache.samples_path(out_dir, benchmark, "tiny"))
     rows = len(records)
-    return {"backend": backend, "threads": threads, "batch_size": batch_size, "rows": rows, "load_s": round(timings["load_s"], 3),
-            "generate_s": round(timings["generate_s"], 3), "total_s": round(total, 3),
-            "rows_per_s": round(rows / timings["generate_s"], 1),
-            "avg_at_k": agg["metrics"]["avg_at_k"], "pass_at_k": agg["metrics"]["pass_at_k"],
-            "mean_n_tokens": round(float(records["n_tokens"].mean()), 2),
-            "truncated_fraction": agg["truncated_fraction"],
-            "_prompt_hashes": dict(zip(records["problem_id"], records["prompt_hash"]))}
+    return {
+        "backend": backend,
+        "threads": threads,
+        "batch_size": batch_size,
+        "rows": rows,
+        "load_s": round(timings["load_s"], 3),
+        "generate_s": round(timings["generate_s"], 3),
+        "total_s": round(total, 3),
+        "rows_per_s": round(rows / timings["generate_s"], 1),
+        "avg_at_k": agg["metrics"]["avg_at_k"],
+        "pass_at_k": agg["metrics"]["pass_at_k"],
+        "mean_n_tokens": round(float(records["n_tokens"].mean()), 2),
+        "truncated_fraction": agg["truncated_fraction"],
+        "_prompt_hashes": dict(zip(records["problem_id"], records["prompt_hash"])),
+    }
 
 
 def main() -> None:
@@ -115,24 +141,49 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = make_data(Path(tmp) / "data")
-        runs = [run_backend(b, args.model, args.benchmark, args.limit, args.k, args.seed, t, data_dir,
-                            Path(tmp) / f"out-{b}-{t}") for t in args.threads for b in args.backends]
+        runs = [
+            run_backend(
+                b,
+                args.model,
+                args.benchmark,
+                args.limit,
+                args.k,
+                args.seed,
+                t,
+                data_dir,
+                Path(tmp) / f"out-{b}-{t}",
+            )
+            for t in args.threads
+            for b in args.backends
+        ]
     hashes = [run.pop("_prompt_hashes") for run in runs]
 
     result = {
         "what": "exgrpo eval, tiny profile, same model/benchmark/limit/k/seed: lm-eval HF backend vs tiny backend",
-        "model": str(args.model), "benchmark": args.benchmark, "limit": args.limit, "k": args.k, "seed": args.seed,
-        "threads": args.threads, "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                                         "torch": torch.__version__,
-                                         "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+        "model": str(args.model),
+        "benchmark": args.benchmark,
+        "limit": args.limit,
+        "k": args.k,
+        "seed": args.seed,
+        "threads": args.threads,
+        "host": {
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+        },
         "runs": runs,
         "prompt_hashes_equal": all(h == hashes[0] for h in hashes[1:]),
     }
     by_key = {(run["backend"], run["threads"]): run for run in runs}
     result["speedup_hf_over_tiny"] = {
-        f"threads={t}": {"generate": round(by_key["hf", t]["generate_s"] / by_key["tiny", t]["generate_s"], 1),
-                         "total": round(by_key["hf", t]["total_s"] / by_key["tiny", t]["total_s"], 1)}
-        for t in args.threads if ("hf", t) in by_key and ("tiny", t) in by_key}
+        f"threads={t}": {
+            "generate": round(by_key["hf", t]["generate_s"] / by_key["tiny", t]["generate_s"], 1),
+            "total": round(by_key["hf", t]["total_s"] / by_key["tiny", t]["total_s"], 1),
+        }
+        for t in args.threads
+        if ("hf", t) in by_key and ("tiny", t) in by_key
+    }
     write_json(args.out, result)
     print(json.dumps(result, indent=2))
 

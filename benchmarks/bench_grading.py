@@ -24,19 +24,31 @@ from pathlib import Path
 
 from exgrpo.io import write_json
 
-KIND_MIX = (("integer", 0.55), ("fraction", 0.15), ("radical", 0.10), ("interval", 0.05), ("choice", 0.05),
-            ("unclosed", 0.10))
+KIND_MIX = (
+    ("integer", 0.55),
+    ("fraction", 0.15),
+    ("radical", 0.10),
+    ("interval", 0.05),
+    ("choice", 0.05),
+    ("unclosed", 0.10),
+)
 """Answer types and their shares of the synthetic cache."""
 
-REASONING = ("We expand the expression and collect terms. Checking the boundary cases separately, "
-             "the substitution x = 2t simplifies the sum. ")
+REASONING = (
+    "We expand the expression and collect terms. Checking the boundary cases separately, "
+    "the substitution x = 2t simplifies the sum. "
+)
 
 
 def answer_pair(kind: str, rng: random.Random) -> tuple[str, str, str]:
     """(gold, right answer as written, wrong answer) for one answer type."""
     a, b = rng.randint(2, 99), rng.randint(2, 99)
     if kind == "fraction":
-        return f"\\frac{{{a}}}{{{b + 100}}}", f"\\frac{{{2 * a}}}{{{2 * (b + 100)}}}", f"\\frac{{{a + 1}}}{{{b + 100}}}"
+        return (
+            f"\\frac{{{a}}}{{{b + 100}}}",
+            f"\\frac{{{2 * a}}}{{{2 * (b + 100)}}}",
+            f"\\frac{{{a + 1}}}{{{b + 100}}}",
+        )
     if kind == "radical":
         return f"{a}\\sqrt{{2}}", f"\\sqrt{{{2 * a * a}}}", f"{a}\\pi"
     if kind == "interval":
@@ -62,10 +74,23 @@ def synthetic_records(n: int, seed: int = 0):
         # "unclosed": ran out of tokens inside the think block
         text = thought if kind == "unclosed" else f"{thought}</think>\nThe answer is \\boxed{{{answer}}}."
         bench = "choice" if kind == "choice" else "math"
-        rows[bench].append({"problem_id": f"q{i}", "sample_index": 0, "seed": seed, "prompt_hash": "h",
-                            "completion": text, "n_tokens": len(text) // 4, "truncated": kind == "unclosed",
-                            "extracted": None, "label": gold, "score": 0.0, "status": "", "grader": "",
-                            "grader_version": ""})
+        rows[bench].append(
+            {
+                "problem_id": f"q{i}",
+                "sample_index": 0,
+                "seed": seed,
+                "prompt_hash": "h",
+                "completion": text,
+                "n_tokens": len(text) // 4,
+                "truncated": kind == "unclosed",
+                "extracted": None,
+                "label": gold,
+                "score": 0.0,
+                "status": "",
+                "grader": "",
+                "grader_version": "",
+            }
+        )
     return {bench: records_table(r) for bench, r in rows.items()}
 
 
@@ -93,7 +118,9 @@ def run(samples: int, workers_list: list[int], out: Path) -> dict:
                 t_grade = time.perf_counter()
                 for bench, path in paths.items():
                     records, meta = cache.read_samples(path)
-                    graded[bench] = grade_records(records, meta["kind"], ["after_think"] * len(records), grader)
+                    graded[bench] = grade_records(
+                        records, meta["kind"], ["after_think"] * len(records), grader
+                    )
                     cache.build_aggregate(graded[bench], meta, {}, n_boot=200)
                 grading = time.perf_counter() - t_grade
             total = time.perf_counter() - t0
@@ -101,24 +128,36 @@ def run(samples: int, workers_list: list[int], out: Path) -> dict:
             statuses = Counter(s for g in graded.values() for s in g["status"])
             if reference is None:
                 reference = scores
-            results.append({
-                "workers": workers, "samples": samples, "seconds_total": round(total, 3),
-                "seconds_pool_startup": round(startup, 3), "seconds_grading": round(grading, 3),
-                "samples_per_second": round(samples / grading, 1),
-                "accuracy": round(sum(sum(s) for s in scores.values()) / samples, 4),
-                "status_counts": dict(sorted(statuses.items())),
-                "same_scores_as_first_run": scores == reference,
-            })
-            print(f"workers={workers}: {results[-1]['samples_per_second']} samples/s "
-                  f"({grading:.1f} s grading, {startup:.1f} s pool start-up)")
+            results.append(
+                {
+                    "workers": workers,
+                    "samples": samples,
+                    "seconds_total": round(total, 3),
+                    "seconds_pool_startup": round(startup, 3),
+                    "seconds_grading": round(grading, 3),
+                    "samples_per_second": round(samples / grading, 1),
+                    "accuracy": round(sum(sum(s) for s in scores.values()) / samples, 4),
+                    "status_counts": dict(sorted(statuses.items())),
+                    "same_scores_as_first_run": scores == reference,
+                }
+            )
+            print(
+                f"workers={workers}: {results[-1]['samples_per_second']} samples/s "
+                f"({grading:.1f} s grading, {startup:.1f} s pool start-up)"
+            )
     from exgrpo.core.reward import grader_version
     from exgrpo.provenance import provenance
 
     report = {
         "benchmark": "grading throughput of an evaluation cache (exgrpo regrade path)",
-        "samples": samples, "answer_mix": dict(KIND_MIX), "results": results,
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
-                    "platform": platform.platform()},
+        "samples": samples,
+        "answer_mix": dict(KIND_MIX),
+        "results": results,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+            "platform": platform.platform(),
+        },
         "grader_version": grader_version(),
         "provenance": provenance(seed=0),
     }
@@ -130,7 +169,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "grading.json")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "grading.json"
+    )
     args = parser.parse_args()
     run(args.samples, args.workers, args.out)
 

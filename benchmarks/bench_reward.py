@@ -25,8 +25,10 @@ from collections import Counter
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reward.json"
-FILLER = ("We consider the constraints and simplify step by step, checking each case carefully. "
-          "Substituting back confirms the intermediate value. ")
+FILLER = (
+    "We consider the constraints and simplify step by step, checking each case carefully. "
+    "Substituting back confirms the intermediate value. "
+)
 
 
 def make_answers(n: int, seed: int) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -37,8 +39,10 @@ def make_answers(n: int, seed: int) -> tuple[list[str], list[str], list[str], li
         a, b = rng.randint(2, 999), rng.randint(2, 999)
         right = rng.random() < 0.5
         delta = 0 if right else rng.randint(1, 9)
-        cat = rng.choices(["int", "frac", "sqrt", "interval", "set", "poly", "unboxed", "no_think", "choice"],
-                          weights=[40, 15, 8, 6, 5, 5, 6, 5, 10])[0]
+        cat = rng.choices(
+            ["int", "frac", "sqrt", "interval", "set", "poly", "unboxed", "no_think", "choice"],
+            weights=[40, 15, 8, 6, 5, 5, 6, 5, 10],
+        )[0]
         kind = "math"
         if cat in ("int", "no_think"):
             gold, pred = str(a * b), f"\\boxed{{{a * b + delta}}}"
@@ -111,8 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     rows, reference = [], None
     for workers in (0, 1, 2):
         row, results = measure(workers, responses, golds, kinds)
-        print(f"workers={workers}: {row['answers_per_s']} answers/s ({row['seconds']} s), "
-              f"startup {row['pool_startup_s']} s, correct_rate {row['correct_rate']}", flush=True)
+        print(
+            f"workers={workers}: {row['answers_per_s']} answers/s ({row['seconds']} s), "
+            f"startup {row['pool_startup_s']} s, correct_rate {row['correct_rate']}",
+            flush=True,
+        )
         outcome = [(r.score, r.status) for r in results]
         if reference is None:
             reference = outcome
@@ -138,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         },
         "grader_version": grader_version(),
-        "notes": ("workers=0 grades in-process without the wall-clock timeout (unsafe against hangs; "
-                  "shown for the pool's IPC cost). Shared machine: other jobs compete for the cores."),
+        "notes": (
+            "workers=0 grades in-process without the wall-clock timeout (unsafe against hangs; "
+            "shown for the pool's IPC cost). Shared machine: other jobs compete for the cores."
+        ),
         "provenance": provenance(seed=args.seed, n=args.n),
     }
     write_json(args.out, report)

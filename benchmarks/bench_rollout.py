@@ -42,11 +42,14 @@ def samplers(model, tok, prompts: list[list[int]], max_new_tokens: int) -> dict:
 
     width = max(map(len, prompts))
     ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts])
-    attention = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
+    attention = (
+        torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]
+    ).long()
 
     def ours(seed: int) -> int:
-        out = generate(model, tok, prompts, max_new_tokens=max_new_tokens,
-                       generator=torch.Generator().manual_seed(seed))
+        out = generate(
+            model, tok, prompts, max_new_tokens=max_new_tokens, generator=torch.Generator().manual_seed(seed)
+        )
         return int(out.response_mask.sum())
 
     def ours_prefill_every_row(seed: int) -> int:
@@ -59,18 +62,33 @@ def samplers(model, tok, prompts: list[list[int]], max_new_tokens: int) -> dict:
     def hf(seed: int, scores: bool = False) -> int:
         torch.manual_seed(seed)
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=attention, do_sample=True, temperature=1.0,
-                                 top_p=1.0, top_k=0, max_new_tokens=max_new_tokens,
-                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                 return_dict_in_generate=scores, output_scores=scores)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=attention,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+                return_dict_in_generate=scores,
+                output_scores=scores,
+            )
         seqs = (out.sequences if scores else out)[:, width:]
         # tokens up to and including each row's first eos (HF pads finished rows)
         is_eos = seqs == tok.eos_token_id
-        first = torch.where(is_eos.any(1), is_eos.float().argmax(1) + 1, torch.full((len(seqs),), seqs.shape[1]))
+        first = torch.where(
+            is_eos.any(1), is_eos.float().argmax(1) + 1, torch.full((len(seqs),), seqs.shape[1])
+        )
         return int(first.sum())
 
-    return {"exgrpo_generate": ours, "exgrpo_generate_prefill_every_row": ours_prefill_every_row,
-            "hf_generate": hf, "hf_generate_with_scores": lambda s: hf(s, True)}
+    return {
+        "exgrpo_generate": ours,
+        "exgrpo_generate_prefill_every_row": ours_prefill_every_row,
+        "hf_generate": hf,
+        "hf_generate_with_scores": lambda s: hf(s, True),
+    }
 
 
 def bench_model(model, tok, prompts: list[list[int]], args: argparse.Namespace) -> dict:
@@ -84,11 +102,22 @@ def bench_model(model, tok, prompts: list[list[int]], args: argparse.Namespace) 
             wall, cpu = time.perf_counter(), time.process_time()
             n_tokens = fn(rep + 1)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            runs[name].append({"tokens": n_tokens, "wall_s": round(wall, 4), "cpu_s": round(cpu, 4),
-                               "tokens_per_s": round(n_tokens / wall, 1)})
-    result = {name: {"median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rr),
-                     "median_wall_s": statistics.median(r["wall_s"] for r in rr), "runs": rr}
-              for name, rr in runs.items()}
+            runs[name].append(
+                {
+                    "tokens": n_tokens,
+                    "wall_s": round(wall, 4),
+                    "cpu_s": round(cpu, 4),
+                    "tokens_per_s": round(n_tokens / wall, 1),
+                }
+            )
+    result = {
+        name: {
+            "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rr),
+            "median_wall_s": statistics.median(r["wall_s"] for r in rr),
+            "runs": rr,
+        }
+        for name, rr in runs.items()
+    }
     return result
 
 
@@ -115,8 +144,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.batch % args.group:
         parser.error(f"--batch {args.batch} is not a multiple of --group {args.group}")
-    rows = [row for row in tiny_splits.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
-            for _ in range(args.group)]
+    rows = [
+        row
+        for row in tiny_splits.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
+        for _ in range(args.group)
+    ]
     per_model = {}
     for backbone in args.backbones.split(","):
         base = ROOT / "models" / "tiny" / backbone
@@ -131,21 +163,39 @@ def main() -> None:
         result = bench_model(model, tok, encode_questions(tok, [r["question"] for r in rows]), args)
         tps = {name: r["median_tokens_per_s"] for name, r in result.items()}
         speedup = tps["exgrpo_generate"] / tps["hf_generate"]
-        per_model[backbone] = {"model": label, "parameters": models.count_parameters(model), "samplers": result,
-                               "speedup_vs_hf_generate": round(speedup, 3),
-                               "speedup_vs_prefill_every_row": round(
-                                   tps["exgrpo_generate"] / tps["exgrpo_generate_prefill_every_row"], 3)}
-        print(f"{backbone:16s} ours {result['exgrpo_generate']['median_tokens_per_s']:8.0f} tok/s, "
-              f"hf {result['hf_generate']['median_tokens_per_s']:8.0f}, "
-              f"hf+scores {result['hf_generate_with_scores']['median_tokens_per_s']:8.0f}: {speedup:.2f}x; "
-              f"{per_model[backbone]['speedup_vs_prefill_every_row']:.2f}x prefilling every row")
+        per_model[backbone] = {
+            "model": label,
+            "parameters": models.count_parameters(model),
+            "samplers": result,
+            "speedup_vs_hf_generate": round(speedup, 3),
+            "speedup_vs_prefill_every_row": round(
+                tps["exgrpo_generate"] / tps["exgrpo_generate_prefill_every_row"], 3
+            ),
+        }
+        print(
+            f"{backbone:16s} ours {result['exgrpo_generate']['median_tokens_per_s']:8.0f} tok/s, "
+            f"hf {result['hf_generate']['median_tokens_per_s']:8.0f}, "
+            f"hf+scores {result['hf_generate_with_scores']['median_tokens_per_s']:8.0f}: {speedup:.2f}x; "
+            f"{per_model[backbone]['speedup_vs_prefill_every_row']:.2f}x prefilling every row"
+        )
     worst = min(m["speedup_vs_hf_generate"] for m in per_model.values())
-    write_json(args.out, {
-        "benchmark": "rollout", "batch": args.batch, "group": args.group, "max_new_tokens": args.max_new_tokens, "threads": args.threads,
-        "repeats": args.repeats, "models": per_model, "min_speedup_vs_hf_generate": worst, "goal": GOAL,
-        "kind": "ratio (side by side in one run); tokens/s are absolute and machine-dependent",
-        "machine": machine(load_before), "provenance": provenance(config=vars(args)),
-    })
+    write_json(
+        args.out,
+        {
+            "benchmark": "rollout",
+            "batch": args.batch,
+            "group": args.group,
+            "max_new_tokens": args.max_new_tokens,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "models": per_model,
+            "min_speedup_vs_hf_generate": worst,
+            "goal": GOAL,
+            "kind": "ratio (side by side in one run); tokens/s are absolute and machine-dependent",
+            "machine": machine(load_before),
+            "provenance": provenance(config=vars(args)),
+        },
+    )
     print(f"smallest speed-up vs HF generate: {worst:.2f}x (goal >= {GOAL}) -> {args.out}")
 
 

@@ -38,8 +38,11 @@ GOAL = 1.03
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     shipped = ROOT / "models" / "tiny" / "tiny-math"
-    parser.add_argument("--model", type=Path,
-                        default=shipped if (shipped / "config.json").exists() else ROOT / "tests" / "fixtures" / "tiny-sft")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=shipped if (shipped / "config.json").exists() else ROOT / "tests" / "fixtures" / "tiny-sft",
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -59,8 +62,10 @@ def main() -> None:
         train = load_questions(Path(tmp), "train", tok)
     targs = TrainerSettings(batch_size=args.batch_size, val_every=0)
     runs = {}
-    for method, overrides in (("on_policy", {}), ("exgrpo", {"delayed_start": False,
-                                                             "collect_before_activation": True})):
+    for method, overrides in (
+        ("on_policy", {}),
+        ("exgrpo", {"delayed_start": False, "collect_before_activation": True}),
+    ):
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
         trainer = CPUTrainer(model, tok, config_for(method, **overrides), targs, train, [], seed=0)
         runs[method] = {"trainer": trainer, "order": DataOrder([q.qid for q in train], 0), "times": []}
@@ -73,8 +78,21 @@ def main() -> None:
             m = trainer.step(step, fresh, replay)
             cpu = time.process_time() - cpu
             if step > args.warmup:
-                run["times"].append({"cpu/step": cpu, **{k: m[k] for k in (
-                    "time/step", "time/selection", "time/rollout", "time/update", "replay/n_trajectories")}})
+                run["times"].append(
+                    {
+                        "cpu/step": cpu,
+                        **{
+                            k: m[k]
+                            for k in (
+                                "time/step",
+                                "time/selection",
+                                "time/rollout",
+                                "time/update",
+                                "replay/n_trajectories",
+                            )
+                        },
+                    }
+                )
     summary = {}
     for method, run in runs.items():
         t = run["times"]
@@ -82,17 +100,27 @@ def main() -> None:
         run["trainer"].verifier.close()
     ratio = summary["exgrpo"]["time/step"] / summary["on_policy"]["time/step"]
     ratio_cpu = summary["exgrpo"]["cpu/step"] / summary["on_policy"]["cpu/step"]
-    write_json(args.out, {"benchmark": "CPU trainer step time, ExGRPO vs on-policy (medians)",
-                          "model": str(args.model.relative_to(ROOT) if args.model.is_relative_to(ROOT)
-                                       else args.model),
-                          "batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup,
-                          "median": summary, "ratio_exgrpo_over_on_policy": round(ratio, 4),
-                          "ratio_cpu_time": round(ratio_cpu, 4), "goal": GOAL,
-                          "kind": "ratio (side by side in one run); seconds are absolute and machine-dependent",
-                          "machine": machine(load_before),
-                          "provenance": provenance(seed=0, threads=torch.get_num_threads())})
-    print(f"ExGRPO / on-policy median step time: {ratio:.3f}, CPU time {ratio_cpu:.3f} (goal <= {GOAL}) "
-          f"-> {args.out}")
+    write_json(
+        args.out,
+        {
+            "benchmark": "CPU trainer step time, ExGRPO vs on-policy (medians)",
+            "model": str(args.model.relative_to(ROOT) if args.model.is_relative_to(ROOT) else args.model),
+            "batch_size": args.batch_size,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "median": summary,
+            "ratio_exgrpo_over_on_policy": round(ratio, 4),
+            "ratio_cpu_time": round(ratio_cpu, 4),
+            "goal": GOAL,
+            "kind": "ratio (side by side in one run); seconds are absolute and machine-dependent",
+            "machine": machine(load_before),
+            "provenance": provenance(seed=0, threads=torch.get_num_threads()),
+        },
+    )
+    print(
+        f"ExGRPO / on-policy median step time: {ratio:.3f}, CPU time {ratio_cpu:.3f} (goal <= {GOAL}) "
+        f"-> {args.out}"
+    )
 
 
 if __name__ == "__main__":

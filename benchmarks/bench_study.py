@@ -60,13 +60,21 @@ def summarise(clone: Path, source: str) -> dict[str, Any]:
     # this checkout's registry, not the clone's: an older commit's file may not pass today's schema, and the
     # ledger reads only each backbone's GPU count from it (none for the tiny backbones either way)
     rules = ledger.per_rule(ledger.jobs(bench, load_backbones(ROOT / "config" / "backbones.yaml")))
-    return {row.rule: {"jobs": int(row.jobs), "job_wall_min": round(row.wall_h * 60, 2),
-                       "cpu_min": round(row.cpu_h * 60, 2), "max_rss_mb": round(float(row.max_rss_mb))}
-            for row in rules.itertuples()}
+    return {
+        row.rule: {
+            "jobs": int(row.jobs),
+            "job_wall_min": round(row.wall_h * 60, 2),
+            "cpu_min": round(row.cpu_h * 60, 2),
+            "max_rss_mb": round(float(row.max_rss_mb)),
+        }
+        for row in rules.itertuples()
+    }
 
 
 def head(repo: Path) -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def measure(commit: str, clone: Path, target: str, source: str, cores: int) -> dict[str, Any]:
@@ -78,23 +86,42 @@ def measure(commit: str, clone: Path, target: str, source: str, cores: int) -> d
     shutil.rmtree(clone / "results" / source / "benchmarks", ignore_errors=True)
     load_before = os.getloadavg()
     install_s = timed(INSTALL, clone, clone.parent / f"{clone.name}.install.log")
-    snakemake_s = timed(f". .venv/bin/activate && snakemake --cores {cores} {target}", clone,
-                        clone.parent / f"{clone.name}.snakemake.log")
-    return {"clone_commit": head(clone), "install_s": round(install_s, 1), "snakemake_s": round(snakemake_s, 1),
-            "total_min": round((install_s + snakemake_s) / 60, 2), "per_rule": summarise(clone, source),
-            "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg())}
+    snakemake_s = timed(
+        f". .venv/bin/activate && snakemake --cores {cores} {target}",
+        clone,
+        clone.parent / f"{clone.name}.snakemake.log",
+    )
+    return {
+        "clone_commit": head(clone),
+        "install_s": round(install_s, 1),
+        "snakemake_s": round(snakemake_s, 1),
+        "total_min": round((install_s + snakemake_s) / 60, 2),
+        "per_rule": summarise(clone, source),
+        "load_avg_before": list(load_before),
+        "load_avg_after": list(os.getloadavg()),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", default="tiny", help="Snakemake target (its study's source is summarised)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--target", default="tiny", help="Snakemake target (its study's source is summarised)"
+    )
     parser.add_argument("--source", default="tiny", help="results/<source>/ the target writes")
-    parser.add_argument("--clone", type=Path, default=Path("/tmp/exgrpo-fresh"), help="where to clone (replaced)")
+    parser.add_argument(
+        "--clone", type=Path, default=Path("/tmp/exgrpo-fresh"), help="where to clone (replaced)"
+    )
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--commit", default=None, help="also time this commit (the baseline) in the same run")
     parser.add_argument("--summarise", type=Path, default=None, help="a clone where the commands already ran")
-    parser.add_argument("--install-s", type=float, default=None, help="with --summarise: measured install seconds")
-    parser.add_argument("--snakemake-s", type=float, default=None, help="with --summarise: measured Snakemake seconds")
+    parser.add_argument(
+        "--install-s", type=float, default=None, help="with --summarise: measured install seconds"
+    )
+    parser.add_argument(
+        "--snakemake-s", type=float, default=None, help="with --summarise: measured Snakemake seconds"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/study_tiny.json")
     args = parser.parse_args()
 
@@ -104,15 +131,24 @@ def main() -> None:
     baseline = None
     if args.summarise is None:
         if args.commit:
-            baseline = measure(args.commit, args.clone.with_name(args.clone.name + "-baseline"), args.target,
-                               args.source, args.cores)
+            baseline = measure(
+                args.commit,
+                args.clone.with_name(args.clone.name + "-baseline"),
+                args.target,
+                args.source,
+                args.cores,
+            )
         run = measure(head(ROOT), args.clone, args.target, args.source, args.cores)
     else:
         if args.install_s is None or args.snakemake_s is None:
             parser.error("--summarise needs --install-s and --snakemake-s")
-        run = {"clone_commit": head(args.summarise), "install_s": args.install_s, "snakemake_s": args.snakemake_s,
-               "total_min": round((args.install_s + args.snakemake_s) / 60, 2),
-               "per_rule": summarise(args.summarise, args.source)}
+        run = {
+            "clone_commit": head(args.summarise),
+            "install_s": args.install_s,
+            "snakemake_s": args.snakemake_s,
+            "total_min": round((args.install_s + args.snakemake_s) / 60, 2),
+            "per_rule": summarise(args.summarise, args.source),
+        }
     result: dict[str, Any] = {
         "what": f"README main command on a fresh clone: install, then `snakemake --cores {args.cores} {args.target}`",
         "commands": {"install": INSTALL, "run": f"snakemake --cores {args.cores} {args.target}"},
@@ -121,14 +157,20 @@ def main() -> None:
         "provenance": provenance(seed=0),
     }
     if baseline is not None:
-        result.update(baseline=baseline, ratio=round(run["total_min"] / baseline["total_min"], 3),
-                      ratio_snakemake=round(run["snakemake_s"] / baseline["snakemake_s"], 3), goal=GOAL,
-                      kind="ratio (side by side in one run); minutes are absolute and machine-dependent")
+        result.update(
+            baseline=baseline,
+            ratio=round(run["total_min"] / baseline["total_min"], 3),
+            ratio_snakemake=round(run["snakemake_s"] / baseline["snakemake_s"], 3),
+            goal=GOAL,
+            kind="ratio (side by side in one run); minutes are absolute and machine-dependent",
+        )
     write_json(args.out, result)
     print(f"install {run['install_s']:.0f} s, snakemake {run['snakemake_s']:.0f} s -> {args.out}")
     if baseline is not None:
-        print(f"baseline {args.commit}: install {baseline['install_s']:.0f} s, snakemake {baseline['snakemake_s']:.0f}"
-              f" s; ratio {result['ratio']:.3f} (snakemake only {result['ratio_snakemake']:.3f}; goal <= {GOAL})")
+        print(
+            f"baseline {args.commit}: install {baseline['install_s']:.0f} s, snakemake {baseline['snakemake_s']:.0f}"
+            f" s; ratio {result['ratio']:.3f} (snakemake only {result['ratio_snakemake']:.3f}; goal <= {GOAL})"
+        )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULTS = Path(__file__).resolve().parent / "results" / "verl_reward.json"
 
 
-async def grade_like_verl(responses: list[str], golds: list[str], *, workers: int,
-                          kinds: list[str] | None = None) -> list[dict]:
+async def grade_like_verl(
+    responses: list[str], golds: list[str], *, workers: int, kinds: list[str] | None = None
+) -> list[dict]:
     """`compute_score` on every answer as verl's reward loop calls it: one executor call per answer, gathered."""
     from exgrpo.verl_plugin.reward import compute_score
 
@@ -43,7 +44,9 @@ async def grade_like_verl(responses: list[str], golds: list[str], *, workers: in
 
 def measure(workers: int, responses: list[str], golds: list[str], kinds: list[str]) -> tuple[float, list]:
     """Seconds to grade all answers (pool already warm) and the scores."""
-    asyncio.run(grade_like_verl(["</think>\\boxed{\\frac{1}{2}}"] * 4, ["0.5"] * 4, workers=workers))  # warm-up
+    asyncio.run(
+        grade_like_verl(["</think>\\boxed{\\frac{1}{2}}"] * 4, ["0.5"] * 4, workers=workers)
+    )  # warm-up
     t0 = time.perf_counter()
     out = asyncio.run(grade_like_verl(responses, golds, workers=workers, kinds=kinds))
     return time.perf_counter() - t0, [r["score"] for r in out]
@@ -75,16 +78,34 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"workers={workers} graded differently", file=sys.stderr)
                 return 1
             runs[workers].append(seconds)
-            print(f"workers={workers}: {args.n / seconds:.1f} answers/s ({seconds:.2f} s); "
-                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+            print(
+                f"workers={workers}: {args.n / seconds:.1f} answers/s ({seconds:.2f} s); "
+                f"load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
     best = {w: min(s) for w, s in runs.items()}
-    rows = [{"workers": w, "answers": args.n, "seconds_best": round(best[w], 3),
-             "seconds_all": [round(x, 3) for x in runs[w]], "answers_per_s": round(args.n / best[w], 1)}
-            for w in (1, 2)]
+    rows = [
+        {
+            "workers": w,
+            "answers": args.n,
+            "seconds_best": round(best[w], 3),
+            "seconds_all": [round(x, 3) for x in runs[w]],
+            "answers_per_s": round(args.n / best[w], 1),
+        }
+        for w in (1, 2)
+    ]
     ratio = best[1] / best[2]
-    write_json(args.out, {"benchmark": "verl_reward", "rows": rows, "ratio_2_vs_1_workers": round(ratio, 3),
-                          "goal": ">= 1.8 on 2 cores", "machine": machine(load_before),
-                          "provenance": provenance(seed=args.seed, n=args.n, repeats=args.repeats)})
+    write_json(
+        args.out,
+        {
+            "benchmark": "verl_reward",
+            "rows": rows,
+            "ratio_2_vs_1_workers": round(ratio, 3),
+            "goal": ">= 1.8 on 2 cores",
+            "machine": machine(load_before),
+            "provenance": provenance(seed=args.seed, n=args.n, repeats=args.repeats),
+        },
+    )
     print(f"2 vs 1 workers: {ratio:.2f}x -> {args.out}")
     return 0
 

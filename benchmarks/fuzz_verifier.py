@@ -32,11 +32,40 @@ BATCH = 50
 def adversarial_answers(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
     """`n` (response, gold, kind) triples, deterministic in `seed`."""
     rng = random.Random(seed)
-    soup = ["\\frac", "{", "}", "\\sqrt", "^", "_", "\\left(", "\\right)", "\\begin{matrix}", "&", "\\\\",
-            "\\infty", "\\cup", "\\{", "\\}", "x", "1", "=", ",", "\\pi", "\\cdot", "%", "\\text{", "$", "\\boxed{"]
+    soup = [
+        "\\frac",
+        "{",
+        "}",
+        "\\sqrt",
+        "^",
+        "_",
+        "\\left(",
+        "\\right)",
+        "\\begin{matrix}",
+        "&",
+        "\\\\",
+        "\\infty",
+        "\\cup",
+        "\\{",
+        "\\}",
+        "x",
+        "1",
+        "=",
+        ",",
+        "\\pi",
+        "\\cdot",
+        "%",
+        "\\text{",
+        "$",
+        "\\boxed{",
+    ]
 
     def nested_frac(depth: int) -> str:
-        return "1" if depth == 0 else f"\\frac{{{nested_frac(depth - 1)}}}{{{nested_frac(depth - 1) if depth < 4 else 2}}}"
+        return (
+            "1"
+            if depth == 0
+            else f"\\frac{{{nested_frac(depth - 1)}}}{{{nested_frac(depth - 1) if depth < 4 else 2}}}"
+        )
 
     makers = [
         lambda: f"\\boxed{{{nested_frac(rng.randint(3, 20))}}}",
@@ -47,8 +76,14 @@ def adversarial_answers(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
         lambda: "\\boxed{\\boxed{\\boxed{" + str(rng.randint(0, 9)) + "}}}",
         lambda: "\\boxed{" + "".join(chr(rng.randint(0, 0x2FFF)) for _ in range(rng.randint(1, 80))) + "}",
         lambda: "\\boxed{" + "+".join(f"x^{{{i}}}" for i in range(rng.randint(10, 300))) + "}",
-        lambda: "\\boxed{\\begin{pmatrix}" + "&".join(str(rng.randint(0, 9)) for _ in range(400)) + "\\end{pmatrix}}",
-        lambda: "\\boxed{[" + ",".join(f"({rng.randint(0, 9)},{rng.randint(0, 9)}]" for _ in range(200)) + "}",
+        lambda: (
+            "\\boxed{\\begin{pmatrix}"
+            + "&".join(str(rng.randint(0, 9)) for _ in range(400))
+            + "\\end{pmatrix}}"
+        ),
+        lambda: (
+            "\\boxed{[" + ",".join(f"({rng.randint(0, 9)},{rng.randint(0, 9)}]" for _ in range(200)) + "}"
+        ),
         lambda: "\x00\x1b[31m\\boxed{\ufffd}",
         lambda: "",
     ]
@@ -71,7 +106,7 @@ def grade_chunk(chunk: list[tuple[str, str, str]], timeout_s: float) -> dict[str
     errors: list[str] = []
     with Verifier(timeout_s=timeout_s, workers=1) as verifier:
         for start in range(0, len(chunk), BATCH):
-            batch = chunk[start:start + BATCH]
+            batch = chunk[start : start + BATCH]
             t0 = time.perf_counter()
             try:
                 results = verifier.grade([b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch])
@@ -84,8 +119,13 @@ def grade_chunk(chunk: list[tuple[str, str, str]], timeout_s: float) -> dict[str
             statuses.update(r.status for r in results)
             crashes += sum(1 for r in results if r.status not in STATUSES)
         metrics = verifier.metrics()
-    return {"statuses": dict(statuses), "crashes": crashes, "errors": errors[:5], "worst_batch_s": worst,
-            "counted_timeouts": int(metrics.get("reward/timeouts", 0))}
+    return {
+        "statuses": dict(statuses),
+        "crashes": crashes,
+        "errors": errors[:5],
+        "worst_batch_s": worst,
+        "counted_timeouts": int(metrics.get("reward/timeouts", 0)),
+    }
 
 
 def _grade_into(chunk: list, timeout_s: float, out: list, i: int) -> None:
@@ -99,7 +139,9 @@ def run_drill(n: int, timeout_s: float, seed: int = 0) -> dict[str, Any]:
     report: dict[str, Any] = {"n": n, "timeout_s": timeout_s, "batch": BATCH}
     t0 = time.perf_counter()
     parts: list[Any] = [None, None]
-    threads = [threading.Thread(target=_grade_into, args=(h, timeout_s, parts, i)) for i, h in enumerate(halves)]
+    threads = [
+        threading.Thread(target=_grade_into, args=(h, timeout_s, parts, i)) for i, h in enumerate(halves)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -52,24 +52,45 @@ class Benchmark:
 
 
 def _rollout(d: dict) -> dict[str, Any]:
-    models = {name: {"speedup_vs_hf_generate": m["speedup_vs_hf_generate"],
-                     "exgrpo_tokens_per_s": m["samplers"]["exgrpo_generate"]["median_tokens_per_s"],
-                     "hf_tokens_per_s": m["samplers"]["hf_generate"]["median_tokens_per_s"]}
-              for name, m in d["models"].items()}
-    return {"ratio": {"min_speedup_vs_hf_generate": d["min_speedup_vs_hf_generate"], "goal": d["goal"],
-                      **{f"speedup/{n}": m["speedup_vs_hf_generate"] for n, m in models.items()},
-                      **{f"prefill_once_vs_every_row/{n}": m["speedup_vs_prefill_every_row"]
-                         for n, m in d["models"].items() if "speedup_vs_prefill_every_row" in m}},
-            "absolute": {f"tokens_per_s/{n}": [m["exgrpo_tokens_per_s"], m["hf_tokens_per_s"]] for n, m in models.items()}}
+    models = {
+        name: {
+            "speedup_vs_hf_generate": m["speedup_vs_hf_generate"],
+            "exgrpo_tokens_per_s": m["samplers"]["exgrpo_generate"]["median_tokens_per_s"],
+            "hf_tokens_per_s": m["samplers"]["hf_generate"]["median_tokens_per_s"],
+        }
+        for name, m in d["models"].items()
+    }
+    return {
+        "ratio": {
+            "min_speedup_vs_hf_generate": d["min_speedup_vs_hf_generate"],
+            "goal": d["goal"],
+            **{f"speedup/{n}": m["speedup_vs_hf_generate"] for n, m in models.items()},
+            **{
+                f"prefill_once_vs_every_row/{n}": m["speedup_vs_prefill_every_row"]
+                for n, m in d["models"].items()
+                if "speedup_vs_prefill_every_row" in m
+            },
+        },
+        "absolute": {
+            f"tokens_per_s/{n}": [m["exgrpo_tokens_per_s"], m["hf_tokens_per_s"]] for n, m in models.items()
+        },
+    }
 
 
 def _step(d: dict) -> dict[str, Any]:
     med = d["median"]
-    return {"ratio": {"exgrpo_over_on_policy": d["ratio_exgrpo_over_on_policy"], "cpu_time": d["ratio_cpu_time"],
-                      "goal": d["goal"]},
-            "absolute": {"step_s/exgrpo": round(med["exgrpo"]["time/step"], 4),
-                         "step_s/on_policy": round(med["on_policy"]["time/step"], 4),
-                         "selection_s/exgrpo": round(med["exgrpo"]["time/selection"], 4)}}
+    return {
+        "ratio": {
+            "exgrpo_over_on_policy": d["ratio_exgrpo_over_on_policy"],
+            "cpu_time": d["ratio_cpu_time"],
+            "goal": d["goal"],
+        },
+        "absolute": {
+            "step_s/exgrpo": round(med["exgrpo"]["time/step"], 4),
+            "step_s/on_policy": round(med["on_policy"]["time/step"], 4),
+            "selection_s/exgrpo": round(med["exgrpo"]["time/selection"], 4),
+        },
+    }
 
 
 def _buffer(d: dict) -> dict[str, Any]:
@@ -77,44 +98,69 @@ def _buffer(d: dict) -> dict[str, Any]:
     out: dict[str, Any] = {
         "absolute": {f"step_ms/{n}": res[n]["step_ms"]["total"]["median"] for n in res}
         | {f"plan_ms/{n}": res[n]["step_ms"]["plan"]["median"] for n in res},
-        "invariant": {f"payload_bytes_per_token/{n}": res[n]["payload_bytes_per_token"] for n in res}}
+        "invariant": {f"payload_bytes_per_token/{n}": res[n]["payload_bytes_per_token"] for n in res},
+    }
     if d.get("comparison"):
-        out["ratio"] = {f"step_current_over_baseline/{n}": round(c["median_ms_current_over_baseline"]["total"], 3)
-                        for n, c in d["comparison"].items()}
+        out["ratio"] = {
+            f"step_current_over_baseline/{n}": round(c["median_ms_current_over_baseline"]["total"], 3)
+            for n, c in d["comparison"].items()
+        }
         out["ratio"]["baseline_commit"] = d["setup"]["baseline_commit"]
-        out["invariant"]["same_plans_as_baseline"] = all(c["same_plans_and_metrics"] for c in d["comparison"].values())
+        out["invariant"]["same_plans_as_baseline"] = all(
+            c["same_plans_and_metrics"] for c in d["comparison"].values()
+        )
     return out
 
 
 def _study(d: dict) -> dict[str, Any]:
-    out: dict[str, Any] = {"absolute": {"install_s": d["install_s"], "snakemake_s": d["snakemake_s"],
-                                        "total_min": d["total_min"]}}
+    out: dict[str, Any] = {
+        "absolute": {
+            "install_s": d["install_s"],
+            "snakemake_s": d["snakemake_s"],
+            "total_min": d["total_min"],
+        }
+    }
     if "ratio" in d:
-        out["ratio"] = {"head_over_baseline": d["ratio"], "snakemake_only": d["ratio_snakemake"], "goal": d["goal"],
-                        "baseline_commit": d["baseline"]["clone_commit"]}
+        out["ratio"] = {
+            "head_over_baseline": d["ratio"],
+            "snakemake_only": d["ratio_snakemake"],
+            "goal": d["goal"],
+            "baseline_commit": d["baseline"]["clone_commit"],
+        }
     return out
 
 
 def _reward(d: dict) -> dict[str, Any]:
     per = {f"answers_per_s/workers={r['workers']}": r["answers_per_s"] for r in d["results"]}
-    return {"ratio": {"2_vs_1_workers": d["speedup_2_vs_1_workers"], "pool_vs_in_process": d["pool_vs_in_process"]},
-            "absolute": per}
+    return {
+        "ratio": {
+            "2_vs_1_workers": d["speedup_2_vs_1_workers"],
+            "pool_vs_in_process": d["pool_vs_in_process"],
+        },
+        "absolute": per,
+    }
 
 
 def _verl_reward(d: dict) -> dict[str, Any]:
-    return {"ratio": {"2_vs_1_workers": d["ratio_2_vs_1_workers"]},
-            "absolute": {f"answers_per_s/workers={r['workers']}": r["answers_per_s"] for r in d["rows"]}}
+    return {
+        "ratio": {"2_vs_1_workers": d["ratio_2_vs_1_workers"]},
+        "absolute": {f"answers_per_s/workers={r['workers']}": r["answers_per_s"] for r in d["rows"]},
+    }
 
 
 def _grading(d: dict) -> dict[str, Any]:
-    return {"absolute": {f"samples_per_s/workers={r['workers']}": r["samples_per_second"] for r in d["results"]},
-            "invariant": {"same_scores": all(r["same_scores_as_first_run"] for r in d["results"])}}
+    return {
+        "absolute": {f"samples_per_s/workers={r['workers']}": r["samples_per_second"] for r in d["results"]},
+        "invariant": {"same_scores": all(r["same_scores_as_first_run"] for r in d["results"])},
+    }
 
 
 def _eval_backends(d: dict) -> dict[str, Any]:
-    return {"ratio": {f"hf_over_tiny/{k}": v for k, v in d["speedup_hf_over_tiny"].items()},
-            "absolute": {f"total_s/{r['backend']}/threads={r['threads']}": r["total_s"] for r in d["runs"]},
-            "invariant": {"prompt_hashes_equal": d["prompt_hashes_equal"]}}
+    return {
+        "ratio": {f"hf_over_tiny/{k}": v for k, v in d["speedup_hf_over_tiny"].items()},
+        "absolute": {f"total_s/{r['backend']}/threads={r['threads']}": r["total_s"] for r in d["runs"]},
+        "invariant": {"prompt_hashes_equal": d["prompt_hashes_equal"]},
+    }
 
 
 def _fuzz(d: dict) -> dict[str, Any]:
@@ -139,8 +185,13 @@ BENCHMARKS: dict[str, Benchmark] = {
     "reward": Benchmark("bench_reward.py", "reward.json", minutes=2, headline=_reward),
     "grading": Benchmark("bench_grading.py", "grading.json", minutes=3, headline=_grading),
     "verl_reward": Benchmark("bench_verl_reward.py", "verl_reward.json", minutes=4, headline=_verl_reward),
-    "eval_backends": Benchmark("bench_eval_backends.py", "eval_backends.json",
-                               ("--limit", "400", "--threads", "1", "2"), minutes=5, headline=_eval_backends),
+    "eval_backends": Benchmark(
+        "bench_eval_backends.py",
+        "eval_backends.json",
+        ("--limit", "400", "--threads", "1", "2"),
+        minutes=5,
+        headline=_eval_backends,
+    ),
     "fuzz": Benchmark("fuzz_verifier.py", "verifier_fuzz.json", ("--n", "10000"), minutes=25, headline=_fuzz),
     "study": Benchmark("bench_study.py", "study_tiny.json", minutes=16, headline=_study),
 }
@@ -148,12 +199,16 @@ BENCHMARKS: dict[str, Benchmark] = {
 
 def select(only: str | None, skip: str | None) -> list[str]:
     """Benchmark names to run, in BENCHMARKS order; an error naming any unknown name."""
+
     def names(text: str, flag: str) -> set[str]:
         asked = {n.strip() for n in text.split(",") if n.strip()}
         unknown = sorted(asked - BENCHMARKS.keys())
         if unknown:
-            raise SystemExit(f"{flag}: unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+            raise SystemExit(
+                f"{flag}: unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}"
+            )
         return asked
+
     chosen = names(only, "--only") if only else set(BENCHMARKS)
     chosen -= names(skip, "--skip") if skip else set()
     if not chosen:
@@ -175,8 +230,14 @@ def extra_args(pairs: list[str]) -> dict[str, list[str]]:
 def command(name: str, results: Path, study_baseline: str | None, extra: list[str] = ()) -> list[str]:
     """The command line that runs benchmark `name`, writing its JSON into `results` (`extra` appended)."""
     bench = BENCHMARKS[name]
-    argv = [sys.executable, str(ROOT / "benchmarks" / bench.script), *bench.args, *extra,
-            "--out", str(results / bench.result)]
+    argv = [
+        sys.executable,
+        str(ROOT / "benchmarks" / bench.script),
+        *bench.args,
+        *extra,
+        "--out",
+        str(results / bench.result),
+    ]
     if name == "study" and study_baseline:
         argv += ["--commit", study_baseline]
     return argv
@@ -194,14 +255,21 @@ def run_one(name: str, argv: list[str], results: Path) -> dict[str, Any]:
     load_before, start = _load(), time.perf_counter()
     rc = subprocess.run(argv, cwd=ROOT).returncode
     wall = round(time.perf_counter() - start, 1)
-    entry: dict[str, Any] = {"measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                             "command": shlex.join(argv), "exit_status": rc, "wall_s": wall,
-                             "load_avg_before": load_before, "load_avg_after": _load(), "json": bench.result}
+    entry: dict[str, Any] = {
+        "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": shlex.join(argv),
+        "exit_status": rc,
+        "wall_s": wall,
+        "load_avg_before": load_before,
+        "load_avg_after": _load(),
+        "json": bench.result,
+    }
     path = results / bench.result
     if rc == 0:
         data = read_json(path)
-        data["run_all"] = {k: entry[k] for k in ("measured_utc", "command", "wall_s", "load_avg_before",
-                                                 "load_avg_after")}
+        data["run_all"] = {
+            k: entry[k] for k in ("measured_utc", "command", "wall_s", "load_avg_before", "load_avg_after")
+        }
         write_json(path, data)
         headline(name, entry, data)
     return entry
@@ -218,17 +286,33 @@ def headline(name: str, entry: dict[str, Any], data: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
     parser.add_argument("--skip", help="comma-separated benchmarks to leave out")
-    parser.add_argument("--study-baseline", metavar="COMMIT", default=None,
-                        help="also time this commit's study side by side (bench_study.py --commit; doubles its cost)")
-    parser.add_argument("--extra", action="append", default=[], metavar="NAME=ARGS",
-                        help="more arguments for one benchmark, e.g. --extra buffer='--repeats 1' (repeatable)")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSONs go (default %(default)s)")
+    parser.add_argument(
+        "--study-baseline",
+        metavar="COMMIT",
+        default=None,
+        help="also time this commit's study side by side (bench_study.py --commit; doubles its cost)",
+    )
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="more arguments for one benchmark, e.g. --extra buffer='--repeats 1' (repeatable)",
+    )
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="where the JSONs go (default %(default)s)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
-    parser.add_argument("--refresh", action="store_true",
-                        help="run nothing: rebuild run_all.json's headlines from the JSONs already there")
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="run nothing: rebuild run_all.json's headlines from the JSONs already there",
+    )
     args = parser.parse_args(argv)
     names = [] if args.refresh else select(args.only, args.skip)
     if args.study_baseline and "study" not in names:
@@ -259,15 +343,30 @@ def main(argv: list[str] | None = None) -> int:
         if n in BENCHMARKS and not entry["exit_status"] and (args.results / BENCHMARKS[n].result).exists():
             headline(n, entry, read_json(args.results / BENCHMARKS[n].result))
     failed = [n for n in names if entries[n]["exit_status"]]
-    write_json(summary, {
-        "what": "every README benchmark re-measured one after the other by benchmarks/run_all.py",
-        "kinds": {"ratio": "side by side in one run: stable across machines and load",
-                  "absolute": "seconds, rates, minutes: move with the machine and its load",
-                  "invariant": "counts and bytes that do not depend on speed"},
-        "benchmarks": entries, "this_run": names, "failed": failed, "machine": machine(load_before),
-        "provenance": provenance(config={"only": args.only, "skip": args.skip, "extra": args.extra,
-                                         "study_baseline": args.study_baseline, "results": str(args.results)}),
-    })
+    write_json(
+        summary,
+        {
+            "what": "every README benchmark re-measured one after the other by benchmarks/run_all.py",
+            "kinds": {
+                "ratio": "side by side in one run: stable across machines and load",
+                "absolute": "seconds, rates, minutes: move with the machine and its load",
+                "invariant": "counts and bytes that do not depend on speed",
+            },
+            "benchmarks": entries,
+            "this_run": names,
+            "failed": failed,
+            "machine": machine(load_before),
+            "provenance": provenance(
+                config={
+                    "only": args.only,
+                    "skip": args.skip,
+                    "extra": args.extra,
+                    "study_baseline": args.study_baseline,
+                    "results": str(args.results),
+                }
+            ),
+        },
+    )
     print(f"wrote {summary}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 

@@ -37,16 +37,22 @@ SCHEMA_DIR = Path(__file__).resolve().parent.parent / "workflow" / "schemas"
 """Schemas of a source checkout (the package is installed editable from it)."""
 DEFAULT_BACKBONES = Path(__file__).resolve().parent.parent / "config" / "backbones.yaml"
 
-FAMILIES: dict[str, frozenset[str]] = {"tiny": frozenset({"qwen2", "llama"}),
-                                       "paper": frozenset({"qwen2", "llama"})}
+FAMILIES: dict[str, frozenset[str]] = {
+    "tiny": frozenset({"qwen2", "llama"}),
+    "paper": frozenset({"qwen2", "llama"}),
+}
 """Architecture families per scale: the tiny models are built as these transformers classes
 (exgrpo.tiny.models); paper-scale ones are the families the verl plug-in has been configured for."""
-TEMPLATES: dict[str, frozenset[str]] = {"tiny": frozenset({"tiny"}), "paper": frozenset({"luffy", "llama_base"})}
+TEMPLATES: dict[str, frozenset[str]] = {
+    "tiny": frozenset({"tiny"}),
+    "paper": frozenset({"luffy", "llama_base"}),
+}
 """Prompt templates per scale: the tiny task's own, or the release's (luffy) and the Llama-base prompt (§G.1)."""
 
 
-def load_backbones(path: str | Path = DEFAULT_BACKBONES, schema_dir: str | Path = SCHEMA_DIR
-                   ) -> dict[str, dict[str, Any]]:
+def load_backbones(
+    path: str | Path = DEFAULT_BACKBONES, schema_dir: str | Path = SCHEMA_DIR
+) -> dict[str, dict[str, Any]]:
     """Read and validate a backbone registry; returns name -> entry. Errors name the file and field."""
     path = Path(path)
     data = load_yaml(path, "backbones_file")
@@ -62,6 +68,7 @@ def load_backbones(path: str | Path = DEFAULT_BACKBONES, schema_dir: str | Path 
 def _failure(name: str, path: str) -> Any:
     def fail(parts: list[Any], message: str) -> ConfigError:
         return ConfigError(field_path(["backbones", name, *parts]), f"{message} ({path})")
+
     return fail
 
 
@@ -69,35 +76,53 @@ def _check_entry(name: str, entry: Mapping[str, Any], path: str) -> None:
     fail = _failure(name, path)
     scale = entry["scale"]
     if entry["family"] not in FAMILIES[scale]:
-        raise fail(["family"], f"unknown family {entry['family']!r} for scale {scale!r}; "
-                               f"known: {', '.join(sorted(FAMILIES[scale]))}")
+        raise fail(
+            ["family"],
+            f"unknown family {entry['family']!r} for scale {scale!r}; "
+            f"known: {', '.join(sorted(FAMILIES[scale]))}",
+        )
     if entry["template"] not in TEMPLATES[scale]:
-        raise fail(["template"], f"template {entry['template']!r} does not fit scale {scale!r}; "
-                                 f"use one of {', '.join(sorted(TEMPLATES[scale]))}")
+        raise fail(
+            ["template"],
+            f"template {entry['template']!r} does not fit scale {scale!r}; "
+            f"use one of {', '.join(sorted(TEMPLATES[scale]))}",
+        )
     if scale == "tiny":  # (its resources have no GPUs or nodes: the schema's tiny_resources)
         _check_arch(entry, fail)
         from exgrpo.tiny.models import MAX_POSITIONS  # the tiny models' position table (no torch import)
 
         if run_context(entry) > MAX_POSITIONS:
-            field = ["context_extension", "max_position_embeddings"] if entry.get("context_extension") \
+            field = (
+                ["context_extension", "max_position_embeddings"]
+                if entry.get("context_extension")
                 else ["max_context"]
-            raise fail(field, f"{run_context(entry)} exceeds the tiny models' position table "
-                              f"(exgrpo.tiny.models.MAX_POSITIONS = {MAX_POSITIONS})")
+            )
+            raise fail(
+                field,
+                f"{run_context(entry)} exceeds the tiny models' position table "
+                f"(exgrpo.tiny.models.MAX_POSITIONS = {MAX_POSITIONS})",
+            )
     lengths = int(entry["max_prompt_length"]) + int(entry["max_response_length"])
     context = run_context(entry)
     if lengths > context:
         how = "context_extension.max_position_embeddings" if entry.get("context_extension") else "max_context"
-        raise fail(["max_response_length"], f"max_prompt_length + max_response_length = {lengths} exceeds the "
-                                            f"model's context ({how} = {context}); shorten them or add a "
-                                            "context_extension")
+        raise fail(
+            ["max_response_length"],
+            f"max_prompt_length + max_response_length = {lengths} exceeds the "
+            f"model's context ({how} = {context}); shorten them or add a "
+            "context_extension",
+        )
     ext = entry.get("context_extension")
     if ext and int(ext["max_position_embeddings"]) <= int(entry["max_context"]):
-        raise fail(["context_extension", "max_position_embeddings"],
-                   f"{ext['max_position_embeddings']} does not extend max_context {entry['max_context']}")
+        raise fail(
+            ["context_extension", "max_position_embeddings"],
+            f"{ext['max_position_embeddings']} does not extend max_context {entry['max_context']}",
+        )
 
 
-def _check_references(name: str, entry: Mapping[str, Any], backbones: Mapping[str, Mapping[str, Any]],
-                      path: str) -> None:
+def _check_references(
+    name: str, entry: Mapping[str, Any], backbones: Mapping[str, Mapping[str, Any]], path: str
+) -> None:
     fail = _failure(name, path)
     mirrors = entry.get("mirrors")
     if mirrors is not None and backbones.get(mirrors, {}).get("scale") != "paper":
@@ -108,19 +133,26 @@ def _check_references(name: str, entry: Mapping[str, Any], backbones: Mapping[st
         if init == name or other.get("scale") != "tiny":
             raise fail(["sft", "init"], f"{init!r} is not another tiny backbone")
         if other.get("arch") != entry["arch"] or other.get("family") != entry["family"]:
-            raise fail(["sft", "init"], f"{init!r} has another family or arch ({other.get('family')}, "
-                                        f"{other.get('arch')}); its SFT checkpoint cannot start this model")
+            raise fail(
+                ["sft", "init"],
+                f"{init!r} has another family or arch ({other.get('family')}, "
+                f"{other.get('arch')}); its SFT checkpoint cannot start this model",
+            )
 
 
 def _check_arch(entry: Mapping[str, Any], fail: Any) -> None:
     arch = entry["arch"]
     if arch["hidden_size"] % arch["num_attention_heads"]:
-        raise fail(["arch", "num_attention_heads"],
-                   f"{arch['num_attention_heads']} heads do not divide hidden_size {arch['hidden_size']}")
+        raise fail(
+            ["arch", "num_attention_heads"],
+            f"{arch['num_attention_heads']} heads do not divide hidden_size {arch['hidden_size']}",
+        )
     kv = arch.get("num_key_value_heads")
     if kv is not None and arch["num_attention_heads"] % kv:
-        raise fail(["arch", "num_key_value_heads"],
-                   f"{kv} key/value heads do not divide num_attention_heads {arch['num_attention_heads']}")
+        raise fail(
+            ["arch", "num_key_value_heads"],
+            f"{kv} key/value heads do not divide num_attention_heads {arch['num_attention_heads']}",
+        )
 
 
 def run_context(entry: Mapping[str, Any]) -> int:
@@ -136,7 +168,9 @@ def load_backbone(path: str | Path, name: str, scale: str | None = None) -> dict
         raise ConfigError("backbone", unknown("backbone", name, entries, f" in {path}"))
     entry = entries[name]
     if scale is not None and entry.get("scale") != scale:
-        raise ConfigError(f"backbones.{name}.scale", f"expected {scale!r}, got {entry.get('scale')!r} ({path})")
+        raise ConfigError(
+            f"backbones.{name}.scale", f"expected {scale!r}, got {entry.get('scale')!r} ({path})"
+        )
     return entry
 
 
@@ -192,8 +226,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["DEFAULT_BACKBONES", "FAMILIES", "SCHEMA_DIR", "TEMPLATES", "backbone_method_settings",
-           "extended_model_dir", "load_backbone", "load_backbones", "run_context"]
+__all__ = [
+    "DEFAULT_BACKBONES",
+    "FAMILIES",
+    "SCHEMA_DIR",
+    "TEMPLATES",
+    "backbone_method_settings",
+    "extended_model_dir",
+    "load_backbone",
+    "load_backbones",
+    "run_context",
+]
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ from exgrpo.config import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="exgrpo", description="ExGRPO replication suite (arXiv 2510.02245).")
+    parser = argparse.ArgumentParser(
+        prog="exgrpo", description="ExGRPO replication suite (arXiv 2510.02245)."
+    )
     parser.add_argument("--version", action="version", version=f"exgrpo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
@@ -47,7 +49,9 @@ def flag_table() -> str:
             if not action.option_strings or action.dest == "help":
                 continue
             (aliases if action.help == argparse.SUPPRESS else flags).append(action.option_strings[0])
-        rows.append(f"| `{name}` | {' '.join(f'`{f}`' for f in flags)} | {' '.join(f'`{a}`' for a in aliases)} |")
+        rows.append(
+            f"| `{name}` | {' '.join(f'`{f}`' for f in flags)} | {' '.join(f'`{a}`' for a in aliases)} |"
+        )
     return "\n".join(rows) + "\n"
 
 

@@ -95,8 +95,9 @@ def job_resources(entry: Mapping[str, Any], stage: str) -> dict[str, Any]:
     return out
 
 
-def slurm_job_resources(entry: Mapping[str, Any], stage: str,
-                        environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def slurm_job_resources(
+    entry: Mapping[str, Any], stage: str, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """`job_resources` plus the site settings (`site_resources`); a multi-node job's GPU model goes into its
     `gres` (`gpu:<model>:<n>`), since the plugin would turn a `gpu_model` without `gpu` into `--gpus=<model>:1`."""
     out = job_resources(entry, stage)
@@ -178,8 +179,9 @@ def visible_gpus() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-def gpu_refusal(targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: bool, gpus: int,
-                allow_no_gpu: bool) -> str | None:
+def gpu_refusal(
+    targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: bool, gpus: int, allow_no_gpu: bool
+) -> str | None:
     """Why a real run must not start here, or None. GPU work = target `all` or any job with gpu > 0.
 
     Only the local executor is refused: under SLURM the GPUs are on the compute nodes.
@@ -187,12 +189,33 @@ def gpu_refusal(targets: Iterable[str], gpu_jobs: Iterable[str], local_exec: boo
     gpu_jobs = sorted(set(gpu_jobs))
     if not local_exec or gpus > 0 or allow_no_gpu or ("all" not in set(targets) and not gpu_jobs):
         return None
-    what = "target `all` (paper-scale training on GPUs)" if "all" in set(targets) else f"rules {', '.join(gpu_jobs)}"
-    return (f"{what} needs GPUs, and nvidia-smi sees none here. Submit it to a cluster with "
-            "`snakemake --profile slurm all`, or run the CPU study with `snakemake tiny`. "
-            "(`snakemake -n all` dry-runs anywhere; `--config allow_no_gpu=True` overrides this check.)")
+    what = (
+        "target `all` (paper-scale training on GPUs)"
+        if "all" in set(targets)
+        else f"rules {', '.join(gpu_jobs)}"
+    )
+    return (
+        f"{what} needs GPUs, and nvidia-smi sees none here. Submit it to a cluster with "
+        "`snakemake --profile slurm all`, or run the CPU study with `snakemake tiny`. "
+        "(`snakemake -n all` dry-runs anywhere; `--config allow_no_gpu=True` overrides this check.)"
+    )
 
 
-__all__ = ["GPU_SITE_ENV", "SITE_ENV", "STAGES", "gpu_refusal", "job_gpus", "job_resources", "job_threads",
-           "segment_count", "segment_runtime", "segment_stops", "site_resources", "slurm_job_resources",
-           "stage_gpus", "stage_resources", "visible_gpus", "vllm_parallel"]
+__all__ = [
+    "GPU_SITE_ENV",
+    "SITE_ENV",
+    "STAGES",
+    "gpu_refusal",
+    "job_gpus",
+    "job_resources",
+    "job_threads",
+    "segment_count",
+    "segment_runtime",
+    "segment_stops",
+    "site_resources",
+    "slurm_job_resources",
+    "stage_gpus",
+    "stage_resources",
+    "visible_gpus",
+    "vllm_parallel",
+]

@@ -217,18 +217,35 @@ class ExGRPOConfig:
         for name in ("n_rollouts", "reward_max_chars", "reward_workers", "retired_review_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)!r}")
-        for name in ("max_traj_per_question", "loss_norm_const", "retire_data_margin", "entropy_coef",
-                     "kl_coef", "grad_clip", "skip_grad_bound", "buffer_lbound", "log_ratio_clamp"):
+        for name in (
+            "max_traj_per_question",
+            "loss_norm_const",
+            "retire_data_margin",
+            "entropy_coef",
+            "kl_coef",
+            "grad_clip",
+            "skip_grad_bound",
+            "buffer_lbound",
+            "log_ratio_clamp",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)!r}")
         if self.reward_kind != "binary" and self.difficulty_signal != "reward_std":
-            raise ConfigError("reward_kind", f"{self.reward_kind!r} is a continuous reward: it needs "
-                                             "difficulty_signal 'reward_std' (buckets by reward std, paper §5.3)")
+            raise ConfigError(
+                "reward_kind",
+                f"{self.reward_kind!r} is a continuous reward: it needs "
+                "difficulty_signal 'reward_std' (buckets by reward std, paper §5.3)",
+            )
         if self.n_rollouts < 2:
-            raise ConfigError("n_rollouts", f"GRPO needs at least 2 rollouts per question, got {self.n_rollouts}")
+            raise ConfigError(
+                "n_rollouts", f"GRPO needs at least 2 rollouts per question, got {self.n_rollouts}"
+            )
         if not (self.buffer_lbound < self.rbound <= self.n_rollouts):
-            raise ConfigError("buffer_rbound", f"need buffer_lbound ({self.buffer_lbound}) < rbound ({self.rbound}) "
-                                               f"<= n_rollouts ({self.n_rollouts})")
+            raise ConfigError(
+                "buffer_rbound",
+                f"need buffer_lbound ({self.buffer_lbound}) < rbound ({self.rbound}) "
+                f"<= n_rollouts ({self.n_rollouts})",
+            )
         return self
 
     @classmethod
@@ -238,7 +255,9 @@ class ExGRPOConfig:
         known = {f.name for f in fields(cls)}
         for key in values:
             if key not in known:
-                raise ConfigError(f"{where}{key}", f"unknown setting; known settings: {', '.join(sorted(known))}")
+                raise ConfigError(
+                    f"{where}{key}", f"unknown setting; known settings: {', '.join(sorted(known))}"
+                )
         try:
             cfg = cls(**values)
             return cfg.validate()
@@ -289,26 +308,52 @@ class Switch:
 
 
 SWITCHES: tuple[Switch, ...] = (
-    Switch("sigma_units", "σ=1, units unstated (count is what ran: σ_acc=0.125)", "count (hard-coded)",
-           "Table 3 σ variants"),
+    Switch(
+        "sigma_units",
+        "σ=1, units unstated (count is what ran: σ_acc=0.125)",
+        "count (hard-coded)",
+        "Table 3 σ variants",
+    ),
     Switch("sampler_sigma", 1.0, "1.0 (hard-coded)", "Table 3: wider 1.5 / narrower 0.5"),
     Switch("sampler_mu", 0.5, "0.5 (hard-coded)", "Table 3: hard-biased 0.25"),
-    Switch("sampler", "gaussian", "gaussian (script); null = uniform (YAML default)", "Table 6 w/o Q. Selection"),
-    Switch("selection_mode", "argmin", "argmin", "Table 6 w/ Highest-Entropy T. (argmax), w/o T. Selection (random)"),
+    Switch(
+        "sampler", "gaussian", "gaussian (script); null = uniform (YAML default)", "Table 6 w/o Q. Selection"
+    ),
+    Switch(
+        "selection_mode",
+        "argmin",
+        "argmin",
+        "Table 6 w/ Highest-Entropy T. (argmax), w/o T. Selection (random)",
+    ),
     Switch("selection_metric", "entropy", "ent (script); random (YAML default)", "§F.3 PPL selection"),
     Switch("entropy_mask", "response", "as_released (pad-position mask, last chunk)", "measures issue #57"),
     Switch("selection_policy", "current", "current", "cheaper at_collection (verl)"),
-    Switch("replay_shaping", "shaped (β=0.1); w/o Shaping = clipped", "p_div_p_0.1; w/o Shaping = no_reshape (unclipped)",
-           "Table 6 w/o Shaping"),
+    Switch(
+        "replay_shaping",
+        "shaped (β=0.1); w/o Shaping = clipped",
+        "p_div_p_0.1; w/o Shaping = no_reshape (unclipped)",
+        "Table 6 w/o Shaping",
+    ),
     Switch("is_correction", True, True, "Table 6 w/o IS Correction"),
-    Switch("keep_clip_after_activation", "False (App. D.1: clipping removed)", "False (all tokens unclipped)",
-           "isolates the clip removal"),
+    Switch(
+        "keep_clip_after_activation",
+        "False (App. D.1: clipping removed)",
+        "False (all tokens unclipped)",
+        "isolates the clip removal",
+    ),
     Switch("loss_agg", "seq_sum_const", "seq_sum_const (/8192)", "aggregation study"),
-    Switch("entropy_scale", "token_mean (coefficient 0.001)",
-           "per_micro_batch (Σ of micro-batch token means, FSDP rank average)",
-           "the release's entropy-bonus size (verl, several micro-batches or ranks)"),
-    Switch("grad_scale", "whole_batch (the mini-batch's loss)", "as_released (1/dp: FSDP averages ranks)",
-           "the release's clipping and skip points on several ranks"),
+    Switch(
+        "entropy_scale",
+        "token_mean (coefficient 0.001)",
+        "per_micro_batch (Σ of micro-batch token means, FSDP rank average)",
+        "the release's entropy-bonus size (verl, several micro-batches or ranks)",
+    ),
+    Switch(
+        "grad_scale",
+        "whole_batch (the mini-batch's loss)",
+        "as_released (1/dp: FSDP averages ranks)",
+        "the release's clipping and skip points on several ranks",
+    ),
     Switch("adv_std_norm", False, "False (script); True (YAML default)", "Dr.GRPO vs GRPO"),
     Switch("replay_counts_in_k", "True (group of K)", True, "bookkeeping quirk"),
     Switch("collect_before_activation", "not stated", False, "buffer warm-up"),
@@ -318,16 +363,30 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("rho", 0.5, 0.5, "Table 6 ρ=25% / 75%"),
     Switch("delayed_start", "True (off for Llama base)", True, "Table 5 Llama base"),
     Switch("difficulty_signal", "success", "success (no code for reward_std)", "Table 2 continuous reward"),
-    Switch("reward_kind", "binary (Math-Verify); Table 2: a reward model's score", "binary",
-           "Table 2 analogue on the tiny task (step_credit)"),
+    Switch(
+        "reward_kind",
+        "binary (Math-Verify); Table 2: a reward model's score",
+        "binary",
+        "Table 2 analogue on the tiny task (step_credit)",
+    ),
     Switch("difficulty_mask", "none", "none (no code)", "Table 9/10, Fig. 1a masked GRPO"),
     Switch("reward_region", "after_think", "after_think (reward_impl_version=3)", "grader study"),
-    Switch("reward_answer_rule", "release (Math-Verify)", "release (math-verify 0.6.0 on the region)",
-           "last_box: stricter grader study"),
-    Switch("drop_fresh_overflow", "False (B_on = B − B_exp)", "True (fresh rows dropped)", "data consumption"),
+    Switch(
+        "reward_answer_rule",
+        "release (Math-Verify)",
+        "release (math-verify 0.6.0 on the region)",
+        "last_box: stricter grader study",
+    ),
+    Switch(
+        "drop_fresh_overflow", "False (B_on = B − B_exp)", "True (fresh rows dropped)", "data consumption"
+    ),
     Switch("skip_grad_bound", "not stated", 500.0, "optimizer robustness"),
-    Switch("keep_stale_bucket", "False (buckets by the latest correctness)",
-           "True (a stored question scoring 0/K keeps its old bucket, replayable, counted in n_exp)", "bookkeeping"),
+    Switch(
+        "keep_stale_bucket",
+        "False (buckets by the latest correctness)",
+        "True (a stored question scoring 0/K keeps its old bucket, replayable, counted in n_exp)",
+        "bookkeeping",
+    ),
     Switch("retire_data_guard", "not stated", "before (dataset size checked before pruning)", "retirement"),
     Switch("n_exp_rounding", "floor (⌊ρB⌋)", "int (int(B·ρ) in floats)", "bookkeeping"),
     Switch("log_ratio_clamp", "not stated (no clamp in Eq. 4)", "0 (no clamp)", "numerical safeguard"),
@@ -335,30 +394,36 @@ SWITCHES: tuple[Switch, ...] = (
 """Paper-vs-release switches, rendered into the README table."""
 
 
-ABLATIONS: dict[str, dict[str, Any]] = PluginDict({
-    "on_policy": {"method": "on_policy"},
-    "exgrpo": {"method": "exgrpo"},
-    "wo_q_selection": {"sampler": "uniform"},
-    "wo_t_selection": {"selection_mode": "random"},
-    "wo_qt_selection": {"sampler": "uniform", "selection_mode": "random"},
-    "wo_shaping": {"replay_shaping": "clipped"},
-    "wo_shaping_as_released": {"replay_shaping": "unclipped"},
-    "wo_is_correction": {"is_correction": False},
-    "highest_entropy": {"selection_mode": "argmax"},
-    "rho_25": {"rho": 0.25},
-    "rho_75": {"rho": 0.75},
-    "sigma_wide": {"sampler_sigma": 1.5},
-    "sigma_narrow": {"sampler_sigma": 0.5},
-    "mu_hard": {"sampler_mu": 0.25},
-    "retired_review": {"retired_review_fraction": 0.1, "retired_review_every": 25},
-    "ppl_selection": {"selection_metric": "nll"},
-    "entropy_as_released": {"entropy_mask": "as_released"},
-    "continuous_on_policy": {"method": "on_policy", "reward_kind": "step_credit", "difficulty_signal": "reward_std"},
-    "continuous_exgrpo": {"reward_kind": "step_credit", "difficulty_signal": "reward_std"},
-    "masked_easy": {"method": "on_policy", "difficulty_mask": "easy"},
-    "masked_medium": {"method": "on_policy", "difficulty_mask": "medium"},
-    "masked_hard": {"method": "on_policy", "difficulty_mask": "hard"},
-})
+ABLATIONS: dict[str, dict[str, Any]] = PluginDict(
+    {
+        "on_policy": {"method": "on_policy"},
+        "exgrpo": {"method": "exgrpo"},
+        "wo_q_selection": {"sampler": "uniform"},
+        "wo_t_selection": {"selection_mode": "random"},
+        "wo_qt_selection": {"sampler": "uniform", "selection_mode": "random"},
+        "wo_shaping": {"replay_shaping": "clipped"},
+        "wo_shaping_as_released": {"replay_shaping": "unclipped"},
+        "wo_is_correction": {"is_correction": False},
+        "highest_entropy": {"selection_mode": "argmax"},
+        "rho_25": {"rho": 0.25},
+        "rho_75": {"rho": 0.75},
+        "sigma_wide": {"sampler_sigma": 1.5},
+        "sigma_narrow": {"sampler_sigma": 0.5},
+        "mu_hard": {"sampler_mu": 0.25},
+        "retired_review": {"retired_review_fraction": 0.1, "retired_review_every": 25},
+        "ppl_selection": {"selection_metric": "nll"},
+        "entropy_as_released": {"entropy_mask": "as_released"},
+        "continuous_on_policy": {
+            "method": "on_policy",
+            "reward_kind": "step_credit",
+            "difficulty_signal": "reward_std",
+        },
+        "continuous_exgrpo": {"reward_kind": "step_credit", "difficulty_signal": "reward_std"},
+        "masked_easy": {"method": "on_policy", "difficulty_mask": "easy"},
+        "masked_medium": {"method": "on_policy", "difficulty_mask": "medium"},
+        "masked_hard": {"method": "on_policy", "difficulty_mask": "hard"},
+    }
+)
 """Named variants (paper Tables 3, 6, 7, 9) as overrides of the defaults. `exgrpo` and `on_policy` are the two methods."""
 
 PLUGIN_VARIANTS: dict[str, str] = {}
@@ -374,8 +439,10 @@ def register_variant(name: str, overrides: dict[str, Any], module: str) -> None:
         raise ValueError(f"variant names are identifiers, got {name!r}")
     existing = dict.get(ABLATIONS, name)
     if existing is not None and (existing != overrides or PLUGIN_VARIANTS.get(name) != module):
-        raise ValueError(f"variant {name!r} is already defined"
-                         + (f" by {PLUGIN_VARIANTS[name]}" if name in PLUGIN_VARIANTS else " (exgrpo.config.ABLATIONS)"))
+        raise ValueError(
+            f"variant {name!r} is already defined"
+            + (f" by {PLUGIN_VARIANTS[name]}" if name in PLUGIN_VARIANTS else " (exgrpo.config.ABLATIONS)")
+        )
     unknown = sorted(set(overrides) - {f.name for f in fields(ExGRPOConfig)})
     if unknown:
         raise ValueError(f"variant {name!r} ({module}): unknown settings {unknown}")
@@ -406,8 +473,12 @@ def field_docs() -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
     for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+        ):
             docs[node.target.id] = str(nxt.value.value).strip()
     return docs
 
@@ -432,5 +503,17 @@ def _check_range(name: str, value: float, lo: float, hi: float, hi_open: bool = 
         raise ConfigError(name, f"must be in [{lo}, {hi}{')' if hi_open else ']'}, got {value!r}")
 
 
-__all__ = ["ABLATIONS", "CHOICES", "PLUGIN_VARIANTS", "STATIC_CHOICES", "SWITCHES", "VARIANT_ALIASES", "ConfigError", "ExGRPOConfig", "Switch",
-           "config_for", "field_docs", "register_variant"]
+__all__ = [
+    "ABLATIONS",
+    "CHOICES",
+    "PLUGIN_VARIANTS",
+    "STATIC_CHOICES",
+    "SWITCHES",
+    "VARIANT_ALIASES",
+    "ConfigError",
+    "ExGRPOConfig",
+    "Switch",
+    "config_for",
+    "field_docs",
+    "register_variant",
+]

@@ -88,8 +88,11 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
         with atomic_open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
         return
-    with atomic_open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
-            io.TextIOWrapper(gz, encoding="utf-8") as fh:
+    with (
+        atomic_open(path, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+        io.TextIOWrapper(gz, encoding="utf-8") as fh,
+    ):
         fh.write(text)
 
 
@@ -176,7 +179,10 @@ def write_manifest(folder: str | Path) -> Path:
     folder = Path(folder)
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
-        files[path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+        files[path.relative_to(folder).as_posix()] = {
+            "bytes": path.stat().st_size,
+            "sha256": file_sha256(path),
+        }
     write_json(folder / MANIFEST, {"format": "exgrpo-manifest-v1", "files": files})
     return folder / MANIFEST
 

@@ -44,45 +44,101 @@ class Metric:
         return re.compile(f"^{text}$")
 
 
-def _m(name: str, meaning: str, unit: str, writers: frozenset[str] | str = BOTH,
-       verl_key: str | None = None) -> Metric:
-    return Metric(name, meaning, unit, frozenset({writers}) if isinstance(writers, str) else writers, verl_key)
+def _m(
+    name: str, meaning: str, unit: str, writers: frozenset[str] | str = BOTH, verl_key: str | None = None
+) -> Metric:
+    return Metric(
+        name, meaning, unit, frozenset({writers}) if isinstance(writers, str) else writers, verl_key
+    )
 
 
 # ------------------------------------------------------------------------------------------ the step
 STEP = _m("step", "Training step (1-based); validation rows carry the step they follow.", "step")
-PASS1 = _m("pass1", "Mean reward of the step's freshly generated rollouts (replayed o* excluded): batch pass@1, "
-           "the delayed-start signal.", "fraction", verl_key="exgrpo/pass1")
-REWARD_BATCH_MEAN = _m("reward/batch_mean", "Mean reward over every row the update trained on, replayed o* "
-                       "(reward 1) included (verl: its critic/score/mean).", "fraction",
-                       verl_key="critic/score/mean")
-ENTROPY = _m("entropy", "Token-mean entropy of the fresh responses under the policy that generated them (CPU: "
-             "at sampling; verl: the old-policy recomputation before the update).", "nats",
-             verl_key="exgrpo/entropy")
-RESPONSE_LENGTH = _m("response_length", "Mean response length of the fresh rollouts.", "tokens",
-                     verl_key="exgrpo/response_length")
+PASS1 = _m(
+    "pass1",
+    "Mean reward of the step's freshly generated rollouts (replayed o* excluded): batch pass@1, "
+    "the delayed-start signal.",
+    "fraction",
+    verl_key="exgrpo/pass1",
+)
+REWARD_BATCH_MEAN = _m(
+    "reward/batch_mean",
+    "Mean reward over every row the update trained on, replayed o* "
+    "(reward 1) included (verl: its critic/score/mean).",
+    "fraction",
+    verl_key="critic/score/mean",
+)
+ENTROPY = _m(
+    "entropy",
+    "Token-mean entropy of the fresh responses under the policy that generated them (CPU: "
+    "at sampling; verl: the old-policy recomputation before the update).",
+    "nats",
+    verl_key="exgrpo/entropy",
+)
+RESPONSE_LENGTH = _m(
+    "response_length",
+    "Mean response length of the fresh rollouts.",
+    "tokens",
+    verl_key="exgrpo/response_length",
+)
 TRUNCATED_FRACTION = _m("truncated_fraction", "Fresh rollouts that hit the length cap.", "fraction", TINY)
-REPLAY_QUESTIONS = _m("replay/n_trajectories", "Replayed questions (one o* each) in the step.", "count",
-                      verl_key="exgrpo/replay_questions")
-MIXED_FRACTION = _m("groups/mixed_fraction", "Groups with 0 < k < K successes (k as trained, "
-                    "core.advantages.success_histogram).", "fraction", verl_key="exgrpo/mixed_fraction")
-MASKED_QUESTIONS = _m("masked/questions", "Questions that got gradient under the difficulty mask (all of them "
-                      "without one).", "count", verl_key="exgrpo/masked_questions")
+REPLAY_QUESTIONS = _m(
+    "replay/n_trajectories",
+    "Replayed questions (one o* each) in the step.",
+    "count",
+    verl_key="exgrpo/replay_questions",
+)
+MIXED_FRACTION = _m(
+    "groups/mixed_fraction",
+    "Groups with 0 < k < K successes (k as trained, core.advantages.success_histogram).",
+    "fraction",
+    verl_key="exgrpo/mixed_fraction",
+)
+MASKED_QUESTIONS = _m(
+    "masked/questions",
+    "Questions that got gradient under the difficulty mask (all of them without one).",
+    "count",
+    verl_key="exgrpo/masked_questions",
+)
 GROUP_BUCKET = _m("exp/bucket_{k}", "Groups of the step with k successes (as trained).", "count")
-TRAINING_QUESTIONS = _m("data/training_questions", "Questions left in the training data (retired pruned at epoch "
-                        "boundaries).", "count", verl_key="exgrpo/training_questions")
+TRAINING_QUESTIONS = _m(
+    "data/training_questions",
+    "Questions left in the training data (retired pruned at epoch boundaries).",
+    "count",
+    verl_key="exgrpo/training_questions",
+)
 DATA_EPOCH = _m("data/epoch", "Epoch of the data order (0-based).", "count", verl_key="exgrpo/data_epoch")
-TIME_SELECTION = _m("time/selection", "Seconds choosing o* (scoring the candidates).", "seconds",
-                    verl_key="exgrpo/selection_seconds")
-TIME_ROLLOUT = _m("time/rollout", "Seconds generating rollouts (CPU: with grading; verl: its timing_s/gen).",
-                  "seconds", verl_key="timing_s/gen")
-TIME_UPDATE = _m("time/update", "Seconds of the actor update (CPU: with batch assembly).", "seconds",
-                 verl_key="timing_s/update_actor")
+TIME_SELECTION = _m(
+    "time/selection",
+    "Seconds choosing o* (scoring the candidates).",
+    "seconds",
+    verl_key="exgrpo/selection_seconds",
+)
+TIME_ROLLOUT = _m(
+    "time/rollout",
+    "Seconds generating rollouts (CPU: with grading; verl: its timing_s/gen).",
+    "seconds",
+    verl_key="timing_s/gen",
+)
+TIME_UPDATE = _m(
+    "time/update",
+    "Seconds of the actor update (CPU: with batch assembly).",
+    "seconds",
+    verl_key="timing_s/update_actor",
+)
 TIME_STEP = _m("time/step", "Seconds of the whole step.", "seconds", verl_key="timing_s/step")
-VAL_ACC = _m("val/acc", "Validation accuracy (CPU: one sample per question at T=0.6; verl: the unweighted mean "
-             "of val/<benchmark>).", "fraction")
-VAL_BENCHMARK = _m("val/{name}", "Validation accuracy on one benchmark (verl: val-core/<source>/acc/mean@N, the "
-                   "largest N).", "fraction", VERL)
+VAL_ACC = _m(
+    "val/acc",
+    "Validation accuracy (CPU: one sample per question at T=0.6; verl: the unweighted mean "
+    "of val/<benchmark>).",
+    "fraction",
+)
+VAL_BENCHMARK = _m(
+    "val/{name}",
+    "Validation accuracy on one benchmark (verl: val-core/<source>/acc/mean@N, the largest N).",
+    "fraction",
+    VERL,
+)
 
 # ------------------------------------------------------------------------------------------ the experience manager
 _EXP = {
@@ -108,21 +164,33 @@ BUFFER_BUCKET = _m("exp/buffer_bucket_{k}", "Eligible buffered questions in buck
 
 # ------------------------------------------------------------------------------------------ the reward (CPU trainer)
 _REWARD = {
-    "graded": ("Responses graded this step.", "count"), "correct": ("Graded correct.", "count"),
-    "timeouts": ("Grades that timed out.", "count"), "parse_errors": ("Unparsable answers.", "count"),
-    "no_think_close": ("Responses without </think>.", "count"), "no_answer": ("Responses without an answer.", "count"),
-    "errors": ("Grader errors.", "count"), "math_verify_calls": ("math-verify calls.", "count"),
-    "pool_restarts": ("Grader pool restarts.", "count"), "seconds": ("Seconds grading.", "seconds"),
-    "correct_rate": ("correct / graded.", "fraction"), "timeout_rate": ("timeouts / graded.", "fraction"),
+    "graded": ("Responses graded this step.", "count"),
+    "correct": ("Graded correct.", "count"),
+    "timeouts": ("Grades that timed out.", "count"),
+    "parse_errors": ("Unparsable answers.", "count"),
+    "no_think_close": ("Responses without </think>.", "count"),
+    "no_answer": ("Responses without an answer.", "count"),
+    "errors": ("Grader errors.", "count"),
+    "math_verify_calls": ("math-verify calls.", "count"),
+    "pool_restarts": ("Grader pool restarts.", "count"),
+    "seconds": ("Seconds grading.", "seconds"),
+    "correct_rate": ("correct / graded.", "fraction"),
+    "timeout_rate": ("timeouts / graded.", "fraction"),
     "parse_error_rate": ("parse_errors / graded.", "fraction"),
     "no_think_close_rate": ("no_think_close / graded.", "fraction"),
-    "no_answer_rate": ("no_answer / graded.", "fraction"), "error_rate": ("errors / graded.", "fraction"),
+    "no_answer_rate": ("no_answer / graded.", "fraction"),
+    "error_rate": ("errors / graded.", "fraction"),
 }
-REWARD_COUNTERS = tuple(_m(f"reward/{key}", f"Verifier: {meaning}", unit, TINY) for key, (meaning, unit) in _REWARD.items())
+REWARD_COUNTERS = tuple(
+    _m(f"reward/{key}", f"Verifier: {meaning}", unit, TINY) for key, (meaning, unit) in _REWARD.items()
+)
 
 # ------------------------------------------------------------------------------------------ the update (the loss)
 _UPDATE = {
-    "loss": ("Loss of each loss call on its own batch (CPU: a mini-batch; verl: a micro-batch), averaged.", "loss"),
+    "loss": (
+        "Loss of each loss call on its own batch (CPU: a mini-batch; verl: a micro-batch), averaged.",
+        "loss",
+    ),
     "pg_loss": ("Policy term of `loss`.", "loss"),
     "on_tokens": ("Fresh response tokens per loss call.", "tokens"),
     "replay_tokens": ("Replayed response tokens per loss call.", "tokens"),
@@ -137,46 +205,120 @@ _UPDATE = {
     "entropy": ("Token-mean entropy in the update's forward pass, all rows.", "nats"),
     "kl": ("Token-mean k3 KL to the reference (kl_coef > 0).", "nats"),
 }
-UPDATE = tuple(_m(f"update/{key}", meaning, unit, verl_key=f"actor/exgrpo/{key}") for key, (meaning, unit)
-               in _UPDATE.items())
-GRAD_NORM = _m("update/grad_norm", "Gradient norm before clipping, averaged over optimizer steps.", "ratio",
-               verl_key="actor/grad_norm")
-SKIPPED_STEPS = _m("update/skipped_steps", "Optimizer steps skipped (non-finite or > skip_grad_bound grad norm).",
-                   "count", TINY)
-REPLAY_ACTIVE_IN_LOSS = _m("update/replay_active", "The loss ran in mixed-policy mode.", "flag", VERL,
-                           verl_key="actor/exgrpo/replay_active")
+UPDATE = tuple(
+    _m(f"update/{key}", meaning, unit, verl_key=f"actor/exgrpo/{key}")
+    for key, (meaning, unit) in _UPDATE.items()
+)
+GRAD_NORM = _m(
+    "update/grad_norm",
+    "Gradient norm before clipping, averaged over optimizer steps.",
+    "ratio",
+    verl_key="actor/grad_norm",
+)
+SKIPPED_STEPS = _m(
+    "update/skipped_steps",
+    "Optimizer steps skipped (non-finite or > skip_grad_bound grad norm).",
+    "count",
+    TINY,
+)
+REPLAY_ACTIVE_IN_LOSS = _m(
+    "update/replay_active",
+    "The loss ran in mixed-policy mode.",
+    "flag",
+    VERL,
+    verl_key="actor/exgrpo/replay_active",
+)
 
 # ------------------------------------------------------------------------------------------ plug-in only
 PLUGIN = (
     _m("exgrpo/fresh_questions", "Fresh questions in the step.", "count", VERL),
     _m("exgrpo/replay_rows", "Replayed rows in the step's batch.", "count", VERL),
-    _m("exgrpo/replay_reward_mean", "Mean reward of the replayed rows (1 by construction).", "fraction", VERL),
+    _m(
+        "exgrpo/replay_reward_mean", "Mean reward of the replayed rows (1 by construction).", "fraction", VERL
+    ),
     _m("exgrpo/replay_age_mean", "Mean age in steps of the replayed trajectories.", "step", VERL),
     _m("exgrpo/sample_frac", "Rows that get gradient under the difficulty mask.", "fraction", VERL),
     _m("exgrpo/selection_candidates", "Candidate trajectories scored for the next step.", "count", VERL),
-    _m("exgrpo/short_groups", "Groups trained with fewer than K rollouts (failed agent-loop sessions; "
-       "core.step.step_stats).", "count", VERL),
+    _m(
+        "exgrpo/short_groups",
+        "Groups trained with fewer than K rollouts (failed agent-loop sessions; core.step.step_stats).",
+        "count",
+        VERL,
+    ),
     _m("exgrpo/missing_rollouts", "Rollouts the short groups lack.", "count", VERL),
-    _m("exgrpo/failed_prompts", "Submitted prompts with no rollout back at all (not trained, not recorded).",
-       "count", VERL),
-    _m("exgrpo/failed_sessions", "Rollout sessions of the step that failed: K per submitted prompt minus the rows "
-       "back (verl_plugin.failures, the failure budget).", "count", VERL),
-    _m("exgrpo/failed_session_share", "failed_sessions / (K x submitted prompts); past the failure budget's "
-       "max_failed_share the run stops.", "fraction", VERL),
+    _m(
+        "exgrpo/failed_prompts",
+        "Submitted prompts with no rollout back at all (not trained, not recorded).",
+        "count",
+        VERL,
+    ),
+    _m(
+        "exgrpo/failed_sessions",
+        "Rollout sessions of the step that failed: K per submitted prompt minus the rows "
+        "back (verl_plugin.failures, the failure budget).",
+        "count",
+        VERL,
+    ),
+    _m(
+        "exgrpo/failed_session_share",
+        "failed_sessions / (K x submitted prompts); past the failure budget's "
+        "max_failed_share the run stops.",
+        "fraction",
+        VERL,
+    ),
 )
 
 METRICS: tuple[Metric, ...] = (
-    STEP, PASS1, REWARD_BATCH_MEAN, ENTROPY, RESPONSE_LENGTH, TRUNCATED_FRACTION, REPLAY_QUESTIONS, MIXED_FRACTION,
-    MASKED_QUESTIONS, GROUP_BUCKET, TRAINING_QUESTIONS, DATA_EPOCH, TIME_SELECTION, TIME_ROLLOUT, TIME_UPDATE,
-    TIME_STEP, VAL_ACC, VAL_BENCHMARK, *EXPERIENCE, BUFFER_BUCKET, *REWARD_COUNTERS, *UPDATE, GRAD_NORM,
-    SKIPPED_STEPS, REPLAY_ACTIVE_IN_LOSS, *PLUGIN,
+    STEP,
+    PASS1,
+    REWARD_BATCH_MEAN,
+    ENTROPY,
+    RESPONSE_LENGTH,
+    TRUNCATED_FRACTION,
+    REPLAY_QUESTIONS,
+    MIXED_FRACTION,
+    MASKED_QUESTIONS,
+    GROUP_BUCKET,
+    TRAINING_QUESTIONS,
+    DATA_EPOCH,
+    TIME_SELECTION,
+    TIME_ROLLOUT,
+    TIME_UPDATE,
+    TIME_STEP,
+    VAL_ACC,
+    VAL_BENCHMARK,
+    *EXPERIENCE,
+    BUFFER_BUCKET,
+    *REWARD_COUNTERS,
+    *UPDATE,
+    GRAD_NORM,
+    SKIPPED_STEPS,
+    REPLAY_ACTIVE_IN_LOSS,
+    *PLUGIN,
 )
 """The registry: every key of a training log."""
 
 VERL_NAMESPACES: tuple[str, ...] = (
-    "actor/", "critic/", "training/", "validation/", "perf/", "rollout/", "rollout_corr/", "global_seqlen/",
-    "response_length/", "response_length_non_aborted/", "prompt_length/", "num_turns/", "tool_call_counts/",
-    "agent_loop/", "timing_s/", "timing_per_token_ms/", "response/", "val-core/", "val-aux/", "verl/",
+    "actor/",
+    "critic/",
+    "training/",
+    "validation/",
+    "perf/",
+    "rollout/",
+    "rollout_corr/",
+    "global_seqlen/",
+    "response_length/",
+    "response_length_non_aborted/",
+    "prompt_length/",
+    "num_turns/",
+    "tool_call_counts/",
+    "agent_loop/",
+    "timing_s/",
+    "timing_per_token_ms/",
+    "response/",
+    "val-core/",
+    "val-aux/",
+    "verl/",
 )
 """verl's own metric namespaces, kept in a collected log under their verl names (see verl's documentation).
 `verl/` holds any other key verl logged that the registry does not know (verl-collect prefixes it)."""
@@ -248,8 +390,20 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-__all__ = ["BOTH", "LEGACY_ALIASES", "METRICS", "TINY", "VERL", "VERL_NAMESPACES", "Metric", "is_verl_passthrough",
-           "lookup", "markdown_table", "verl_key_map", "written_by"]
+__all__ = [
+    "BOTH",
+    "LEGACY_ALIASES",
+    "METRICS",
+    "TINY",
+    "VERL",
+    "VERL_NAMESPACES",
+    "Metric",
+    "is_verl_passthrough",
+    "lookup",
+    "markdown_table",
+    "verl_key_map",
+    "written_by",
+]
 
 if __name__ == "__main__":
     print(markdown_table())

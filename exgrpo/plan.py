@@ -61,7 +61,9 @@ def parse_dry_run(text: str, local: set[str] | frozenset[str] = frozenset()) -> 
     for line in text.splitlines():
         header = _HEADER.match(line.strip()) if not line.startswith(" ") else None
         if header:
-            current = PlannedJob(rule=header.group(2), local=bool(header.group(1)) or header.group(2) in local)
+            current = PlannedJob(
+                rule=header.group(2), local=bool(header.group(1)) or header.group(2) in local
+            )
             jobs.append(current)
             continue
         if current is None or not line.startswith("    "):
@@ -112,24 +114,36 @@ class Plan:
 
     def render(self) -> str:
         """The plan as the text `exgrpo plan` prints."""
-        lines = [f"plan for target `{self.target}`: {len(self.jobs)} jobs"
-                 + (f", partition limit {self.limit_min} min" if self.limit_min else ", no partition limit")]
+        lines = [
+            f"plan for target `{self.target}`: {len(self.jobs)} jobs"
+            + (f", partition limit {self.limit_min} min" if self.limit_min else ", no partition limit")
+        ]
         lines.append(f"  {'rule':<24} {'jobs':>5} {'GPUs/job':>9} {'h/job (max)':>12} {'GPU-h':>9}")
         for rule, count in self.counts().items():
             of_rule = [j for j in self.jobs if j.rule == rule]
             gpus = sorted({j.gpus for j in of_rule})
-            hours = "local" if all(j.local for j in of_rule) else f"{max(j.minutes for j in of_rule) / 60:.1f}"
-            lines.append(f"  {rule:<24} {count:>5} {'/'.join(map(str, gpus)):>9} "
-                         f"{hours:>12} {sum(j.gpu_hours for j in of_rule):>9.1f}")
+            hours = (
+                "local" if all(j.local for j in of_rule) else f"{max(j.minutes for j in of_rule) / 60:.1f}"
+            )
+            lines.append(
+                f"  {rule:<24} {count:>5} {'/'.join(map(str, gpus)):>9} "
+                f"{hours:>12} {sum(j.gpu_hours for j in of_rule):>9.1f}"
+            )
         lines.append(f"GPU-hours requested: {self.gpu_hours:,.1f}")
         if self.longest is not None:
-            lines.append(f"longest job: {self.longest.name} ({self.longest.runtime_min / 60:.1f} h, "
-                         f"{self.longest.gpus} GPUs)")
-        lines.append(f"critical path: {self.critical_minutes / 60:.1f} h wall "
-                     "(unlimited parallelism, no queue wait, requested runtimes): "
-                     + " -> ".join(j.name for j in self.critical_path if not j.local))
+            lines.append(
+                f"longest job: {self.longest.name} ({self.longest.runtime_min / 60:.1f} h, "
+                f"{self.longest.gpus} GPUs)"
+            )
+        lines.append(
+            f"critical path: {self.critical_minutes / 60:.1f} h wall "
+            "(unlimited parallelism, no queue wait, requested runtimes): "
+            + " -> ".join(j.name for j in self.critical_path if not j.local)
+        )
         for job in self.too_long:
-            lines.append(f"DOES NOT FIT: {job.name} requests {job.runtime_min} min > the {self.limit_min} min limit")
+            lines.append(
+                f"DOES NOT FIT: {job.name} requests {job.runtime_min} min > the {self.limit_min} min limit"
+            )
         return "\n".join(lines)
 
 
@@ -195,17 +209,29 @@ def local_rules(workdir: str | Path = ".") -> set[str]:
     return names
 
 
-def dry_run(target: str, profile: str | None = "slurm", cwd: str | Path = ".",
-            config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
-            timeout: int = 900) -> str:
+def dry_run(
+    target: str,
+    profile: str | None = "slurm",
+    cwd: str | Path = ".",
+    config: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: int = 900,
+) -> str:
     """The text of `snakemake [--profile P] -n TARGET [--config k=v ...]` run in `cwd`; raises on failure."""
     cmd = [sys.executable, "-m", "snakemake", "-n", target]
     if profile:
         cmd += ["--profile", profile]
     if config:
         cmd += ["--config", *(f"{k}={v}" for k, v in config.items())]
-    done = subprocess.run(cmd, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    done = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd[2:])}` failed in {cwd}:\n{(done.stdout + done.stderr)[-3000:]}")
     return done.stdout + done.stderr

@@ -46,19 +46,33 @@ def git_commit(repo: str | None = None) -> str | None:
     or config differs from it (changes under OUTPUT_PATHS and untracked files do not count)."""
     cwd = repo or str(Path(__file__).resolve().parent.parent)
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             check=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
         excluded = [f":(top,exclude){path}" for path in OUTPUT_PATHS]
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", *excluded],
-                               cwd=cwd,
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", *excluded],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{sha}-dirty" if dirty else sha
 
 
-NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_CBWR", "ATEN_CPU_CAPABILITY",
-                "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "CUBLAS_WORKSPACE_CONFIG")
+NUMERICS_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_CBWR",
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "CUBLAS_WORKSPACE_CONFIG",
+)
 """Environment variables that change thread counts or which kernels run (recorded when set, else None)."""
 
 
@@ -66,8 +80,13 @@ NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "M
 def cpu_model() -> dict[str, str | None]:
     """The CPU's model name and vendor/family/model/stepping (from /proc/cpuinfo on Linux; a virtual
     machine may report only a short name, e.g. "AMD EPYC"), else platform.processor()."""
-    fields = {"model name": "name", "vendor_id": "vendor", "cpu family": "family", "model": "model",
-              "stepping": "stepping"}
+    fields = {
+        "model name": "name",
+        "vendor_id": "vendor",
+        "cpu family": "family",
+        "model": "model",
+        "stepping": "stepping",
+    }
     found: dict[str, str | None] = dict.fromkeys(fields.values())
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -89,9 +108,14 @@ def machine() -> dict[str, Any]:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count()
-    return {"cpu_model": cpu_model(), "arch": platform.machine(), "logical_cpus": os.cpu_count(),
-            "usable_cpus": usable, "env": {name: os.environ.get(name) for name in NUMERICS_ENV},
-            "torch": torch_numerics()}
+    return {
+        "cpu_model": cpu_model(),
+        "arch": platform.machine(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": usable,
+        "env": {name: os.environ.get(name) for name in NUMERICS_ENV},
+        "torch": torch_numerics(),
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,10 +129,13 @@ def _torch_build() -> dict[str, Any]:
         found = re.search(pattern, text)
         return found.group(1).strip() if found else None
 
-    return {"blas": grab(r"BLAS_INFO=([^,\n]+)", config), "lapack": grab(r"LAPACK_INFO=([^,\n]+)", config),
-            "mkl": grab(r"(Intel\(R\) (?:oneAPI )?Math Kernel Library[^\n]*)", parallel),
-            "onednn": grab(r"(Intel\(R\) (?:MKL-DNN|oneDNN)[^\n]*)", parallel),
-            "parallel_backend": grab(r"ATen parallel backend: ([^\n]+)", parallel)}
+    return {
+        "blas": grab(r"BLAS_INFO=([^,\n]+)", config),
+        "lapack": grab(r"LAPACK_INFO=([^,\n]+)", config),
+        "mkl": grab(r"(Intel\(R\) (?:oneAPI )?Math Kernel Library[^\n]*)", parallel),
+        "onednn": grab(r"(Intel\(R\) (?:MKL-DNN|oneDNN)[^\n]*)", parallel),
+        "parallel_backend": grab(r"ATen parallel backend: ([^\n]+)", parallel),
+    }
 
 
 def torch_numerics() -> dict[str, Any] | None:
@@ -121,9 +148,13 @@ def torch_numerics() -> dict[str, Any] | None:
     if torch is None:
         return None
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
-    return {"num_threads": torch.get_num_threads(), "num_interop_threads": torch.get_num_interop_threads(),
-            "cpu_capability": capability, "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            **_torch_build()}
+    return {
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "cpu_capability": capability,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        **_torch_build(),
+    }
 
 
 def provenance(config: dict[str, Any] | None = None, seed: int | None = None, **extra: Any) -> dict[str, Any]:

@@ -118,8 +118,15 @@ def parse_regimes(
             if pair[0] == pair[1]:
                 raise ConfigError(f"{where}.compare[{i}]", f"compares arm {pair[0]!r} with itself")
             comparisons.append((pair[0], pair[1]))
-        out[name] = Regime(name, entry["title"], backbone, entry["tests"], arms, tuple(comparisons),
-                           data_seed=entry.get("data_seed"))
+        out[name] = Regime(
+            name,
+            entry["title"],
+            backbone,
+            entry["tests"],
+            arms,
+            tuple(comparisons),
+            data_seed=entry.get("data_seed"),
+        )
     ablations = raw.get("ablations") or {}
     if ablations.get("regime"):
         target = ablations["regime"]
@@ -205,18 +212,37 @@ def regime_studies(
         reuse[name] = {}
         data_seed = base.data_seed if regime.data_seed is None else regime.data_seed
         for arm_name, arm in regime.arms.items():
-            specs = [arm_run(regime, arm_name, s, wf.backbones[regime.backbone], base.budget,
-                             wf.variant_overrides.get(arm.variant, {}), base.data_order_seed) for s in seeds]
+            specs = [
+                arm_run(
+                    regime,
+                    arm_name,
+                    s,
+                    wf.backbones[regime.backbone],
+                    base.budget,
+                    wf.variant_overrides.get(arm.variant, {}),
+                    base.data_order_seed,
+                )
+                for s in seeds
+            ]
             # on other data (its own data_seed) no run of the base study is a run of the regime
-            if data_seed == base.data_seed and all((regime.backbone, arm_name, s) in base_runs
-                   and spec == wf.run(regime.backbone, arm_name, s, base.budget, base.data_order_seed)
-                   for s, spec in zip(seeds, specs)):
+            if data_seed == base.data_seed and all(
+                (regime.backbone, arm_name, s) in base_runs
+                and spec == wf.run(regime.backbone, arm_name, s, base.budget, base.data_order_seed)
+                for s, spec in zip(seeds, specs)
+            ):
                 reuse[name][arm_name] = base.source
         studies[name] = dataclasses.replace(
-            base, name=f"regime.{name}", source=f"{base.source}/regimes/{name}", backbones=(regime.backbone,),
+            base,
+            name=f"regime.{name}",
+            source=f"{base.source}/regimes/{name}",
+            backbones=(regime.backbone,),
             data_seed=data_seed,
-            ablation_backbones=(), seeds=seeds, methods=tuple(a for a in regime.arms if a not in reuse[name]),
-            ablations=(), prelim=())
+            ablation_backbones=(),
+            seeds=seeds,
+            methods=tuple(a for a in regime.arms if a not in reuse[name]),
+            ablations=(),
+            prelim=(),
+        )
     return regimes, studies, reuse
 
 

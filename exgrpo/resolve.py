@@ -42,9 +42,17 @@ BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
     "full": {},
     "tiny": {},
     # CI smoke: minimal budget, replay forced on from step 1 so every path runs; asserts plumbing only.
-    "smoke": {"trainer": {"steps": 6, "batch_size": 8, "val_every": 3, "val_size": 16, "ckpt_every": 3,
-                          "max_new_tokens": 48},
-              "method": {"delayed_start": False, "collect_before_activation": True}},
+    "smoke": {
+        "trainer": {
+            "steps": 6,
+            "batch_size": 8,
+            "val_every": 3,
+            "val_size": 16,
+            "ckpt_every": 3,
+            "max_new_tokens": 48,
+        },
+        "method": {"delayed_start": False, "collect_before_activation": True},
+    },
 }
 """Budget presets: `method` (ExGRPOConfig fields) and `trainer` (TrainerSettings fields) settings."""
 
@@ -55,27 +63,37 @@ PACKAGE_ROOT = Path(__file__).resolve().parent
 def check_overrides(variant: str, overrides: Mapping[str, Any], where: str = "") -> None:
     """Refuse overrides that would turn `variant` into something else (ConfigError naming the field)."""
     if variant not in ABLATIONS:
-        raise ConfigError(f"{where}variant".rstrip("."),
-                          unknown("variant", variant, ABLATIONS))
+        raise ConfigError(f"{where}variant".rstrip("."), unknown("variant", variant, ABLATIONS))
     own = {"method": ExGRPOConfig().method, **ABLATIONS[variant]}
     for key, value in overrides.items():
         if key in own and value != own[key]:
             what = "the method" if key == "method" else f"what `{variant}` is"
-            raise ConfigError(f"{where}{key}", f"{value!r} would change {what} (the variant sets {key}="
-                                               f"{own[key]!r}); add a named variant to exgrpo.config.ABLATIONS "
-                                               "instead")
+            raise ConfigError(
+                f"{where}{key}",
+                f"{value!r} would change {what} (the variant sets {key}="
+                f"{own[key]!r}); add a named variant to exgrpo.config.ABLATIONS "
+                "instead",
+            )
     if not overrides:
         return
     mine = ExGRPOConfig.from_dict({**ABLATIONS[variant], **overrides}, where=where).to_dict()
     for other in ABLATIONS:
         if other != variant and config_for(other).to_dict() == mine:
             key = next(iter(overrides))
-            raise ConfigError(f"{where}{key}", f"turns `{variant}` into the named variant `{other}`; "
-                                               f"train `{other}` instead")
+            raise ConfigError(
+                f"{where}{key}",
+                f"turns `{variant}` into the named variant `{other}`; train `{other}` instead",
+            )
 
 
-def resolve(backbone: Mapping[str, Any], variant: str, overrides: Mapping[str, Any] | None = None, *,
-            budget: str = "full", where: str = "") -> ExGRPOConfig:
+def resolve(
+    backbone: Mapping[str, Any],
+    variant: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    budget: str = "full",
+    where: str = "",
+) -> ExGRPOConfig:
     """The validated method config of `variant` on `backbone` (layers in `PRECEDENCE` order).
 
     `where` prefixes field names in errors (e.g. `methods.exgrpo.`)."""
@@ -87,18 +105,25 @@ def resolve(backbone: Mapping[str, Any], variant: str, overrides: Mapping[str, A
     try:
         ExGRPOConfig.from_dict(values)
     except ConfigError as err:  # a layer below the overrides is wrong: not the user's field
-        raise ConfigError(err.field, f"{err} (from the backbone, variant {variant!r} or budget {budget!r})") from None
+        raise ConfigError(
+            err.field, f"{err} (from the backbone, variant {variant!r} or budget {budget!r})"
+        ) from None
     return ExGRPOConfig.from_dict({**values, **overrides}, where=where)
 
 
-def trainer_settings(backbone: Mapping[str, Any], budget: str, overrides: Mapping[str, Any] | None = None
-                     ) -> dict[str, Any]:
+def trainer_settings(
+    backbone: Mapping[str, Any], budget: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Trainer settings (TrainerSettings fields) of a tiny run: backbone steps and length, budget, overrides.
 
     Only the fields these layers set (the schema's defaults fill the rest where a runtime reads them); checked
     against the schema, so an unknown or out-of-range value is refused here, naming `trainer.<field>`."""
-    values: dict[str, Any] = {"steps": int(backbone["steps"]), "max_new_tokens": int(backbone["max_response_length"]),
-                              **BUDGETS[budget].get("trainer", {}), **(overrides or {})}
+    values: dict[str, Any] = {
+        "steps": int(backbone["steps"]),
+        "max_new_tokens": int(backbone["max_response_length"]),
+        **BUDGETS[budget].get("trainer", {}),
+        **(overrides or {}),
+    }
     TrainerSettings.from_dict(values)
     return values
 
@@ -128,15 +153,28 @@ class RunSpec:
         return self.arm or self.variant
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": RUN_FILE_FORMAT, "backbone": self.backbone, "variant": self.variant, "seed": self.seed,
-                "budget": self.budget, "scale": self.scale, "data_order_seed": self.data_order_seed,
-                "precedence": list(PRECEDENCE), "method": self.method.to_dict(), "trainer": dict(self.trainer),
-                **({"arm": self.arm} if self.arm else {})}
+        return {
+            "format": RUN_FILE_FORMAT,
+            "backbone": self.backbone,
+            "variant": self.variant,
+            "seed": self.seed,
+            "budget": self.budget,
+            "scale": self.scale,
+            "data_order_seed": self.data_order_seed,
+            "precedence": list(PRECEDENCE),
+            "method": self.method.to_dict(),
+            "trainer": dict(self.trainer),
+            **({"arm": self.arm} if self.arm else {}),
+        }
 
     def fingerprint_parts(self) -> dict[str, Any]:
         """What of the run decides its training (runtime-only trainer fields dropped)."""
-        return {"method": self.method.to_dict(), "seed": self.seed, "data_order_seed": self.data_order_seed,
-                "trainer": {k: v for k, v in self.trainer.items() if k not in RUNTIME_ONLY}}
+        return {
+            "method": self.method.to_dict(),
+            "seed": self.seed,
+            "data_order_seed": self.data_order_seed,
+            "trainer": {k: v for k, v in self.trainer.items() if k not in RUNTIME_ONLY},
+        }
 
 
 def _check_context(name: str, backbone: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
@@ -146,22 +184,40 @@ def _check_context(name: str, backbone: Mapping[str, Any], trainer: Mapping[str,
 
     total = int(backbone["max_prompt_length"]) + int(trainer["max_new_tokens"])
     if total > run_context(backbone):
-        raise ConfigError("trainer.max_new_tokens",
-                          f"{trainer['max_new_tokens']}: max_prompt_length {backbone['max_prompt_length']} + "
-                          f"max_new_tokens = {total} exceeds {name}'s context ({run_context(backbone)})")
+        raise ConfigError(
+            "trainer.max_new_tokens",
+            f"{trainer['max_new_tokens']}: max_prompt_length {backbone['max_prompt_length']} + "
+            f"max_new_tokens = {total} exceeds {name}'s context ({run_context(backbone)})",
+        )
 
 
-def run_spec(name: str, backbone: Mapping[str, Any], variant: str, seed: int, *, budget: str = "full",
-             overrides: Mapping[str, Any] | None = None, trainer_overrides: Mapping[str, Any] | None = None,
-             data_order_seed: int | None = None, where: str = "") -> RunSpec:
+def run_spec(
+    name: str,
+    backbone: Mapping[str, Any],
+    variant: str,
+    seed: int,
+    *,
+    budget: str = "full",
+    overrides: Mapping[str, Any] | None = None,
+    trainer_overrides: Mapping[str, Any] | None = None,
+    data_order_seed: int | None = None,
+    where: str = "",
+) -> RunSpec:
     """Resolve one run of `variant` on backbone `name`. `data_order_seed` None = the run seed."""
     method = resolve(backbone, variant, overrides, budget=budget, where=where)
     trainer = trainer_settings(backbone, budget, trainer_overrides) if backbone["scale"] == "tiny" else {}
     if trainer:
         _check_context(name, backbone, trainer)
-    return RunSpec(backbone=name, variant=variant, seed=int(seed), budget=budget, scale=backbone["scale"],
-                   data_order_seed=int(seed if data_order_seed is None else data_order_seed), method=method,
-                   trainer=trainer)
+    return RunSpec(
+        backbone=name,
+        variant=variant,
+        seed=int(seed),
+        budget=budget,
+        scale=backbone["scale"],
+        data_order_seed=int(seed if data_order_seed is None else data_order_seed),
+        method=method,
+        trainer=trainer,
+    )
 
 
 def write_run_file(path: str | Path, spec: RunSpec) -> Path:
@@ -183,14 +239,24 @@ def read_run_file(path: str | Path) -> RunSpec:
     keys = ("backbone", "variant", "seed", "budget", "scale", "data_order_seed", "method", "trainer")
     missing = [k for k in keys if k not in (data if isinstance(data, dict) else {})]
     if missing or data.get("format") != RUN_FILE_FORMAT:
-        raise ConfigError(str(path), f"not a run file of format {RUN_FILE_FORMAT} (missing {missing or 'format'})")
+        raise ConfigError(
+            str(path), f"not a run file of format {RUN_FILE_FORMAT} (missing {missing or 'format'})"
+        )
     method = ExGRPOConfig.from_dict(data["method"], where=f"{path}: method.")
     TrainerSettings.from_dict(data["trainer"], where=f"{path}: trainer.")
     if data["variant"] not in ABLATIONS:
         raise ConfigError(f"{path}: variant", unknown("variant", data["variant"], ABLATIONS))
-    return RunSpec(backbone=data["backbone"], variant=data["variant"], seed=int(data["seed"]),
-                   budget=data["budget"], scale=data["scale"], data_order_seed=int(data["data_order_seed"]),
-                   method=method, trainer=dict(data["trainer"]), arm=data.get("arm"))
+    return RunSpec(
+        backbone=data["backbone"],
+        variant=data["variant"],
+        seed=int(data["seed"]),
+        budget=data["budget"],
+        scale=data["scale"],
+        data_order_seed=int(data["data_order_seed"]),
+        method=method,
+        trainer=dict(data["trainer"]),
+        arm=data.get("arm"),
+    )
 
 
 def fingerprint(parts: Mapping[str, Any]) -> str:
@@ -199,8 +265,16 @@ def fingerprint(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-TRAINING_LIBRARIES = ("torch", "transformers", "verl", "vllm", "math-verify", "latex2sympy2_extended",
-                      "antlr4-python3-runtime", "sympy")
+TRAINING_LIBRARIES = (
+    "torch",
+    "transformers",
+    "verl",
+    "vllm",
+    "math-verify",
+    "latex2sympy2_extended",
+    "antlr4-python3-runtime",
+    "sympy",
+)
 """Libraries whose versions decide what a training run produces (engines and the reward's grader): part of
 both routes' run fingerprints, so a run resumed or reused under other versions is not silently the same run."""
 
@@ -231,7 +305,9 @@ def file_digest(paths: Iterable[str | Path]) -> str:
 def weights_digest(model_dir: str | Path) -> str:
     """sha256 of an HF model folder's weights and config (`*.safetensors`, `*.bin`, config.json)."""
     model_dir = Path(model_dir)
-    files = sorted(p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json")
+    files = sorted(
+        p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json"
+    )
     if not files:
         raise FileNotFoundError(f"{model_dir}: no model weights (*.safetensors) found")
     return file_digest(files)
@@ -242,11 +318,26 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     "train_tiny": ("config.py", "trainer_settings.py", "resolve.py", "core", "plugins", "tiny"),
     "train_paper": ("config.py", "trainer_settings.py", "resolve.py", "core", "plugins", "verl_plugin"),
     # the plug-in's CPU mode also runs the tiny route (tiny splits, trainer settings) and the project's sampler
-    "train_verl_cpu": ("config.py", "trainer_settings.py", "resolve.py", "core", "plugins", "verl_plugin",
-                       "tiny/rollout.py", "tiny/trainer.py",
-                       "tiny/splits.py", "tiny/task.py"),
-    "eval": ("eval", "core/reward.py", "core/answers.py", "core/_verify_worker.py", "core/math_verify_060.py",
-             "tiny/rollout.py"),
+    "train_verl_cpu": (
+        "config.py",
+        "trainer_settings.py",
+        "resolve.py",
+        "core",
+        "plugins",
+        "verl_plugin",
+        "tiny/rollout.py",
+        "tiny/trainer.py",
+        "tiny/splits.py",
+        "tiny/task.py",
+    ),
+    "eval": (
+        "eval",
+        "core/reward.py",
+        "core/answers.py",
+        "core/_verify_worker.py",
+        "core/math_verify_060.py",
+        "tiny/rollout.py",
+    ),
 }
 """Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint.
 `tests/test_code_digest.py` checks that every module of core/, tiny/, eval/, verl_plugin/ and prelim/ a stage
@@ -276,6 +367,22 @@ def code_digest(stage: str) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["BUDGETS", "CODE_OF_STAGE", "PRECEDENCE", "TRAINING_LIBRARIES", "RunSpec", "check_overrides", "code_digest",
-           "file_digest", "fingerprint", "library_versions_of", "read_run_file", "resolve", "run_spec", "stage_sources", "trainer_settings",
-           "weights_digest", "write_run_file"]
+__all__ = [
+    "BUDGETS",
+    "CODE_OF_STAGE",
+    "PRECEDENCE",
+    "TRAINING_LIBRARIES",
+    "RunSpec",
+    "check_overrides",
+    "code_digest",
+    "file_digest",
+    "fingerprint",
+    "library_versions_of",
+    "read_run_file",
+    "resolve",
+    "run_spec",
+    "stage_sources",
+    "trainer_settings",
+    "weights_digest",
+    "write_run_file",
+]

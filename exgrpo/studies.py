@@ -65,12 +65,16 @@ def merged_config(config_files: Iterable[str | Path]) -> dict[str, Any]:
     return merged
 
 
-def load_studies(config_files: Iterable[str | Path] = (DEFAULT_CONFIG,), workdir: str | Path = ".") -> WorkflowConfig:
+def load_studies(
+    config_files: Iterable[str | Path] = (DEFAULT_CONFIG,), workdir: str | Path = "."
+) -> WorkflowConfig:
     """The validated workflow configuration of config/config.yaml plus overlays (ConfigError on bad input)."""
     files = [Path(workdir) / p if not Path(p).is_absolute() else Path(p) for p in config_files]
     from exgrpo.backbones import SCHEMA_DIR
 
-    return load_workflow_config(merged_config(files), schema_dir=SCHEMA_DIR, workdir=workdir, config_files=files)
+    return load_workflow_config(
+        merged_config(files), schema_dir=SCHEMA_DIR, workdir=workdir, config_files=files
+    )
 
 
 def study_jobs(study: Study) -> dict[str, list[str]]:
@@ -84,7 +88,8 @@ def study_jobs(study: Study) -> dict[str, list[str]]:
     profiles = len(study.profiles)
     jobs = {
         "train": [b for b, _, _ in runs],
-        "eval": [b for b, _, _ in runs for _ in range(profiles)] + [b for b in study.backbones for _ in range(profiles)],
+        "eval": [b for b, _, _ in runs for _ in range(profiles)]
+        + [b for b in study.backbones for _ in range(profiles)],
         "prelim": [b for b in study.ablation_backbones for _ in study.seeds] if study.prelim else [],
     }
     data = 1 if study.scale == "tiny" else 1 + len(study.backbones)
@@ -120,23 +125,47 @@ def study_rows(wf: WorkflowConfig, results: str | Path = "results") -> list[Stud
                 requested += hours
                 gpu += hours * stage_gpus(entry, stage)
         measured = measured_wall_h(Path(results), study.source)
-        measured_h = (sum(measured[k] * len(jobs[k]) for k in measured) if measured else None)
-        rows.append(StudyRow(target, name, study.source, study.scale, study.runtime,
-                             {k: len(v) for k, v in jobs.items()}, requested, gpu, measured_h))
+        measured_h = sum(measured[k] * len(jobs[k]) for k in measured) if measured else None
+        rows.append(
+            StudyRow(
+                target,
+                name,
+                study.source,
+                study.scale,
+                study.runtime,
+                {k: len(v) for k, v in jobs.items()},
+                requested,
+                gpu,
+                measured_h,
+            )
+        )
     return rows
 
 
 def studies_table(rows: list[StudyRow]) -> str:
     """The Markdown table `exgrpo studies` prints."""
-    lines = ["| target | study | source | scale / runtime | jobs (train, eval, prelim, other) | requested h "
-             "| GPU-h | measured-based h |", "|---|---|---|---|---|---:|---:|---:|"]
+    lines = [
+        "| target | study | source | scale / runtime | jobs (train, eval, prelim, other) | requested h "
+        "| GPU-h | measured-based h |",
+        "|---|---|---|---|---|---:|---:|---:|",
+    ]
     for r in rows:
         measured = f"{r.measured_h:.2f}" if r.measured_h is not None else "-"
-        lines.append(f"| `{r.target}` | {r.study} | results/{r.source}/ | {r.scale} / {r.runtime} | {r.total_jobs} "
-                     f"({r.jobs['train']}, {r.jobs['eval']}, {r.jobs['prelim']}, {r.jobs['other']}) "
-                     f"| {r.requested_h:.1f} | {r.gpu_h:.0f} | {measured} |")
+        lines.append(
+            f"| `{r.target}` | {r.study} | results/{r.source}/ | {r.scale} / {r.runtime} | {r.total_jobs} "
+            f"({r.jobs['train']}, {r.jobs['eval']}, {r.jobs['prelim']}, {r.jobs['other']}) "
+            f"| {r.requested_h:.1f} | {r.gpu_h:.0f} | {measured} |"
+        )
     return "\n".join(lines)
 
 
-__all__ = ["DEFAULT_CONFIG", "StudyRow", "load_studies", "measured_wall_h", "merged_config", "studies_table",
-           "study_jobs", "study_rows"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "StudyRow",
+    "load_studies",
+    "measured_wall_h",
+    "merged_config",
+    "studies_table",
+    "study_jobs",
+    "study_rows",
+]

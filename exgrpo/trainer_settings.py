@@ -39,16 +39,31 @@ from exgrpo.config import ConfigError, _check_range, _check_type
 NOT_AT_PAPER = "not a paper-scale setting (CPU trainer only)"
 
 
-def _meta(*, paper: Any, verl: tuple[str, ...] = (), refused: str = "", lo: float | None = None,
-          hi: float | None = None, hi_open: bool = False, runtime_only: bool = False) -> dict[str, Any]:
+def _meta(
+    *,
+    paper: Any,
+    verl: tuple[str, ...] = (),
+    refused: str = "",
+    lo: float | None = None,
+    hi: float | None = None,
+    hi_open: bool = False,
+    runtime_only: bool = False,
+) -> dict[str, Any]:
     """Field metadata: `paper` default (a value, or a sentence where the backbone decides), the `verl` keys the
     field becomes on the verl route or the reason it is `refused` there (then only the default is accepted),
     the closed range [lo, hi] (`hi_open`: [lo, hi)), and `runtime_only` (where or how far a process runs, not
     what it trains: not fingerprinted)."""
     if bool(verl) == bool(refused):
         raise ValueError("a trainer setting either becomes verl keys or is refused on the verl route")
-    return {"paper": paper, "verl": verl, "refused": refused, "lo": lo, "hi": hi, "hi_open": hi_open,
-            "runtime_only": runtime_only}
+    return {
+        "paper": paper,
+        "verl": verl,
+        "refused": refused,
+        "lo": lo,
+        "hi": hi,
+        "hi_open": hi_open,
+        "runtime_only": runtime_only,
+    }
 
 
 _ACTOR, _ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
@@ -58,64 +73,107 @@ _ACTOR, _ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
 class TrainerSettings:
     """All trainer settings. Field docstrings follow each field (CleanRL style); metadata as in `_meta`."""
 
-    steps: int = field(default=200, metadata=_meta(paper="the backbone's `steps` (700 for Qwen2.5-Math-7B)",
-                                                   verl=("trainer.total_training_steps",), lo=1))
+    steps: int = field(
+        default=200,
+        metadata=_meta(
+            paper="the backbone's `steps` (700 for Qwen2.5-Math-7B)",
+            verl=("trainer.total_training_steps",),
+            lo=1,
+        ),
+    )
     """Training steps (one rollout batch each). Tiny: the backbone's `steps` (100 for tiny-math)."""
     batch_size: int = field(default=16, metadata=_meta(paper=128, verl=("data.train_batch_size",), lo=1))
     """B: questions per step (fresh + replayed; B fresh + replayed with `fresh_anchored`). Paper Table 4: 128."""
-    train_size: int = field(default=0, metadata=_meta(
-        paper=0, lo=0, refused="a regime setting: the verl route converts the whole train split"))
+    train_size: int = field(
+        default=0,
+        metadata=_meta(
+            paper=0, lo=0, refused="a regime setting: the verl route converts the whole train split"
+        ),
+    )
     """Training questions used: the first N of the train split's (shuffled) stored order; 0 = all of them."""
-    train_difficulties: tuple[int, ...] = field(default=(), metadata=_meta(
-        paper=(), refused="a regime setting: the verl route converts the whole train split"))
+    train_difficulties: tuple[int, ...] = field(
+        default=(),
+        metadata=_meta(paper=(), refused="a regime setting: the verl route converts the whole train split"),
+    )
     """Keep only training questions with these numbers of operations (e.g. (3, 4): a harder mix); () = all."""
-    mini_batches: int = field(default=2, metadata=_meta(paper=2, verl=(f"{_ACTOR}.ppo_mini_batch_size",), lo=1))
+    mini_batches: int = field(
+        default=2, metadata=_meta(paper=2, verl=(f"{_ACTOR}.ppo_mini_batch_size",), lo=1)
+    )
     """Optimizer steps per training step (paper: 128 prompts, mini-batch 64 → 2); verl: mini-batches of
     `batch_size / mini_batches` prompts (refused unless it divides `batch_size`)."""
     lr: float = field(default=1e-4, metadata=_meta(paper=1e-6, verl=(f"{_ACTOR}.optim.lr",), lo=0.0))
     """AdamW learning rate, constant (1e-4: the largest that gains on the tiny task without eroding greedy
     accuracy; paper Table 4: 1e-6). Must be > 0."""
-    adam_beta1: float = field(default=0.9, metadata=_meta(paper=0.9, verl=(f"{_ACTOR}.optim.betas",), lo=0.0,
-                                                          hi=1.0, hi_open=True))
+    adam_beta1: float = field(
+        default=0.9, metadata=_meta(paper=0.9, verl=(f"{_ACTOR}.optim.betas",), lo=0.0, hi=1.0, hi_open=True)
+    )
     """AdamW β1 (paper: 0.9)."""
-    adam_beta2: float = field(default=0.99, metadata=_meta(paper=0.999, verl=(f"{_ACTOR}.optim.betas",), lo=0.0,
-                                                           hi=1.0, hi_open=True))
+    adam_beta2: float = field(
+        default=0.99,
+        metadata=_meta(paper=0.999, verl=(f"{_ACTOR}.optim.betas",), lo=0.0, hi=1.0, hi_open=True),
+    )
     """AdamW β2: 0.99 at tiny scale (runs of 100-300 steps, shorter than β2=0.999's ~1000-step window; the
     committed tiny study was trained with it), 0.999 at paper scale (the paper's AdamW)."""
-    weight_decay: float = field(default=0.0, metadata=_meta(paper=0.01, verl=(f"{_ACTOR}.optim.weight_decay",),
-                                                            lo=0.0))
+    weight_decay: float = field(
+        default=0.0, metadata=_meta(paper=0.01, verl=(f"{_ACTOR}.optim.weight_decay",), lo=0.0)
+    )
     """AdamW weight decay (decoupled). Paper scale: 0.01, verl's and the release's."""
-    temperature: float = field(default=1.0, metadata=_meta(paper=1.0, verl=(f"{_ROLLOUT}.temperature",), lo=0.0))
+    temperature: float = field(
+        default=1.0, metadata=_meta(paper=1.0, verl=(f"{_ROLLOUT}.temperature",), lo=0.0)
+    )
     """Rollout temperature (paper: 1.0; 0 = greedy). The fresh rows' π_θold is the rollout's own log-probs, exact
     only at 1.0."""
     top_p: float = field(default=1.0, metadata=_meta(paper=1.0, verl=(f"{_ROLLOUT}.top_p",), lo=0.0, hi=1.0))
     """Rollout top-p (paper: 1.0), in (0, 1]."""
-    max_new_tokens: int = field(default=72, metadata=_meta(
-        paper="the backbone's `max_response_length` (8192)",
-        verl=("data.max_response_length", f"{_ROLLOUT}.max_model_len", f"{_ACTOR}.ppo_max_token_len_per_gpu",
-              f"{_ROLLOUT}.log_prob_max_token_len_per_gpu", "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"),
-        lo=1))
+    max_new_tokens: int = field(
+        default=72,
+        metadata=_meta(
+            paper="the backbone's `max_response_length` (8192)",
+            verl=(
+                "data.max_response_length",
+                f"{_ROLLOUT}.max_model_len",
+                f"{_ACTOR}.ppo_max_token_len_per_gpu",
+                f"{_ROLLOUT}.log_prob_max_token_len_per_gpu",
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            ),
+            lo=1,
+        ),
+    )
     """Response length cap; also the constant loss normaliser when `loss_norm_const` is 0. Tiny: the backbone's
     `max_response_length` (72). verl: the response length, the model length (prompt + response) and the token
     budgets of a dynamic micro-batch (4 x model length)."""
     val_every: int = field(default=25, metadata=_meta(paper=10, verl=("trainer.test_freq",), lo=0))
     """Validate every N steps (and at the last step); 0 disables (verl: test_freq -1)."""
-    val_size: int = field(default=200, metadata=_meta(paper="the whole validation split",
-                                                      verl=("data.val_max_samples",), lo=0))
+    val_size: int = field(
+        default=200, metadata=_meta(paper="the whole validation split", verl=("data.val_max_samples",), lo=0)
+    )
     """Validation questions (first N of the valid split)."""
-    val_temperature: float = field(default=0.6, metadata=_meta(paper=0.6, verl=(f"{_ROLLOUT}.val_kwargs.temperature",),
-                                                               lo=0.0))
+    val_temperature: float = field(
+        default=0.6, metadata=_meta(paper=0.6, verl=(f"{_ROLLOUT}.val_kwargs.temperature",), lo=0.0)
+    )
     """Validation temperature (paper: 0.6, one sample)."""
     ckpt_every: int = field(default=25, metadata=_meta(paper=50, verl=("trainer.save_freq",), lo=1))
     """Checkpoint every N steps (and at the last step)."""
-    threads: int = field(default=1, metadata=_meta(
-        paper=NOT_AT_PAPER, lo=1, runtime_only=True,
-        refused="torch intra-op threads of the CPU trainer's own process; verl's Ray workers are sized by the "
-                "backbone's resources"))
+    threads: int = field(
+        default=1,
+        metadata=_meta(
+            paper=NOT_AT_PAPER,
+            lo=1,
+            runtime_only=True,
+            refused="torch intra-op threads of the CPU trainer's own process; verl's Ray workers are sized by the "
+            "backbone's resources",
+        ),
+    )
     """torch intra-op threads (not part of the run's identity)."""
-    stop_after: int = field(default=0, metadata=_meta(
-        paper=NOT_AT_PAPER, lo=0, runtime_only=True,
-        refused="a CPU-trainer drill (exit after step N); verl's trainer has no such switch"))
+    stop_after: int = field(
+        default=0,
+        metadata=_meta(
+            paper=NOT_AT_PAPER,
+            lo=0,
+            runtime_only=True,
+            refused="a CPU-trainer drill (exit after step N); verl's trainer has no such switch",
+        ),
+    )
     """Exit after this step without finishing (tests and failure drills); 0 = run to the end."""
 
     def __post_init__(self) -> None:
@@ -156,7 +214,9 @@ class TrainerSettings:
         known = names()
         for key in values:
             if key not in known:
-                raise ConfigError(f"{where}{key}", f"unknown trainer setting; known: {', '.join(sorted(known))}")
+                raise ConfigError(
+                    f"{where}{key}", f"unknown trainer setting; known: {', '.join(sorted(known))}"
+                )
         return cls(**values).validate(where)
 
     def to_dict(self) -> dict[str, Any]:

@@ -50,9 +50,9 @@ def target_studies(studies: Iterable[str]) -> dict[str, str]:
     names = list(studies)
     return {**{name: name for name in names}, **{t: s for t, s in TARGET_ALIASES.items() if s in names}}
 
+
 VARIANT_GROUPS = ("methods", "ablations", "prelim")
 """Config sections that name variants (keys of exgrpo.config.ABLATIONS) with extra overrides."""
-
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,12 @@ class Study:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
         preliminary-study variants on the ablation backbones."""
         out = [(b, v, s) for b in self.backbones for v in self.methods for s in self.seeds]
-        out += [(b, v, s) for b in self.ablation_backbones for v in self.ablations + self.prelim
-                for s in self.seeds]
+        out += [
+            (b, v, s)
+            for b in self.ablation_backbones
+            for v in self.ablations + self.prelim
+            for s in self.seeds
+        ]
         return out
 
 
@@ -115,12 +119,27 @@ class WorkflowConfig:
         """The resolved method settings of `variant` trained on `backbone` (exgrpo.resolve precedence)."""
         return self.run(backbone, variant, 0, budget).method
 
-    def run(self, backbone: str, variant: str, seed: int, budget: str,
-            data_order_seed: int | None = None, trainer: Mapping[str, Any] | None = None) -> RunSpec:
+    def run(
+        self,
+        backbone: str,
+        variant: str,
+        seed: int,
+        budget: str,
+        data_order_seed: int | None = None,
+        trainer: Mapping[str, Any] | None = None,
+    ) -> RunSpec:
         """One run, resolved once (exgrpo.resolve.run_spec): what the workflow writes to method.json."""
-        return run_spec(backbone, self.backbones[backbone], variant, seed, budget=budget,
-                        overrides=self.variant_overrides[variant], trainer_overrides=trainer or None,
-                        data_order_seed=data_order_seed, where=f"{self.group_of(variant)}.{variant}.")
+        return run_spec(
+            backbone,
+            self.backbones[backbone],
+            variant,
+            seed,
+            budget=budget,
+            overrides=self.variant_overrides[variant],
+            trainer_overrides=trainer or None,
+            data_order_seed=data_order_seed,
+            where=f"{self.group_of(variant)}.{variant}.",
+        )
 
     def study_run(self, source: str, backbone: str, variant: str, seed: int) -> RunSpec:
         """The resolved run of (backbone, variant, seed) in the studies writing to `source` (for a regime's
@@ -129,8 +148,15 @@ class WorkflowConfig:
         regime = next((self.regimes[n] for n, st in self.regime_studies.items() if st.source == source), None)
         if regime is not None:
             arm = regime.arms[variant]
-            return arm_run(regime, variant, seed, self.backbones[backbone], study.budget,
-                           self.variant_overrides.get(arm.variant, {}), study.data_order_seed)
+            return arm_run(
+                regime,
+                variant,
+                seed,
+                self.backbones[backbone],
+                study.budget,
+                self.variant_overrides.get(arm.variant, {}),
+                study.data_order_seed,
+            )
         return self.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
 
     def group_of(self, variant: str) -> str:
@@ -154,8 +180,12 @@ def check_config_files(paths: Iterable[str | Path]) -> None:
         load_yaml(path, "configfile")
 
 
-def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCHEMA_DIR,
-                         workdir: str | Path = ".", config_files: Iterable[str | Path] = ()) -> WorkflowConfig:
+def load_workflow_config(
+    config: Mapping[str, Any],
+    schema_dir: str | Path = SCHEMA_DIR,
+    workdir: str | Path = ".",
+    config_files: Iterable[str | Path] = (),
+) -> WorkflowConfig:
     """Validate a merged Snakemake `config` (and the backbones file it names) and resolve studies.
 
     `config_files`: the YAML files `config` was merged from (checked strictly first).
@@ -180,13 +210,22 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
             raise ConfigError(f"studies.{study}", f"missing; target `{target}` runs this study")
     for name in studies:
         if name in TARGET_ALIASES:
-            raise ConfigError(f"studies.{name}", f"`{name}` is the target of study "
-                              f"{TARGET_ALIASES[name]!r} (exgrpo.workflow_config.TARGET_ALIASES): rename the study")
+            raise ConfigError(
+                f"studies.{name}",
+                f"`{name}` is the target of study "
+                f"{TARGET_ALIASES[name]!r} (exgrpo.workflow_config.TARGET_ALIASES): rename the study",
+            )
     _check_shared_sources(studies)
     hf_cache = os.environ.get("EXGRPO_HF_CACHE") or config["hf_cache"]
-    wf = WorkflowConfig(raw=config, backbones=backbones, studies=studies, variant_overrides=overrides,
-                        hf_cache=hf_cache, allow_no_gpu=bool(config.get("allow_no_gpu", False)),
-                        results_dir=str(config.get("results_dir", "reruns")))
+    wf = WorkflowConfig(
+        raw=config,
+        backbones=backbones,
+        studies=studies,
+        variant_overrides=overrides,
+        hf_cache=hf_cache,
+        allow_no_gpu=bool(config.get("allow_no_gpu", False)),
+        results_dir=str(config.get("results_dir", "reruns")),
+    )
     for variant in overrides:  # a variant must be valid on every backbone it may meet
         for name in backbones:
             wf.run(name, variant, 0, "full")
@@ -194,7 +233,9 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
         for backbone, variant, seed in study.runs():
             try:
                 spec = wf.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
-                if study.runtime == "verl" and study.scale == "tiny":  # what its job would refuse, refused now
+                if (
+                    study.runtime == "verl" and study.scale == "tiny"
+                ):  # what its job would refuse, refused now
                     from exgrpo.verl_plugin.tiny_route import trainer_overrides
 
                     trainer_overrides(spec.trainer, int(backbones[backbone]["max_prompt_length"]))
@@ -208,7 +249,11 @@ def load_workflow_config(config: Mapping[str, Any], schema_dir: str | Path = SCH
 def _with_regimes(wf: WorkflowConfig, raw: Mapping[str, Any] | None) -> WorkflowConfig:
     """`wf` with the regime map (exgrpo.regimes.regime_studies)."""
     regimes, studies, reuse = regime_studies(wf, raw)
-    return dataclasses.replace(wf, regimes=regimes, regime_studies=studies, regime_reuse=reuse) if regimes else wf
+    return (
+        dataclasses.replace(wf, regimes=regimes, regime_studies=studies, regime_reuse=reuse)
+        if regimes
+        else wf
+    )
 
 
 def _check_benchmark_names(sets: Mapping[str, list[str]]) -> None:
@@ -217,8 +262,10 @@ def _check_benchmark_names(sets: Mapping[str, list[str]]) -> None:
     for set_name, names in sets.items():
         for i, name in enumerate(names):
             if name not in BENCHMARKS:
-                raise ConfigError(field_path(["benchmarks", set_name, i]),
-                                  unknown("benchmark", name, BENCHMARKS, " (exgrpo.eval.benchmarks)"))
+                raise ConfigError(
+                    field_path(["benchmarks", set_name, i]),
+                    unknown("benchmark", name, BENCHMARKS, " (exgrpo.eval.benchmarks)"),
+                )
 
 
 def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -227,12 +274,15 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     for group in VARIANT_GROUPS:
         for variant, extra in (config[group] or {}).items():
             if variant in VARIANT_ALIASES:
-                raise ConfigError(f"{group}.{variant}",
-                                  f"`{variant}` is the analysis' name for the `{VARIANT_ALIASES[variant]}` run "
-                                  f"(exgrpo.config.VARIANT_ALIASES), not a variant to train: remove it")
+                raise ConfigError(
+                    f"{group}.{variant}",
+                    f"`{variant}` is the analysis' name for the `{VARIANT_ALIASES[variant]}` run "
+                    f"(exgrpo.config.VARIANT_ALIASES), not a variant to train: remove it",
+                )
             if variant not in ABLATIONS:
-                raise ConfigError(f"{group}.{variant}",
-                                  unknown("variant", variant, ABLATIONS, " (exgrpo.config.ABLATIONS)"))
+                raise ConfigError(
+                    f"{group}.{variant}", unknown("variant", variant, ABLATIONS, " (exgrpo.config.ABLATIONS)")
+                )
             if variant in seen:
                 raise ConfigError(f"{group}.{variant}", f"already defined under `{seen[variant]}`")
             seen[variant] = group
@@ -240,49 +290,77 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _resolve_study(name: str, raw: Mapping[str, Any], config: Mapping[str, Any],
-                   backbones: Mapping[str, Mapping[str, Any]]) -> Study:
+def _resolve_study(
+    name: str, raw: Mapping[str, Any], config: Mapping[str, Any], backbones: Mapping[str, Mapping[str, Any]]
+) -> Study:
     where = ["studies", name]
     scale = raw["scale"]
     of_scale = [b for b, e in backbones.items() if e["scale"] == scale]
     if raw["backbones"] == "all":
         chosen = [b for b in of_scale if backbones[b].get("in_all", True)]
         if not chosen:
-            raise ConfigError(field_path([*where, "backbones"]), f"no backbone of scale {scale!r} is registered")
+            raise ConfigError(
+                field_path([*where, "backbones"]), f"no backbone of scale {scale!r} is registered"
+            )
     else:
-        chosen = [_known_backbone(b, [*where, "backbones", i], backbones, scale) for i, b in enumerate(raw["backbones"])]
+        chosen = [
+            _known_backbone(b, [*where, "backbones", i], backbones, scale)
+            for i, b in enumerate(raw["backbones"])
+        ]
     ablation_backbones = list(raw.get("ablation_backbones", []))
     for i, b in enumerate(ablation_backbones):
         if b not in chosen:
             _known_backbone(b, [*where, "ablation_backbones", i], backbones, scale)
-            raise ConfigError(field_path([*where, "ablation_backbones", i]),
-                              f"backbone {b!r} is not among the study's backbones")
+            raise ConfigError(
+                field_path([*where, "ablation_backbones", i]),
+                f"backbone {b!r} is not among the study's backbones",
+            )
     if (raw["ablations"] or raw["prelim"]) and not ablation_backbones:
-        raise ConfigError(field_path([*where, "ablation_backbones"]), "required when ablations or prelim are set")
+        raise ConfigError(
+            field_path([*where, "ablation_backbones"]), "required when ablations or prelim are set"
+        )
     for group in VARIANT_GROUPS:
         for i, variant in enumerate(raw[group]):
             if variant not in (config[group] or {}):
-                raise ConfigError(field_path([*where, group, i]),
-                                  f"unknown {group} variant {variant!r}; defined under `{group}`: "
-                                  f"{', '.join(config[group] or {}) or 'none'}")
+                raise ConfigError(
+                    field_path([*where, group, i]),
+                    f"unknown {group} variant {variant!r}; defined under `{group}`: "
+                    f"{', '.join(config[group] or {}) or 'none'}",
+                )
     from exgrpo.eval.profiles import PROFILES
 
     benchmarks: list[str] = []
     for i, bench_set in enumerate(raw["eval"]["benchmarks"]):
         if bench_set not in config["benchmarks"]:
-            raise ConfigError(field_path([*where, "eval", "benchmarks", i]),
-                              unknown("benchmark set", bench_set, config["benchmarks"]))
+            raise ConfigError(
+                field_path([*where, "eval", "benchmarks", i]),
+                unknown("benchmark set", bench_set, config["benchmarks"]),
+            )
         benchmarks += [b for b in config["benchmarks"][bench_set] if b not in benchmarks]
     for i, profile in enumerate(raw["eval"]["profiles"]):
         if profile not in PROFILES:
-            raise ConfigError(field_path([*where, "eval", "profiles", i]),
-                              unknown("decoding profile", profile, PROFILES, " (exgrpo.eval.profiles)"))
-    return Study(name=name, source=raw["source"], scale=scale, backbones=tuple(chosen),
-                 ablation_backbones=tuple(ablation_backbones), budget=raw["budget"],
-                 data_seed=raw.get("data_seed"), data_order_seed=_data_order_seed(raw), seeds=tuple(raw["seeds"]), methods=tuple(raw["methods"]),
-                 ablations=tuple(raw["ablations"]), prelim=tuple(raw["prelim"]),
-                 benchmarks=tuple(benchmarks), profiles=tuple(raw["eval"]["profiles"]),
-                 runtime=raw.get("runtime", "tiny" if scale == "tiny" else "verl"), trainer=dict(raw.get("trainer") or {}))
+            raise ConfigError(
+                field_path([*where, "eval", "profiles", i]),
+                unknown("decoding profile", profile, PROFILES, " (exgrpo.eval.profiles)"),
+            )
+    return Study(
+        name=name,
+        source=raw["source"],
+        scale=scale,
+        backbones=tuple(chosen),
+        ablation_backbones=tuple(ablation_backbones),
+        budget=raw["budget"],
+        data_seed=raw.get("data_seed"),
+        data_order_seed=_data_order_seed(raw),
+        seeds=tuple(raw["seeds"]),
+        methods=tuple(raw["methods"]),
+        ablations=tuple(raw["ablations"]),
+        prelim=tuple(raw["prelim"]),
+        benchmarks=tuple(benchmarks),
+        profiles=tuple(raw["eval"]["profiles"]),
+        runtime=raw.get("runtime", "tiny" if scale == "tiny" else "verl"),
+        trainer=dict(raw.get("trainer") or {}),
+    )
 
 
 def _data_order_seed(raw: Mapping[str, Any]) -> int | None:
@@ -290,12 +368,16 @@ def _data_order_seed(raw: Mapping[str, Any]) -> int | None:
     return None if value == "run" else int(value)
 
 
-def _known_backbone(name: str, where: list[Any], backbones: Mapping[str, Mapping[str, Any]], scale: str) -> str:
+def _known_backbone(
+    name: str, where: list[Any], backbones: Mapping[str, Mapping[str, Any]], scale: str
+) -> str:
     if name not in backbones:
         raise ConfigError(field_path(where), unknown("backbone", name, backbones))
     if backbones[name]["scale"] != scale:
-        raise ConfigError(field_path(where),
-                          f"backbone {name!r} has scale {backbones[name]['scale']!r}, the study's scale is {scale!r}")
+        raise ConfigError(
+            field_path(where),
+            f"backbone {name!r} has scale {backbones[name]['scale']!r}, the study's scale is {scale!r}",
+        )
     return name
 
 
@@ -306,10 +388,25 @@ def _check_shared_sources(studies: Mapping[str, Study]) -> None:
         # every setting that changes what a run of the same (backbone, variant, seed) writes to the shared path
         for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer"):
             if getattr(study, attr) != getattr(other, attr):
-                raise ConfigError(f"studies.{study.name}.{attr}",
-                                  f"{getattr(study, attr)!r} differs from study {other.name!r} "
-                                  f"({getattr(other, attr)!r}), which writes to the same source {study.source!r}")
+                raise ConfigError(
+                    f"studies.{study.name}.{attr}",
+                    f"{getattr(study, attr)!r} differs from study {other.name!r} "
+                    f"({getattr(other, attr)!r}), which writes to the same source {study.source!r}",
+                )
 
 
-__all__ = ["DEFAULT_STUDY", "SCHEMA_DIR", "TARGET_ALIASES", "target_studies", "VARIANT_GROUPS", "Study", "WorkflowConfig", "check_config_files",
-           "check_schema", "field_path", "load_backbones", "load_workflow_config", "load_yaml"]
+__all__ = [
+    "DEFAULT_STUDY",
+    "SCHEMA_DIR",
+    "TARGET_ALIASES",
+    "target_studies",
+    "VARIANT_GROUPS",
+    "Study",
+    "WorkflowConfig",
+    "check_config_files",
+    "check_schema",
+    "field_path",
+    "load_backbones",
+    "load_workflow_config",
+    "load_yaml",
+]

@@ -40,7 +40,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     source = "<yaml>"
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+def _construct_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Any, Any]:
     loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
@@ -48,8 +50,11 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
         line = key_node.start_mark.line + 1
         if key in seen:
             where = field_path([*_path_to(loader, node), key])
-            raise ConfigError(where or str(key), f"duplicate key in {loader.source} (line {line}; first at line "
-                                                 f"{seen[key]}): YAML keeps only one of them")
+            raise ConfigError(
+                where or str(key),
+                f"duplicate key in {loader.source} (line {line}; first at line "
+                f"{seen[key]}): YAML keeps only one of them",
+            )
         seen[key] = line
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
@@ -107,7 +112,9 @@ def load_yaml(path: str | Path, what: str) -> Any:
     return parse_yaml(path.read_text(encoding="utf-8"), str(path))
 
 
-def check_schema(instance: Any, schema_path: str | Path, prefix: Iterable[Any] = (), source: str = "") -> None:
+def check_schema(
+    instance: Any, schema_path: str | Path, prefix: Iterable[Any] = (), source: str = ""
+) -> None:
     """Validate `instance` against a JSON-Schema YAML file; raise ConfigError naming the first bad field."""
     import jsonschema
 

@@ -14,16 +14,31 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_summary_of_the_committed_tiny_study(tmp_path: Path):
     out = tmp_path / "study.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks/bench_study.py"), "--summarise", str(ROOT),
-                    "--install-s", "110", "--snakemake-s", "789", "--out", str(out)], check=True, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/bench_study.py"),
+            "--summarise",
+            str(ROOT),
+            "--install-s",
+            "110",
+            "--snakemake-s",
+            "789",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        cwd=ROOT,
+    )
     result = json.loads(out.read_text())
     assert result["total_min"] == pytest.approx((110 + 789) / 60, abs=0.01)
     assert result["commands"]["run"] == "snakemake --cores 2 tiny"
     tsvs = sorted((ROOT / "results/tiny/benchmarks").glob("*/**/*.tsv"))
     per_rule = result["per_rule"]
     # one job per benchmark record, grouped by the rule folder; the CPU minutes are the files' own sums
-    assert {rule: v["jobs"] for rule, v in per_rule.items() if rule != "all rules"} == \
-        Counter(p.relative_to(ROOT / "results/tiny/benchmarks").parts[0] for p in tsvs)
+    assert {rule: v["jobs"] for rule, v in per_rule.items() if rule != "all rules"} == Counter(
+        p.relative_to(ROOT / "results/tiny/benchmarks").parts[0] for p in tsvs
+    )
     cpu_min = sum(pd.read_csv(p, sep="\t")["cpu_time"].sum() for p in tsvs) / 60
     assert per_rule["all rules"]["cpu_min"] == pytest.approx(cpu_min, abs=0.05)
     assert result["provenance"]["versions"]["torch"]

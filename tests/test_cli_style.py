@@ -16,9 +16,16 @@ from exgrpo.cli import main as cli
 from exgrpo.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-OLD_NAMES = {"--method": "--variant", "--tp": "--tensor-parallel-size", "--judge-tp": "--judge-tensor-parallel-size",
-             "--timeout-s": "--grader-timeout", "--workers": "--grader-workers", "--data-dir": "--data",
-             "--tiny-data": "--data", "--nodes": "--nnodes"}
+OLD_NAMES = {
+    "--method": "--variant",
+    "--tp": "--tensor-parallel-size",
+    "--judge-tp": "--judge-tensor-parallel-size",
+    "--timeout-s": "--grader-timeout",
+    "--workers": "--grader-workers",
+    "--data-dir": "--data",
+    "--tiny-data": "--data",
+    "--nodes": "--nnodes",
+}
 """Deprecated spelling -> the one name of its concept."""
 
 
@@ -36,13 +43,27 @@ def test_old_names_are_hidden_aliases_and_no_command_shows_them():
         assert not visible & set(OLD_NAMES), (name, visible & set(OLD_NAMES))
 
 
-@pytest.mark.parametrize(("argv", "old", "new", "dest", "value"), [
-    (["regrade", "--cache", "c", "--out", "o"], "--timeout-s", "--grader-timeout", "timeout_s", 3.0),
-    (["prelim-analyze", "--model", "m", "--data", "d", "--out", "o"], "--tp", "--tensor-parallel-size", "tp", 4),
-    (["verl-launch", "--run-dir", "r"], "--nodes", "--nnodes", "nodes", 2),
-    (["eval", "--model", "m", "--benchmarks", "tiny", "--profile", "tiny", "--out", "o"], "--data-dir", "--data",
-     "data_dir", "x"),
-])
+@pytest.mark.parametrize(
+    ("argv", "old", "new", "dest", "value"),
+    [
+        (["regrade", "--cache", "c", "--out", "o"], "--timeout-s", "--grader-timeout", "timeout_s", 3.0),
+        (
+            ["prelim-analyze", "--model", "m", "--data", "d", "--out", "o"],
+            "--tp",
+            "--tensor-parallel-size",
+            "tp",
+            4,
+        ),
+        (["verl-launch", "--run-dir", "r"], "--nodes", "--nnodes", "nodes", 2),
+        (
+            ["eval", "--model", "m", "--benchmarks", "tiny", "--profile", "tiny", "--out", "o"],
+            "--data-dir",
+            "--data",
+            "data_dir",
+            "x",
+        ),
+    ],
+)
 def test_a_deprecated_alias_sets_the_same_setting_and_says_so(argv, old, new, dest, value, capsys):
     parser = build_parser()
     args_new = parser.parse_args([*argv, new, str(value)])
@@ -54,27 +75,54 @@ def test_a_deprecated_alias_sets_the_same_setting_and_says_so(argv, old, new, de
 
 
 def test_version():
-    out = subprocess.run([sys.executable, "-m", "exgrpo.cli", "--version"], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "exgrpo.cli", "--version"], capture_output=True, text=True, cwd=ROOT
+    )
     assert out.returncode == 0 and out.stdout.strip() == f"exgrpo {__version__}"
 
 
 def test_a_misspelt_backbone_gets_a_suggestion(capsys, tmp_path):
-    code = cli(["train", "--backbone", "tiny-mth", "--variant", "exgrpo", "--data", str(tmp_path), "--init",
-                str(tmp_path), "--out", str(tmp_path / "o"), "--backbones", str(ROOT / "config" / "backbones.yaml")])
+    code = cli(
+        [
+            "train",
+            "--backbone",
+            "tiny-mth",
+            "--variant",
+            "exgrpo",
+            "--data",
+            str(tmp_path),
+            "--init",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+            "--backbones",
+            str(ROOT / "config" / "backbones.yaml"),
+        ]
+    )
     assert code == 2 and "did you mean 'tiny-math'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("lookup", "typo", "right"), [
-    ("variant", "exgrp", "exgrpo"), ("benchmark", "math50", "math500"), ("profile", "tinyy", "tiny"),
-    ("budget", "smok", "smoke")])
+@pytest.mark.parametrize(
+    ("lookup", "typo", "right"),
+    [
+        ("variant", "exgrp", "exgrpo"),
+        ("benchmark", "math50", "math500"),
+        ("profile", "tinyy", "tiny"),
+        ("budget", "smok", "smoke"),
+    ],
+)
 def test_misspelt_names_get_suggestions(lookup, typo, right):
     from exgrpo.config import config_for
     from exgrpo.eval.benchmarks import get_benchmark
     from exgrpo.eval.profiles import get_profile
     from exgrpo.resolve import resolve
 
-    call = {"variant": config_for, "benchmark": get_benchmark, "profile": get_profile,
-            "budget": lambda name: resolve({}, "exgrpo", budget=name)}[lookup]
+    call = {
+        "variant": config_for,
+        "benchmark": get_benchmark,
+        "profile": get_profile,
+        "budget": lambda name: resolve({}, "exgrpo", budget=name),
+    }[lookup]
     with pytest.raises(ConfigError, match=f"did you mean '{right}'"):
         call(typo)
 

@@ -16,10 +16,15 @@ from exgrpo.resolve import CODE_OF_STAGE, PACKAGE_ROOT, stage_sources
 METHOD_PACKAGES = ("core", "tiny", "eval", "verl_plugin", "prelim")
 """Where the code that decides a result lives; the rest (io, provenance, metrics names, CLI) does not."""
 _COLLECT = {"eval/benchmarks.py", "eval/schemas.py"}  # verl-collect names validation metrics by benchmark
-_CPU_MODE = {"tiny/rollout.py", "tiny/trainer.py", "tiny/splits.py", "tiny/task.py"}  # the tiny route, CPU rollouts
+_CPU_MODE = {
+    "tiny/rollout.py",
+    "tiny/trainer.py",
+    "tiny/splits.py",
+    "tiny/task.py",
+}  # the tiny route, CPU rollouts
 NOT_RESULT_CODE = {
     "train_paper": _COLLECT | _CPU_MODE,  # CPU-mode code is digested as train_verl_cpu, so a change to the
-    "train_verl_cpu": _COLLECT,           # CPU trainer does not retrain paper-scale GPU runs
+    "train_verl_cpu": _COLLECT,  # CPU trainer does not retrain paper-scale GPU runs
 }
 """Modules a stage imports that decide none of its results, with the reason."""
 
@@ -76,15 +81,18 @@ def package_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-@pytest.mark.parametrize(("stage", "edited"), [
-    ("eval", "eval/tasks/tiny/tiny_test.yaml"),  # an lm-eval task's prompt template
-    ("eval", "eval/harness.py"),
-    ("eval", "core/reward.py"),
-    ("train_tiny", "core/experience_state.py"),
-    ("train_tiny", "tiny/trainer.py"),
-    ("train_paper", "verl_plugin/config/exgrpo_trainer.yaml"),  # the Hydra config verl trains with
-    ("train_paper", "verl_plugin/templates/single_node.sh.jinja"),
-])
+@pytest.mark.parametrize(
+    ("stage", "edited"),
+    [
+        ("eval", "eval/tasks/tiny/tiny_test.yaml"),  # an lm-eval task's prompt template
+        ("eval", "eval/harness.py"),
+        ("eval", "core/reward.py"),
+        ("train_tiny", "core/experience_state.py"),
+        ("train_tiny", "tiny/trainer.py"),
+        ("train_paper", "verl_plugin/config/exgrpo_trainer.yaml"),  # the Hydra config verl trains with
+        ("train_paper", "verl_plugin/templates/single_node.sh.jinja"),
+    ],
+)
 def test_code_digest_changes_with_every_file_its_stage_reads(package_copy: Path, stage: str, edited: str):
     from exgrpo.resolve import code_digest
 

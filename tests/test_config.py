@@ -9,7 +9,13 @@ from exgrpo.config import ABLATIONS, CHOICES, SWITCHES, ConfigError, ExGRPOConfi
 
 def test_defaults_are_the_papers_constants():
     cfg = ExGRPOConfig().validate()
-    assert (cfg.n_rollouts, cfg.rho, cfg.shaping_beta, cfg.start_threshold, cfg.clip_eps) == (8, 0.5, 0.1, 0.35, 0.2)
+    assert (cfg.n_rollouts, cfg.rho, cfg.shaping_beta, cfg.start_threshold, cfg.clip_eps) == (
+        8,
+        0.5,
+        0.1,
+        0.35,
+        0.2,
+    )
     assert (cfg.entropy_coef, cfg.kl_coef, cfg.adv_std_norm) == (0.001, 0.0, False)
     assert cfg.rbound == 7 and cfg.buffer_lbound == 0  # released: 1..7 successes of 8 are stored
     assert cfg.sigma_count == 1.0  # released: σ = 1 in success-count units

@@ -32,5 +32,6 @@ def test_another_library_version_is_another_run(dist, tmp_path, monkeypatch):
 
 def test_the_libraries_are_the_engines_and_the_reward_grader():
     assert {"torch", "transformers", "verl", "vllm", "math-verify", "antlr4-python3-runtime", "sympy"} <= set(
-        TRAINING_LIBRARIES)
+        TRAINING_LIBRARIES
+    )
     assert library_versions_of(["surely-not-installed-dist"]) == {"surely-not-installed-dist": None}

@@ -30,7 +30,9 @@ def _pin(tool: str) -> str:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=1800
+    )
 
 
 @pytest.mark.parametrize("tool", ["ruff", "mypy"])

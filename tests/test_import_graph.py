@@ -33,8 +33,12 @@ def _imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
         return name or None
 
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)}
+    skip = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     out = set()
     for node in ast.walk(tree):
@@ -45,7 +49,7 @@ def _imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
             out |= {r for a in node.names if (r := resolve(f"{base}.{a.name}"))}
     out.discard(module)
     return out

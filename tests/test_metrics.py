@@ -25,7 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_registry_is_torch_free_and_names_are_unique():
     code = "import sys, exgrpo.metrics; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "[]"
+    )
     names = [m.name for m in M.METRICS]
     assert len(names) == len(set(names))
     verl_keys = [m.verl_key for m in M.METRICS if m.verl_key]
@@ -50,10 +55,19 @@ def test_core_metric_keys_are_registered():
     exp = manager.end_step(1, 0.5)
     verifier_keys = Verifier.from_config(cfg).metrics()
     logp = -torch.rand(2, 3)
-    _, loss_metrics = exgrpo_policy_loss(logp, logp + 0.1, torch.ones(2), torch.ones(2, 3, dtype=torch.bool),
-                                         is_replay=torch.tensor([False, True]), behaviour_logp=logp - 0.1,
-                                         replay_active=True, cfg=cfg, norm_const=3, token_entropy=torch.rand(2, 3),
-                                         ref_logp=logp)
+    _, loss_metrics = exgrpo_policy_loss(
+        logp,
+        logp + 0.1,
+        torch.ones(2),
+        torch.ones(2, 3, dtype=torch.bool),
+        is_replay=torch.tensor([False, True]),
+        behaviour_logp=logp - 0.1,
+        replay_active=True,
+        cfg=cfg,
+        norm_const=3,
+        token_entropy=torch.rand(2, 3),
+        ref_logp=logp,
+    )
     for key in [*exp, *verifier_keys, *(f"update/{k}" for k in loss_metrics)]:
         assert M.lookup(key) is not None, key
     renames = M.verl_key_map()
@@ -63,8 +77,14 @@ def test_core_metric_keys_are_registered():
 
 def _string_keys(path: Path, prefix: str) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and n.value.startswith(prefix) and " " not in n.value}
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and n.value.startswith(prefix)
+        and " " not in n.value
+    }
 
 
 def test_verl_plugin_keys_are_registered():
@@ -82,7 +102,10 @@ def test_collect_renames_by_the_registry():
 
     assert M.verl_key_map() == collect.KEY_MAP
     assert collect.KEY_MAP["critic/score/mean"] == "reward/batch_mean"
-    assert collect.contract_key("exgrpo/pass1") == "pass1" and collect.contract_key("perf/mfu/actor") == "perf/mfu/actor"
+    assert (
+        collect.contract_key("exgrpo/pass1") == "pass1"
+        and collect.contract_key("perf/mfu/actor") == "perf/mfu/actor"
+    )
     assert collect.contract_key("exgrpo/fresh_questions") == "exgrpo/fresh_questions"
     assert collect.contract_key("brand_new/metric") == "verl/brand_new/metric"
 
@@ -97,10 +120,16 @@ def _write_log(path: Path, rows: list[dict]) -> None:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-@pytest.mark.parametrize(("row", "field"), [
-    ({"step": 1, "pass1": 0.5, "rewrad/mean": 0.5}, "line 1: rewrad/mean"),
-    ({"step": 1, "pass1": 0.5, "reward/mean": 0.75}, "line 1: reward/mean"),  # verl's legacy all-rows meaning
-])
+@pytest.mark.parametrize(
+    ("row", "field"),
+    [
+        ({"step": 1, "pass1": 0.5, "rewrad/mean": 0.5}, "line 1: rewrad/mean"),
+        (
+            {"step": 1, "pass1": 0.5, "reward/mean": 0.75},
+            "line 1: reward/mean",
+        ),  # verl's legacy all-rows meaning
+    ],
+)
 def test_loader_rejects_unknown_and_ambiguous_keys_by_name(tmp_path, row, field):
     from analysis.loader import ResultsError, _read_log
 

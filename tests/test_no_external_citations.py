@@ -22,8 +22,10 @@ THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
 REFERENCE_NOTES = ("paper", "verl", "verl-cpu", "tiny-testbed", "ecosystem", "peers", "checks-2026-12")
 """Names (without .md) of the build-time reference notes."""
 
-CITATION = re.compile(rb"(?:" + b"|".join(re.escape(n.encode()) for n in REFERENCE_NOTES) + rb")\.md"
-                      rb"|shared/docs|/work/shared")
+CITATION = re.compile(
+    rb"(?:" + b"|".join(re.escape(n.encode()) for n in REFERENCE_NOTES) + rb")\.md"
+    rb"|shared/docs|/work/shared"
+)
 """A citation of a reference note, of the folder that held them, or of the build machine's shared folder."""
 
 
@@ -32,18 +34,37 @@ def citations(text: bytes) -> list[int]:
     return [i for i, line in enumerate(text.splitlines(), 1) if CITATION.search(line)]
 
 
-@pytest.mark.parametrize("line", [
-    b"see paper.md section 4.1", b"(verl.md 3)", b"verl-cpu.md", b"tiny-testbed.md 6", b"# ecosystem.md 2.3",
-    b"peers.md 4.1", b"checks-2026-12.md", b"/work/shared/docs/anything.txt", b"shared/docs/paper.md",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"see paper.md section 4.1",
+        b"(verl.md 3)",
+        b"verl-cpu.md",
+        b"tiny-testbed.md 6",
+        b"# ecosystem.md 2.3",
+        b"peers.md 4.1",
+        b"checks-2026-12.md",
+        b"/work/shared/docs/anything.txt",
+        b"shared/docs/paper.md",
+    ],
+)
 def test_pattern_catches_each_reference_note(line):
     assert citations(b"first line\n" + line + b"\nlast line") == [2]
 
 
-@pytest.mark.parametrize("line", [
-    b"docs/method.md section 7", b"docs/verl-plugin.md", b"docs/testbed.md", b"paper section 4.2, Table 6",
-    b"run_exgrpo.sh", b"README.md", b"results/README.md", b"export EXGRPO_HF_CACHE=/shared/exgrpo-cache",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"docs/method.md section 7",
+        b"docs/verl-plugin.md",
+        b"docs/testbed.md",
+        b"paper section 4.2, Table 6",
+        b"run_exgrpo.sh",
+        b"README.md",
+        b"results/README.md",
+        b"export EXGRPO_HF_CACHE=/shared/exgrpo-cache",
+    ],
+)
 def test_pattern_lets_the_projects_own_pointers_through(line):
     assert citations(line) == []
 
@@ -69,5 +90,7 @@ def test_no_tracked_file_cites_a_reference_note():
         for n in citations(data):
             line = lines[n - 1].decode(errors="replace")
             at = CITATION.search(lines[n - 1]).start()
-            hits.append(f"{rel}:{n}: ...{line[max(0, at - 50):at + 30].strip()}...")
-    assert not hits, "cites files a user's clone does not have; point to docs/ or state the fact:\n" + "\n".join(hits)
+            hits.append(f"{rel}:{n}: ...{line[max(0, at - 50) : at + 30].strip()}...")
+    assert not hits, (
+        "cites files a user's clone does not have; point to docs/ or state the fact:\n" + "\n".join(hits)
+    )

@@ -18,7 +18,7 @@ from exgrpo.core.selection import select_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
-NEW_PLUGIN = '''
+NEW_PLUGIN = """
 import torch
 from exgrpo.config import register_variant
 from exgrpo.core.registry import SELECTION_METRICS
@@ -30,11 +30,15 @@ def length(token_entropy, token_logp, mask, generator):
 
 
 register_variant("shortest", {"selection_metric": "length"}, module=__name__)
-'''
+"""
 
 
 def test_choices_are_the_registries_keys():
-    assert CHOICES["sampler"] == frozenset(QUESTION_SAMPLERS) >= {"gaussian", "uniform", "linear", "sqrt", "linear_clip"}
+    assert (
+        CHOICES["sampler"]
+        == frozenset(QUESTION_SAMPLERS)
+        >= {"gaussian", "uniform", "linear", "sqrt", "linear_clip"}
+    )
     assert CHOICES["selection_metric"] == frozenset(SELECTION_METRICS) >= {"entropy", "nll", "random"}
     assert CHOICES["selection_mode"] == frozenset(SELECTION_MODES) >= {"argmin", "argmax", "random", "median"}
     assert CHOICES["replay_shaping"] == frozenset(REPLAY_WEIGHTINGS) == {"shaped", "clipped", "unclipped"}
@@ -48,26 +52,36 @@ def test_the_shipped_example_is_a_variant_and_a_valid_choice():
         ExGRPOConfig(selection_mode="no_such_mode").validate()
 
 
-@pytest.mark.parametrize(("scores", "expected"), [
-    ([0.5], 0),
-    ([0.9, 0.1], 1),                 # lower median of two = the minimum
-    ([0.3, 0.1, 0.9], 0),            # sorted 0.1 (1), 0.3 (0), 0.9 (2): the middle one
-    ([0.4, 0.2, 0.8, 0.6], 0),       # sorted 0.2, 0.4, 0.6, 0.8: index (4-1)//2 = 1 -> 0.4 at position 0
-    ([0.2, 0.2, 0.2], 1),            # ties keep storage order: the middle of three equal scores
-])
+@pytest.mark.parametrize(
+    ("scores", "expected"),
+    [
+        ([0.5], 0),
+        ([0.9, 0.1], 1),  # lower median of two = the minimum
+        ([0.3, 0.1, 0.9], 0),  # sorted 0.1 (1), 0.3 (0), 0.9 (2): the middle one
+        ([0.4, 0.2, 0.8, 0.6], 0),  # sorted 0.2, 0.4, 0.6, 0.8: index (4-1)//2 = 1 -> 0.4 at position 0
+        ([0.2, 0.2, 0.2], 1),  # ties keep storage order: the middle of three equal scores
+    ],
+)
 def test_median_mode_by_hand(scores, expected):
     assert select_index(torch.tensor(scores), "median") == expected
 
 
 def _run(code: str, tmp_path: Path, plugins: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "EXGRPO_PLUGINS": plugins, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_new_module_extends_validation_variants_and_tables(tmp_path):
     (tmp_path / "my_rule.py").write_text(NEW_PLUGIN)
-    done = _run("""
+    done = _run(
+        """
         from exgrpo.config import CHOICES, config_for
         from exgrpo.commands.switches import registry_table, switch_table
         assert "length" in CHOICES["selection_metric"]
@@ -80,7 +94,10 @@ def test_a_new_module_extends_validation_variants_and_tables(tmp_path):
         mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
         assert sequence_scores("length", mask=mask).tolist() == [3.0, 1.0]
         print("ok")
-    """, tmp_path, "my_rule")
+    """,
+        tmp_path,
+        "my_rule",
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
@@ -91,8 +108,10 @@ def test_a_broken_plugin_is_an_error_naming_it(tmp_path):
 
 
 def test_a_plugin_cannot_redefine_a_paper_variant(tmp_path):
-    (tmp_path / "clash.py").write_text("from exgrpo.config import register_variant\n"
-                                       "register_variant('wo_shaping', {'replay_shaping': 'unclipped'}, module=__name__)\n")
+    (tmp_path / "clash.py").write_text(
+        "from exgrpo.config import register_variant\n"
+        "register_variant('wo_shaping', {'replay_shaping': 'unclipped'}, module=__name__)\n"
+    )
     done = _run("from exgrpo.config import ABLATIONS; ABLATIONS['exgrpo']", tmp_path, "clash")
     assert done.returncode != 0 and "variant 'wo_shaping' is already defined" in done.stderr
 
@@ -100,5 +119,6 @@ def test_a_plugin_cannot_redefine_a_paper_variant(tmp_path):
 def test_docs_registry_table_is_current():
     from exgrpo.commands.switches import registry_table
 
-    assert registry_table() in (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8"), \
+    assert registry_table() in (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8"), (
         "docs/plugins.md registry table is stale: run `exgrpo switches --registries`"
+    )

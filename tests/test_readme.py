@@ -30,7 +30,9 @@ def test_main_command_installs_cpu_torch_and_runs_tiny():
 def test_readme_switch_table_is_the_generated_one():
     from exgrpo.commands.switches import switch_table
 
-    assert switch_table() in (ROOT / "README.md").read_text(), "README switch table is stale: run `exgrpo switches`"
+    assert switch_table() in (ROOT / "README.md").read_text(), (
+        "README switch table is stale: run `exgrpo switches`"
+    )
 
 
 def test_readme_numbers_are_the_ones_the_files_hold():
@@ -42,8 +44,10 @@ def test_readme_numbers_are_the_ones_the_files_hold():
     named = re.search(r"The runs record the commits ([0-9a-f, and]+) \(", text)
     assert named, "the README names the commits the tiny runs record"
     claimed = set(re.findall(r"[0-9a-f]{7,40}", named.group(1)))
-    recorded = {json.loads(p.read_text())["git_commit"].removesuffix("-dirty")[:7]
-                for p in (ROOT / "results/tiny/train").glob("*/*/s*/run.json")}
+    recorded = {
+        json.loads(p.read_text())["git_commit"].removesuffix("-dirty")[:7]
+        for p in (ROOT / "results/tiny/train").glob("*/*/s*/run.json")
+    }
     assert claimed == recorded
     ledger = (ROOT / "results/tiny/tables/ledger_rules.md").read_text()
     row = next(line for line in ledger.splitlines() if line.startswith("| all rules"))

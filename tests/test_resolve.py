@@ -36,7 +36,10 @@ def test_precedence_defaults_backbone_variant_budget_overrides():
     smoke = resolve(REGISTRY["tiny-math"], "exgrpo", budget="smoke")
     assert (smoke.delayed_start, smoke.collect_before_activation) == (False, True)
     # ... and explicit overrides come last
-    assert resolve(REGISTRY["tiny-math"], "exgrpo", {"delayed_start": True}, budget="smoke").delayed_start is True
+    assert (
+        resolve(REGISTRY["tiny-math"], "exgrpo", {"delayed_start": True}, budget="smoke").delayed_start
+        is True
+    )
     # only the variant and the overrides: the variant's meaning on its own
     assert resolve({"scale": "paper"}, "rho_75") == config_for("rho_75")
 
@@ -61,14 +64,18 @@ def test_run_file_round_trip_and_errors(tmp_path):
     spec = run_spec("tiny-math", REGISTRY["tiny-math"], "rho_25", 3, budget="smoke", data_order_seed=47)
     path = write_run_file(tmp_path / "method.json", spec)
     back = read_run_file(path)
-    assert back == spec and back.method.rho == 0.25 and back.data_order_seed == 47 and back.trainer["steps"] == 6
+    assert (
+        back == spec and back.method.rho == 0.25 and back.data_order_seed == 47 and back.trainer["steps"] == 6
+    )
     raw = json.loads(path.read_text())
     raw["method"]["rho"] = 2.0
     (tmp_path / "bad.json").write_text(json.dumps(raw))
     with pytest.raises(ConfigError) as err:
         read_run_file(tmp_path / "bad.json")
     assert err.value.field == f"{tmp_path / 'bad.json'}: method.rho"
-    assert run_spec("tiny-math", REGISTRY["tiny-math"], "exgrpo", 5).data_order_seed == 5  # default: the run seed
+    assert (
+        run_spec("tiny-math", REGISTRY["tiny-math"], "exgrpo", 5).data_order_seed == 5
+    )  # default: the run seed
 
 
 def test_fingerprints_change_with_what_they_fingerprint(tmp_path):
@@ -89,13 +96,17 @@ def test_fingerprints_change_with_what_they_fingerprint(tmp_path):
 def test_context_extension_is_the_releases_config_edit(tmp_path):
     snapshot = tmp_path / "snap"
     snapshot.mkdir()
-    (snapshot / "config.json").write_text(json.dumps({"max_position_embeddings": 4096, "rope_theta": 10000.0,
-                                                      "hidden_size": 1536}))
+    (snapshot / "config.json").write_text(
+        json.dumps({"max_position_embeddings": 4096, "rope_theta": 10000.0, "hidden_size": 1536})
+    )
     (snapshot / "model.safetensors").write_bytes(b"weights")
     ext = REGISTRY["qwen2.5-math-1.5b"]["context_extension"]
     out = extended_model_dir(snapshot, tmp_path / "run" / "model", ext)
-    assert json.loads((out / "config.json").read_text()) == {"max_position_embeddings": 16384,
-                                                              "rope_theta": 40000.0, "hidden_size": 1536}
+    assert json.loads((out / "config.json").read_text()) == {
+        "max_position_embeddings": 16384,
+        "rope_theta": 40000.0,
+        "hidden_size": 1536,
+    }
     assert (out / "model.safetensors").resolve() == (snapshot / "model.safetensors").resolve()
     assert json.loads((snapshot / "config.json").read_text())["max_position_embeddings"] == 4096  # untouched
     assert extended_model_dir(snapshot, out, ext) == out  # idempotent
@@ -110,9 +121,20 @@ def test_verl_side_matches_the_releases_data_order_and_steps(tmp_path):
     wf = load_workflow_config(yaml.safe_load((ROOT / "config/config.yaml").read_text()), workdir=ROOT)
     spec = wf.study_run("paper-repro", "qwen2.5-math-7b", "exgrpo", 0)
     assert spec.data_order_seed == 47  # ResumableRandomSampler's fixed seed in the release
-    assert wf.study_run("tiny", "tiny-math", "exgrpo", 2).data_order_seed == 2  # tiny: the run seed, as committed
-    flat = hc.verl_overrides("qwen2.5-math-7b", REGISTRY["qwen2.5-math-7b"], spec.method, variant="exgrpo", seed=0,
-                             run_dir=tmp_path, train_files="t", val_files="v", data_order_seed=spec.data_order_seed)
+    assert (
+        wf.study_run("tiny", "tiny-math", "exgrpo", 2).data_order_seed == 2
+    )  # tiny: the run seed, as committed
+    flat = hc.verl_overrides(
+        "qwen2.5-math-7b",
+        REGISTRY["qwen2.5-math-7b"],
+        spec.method,
+        variant="exgrpo",
+        seed=0,
+        run_dir=tmp_path,
+        train_files="t",
+        val_files="v",
+        data_order_seed=spec.data_order_seed,
+    )
     assert flat["data.seed"] == 47 and flat["actor_rollout_ref.rollout.seed"] == 0
     # The release sets total_training_steps=701 and stops once its post-update counter reaches 701:
     # updates 1..700. verl 0.9.1 runs steps 1..total_training_steps, so 700 is the same 700 updates.
@@ -124,18 +146,29 @@ def test_verl_config_records_a_fingerprint_and_sets_stale_checkpoints_aside(tmp_
     from exgrpo.cli import main
 
     run_dir = tmp_path / "run"
-    method = write_run_file(tmp_path / "method.json",
-                            run_spec("qwen2.5-math-7b", REGISTRY["qwen2.5-math-7b"], "exgrpo", 0))
-    argv = ["verl-config", "--run-file", str(method), "--out", str(run_dir), "--resolve", "no",
-            "--backbones", str(ROOT / "config/backbones.yaml")]
+    method = write_run_file(
+        tmp_path / "method.json", run_spec("qwen2.5-math-7b", REGISTRY["qwen2.5-math-7b"], "exgrpo", 0)
+    )
+    argv = [
+        "verl-config",
+        "--run-file",
+        str(method),
+        "--out",
+        str(run_dir),
+        "--resolve",
+        "no",
+        "--backbones",
+        str(ROOT / "config/backbones.yaml"),
+    ]
     assert main(argv) == 0
     first = json.loads((run_dir / "fingerprint.json").read_text())["fingerprint"]
     (run_dir / "checkpoints" / "global_step_50").mkdir(parents=True)
     assert main(argv) == 0  # same run: verl resumes from its checkpoints
     assert (run_dir / "checkpoints" / "global_step_50").is_dir()
-    changed = write_run_file(tmp_path / "method.json",
-                             run_spec("qwen2.5-math-7b", REGISTRY["qwen2.5-math-7b"], "exgrpo", 0,
-                                      overrides={"rho": 0.4}))
+    changed = write_run_file(
+        tmp_path / "method.json",
+        run_spec("qwen2.5-math-7b", REGISTRY["qwen2.5-math-7b"], "exgrpo", 0, overrides={"rho": 0.4}),
+    )
     assert main(argv[:2] + [str(changed)] + argv[3:]) == 0
     assert not (run_dir / "checkpoints").exists()
     assert (run_dir / f"checkpoints.stale-{first[:12]}" / "global_step_50").is_dir()
@@ -150,10 +183,24 @@ def test_extend_context_cli_prints_the_folder_to_load(tmp_path):
     snapshot = tmp_path / "snap"
     snapshot.mkdir()
     (snapshot / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
-    cmd = [sys.executable, "-m", "exgrpo.backbones", "extend-context", "--backbones", str(ROOT / "config/backbones.yaml"),
-           "--snapshot", str(snapshot), "--out", str(tmp_path / "ext")]
-    small = subprocess.run([*cmd, "--backbone", "qwen2.5-math-1.5b"], capture_output=True, text=True, check=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "exgrpo.backbones",
+        "extend-context",
+        "--backbones",
+        str(ROOT / "config/backbones.yaml"),
+        "--snapshot",
+        str(snapshot),
+        "--out",
+        str(tmp_path / "ext"),
+    ]
+    small = subprocess.run(
+        [*cmd, "--backbone", "qwen2.5-math-1.5b"], capture_output=True, text=True, check=True
+    )
     assert small.stdout.strip() == str(tmp_path / "ext")
     assert json.loads((tmp_path / "ext/config.json").read_text())["max_position_embeddings"] == 16384
-    big = subprocess.run([*cmd, "--backbone", "qwen2.5-7b-instruct"], capture_output=True, text=True, check=True)
+    big = subprocess.run(
+        [*cmd, "--backbone", "qwen2.5-7b-instruct"], capture_output=True, text=True, check=True
+    )
     assert big.stdout.strip() == str(snapshot)  # no extension: the snapshot itself

@@ -15,16 +15,21 @@ from exgrpo.commands import retemplate as rt
 from exgrpo.prelim.trajectories import read_metadata
 from exgrpo.verl_plugin import hydra_config as hc
 
-SYSTEM = "Your task is to follow a systematic, thorough reasoning process before providing the final solution."
+SYSTEM = (
+    "Your task is to follow a systematic, thorough reasoning process before providing the final solution."
+)
 
 
 def _row(i: int, question: str) -> dict:
     """One row of the downloaded training set's schema (Elliott/Openr1-Math-46k-8192, LUFFY prompt)."""
-    return {"data_source": "openr1", "ability": "math",
-            "prompt": [{"content": SYSTEM, "role": "system"}, {"content": question, "role": "user"}],
-            "target": [{"content": f"<think>\ntrace {i}</think>\n\\boxed{{{i}}}", "role": "assistant"}],
-            "reward_model": {"ground_truth": str(i), "style": "rule"},
-            "extra_info": {"index": i, "split": "default"}}
+    return {
+        "data_source": "openr1",
+        "ability": "math",
+        "prompt": [{"content": SYSTEM, "role": "system"}, {"content": question, "role": "user"}],
+        "target": [{"content": f"<think>\ntrace {i}</think>\n\\boxed{{{i}}}", "role": "assistant"}],
+        "reward_model": {"ground_truth": str(i), "style": "rule"},
+        "extra_info": {"index": i, "split": "default"},
+    }
 
 
 QUESTIONS = ["What is 2+3?", "  Solve $x^2=4$ for $x>0$.\n", "Find the sum of all integers $k$."]
@@ -48,7 +53,12 @@ def test_prompts_become_the_plain_llama_base_prompt_and_nothing_else_changes(tmp
     assert after.column("prompt").to_pylist() == [
         [{"content": "User: What is 2+3? Answer: Let's think step by step.\n", "role": "user"}],
         [{"content": "User: Solve $x^2=4$ for $x>0$. Answer: Let's think step by step.\n", "role": "user"}],
-        [{"content": "User: Find the sum of all integers $k$. Answer: Let's think step by step.\n", "role": "user"}],
+        [
+            {
+                "content": "User: Find the sum of all integers $k$. Answer: Let's think step by step.\n",
+                "role": "user",
+            }
+        ],
     ]
     assert after.schema.equals(before.schema)  # same columns, order and types (prompt included)
     assert after.drop_columns(["prompt"]).equals(before.drop_columns(["prompt"]))
@@ -79,7 +89,9 @@ def test_a_row_without_a_user_message_is_named_and_nothing_is_written(tmp_path):
     rows = [_row(0, "q0"), _row(1, "q1"), _row(2, "q2")]
     rows[2]["prompt"] = [{"content": SYSTEM, "role": "system"}]
     _write(src, rows)
-    with pytest.raises(rt.RetemplateError, match=r"train\.parquet: row 2: column 'prompt' holds no user message"):
+    with pytest.raises(
+        rt.RetemplateError, match=r"train\.parquet: row 2: column 'prompt' holds no user message"
+    ):
         rt.retemplate(src, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
 
@@ -102,13 +114,25 @@ def test_verl_renders_the_single_user_message_verbatim_for_llama_base():
 
     plain = "User: What is 2+3? Answer: Let's think step by step.\n"
     tok = build_tokenizer()
-    text = tok.apply_chat_template([{"role": "user", "content": plain}], tokenize=False, add_generation_prompt=True,
-                                   chat_template=hc.PLAIN_CHAT_TEMPLATE)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": plain}],
+        tokenize=False,
+        add_generation_prompt=True,
+        chat_template=hc.PLAIN_CHAT_TEMPLATE,
+    )
     assert text == "<|bos|>" + plain
     registry = load_backbones(Path(__file__).resolve().parents[1] / "config" / "backbones.yaml")
     key = "actor_rollout_ref.model.custom_chat_template"
     for name in ("llama3.1-8b", "qwen2.5-math-7b", "llama3.1-8b-instruct"):
         bb = registry[name]
-        flat = hc.verl_overrides(name, bb, hc.variant_config("exgrpo", bb), variant="exgrpo", seed=0,
-                                 run_dir="/tmp/run", train_files="a", val_files="b")
+        flat = hc.verl_overrides(
+            name,
+            bb,
+            hc.variant_config("exgrpo", bb),
+            variant="exgrpo",
+            seed=0,
+            run_dir="/tmp/run",
+            train_files="a",
+            val_files="b",
+        )
         assert flat.get(key) == (hc.PLAIN_CHAT_TEMPLATE if name == "llama3.1-8b" else None), name

@@ -23,7 +23,9 @@ def test_every_registered_script_exists_and_takes_out():
 def test_selection_keeps_registry_order_and_names_unknown_benchmarks():
     assert run_all.select(None, None) == list(run_all.BENCHMARKS)
     assert run_all.select("buffer, rollout", None) == ["rollout", "buffer"]
-    assert "study" not in run_all.select(None, "study,fuzz") and "fuzz" not in run_all.select(None, "study,fuzz")
+    assert "study" not in run_all.select(None, "study,fuzz") and "fuzz" not in run_all.select(
+        None, "study,fuzz"
+    )
     with pytest.raises(SystemExit, match="--only: unknown benchmark.*rolout"):
         run_all.select("rolout", None)
     with pytest.raises(SystemExit, match="--skip: unknown"):
@@ -60,11 +62,17 @@ def test_run_records_load_in_each_json_and_keeps_earlier_entries(tmp_path: Path,
         body = f"import json, sys; json.dump({{'value': 3.5}}, open({str(tmp_path / name)!r}, 'w')); sys.exit({code})"
         return [sys.executable, "-c", body]
 
-    monkeypatch.setattr(run_all, "BENCHMARKS", {
-        "good": run_all.Benchmark("good.py", "good.json", headline=run_all._scalars),
-        "bad": run_all.Benchmark("bad.py", "bad.json")})
-    monkeypatch.setattr(run_all, "command", lambda name, results, baseline, extra=(): fake(
-        f"{name}.json", int(name == "bad")))
+    monkeypatch.setattr(
+        run_all,
+        "BENCHMARKS",
+        {
+            "good": run_all.Benchmark("good.py", "good.json", headline=run_all._scalars),
+            "bad": run_all.Benchmark("bad.py", "bad.json"),
+        },
+    )
+    monkeypatch.setattr(
+        run_all, "command", lambda name, results, baseline, extra=(): fake(f"{name}.json", int(name == "bad"))
+    )
     assert run_all.main(["--results", str(tmp_path), "--only", "good"]) == 0
     good = json.loads((tmp_path / "good.json").read_text())
     assert good["value"] == 3.5 and len(good["run_all"]["load_avg_before"]) == 3

@@ -26,9 +26,23 @@ SFT = ROOT / "tests" / "fixtures" / "tiny-sft"
 PROMPT = 96  # tiny-math's max_prompt_length
 
 NONDEFAULT: dict[str, Any] = {
-    "steps": 3, "batch_size": 4, "train_size": 12, "train_difficulties": (2, 3), "mini_batches": 3, "lr": 3e-4,
-    "adam_beta1": 0.8, "adam_beta2": 0.95, "weight_decay": 0.05, "temperature": 0.7, "top_p": 0.9,
-    "max_new_tokens": 16, "val_every": 2, "val_size": 5, "val_temperature": 0.3, "ckpt_every": 2, "threads": 2,
+    "steps": 3,
+    "batch_size": 4,
+    "train_size": 12,
+    "train_difficulties": (2, 3),
+    "mini_batches": 3,
+    "lr": 3e-4,
+    "adam_beta1": 0.8,
+    "adam_beta2": 0.95,
+    "weight_decay": 0.05,
+    "temperature": 0.7,
+    "top_p": 0.9,
+    "max_new_tokens": 16,
+    "val_every": 2,
+    "val_size": 5,
+    "val_temperature": 0.3,
+    "ckpt_every": 2,
+    "threads": 2,
     "stop_after": 1,
 }
 """One non-default value per field (the CPU run uses all but `stop_after` at once; `stop_after` gets its own)."""
@@ -43,10 +57,13 @@ VERL_EXPECTED: dict[str, dict[str, Any]] = {
     "weight_decay": {"actor_rollout_ref.actor.optim.weight_decay": 0.05},
     "temperature": {"actor_rollout_ref.rollout.temperature": 0.7},
     "top_p": {"actor_rollout_ref.rollout.top_p": 0.9},
-    "max_new_tokens": {"data.max_response_length": 16, "actor_rollout_ref.rollout.max_model_len": PROMPT + 16,
-                       "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 4 * (PROMPT + 16),
-                       "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 4 * (PROMPT + 16),
-                       "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": 4 * (PROMPT + 16)},
+    "max_new_tokens": {
+        "data.max_response_length": 16,
+        "actor_rollout_ref.rollout.max_model_len": PROMPT + 16,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 4 * (PROMPT + 16),
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 4 * (PROMPT + 16),
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": 4 * (PROMPT + 16),
+    },
     "val_every": {"trainer.test_freq": 2},
     "val_size": {"data.val_max_samples": 5},
     "val_temperature": {"actor_rollout_ref.rollout.val_kwargs.temperature": 0.3},
@@ -64,9 +81,14 @@ def test_every_field_is_documented_with_a_paper_default_and_a_verl_fate():
     from exgrpo import trainer_settings
 
     body = ast.parse(textwrap.dedent(inspect.getsource(trainer_settings.TrainerSettings))).body[0].body
-    documented = {node.target.id for node, nxt in zip(body, body[1:])
-                  if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr)
-                  and isinstance(nxt.value, ast.Constant) and str(nxt.value.value).strip()}
+    documented = {
+        node.target.id
+        for node, nxt in zip(body, body[1:])
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(nxt, ast.Expr)
+        and isinstance(nxt.value, ast.Constant)
+        and str(nxt.value.value).strip()
+    }
     assert documented == set(names())
     for name in names():
         meta = spec(name)
@@ -77,8 +99,10 @@ def test_every_field_is_documented_with_a_paper_default_and_a_verl_fate():
 
 
 def test_the_schema_and_the_configuration_import_no_runtime():
-    code = ("import sys, exgrpo.trainer_settings, exgrpo.resolve, exgrpo.workflow_config; "
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('exgrpo.tiny')]; print(bad)")
+    code = (
+        "import sys, exgrpo.trainer_settings, exgrpo.resolve, exgrpo.workflow_config; "
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('exgrpo.tiny')]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
 
@@ -103,8 +127,14 @@ def test_out_of_range_values_are_refused_naming_the_field(name):
         from exgrpo.backbones import load_backbone
         from exgrpo.resolve import run_spec
 
-        run_spec("tiny-math", load_backbone(BACKBONES, "tiny-math"), "exgrpo", 0, budget="tiny",
-                 trainer_overrides={name: _out_of_range(name)})
+        run_spec(
+            "tiny-math",
+            load_backbone(BACKBONES, "tiny-math"),
+            "exgrpo",
+            0,
+            budget="tiny",
+            trainer_overrides={name: _out_of_range(name)},
+        )
     assert info.value.field == f"trainer.{name}"
 
 
@@ -131,7 +161,9 @@ def test_each_field_becomes_its_verl_keys_or_is_refused_by_name(name):
     keys = trainer_overrides({name: value}, max_prompt_length=PROMPT)
     changed = {k: v for k, v in keys.items() if base[k] != v}
     assert changed == VERL_EXPECTED[name]
-    assert set(VERL_EXPECTED[name]) - {"actor_rollout_ref.actor.ppo_mini_batch_size"} <= set(spec(name)["verl"])
+    assert set(VERL_EXPECTED[name]) - {"actor_rollout_ref.actor.ppo_mini_batch_size"} <= set(
+        spec(name)["verl"]
+    )
 
 
 def test_the_paper_scale_yaml_agrees_with_the_schemas_paper_defaults():
@@ -146,7 +178,10 @@ def test_the_paper_scale_yaml_agrees_with_the_schemas_paper_defaults():
     assert actor["optim"]["betas"] == [paper["adam_beta1"], paper["adam_beta2"]] == [0.9, 0.999]
     assert rollout["temperature"] == paper["temperature"] and rollout["top_p"] == paper["top_p"]
     assert rollout["val_kwargs"]["temperature"] == paper["val_temperature"]
-    assert cfg["trainer"]["test_freq"] == paper["val_every"] and cfg["trainer"]["save_freq"] == paper["ckpt_every"]
+    assert (
+        cfg["trainer"]["test_freq"] == paper["val_every"]
+        and cfg["trainer"]["save_freq"] == paper["ckpt_every"]
+    )
 
 
 def test_the_paper_cpu_study_trains_with_the_cpu_trainers_optimiser_on_verl():
@@ -165,9 +200,32 @@ def test_the_paper_cpu_study_trains_with_the_cpu_trainers_optimiser_on_verl():
 @pytest.fixture(scope="module")
 def task_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("task")
-    subprocess.run([sys.executable, "-m", "exgrpo.cli", "make-data", "--out", str(out), "--train-size", "60",
-                    "--validation-size", "12", "--test-size", "4", "--ood-words-size", "4", "--ood-choice4-size", "4",
-                    "--ood-choice10-size", "4", "--probe-size", "4"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exgrpo.cli",
+            "make-data",
+            "--out",
+            str(out),
+            "--train-size",
+            "60",
+            "--validation-size",
+            "12",
+            "--test-size",
+            "4",
+            "--ood-words-size",
+            "4",
+            "--ood-choice4-size",
+            "4",
+            "--ood-choice10-size",
+            "4",
+            "--probe-size",
+            "4",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -182,12 +240,25 @@ def _observe(task_dir: Path, tmp: Path, settings: dict[str, Any], monkeypatch) -
     from exgrpo.tiny import trainer as tiny_trainer
     from exgrpo.tiny.splits import load_split
 
-    seen: dict[str, Any] = {"train_gen": [], "val_gen": [], "steps": [], "val_steps": [], "ckpt_steps": [],
-                            "losses": 0, "threads": set(), "batches": set()}
+    seen: dict[str, Any] = {
+        "train_gen": [],
+        "val_gen": [],
+        "steps": [],
+        "val_steps": [],
+        "ckpt_steps": [],
+        "losses": 0,
+        "threads": set(),
+        "batches": set(),
+    }
     in_val = [False]
-    real = {"generate": tiny_trainer.generate, "loss": tiny_trainer.exgrpo_policy_loss,
-            "init": tiny_trainer.CPUTrainer.__init__, "step": tiny_trainer.CPUTrainer.step,
-            "validate": tiny_trainer.CPUTrainer.validate, "save": tiny_run.save_checkpoint}
+    real = {
+        "generate": tiny_trainer.generate,
+        "loss": tiny_trainer.exgrpo_policy_loss,
+        "init": tiny_trainer.CPUTrainer.__init__,
+        "step": tiny_trainer.CPUTrainer.step,
+        "validate": tiny_trainer.CPUTrainer.validate,
+        "save": tiny_run.save_checkpoint,
+    }
 
     def generate(model, tok, prompts, **kw):
         seen["val_gen" if in_val[0] else "train_gen"].append({"n": len(prompts), **kw})
@@ -219,17 +290,44 @@ def _observe(task_dir: Path, tmp: Path, settings: dict[str, Any], monkeypatch) -
         seen["ckpt_steps"].append(step)
         return real["save"](ckpt_dir, step, **kw)
 
-    for obj, attr, fn in ((tiny_trainer, "generate", generate), (tiny_trainer, "exgrpo_policy_loss", loss),
-                          (tiny_trainer.CPUTrainer, "__init__", init), (tiny_trainer.CPUTrainer, "step", step),
-                          (tiny_trainer.CPUTrainer, "validate", validate), (tiny_run, "save_checkpoint", save)):
+    for obj, attr, fn in (
+        (tiny_trainer, "generate", generate),
+        (tiny_trainer, "exgrpo_policy_loss", loss),
+        (tiny_trainer.CPUTrainer, "__init__", init),
+        (tiny_trainer.CPUTrainer, "step", step),
+        (tiny_trainer.CPUTrainer, "validate", validate),
+        (tiny_run, "save_checkpoint", save),
+    ):
         monkeypatch.setattr(obj, attr, fn)
-    spec_ = run_spec("tiny-math-small", load_backbone(BACKBONES, "tiny-math-small"), "exgrpo", 0, budget="tiny",
-                     trainer_overrides=settings)
+    spec_ = run_spec(
+        "tiny-math-small",
+        load_backbone(BACKBONES, "tiny-math-small"),
+        "exgrpo",
+        0,
+        budget="tiny",
+        trainer_overrides=settings,
+    )
     run_file = write_run_file(tmp / "method.json", spec_)
     threads = torch.get_num_threads()
     try:
-        assert cli(["train", "--run-file", str(run_file), "--data", str(task_dir), "--init", str(SFT),
-                    "--out", str(tmp / "out"), "--ckpt", str(tmp / "ckpt")]) == 0
+        assert (
+            cli(
+                [
+                    "train",
+                    "--run-file",
+                    str(run_file),
+                    "--data",
+                    str(task_dir),
+                    "--init",
+                    str(SFT),
+                    "--out",
+                    str(tmp / "out"),
+                    "--ckpt",
+                    str(tmp / "ckpt"),
+                ]
+            )
+            == 0
+        )
     finally:
         torch.set_num_threads(threads)
     trainer = seen["trainer"]
@@ -239,27 +337,47 @@ def _observe(task_dir: Path, tmp: Path, settings: dict[str, Any], monkeypatch) -
     (batch,) = seen["batches"]
     (n_threads,) = seen["threads"]
     return {
-        "steps": max(seen["steps"]), "batch_size": batch, "train_size": len(trainer.questions),
+        "steps": max(seen["steps"]),
+        "batch_size": batch,
+        "train_size": len(trainer.questions),
         "train_difficulties": tuple(sorted({difficulty[q] for q in trainer.questions})),
-        "mini_batches": seen["losses"] / len(seen["steps"]), "lr": group["lr"], "adam_beta1": group["betas"][0],
-        "adam_beta2": group["betas"][1], "weight_decay": group["weight_decay"],
+        "mini_batches": seen["losses"] / len(seen["steps"]),
+        "lr": group["lr"],
+        "adam_beta1": group["betas"][0],
+        "adam_beta2": group["betas"][1],
+        "weight_decay": group["weight_decay"],
         **{k: v.pop() if len(v) == 1 else v for k, v in train_gen.items()},
         "val_every": min(seen["val_steps"]) if seen["val_steps"] else None,
         "val_size": seen["val_gen"][0]["n"] if seen["val_gen"] else None,
         "val_temperature": seen["val_gen"][0]["temperature"] if seen["val_gen"] else None,
-        "ckpt_every": min(seen["ckpt_steps"]) if seen["ckpt_steps"] else None, "threads": n_threads, "stop_after": max(seen["steps"]),
+        "ckpt_every": min(seen["ckpt_steps"]) if seen["ckpt_steps"] else None,
+        "threads": n_threads,
+        "stop_after": max(seen["steps"]),
     }
 
 
 @pytest.fixture(scope="module")
 def observed(task_dir, tmp_path_factory) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as mp:
-        full = _observe(task_dir, tmp_path_factory.mktemp("full"),
-                        {k: v for k, v in NONDEFAULT.items() if k != "stop_after"}, mp)
+        full = _observe(
+            task_dir,
+            tmp_path_factory.mktemp("full"),
+            {k: v for k, v in NONDEFAULT.items() if k != "stop_after"},
+            mp,
+        )
     with pytest.MonkeyPatch.context() as mp:
-        stopped = _observe(task_dir, tmp_path_factory.mktemp("stop"),
-                           {"steps": 3, "batch_size": 4, "max_new_tokens": 16, "val_size": 4,
-                            "stop_after": NONDEFAULT["stop_after"]}, mp)
+        stopped = _observe(
+            task_dir,
+            tmp_path_factory.mktemp("stop"),
+            {
+                "steps": 3,
+                "batch_size": 4,
+                "max_new_tokens": 16,
+                "val_size": 4,
+                "stop_after": NONDEFAULT["stop_after"],
+            },
+            mp,
+        )
     return {**full, "stop_after": stopped["stop_after"]}
 
 
@@ -276,13 +394,38 @@ def test_verls_resolved_config_carries_every_followed_field(task_dir, tmp_path):
     from exgrpo.resolve import run_spec, write_run_file
 
     settings = {k: v for k, v in VERL_NONDEFAULT.items() if k not in REFUSED_ON_VERL and k != "batch_size"}
-    spec_ = run_spec("tiny-math", load_backbone(BACKBONES, "tiny-math"), "exgrpo", 0, budget="tiny",
-                     trainer_overrides=settings)
+    spec_ = run_spec(
+        "tiny-math",
+        load_backbone(BACKBONES, "tiny-math"),
+        "exgrpo",
+        0,
+        budget="tiny",
+        trainer_overrides=settings,
+    )
     run_file = write_run_file(tmp_path / "method.json", spec_)
     run = tmp_path / "run"
-    assert cli(["verl-config", "--run-file", str(run_file), "--out", str(run), "--backbones", str(BACKBONES),
-                "--device", "cpu", "--tiny-data", str(task_dir), "--model-path", str(ROOT / "models/tiny/tiny-math"),
-                "--resolve", "yes"]) == 0
+    assert (
+        cli(
+            [
+                "verl-config",
+                "--run-file",
+                str(run_file),
+                "--out",
+                str(run),
+                "--backbones",
+                str(BACKBONES),
+                "--device",
+                "cpu",
+                "--tiny-data",
+                str(task_dir),
+                "--model-path",
+                str(ROOT / "models/tiny/tiny-math"),
+                "--resolve",
+                "yes",
+            ]
+        )
+        == 0
+    )
     resolved = json.loads((run / "resolved_config.json").read_text())["resolved"]
 
     def get(dotted: str) -> Any:

@@ -16,13 +16,26 @@ def deprecated_alias(parser: argparse.ArgumentParser, old: str, action: argparse
     new = action.option_strings[0]
 
     class _Alias(argparse.Action):
-        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                     option_string: str | None = None) -> None:
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: Any,
+            option_string: str | None = None,
+        ) -> None:
             print(f"{parser.prog}: {old} is deprecated (kept for one release); use {new}", file=sys.stderr)
             setattr(namespace, action.dest, values)
 
-    parser.add_argument(old, dest=action.dest, type=action.type, choices=action.choices, action=_Alias,
-                        default=argparse.SUPPRESS, help=argparse.SUPPRESS, metavar=action.metavar)
+    parser.add_argument(
+        old,
+        dest=action.dest,
+        type=action.type,
+        choices=action.choices,
+        action=_Alias,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+        metavar=action.metavar,
+    )
 
 
 __all__ = ["deprecated_alias"]

@@ -85,26 +85,55 @@ class Source:
 
 
 def _released(name: str, path: str, rows: int | None, sha256: str | None, git_blob: str) -> Source:
-    return Source(name, "url", release_url(path), "benchmark", expected_rows=rows, revision=RELEASE_COMMIT,
-                  sha256=sha256, git_blob=git_blob)
+    return Source(
+        name,
+        "url",
+        release_url(path),
+        "benchmark",
+        expected_rows=rows,
+        revision=RELEASE_COMMIT,
+        sha256=sha256,
+        git_blob=git_blob,
+    )
 
 
 SOURCES: tuple[Source, ...] = (
     Source("openr1_math_46k", "hf_dataset", "Elliott/Openr1-Math-46k-8192", "train", split="train"),
-    _released("exgrpo_test_id", "ExGRPO/data/test.id.parquet", 6023,
-              "92503399b914212d2e3d85839882bc1376a0111652fec0dcb722e86307e97617",
-              "1e1d71d380fbb4a89ed7c8cd9fec717ca9bcb0fe"),
-    _released("exgrpo_valid", "ExGRPO/data/valid.parquet", 2259,
-              "7828d704c3539651f757272071c7e17cba84efe956434adceb363442b665da49",
-              "8a3dea25ae463c7661b5f54fea53ee0ddb4cce54"),
-    _released("luffy_arc_c", "data/valid.arc_c.parquet", 1172,
-              "7c3d1df8f11ade8be258ee0b0c7bbd6ac9a8e535dee3dbb3b5410f974f0d8fe5",
-              "098365231da050f78cf5abd4e12c40ef3fbb9a32"),
-    _released("luffy_gpqa_diamond", "data/valid.gpqa.parquet", 198,
-              "55bde3943eeb6906d6d569d0ab882638c2f395a716ab5fa1fa20a186e722e58b",
-              "a3a1476f866957b5b0236b792a3b6404a9fa0485"),
-    _released("luffy_mmlu_pro", "data/valid.mmlu_pro.parquet", None, None,
-              "48cd2b38bf2690f5ebfda3695a23a188d472c6b6"),
+    _released(
+        "exgrpo_test_id",
+        "ExGRPO/data/test.id.parquet",
+        6023,
+        "92503399b914212d2e3d85839882bc1376a0111652fec0dcb722e86307e97617",
+        "1e1d71d380fbb4a89ed7c8cd9fec717ca9bcb0fe",
+    ),
+    _released(
+        "exgrpo_valid",
+        "ExGRPO/data/valid.parquet",
+        2259,
+        "7828d704c3539651f757272071c7e17cba84efe956434adceb363442b665da49",
+        "8a3dea25ae463c7661b5f54fea53ee0ddb4cce54",
+    ),
+    _released(
+        "luffy_arc_c",
+        "data/valid.arc_c.parquet",
+        1172,
+        "7c3d1df8f11ade8be258ee0b0c7bbd6ac9a8e535dee3dbb3b5410f974f0d8fe5",
+        "098365231da050f78cf5abd4e12c40ef3fbb9a32",
+    ),
+    _released(
+        "luffy_gpqa_diamond",
+        "data/valid.gpqa.parquet",
+        198,
+        "55bde3943eeb6906d6d569d0ab882638c2f395a716ab5fa1fa20a186e722e58b",
+        "a3a1476f866957b5b0236b792a3b6404a9fa0485",
+    ),
+    _released(
+        "luffy_mmlu_pro",
+        "data/valid.mmlu_pro.parquet",
+        None,
+        None,
+        "48cd2b38bf2690f5ebfda3695a23a188d472c6b6",
+    ),
 )
 """What `exgrpo download --out DIR` fetches (paper §3.2, §4.1), with the release's checksums."""
 
@@ -145,11 +174,16 @@ def with_retries(fetch: Callable[[], Any], what: str) -> Any:
             if not _transient(err):
                 raise
             if attempt == RETRIES:
-                raise DownloadError(f"{what}: download failed after {RETRIES + 1} attempts; last error: "
-                                    f"{type(err).__name__}: {err}") from err
+                raise DownloadError(
+                    f"{what}: download failed after {RETRIES + 1} attempts; last error: "
+                    f"{type(err).__name__}: {err}"
+                ) from err
             wait = BACKOFF_S * 2**attempt
-            print(f"{what}: {type(err).__name__}: {err}; retrying in {wait:.0f} s "
-                  f"({attempt + 1}/{RETRIES})", file=sys.stderr, flush=True)
+            print(
+                f"{what}: {type(err).__name__}: {err}; retrying in {wait:.0f} s ({attempt + 1}/{RETRIES})",
+                file=sys.stderr,
+                flush=True,
+            )
             _sleep(wait)
     raise AssertionError("unreachable")
 
@@ -168,16 +202,18 @@ def verify_file(source: Source, path: Path) -> str:
     """
     found = file_sha256(path)
     if source.sha256 is not None and found != source.sha256:
-        raise ChecksumError(f"{path}: sha256 {found} differs from the release's {source.sha256} "
-                            f"({source.name}, {source.ref}); the file changed, delete it and download again")
+        raise ChecksumError(
+            f"{path}: sha256 {found} differs from the release's {source.sha256} "
+            f"({source.name}, {source.ref}); the file changed, delete it and download again"
+        )
     if source.git_blob is not None:
         blob = git_blob_id(path)
         if blob != source.git_blob:
-            raise ChecksumError(f"{path}: git blob {blob} differs from the release's {source.git_blob} "
-                                f"({source.name}, {source.ref})")
+            raise ChecksumError(
+                f"{path}: git blob {blob} differs from the release's {source.git_blob} "
+                f"({source.name}, {source.ref})"
+            )
     return found
-
-
 
 
 def parquet_rows(path: str | Path) -> int:
@@ -193,7 +229,11 @@ def parquet_rows(path: str | Path) -> int:
 def fetch_url(source: Source, out: Path) -> Path:
     """Download `source.ref` to out/files/<name>.parquet atomically; returns the path."""
     dest = out / "files" / f"{source.name}.parquet"
-    with atomic_path(dest) as tmp, urllib.request.urlopen(source.ref, timeout=120) as resp, open(tmp, "wb") as fh:
+    with (
+        atomic_path(dest) as tmp,
+        urllib.request.urlopen(source.ref, timeout=120) as resp,
+        open(tmp, "wb") as fh,
+    ):
         while chunk := resp.read(1 << 20):
             fh.write(chunk)
     return dest
@@ -204,19 +244,22 @@ def fetch_hf_dataset(source: Source, out: Path) -> Path:
     export it to out/files/<name>.parquet."""
     import datasets
 
-    table = datasets.load_dataset(source.ref, split=source.split, revision=source.revision,
-                                  cache_dir=str(out / "datasets"))
+    table = datasets.load_dataset(
+        source.ref, split=source.split, revision=source.revision, cache_dir=str(out / "datasets")
+    )
     dest = out / "files" / f"{source.name}.parquet"
     with atomic_path(dest) as tmp:
         table.to_parquet(str(tmp))
     return dest
 
 
-GATED_HELP = ("is gated on the Hugging Face hub: accept its license on the model page with your account, then "
-              "give this shell a read token, either `export HF_TOKEN=hf_...` or `hf auth login` (stored in "
-              "~/.cache/huggingface/token). Never put the token in a tracked file (config/, profiles/, "
-              "environment.yml): only the submit host, which runs the downloads, needs it; compute jobs read the "
-              "shared cache offline.")
+GATED_HELP = (
+    "is gated on the Hugging Face hub: accept its license on the model page with your account, then "
+    "give this shell a read token, either `export HF_TOKEN=hf_...` or `hf auth login` (stored in "
+    "~/.cache/huggingface/token). Never put the token in a tracked file (config/, profiles/, "
+    "environment.yml): only the submit host, which runs the downloads, needs it; compute jobs read the "
+    "shared cache offline."
+)
 """What to do when a model (the Llama-3.1 backbones) is gated (docs/cluster.md)."""
 
 
@@ -240,15 +283,22 @@ FETCHERS: dict[str, Callable[[Source, Path], Path]] = {"hf_dataset": fetch_hf_da
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, type=Path, help="cache folder (becomes HF_HOME of compute jobs)")
-    parser.add_argument("--only", default=None,
-                        help=f"comma-separated subset of: {', '.join(s.name for s in SOURCES)}")
+    parser.add_argument(
+        "--out", required=True, type=Path, help="cache folder (becomes HF_HOME of compute jobs)"
+    )
+    parser.add_argument(
+        "--only", default=None, help=f"comma-separated subset of: {', '.join(s.name for s in SOURCES)}"
+    )
     parser.add_argument("--model", default=None, help="fetch this HF model id instead of the data")
     parser.add_argument("--name", default=None, help="manifest name for --model (a backbone name)")
     parser.add_argument("--revision", default=None, help="model revision (branch, tag or commit)")
-    parser.add_argument("--lock", type=Path, default=None,
-                        help="lock of the model's file hashes: checked when it exists (a changed file is an "
-                             "error naming it), written when it does not")
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        help="lock of the model's file hashes: checked when it exists (a changed file is an "
+        "error naming it), written when it does not",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would be fetched, fetch nothing")
 
 
@@ -282,21 +332,39 @@ def download_data(out: Path, sources: list[Source]) -> dict[str, Any]:
     """Fetch `sources`, check checksums and row counts, write out/manifest.json; returns the manifest."""
     entries = []
     for source in sources:
-        path = with_retries(lambda source=source: FETCHERS[source.kind](source, out),
-                            f"{source.name} ({source.ref})")
+        path = with_retries(
+            lambda source=source: FETCHERS[source.kind](source, out), f"{source.name} ({source.ref})"
+        )
         try:
             digest = verify_file(source, path)
         except ChecksumError:
-            path.replace(path.with_name(path.name + ".rejected"))  # never read by a later job; kept to inspect
+            path.replace(
+                path.with_name(path.name + ".rejected")
+            )  # never read by a later job; kept to inspect
             raise
         rows = parquet_rows(path)
         if source.expected_rows is not None and rows != source.expected_rows:
-            raise DownloadError(f"{source.name}: {rows} rows, the released repo has {source.expected_rows} ({source.ref})")
-        entries.append({**asdict(source), "path": str(path.relative_to(out)), "rows": rows,
-                        "sha256": digest, "expected_sha256": source.sha256, "bytes": path.stat().st_size,
-                        "resolved_revision": resolved_revision(source)})
+            raise DownloadError(
+                f"{source.name}: {rows} rows, the released repo has {source.expected_rows} ({source.ref})"
+            )
+        entries.append(
+            {
+                **asdict(source),
+                "path": str(path.relative_to(out)),
+                "rows": rows,
+                "sha256": digest,
+                "expected_sha256": source.sha256,
+                "bytes": path.stat().st_size,
+                "resolved_revision": resolved_revision(source),
+            }
+        )
         print(f"{source.name}: {rows} rows -> {path}", flush=True)
-    manifest = {"kind": "data", "sources": entries, "offline_env": _offline_env(out), "provenance": provenance()}
+    manifest = {
+        "kind": "data",
+        "sources": entries,
+        "offline_env": _offline_env(out),
+        "provenance": provenance(),
+    }
     write_json(out / "manifest.json", manifest)
     return manifest
 
@@ -326,12 +394,15 @@ def check_lock(lock_path: Path, found: dict[str, str], what: str) -> None:
         if rel not in locked:
             raise ChecksumError(f"{what}: {rel} is not in the lock {lock_path} (a new upstream file)")
         if locked[rel] != found[rel]:
-            raise ChecksumError(f"{what}: {rel} has sha256 {found[rel]}, the lock {lock_path} says {locked[rel]}: "
-                                "the upstream file changed; delete the lock to accept it deliberately")
+            raise ChecksumError(
+                f"{what}: {rel} has sha256 {found[rel]}, the lock {lock_path} says {locked[rel]}: "
+                "the upstream file changed; delete the lock to accept it deliberately"
+            )
 
 
-def download_model(out: Path, hf_id: str, name: str, revision: str | None,
-                   lock: Path | None = None) -> dict[str, Any]:
+def download_model(
+    out: Path, hf_id: str, name: str, revision: str | None, lock: Path | None = None
+) -> dict[str, Any]:
     """Snapshot one model, check it against `lock` (written when absent), write out/models/<name>.json
     (commit, files, sizes, sha256s); returns the manifest."""
     snapshot = with_retries(lambda: fetch_model(hf_id, out, revision), f"model {hf_id}")
@@ -371,7 +442,9 @@ def run(args: argparse.Namespace) -> int:
         if not re.fullmatch(r"[\w.-]+", name):
             raise ConfigError("--name", f"expected letters, digits, '.', '_' or '-', got {name!r}")
         if args.dry_run:
-            print(f"would fetch model {args.model} into {out / 'hub'} and write {out / 'models' / (name + '.json')}")
+            print(
+                f"would fetch model {args.model} into {out / 'hub'} and write {out / 'models' / (name + '.json')}"
+            )
             return 0
         try:
             download_model(out, args.model, name, args.revision, args.lock)
@@ -380,8 +453,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         return 0
     if args.name is not None or args.revision is not None or args.lock is not None:
-        raise ConfigError("--name" if args.name is not None else "--revision" if args.revision is not None
-                          else "--lock", "only applies with --model")
+        raise ConfigError(
+            "--name" if args.name is not None else "--revision" if args.revision is not None else "--lock",
+            "only applies with --model",
+        )
     sources = select_sources(args.only)
     if args.dry_run:
         for s in sources:

@@ -17,47 +17,118 @@ HELP = "Evaluate a model on benchmarks (lm-eval + Math-Verify), writing per-samp
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="local model folder (HF format: config.json, weights, tokenizer)")
-    parser.add_argument("--benchmarks", required=True,
-                        help="comma-separated benchmark names or suites (paper, paper_id, paper_ood, tiny)")
+    parser.add_argument(
+        "--model", required=True, help="local model folder (HF format: config.json, weights, tokenizer)"
+    )
+    parser.add_argument(
+        "--benchmarks",
+        required=True,
+        help="comma-separated benchmark names or suites (paper, paper_id, paper_ood, tiny)",
+    )
     parser.add_argument("--profile", required=True, help="decoding profile: paper, community or tiny")
-    parser.add_argument("--out", required=True, type=Path, help="output folder (results/<source>/eval/<backbone>/<variant>/s<seed>)")
-    parser.add_argument("--backend", default="hf",
-                        help="hf (lm-eval's HF backend; CPU / single device, any model; default), vllm (GPU "
-                             "clusters) or tiny (the fast path for the CPU testbed's tiny backbones: same tasks, "
-                             "prompts, grading and cache, but the testbed's batched KV-cache sampler; ~5x faster "
-                             "generation than hf on one thread, benchmarks/results/eval_backends.json)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="output folder (results/<source>/eval/<backbone>/<variant>/s<seed>)",
+    )
+    parser.add_argument(
+        "--backend",
+        default="hf",
+        help="hf (lm-eval's HF backend; CPU / single device, any model; default), vllm (GPU "
+        "clusters) or tiny (the fast path for the CPU testbed's tiny backbones: same tasks, "
+        "prompts, grading and cache, but the testbed's batched KV-cache sampler; ~5x faster "
+        "generation than hf on one thread, benchmarks/results/eval_backends.json)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems of each benchmark")
-    parser.add_argument("--reuse-other-versions", action="store_true",
-                        help="reuse caches made with other grader/engine library versions (recorded in the aggregate)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (lm-eval seeds; vLLM engine seed; tiny sampler seed)")
-    parser.add_argument("--k", type=int, default=None, help="samples per problem for every benchmark (not with --profile paper)")
-    data = parser.add_argument("--data", dest="data_dir", default=None,
-                        help="folder with local benchmark files (<name>.jsonl|json|parquet in the source schema) "
-                             "or the tiny splits from `exgrpo make-data`; default: the Hugging Face hub")
+    parser.add_argument(
+        "--reuse-other-versions",
+        action="store_true",
+        help="reuse caches made with other grader/engine library versions (recorded in the aggregate)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="sampling seed (lm-eval seeds; vLLM engine seed; tiny sampler seed)",
+    )
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help="samples per problem for every benchmark (not with --profile paper)",
+    )
+    data = parser.add_argument(
+        "--data",
+        dest="data_dir",
+        default=None,
+        help="folder with local benchmark files (<name>.jsonl|json|parquet in the source schema) "
+        "or the tiny splits from `exgrpo make-data`; default: the Hugging Face hub",
+    )
     deprecated_alias(parser, "--data-dir", data)
-    parser.add_argument("--revision", default=None, help="model revision recorded in provenance (and passed to the backend)")
-    parser.add_argument("--prompt-format", default="chat", help="chat (model's chat template, no system prompt) or llama_base")
-    parser.add_argument("--batch-size", default=None,
-                        help="lm-eval batch size (default: 8 for hf, auto for vllm, 512 rows for tiny)")
+    parser.add_argument(
+        "--revision", default=None, help="model revision recorded in provenance (and passed to the backend)"
+    )
+    parser.add_argument(
+        "--prompt-format", default="chat", help="chat (model's chat template, no system prompt) or llama_base"
+    )
+    parser.add_argument(
+        "--batch-size",
+        default=None,
+        help="lm-eval batch size (default: 8 for hf, auto for vllm, 512 rows for tiny)",
+    )
     parser.add_argument("--device", default="cpu", help="hf / tiny backend device (cpu, cuda, cuda:0)")
-    parser.add_argument("--dtype", default=None, help="weights dtype (default: float32 for hf and tiny, auto for vllm)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads for the hf / tiny backend (tiny default: 1)")
-    parser.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per replica (default: all visible)")
-    parser.add_argument("--data-parallel-size", type=int, default=1,
-                        help="vllm: engine replicas (default 1). lm-eval starts every replica anew for each "
-                             "benchmark, so one replica over tensor parallelism starts the engine once")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vllm: memory share (released: 0.85)")
-    parser.add_argument("--max-model-len", type=int, default=None,
-                        help="vllm: context length (default: the model's own, as the release)")
-    parser.add_argument("--overlong-prompts", default="auto", choices=("auto", "filter", "truncate"),
-                        help="a prompt that does not fit the context next to the full token budget: filter (drop "
-                             "and count it), truncate (lm-eval's left truncation); auto: filter on vllm, "
-                             "truncate on hf and tiny")
-    parser.add_argument("--grader", default=None, choices=["release", "strict"],
-                        help="evaluation grader (default: the profile's; paper: release)")
-    parser.add_argument("--grader-timeout", type=float, default=None, help="seconds per answer (default: config reward_timeout_s)")
-    parser.add_argument("--grader-workers", type=int, default=None, help="grader processes (default: config reward_workers)")
+    parser.add_argument(
+        "--dtype", default=None, help="weights dtype (default: float32 for hf and tiny, auto for vllm)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads for the hf / tiny backend (tiny default: 1)",
+    )
+    parser.add_argument(
+        "--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per replica (default: all visible)"
+    )
+    parser.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="vllm: engine replicas (default 1). lm-eval starts every replica anew for each "
+        "benchmark, so one replica over tensor parallelism starts the engine once",
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization", type=float, default=0.85, help="vllm: memory share (released: 0.85)"
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="vllm: context length (default: the model's own, as the release)",
+    )
+    parser.add_argument(
+        "--overlong-prompts",
+        default="auto",
+        choices=("auto", "filter", "truncate"),
+        help="a prompt that does not fit the context next to the full token budget: filter (drop "
+        "and count it), truncate (lm-eval's left truncation); auto: filter on vllm, "
+        "truncate on hf and tiny",
+    )
+    parser.add_argument(
+        "--grader",
+        default=None,
+        choices=["release", "strict"],
+        help="evaluation grader (default: the profile's; paper: release)",
+    )
+    parser.add_argument(
+        "--grader-timeout",
+        type=float,
+        default=None,
+        help="seconds per answer (default: config reward_timeout_s)",
+    )
+    parser.add_argument(
+        "--grader-workers", type=int, default=None, help="grader processes (default: config reward_workers)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -86,7 +157,9 @@ def run(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile)
     benchmarks = parse_benchmarks(args.benchmarks)
     if args.backend not in backends.BACKENDS:
-        raise ConfigError("backend", f"unknown backend {args.backend!r}; known: {', '.join(backends.BACKENDS)}")
+        raise ConfigError(
+            "backend", f"unknown backend {args.backend!r}; known: {', '.join(backends.BACKENDS)}"
+        )
     if args.limit is not None and args.limit < 1:
         raise ConfigError("limit", f"must be >= 1, got {args.limit}")
     for bench in benchmarks:
@@ -98,46 +171,82 @@ def run(args: argparse.Namespace) -> int:
     grading = GradingSettings(
         grader=args.grader or profile.grader,
         timeout_s=defaults.timeout_s if args.grader_timeout is None else args.grader_timeout,
-        workers=defaults.workers if args.grader_workers is None else args.grader_workers)
-    settings = harness.EvalSettings(profile=profile, seed=args.seed, limit=args.limit, k=args.k,
-                                    data_dir=args.data_dir, prompt_format=args.prompt_format, grading=grading,
-                                    batch_size=_batch_size(args.batch_size, args.backend), backend=args.backend,
-                                    max_model_len=args.max_model_len, overlong_prompts=args.overlong_prompts,
-                                    reuse_other_versions=args.reuse_other_versions)
+        workers=defaults.workers if args.grader_workers is None else args.grader_workers,
+    )
+    settings = harness.EvalSettings(
+        profile=profile,
+        seed=args.seed,
+        limit=args.limit,
+        k=args.k,
+        data_dir=args.data_dir,
+        prompt_format=args.prompt_format,
+        grading=grading,
+        batch_size=_batch_size(args.batch_size, args.backend),
+        backend=args.backend,
+        max_model_len=args.max_model_len,
+        overlong_prompts=args.overlong_prompts,
+        reuse_other_versions=args.reuse_other_versions,
+    )
     model_id = str(model_dir.resolve())
     if args.backend == "hf":
         model_args = backends.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")
     elif args.backend == "tiny":
-        model_args = backends.tiny_model_args(model_id, seed=args.seed, dtype=args.dtype or "float32",
-                                             threads=args.threads, revision=args.revision)
+        model_args = backends.tiny_model_args(
+            model_id,
+            seed=args.seed,
+            dtype=args.dtype or "float32",
+            threads=args.threads,
+            revision=args.revision,
+        )
     else:
         model_args = backends.vllm_model_args(
-            model_id, seed=args.seed, profile=profile, tensor_parallel_size=args.tensor_parallel_size,
-            gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
-            dtype=args.dtype or "auto", revision=args.revision, data_parallel_size=args.data_parallel_size)
+            model_id,
+            seed=args.seed,
+            profile=profile,
+            tensor_parallel_size=args.tensor_parallel_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            max_model_len=args.max_model_len,
+            dtype=args.dtype or "auto",
+            revision=args.revision,
+            data_parallel_size=args.data_parallel_size,
+        )
 
     def make_lm():
         if args.threads is not None:
             import torch
+
             torch.set_num_threads(args.threads)
-        return backends.build_lm(args.backend, model_args, settings.batch_size,
-                                device=args.device if args.backend in ("hf", "tiny") else None)
+        return backends.build_lm(
+            args.backend,
+            model_args,
+            settings.batch_size,
+            device=args.device if args.backend in ("hf", "tiny") else None,
+        )
 
     try:
         aggregates = harness.evaluate_model(
-            make_lm, benchmarks, settings, args.out, model_id,
+            make_lm,
+            benchmarks,
+            settings,
+            args.out,
+            model_id,
             model_meta=lambda lm: harness.model_info(lm, model_id, args.revision, args.backend, model_args),
-            progress=not args.no_progress)
+            progress=not args.no_progress,
+        )
     except CacheError as err:
         print(f"exgrpo eval: error: {err}", file=sys.stderr)
         return 2
     for agg in aggregates:
         m = agg["metrics"]
-        print(f"{agg['benchmark']:<20} {agg['split']:<5} k={agg['k']:<3} n={agg['n_problems']:<6} "
-              f"avg@k={m['avg_at_k']:.4f} pass@k={m['pass_at_k']:.4f} maj@k={m['maj_at_k']:.4f}")
+        print(
+            f"{agg['benchmark']:<20} {agg['split']:<5} k={agg['k']:<3} n={agg['n_problems']:<6} "
+            f"avg@k={m['avg_at_k']:.4f} pass@k={m['pass_at_k']:.4f} maj@k={m['maj_at_k']:.4f}"
+        )
     averages = split_averages(aggregates)
     for split in ("id", "ood"):
         if averages.get(split) is not None:
-            print(f"{split.upper()} average (unweighted over {len(averages['benchmarks'][split])} benchmarks): "
-                  f"{averages[split]:.4f}")
+            print(
+                f"{split.upper()} average (unweighted over {len(averages['benchmarks'][split])} benchmarks): "
+                f"{averages[split]:.4f}"
+            )
     return 0

@@ -6,9 +6,15 @@ import argparse
 
 HELP = "Generate the tiny testbed's synthetic task: train/validation/test/OOD/probe splits + manifest.json."
 
-_SIZE_FLAGS = {"train": "--train-size", "validation": "--validation-size", "test": "--test-size",
-               "ood_words": "--ood-words-size", "ood_choice4": "--ood-choice4-size",
-               "ood_choice10": "--ood-choice10-size", "probe_length": "--probe-size"}
+_SIZE_FLAGS = {
+    "train": "--train-size",
+    "validation": "--validation-size",
+    "test": "--test-size",
+    "ood_words": "--ood-words-size",
+    "ood_choice4": "--ood-choice4-size",
+    "ood_choice10": "--ood-choice10-size",
+    "probe_length": "--probe-size",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,13 +22,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
-    parser.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="file format per split")
+    parser.add_argument(
+        "--format", choices=("jsonl", "parquet"), default="jsonl", help="file format per split"
+    )
     for split, flag in _SIZE_FLAGS.items():
-        parser.add_argument(flag, type=int, default=DEFAULT_SIZES[split], dest=f"size_{split}",
-                            help=f"rows in '{split}' (default {DEFAULT_SIZES[split]})")
-    parser.add_argument("--train-difficulties", default="1,2,3,4",
-                        help="comma-separated numbers of operations of the training questions (default 1,2,3,4; "
-                             "held-out splits are unchanged by it)")
+        parser.add_argument(
+            flag,
+            type=int,
+            default=DEFAULT_SIZES[split],
+            dest=f"size_{split}",
+            help=f"rows in '{split}' (default {DEFAULT_SIZES[split]})",
+        )
+    parser.add_argument(
+        "--train-difficulties",
+        default="1,2,3,4",
+        help="comma-separated numbers of operations of the training questions (default 1,2,3,4; "
+        "held-out splits are unchanged by it)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         train_ds = tuple(int(d) for d in args.train_difficulties.split(","))
     except ValueError:
-        raise ConfigError("train-difficulties", f"expected integers like 3,4, got {args.train_difficulties!r}") from None
+        raise ConfigError(
+            "train-difficulties", f"expected integers like 3,4, got {args.train_difficulties!r}"
+        ) from None
     try:
         splits = task.make_splits(args.seed, sizes, train_ds)
     except ValueError as err:

@@ -10,12 +10,19 @@ HELP = "print a target's jobs, GPU-hours, longest job and critical-path wall tim
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", help="a Snakemake target, e.g. paper_headline or all")
-    p.add_argument("--profile", default="slurm", help="Snakemake profile whose resources the jobs ask for "
-                                                     "(default: slurm; '' for none)")
+    p.add_argument(
+        "--profile",
+        default="slurm",
+        help="Snakemake profile whose resources the jobs ask for (default: slurm; '' for none)",
+    )
     p.add_argument("--workdir", type=Path, default=Path("."), help="the workflow's root (default: here)")
-    p.add_argument("--limit-min", type=int, default=None,
-                   help="partition time limit in minutes (default: the config's partition_limit_min, if set); "
-                        "training runs longer than it are planned as chains of segments")
+    p.add_argument(
+        "--limit-min",
+        type=int,
+        default=None,
+        help="partition time limit in minutes (default: the config's partition_limit_min, if set); "
+        "training runs longer than it are planned as chains of segments",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from exgrpo.commands._flags import deprecated_alias
 
-HELP = "preliminary study: sample K rollouts per training question, bucket by k/K, record entropy/PPL/judge/code"
+HELP = (
+    "preliminary study: sample K rollouts per training question, bucket by k/K, record entropy/PPL/judge/code"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,36 +26,85 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     cfg, judge = ExGRPOConfig(), JudgeSettings()
     p.add_argument("--model", required=True, type=Path, help="checkpoint to analyse (HF model directory)")
-    p.add_argument("--data", required=True, type=Path,
-                   help="`exgrpo make-data` directory, or verl data (DIR/<split>.parquet or a .parquet file)")
+    p.add_argument(
+        "--data",
+        required=True,
+        type=Path,
+        help="`exgrpo make-data` directory, or verl data (DIR/<split>.parquet or a .parquet file)",
+    )
     p.add_argument("--split", default="train", help="split to draw questions from (default train)")
     p.add_argument("--questions", type=int, default=0, help="questions to sample, a seeded subset (0 = all)")
     p.add_argument("--k", type=int, default=8, help="rollouts per question, K (default 8, paper §3.3)")
-    p.add_argument("--judge", choices=sorted(JUDGES), default="step",
-                   help="; ".join(f"{k}: {v}" for k, v in sorted(JUDGES.items())))
-    p.add_argument("--out", required=True, type=Path, help="records, .parquet (results/<src>/prelim/<backbone>/)")
+    p.add_argument(
+        "--judge",
+        choices=sorted(JUDGES),
+        default="step",
+        help="; ".join(f"{k}: {v}" for k, v in sorted(JUDGES.items())),
+    )
+    p.add_argument(
+        "--out", required=True, type=Path, help="records, .parquet (results/<src>/prelim/<backbone>/)"
+    )
     p.add_argument("--seed", type=int, default=0, help="question subset and sampling seed")
-    p.add_argument("--engine", choices=("tiny", "vllm"), default="tiny",
-                   help="tiny: CPU sampler of the testbed; vllm: vLLM sampling + transformers scoring (GPU)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (paper rollouts: 1.0)")
+    p.add_argument(
+        "--engine",
+        choices=("tiny", "vllm"),
+        default="tiny",
+        help="tiny: CPU sampler of the testbed; vllm: vLLM sampling + transformers scoring (GPU)",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (paper rollouts: 1.0)"
+    )
     p.add_argument("--top-p", type=float, default=1.0, help="sampling top-p (paper rollouts: 1.0)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="response cap (default: tiny 72, vllm 8192)")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=None, help="response cap (default: tiny 72, vllm 8192)"
+    )
     p.add_argument("--batch-size", type=int, default=64, help="rows per sampling/scoring batch (tiny engine)")
-    deprecated_alias(p, "--tp", p.add_argument("--tensor-parallel-size", dest="tp", type=int, default=1,
-                                               help="vLLM tensor parallel size for the policy"))
+    deprecated_alias(
+        p,
+        "--tp",
+        p.add_argument(
+            "--tensor-parallel-size",
+            dest="tp",
+            type=int,
+            default=1,
+            help="vLLM tensor parallel size for the policy",
+        ),
+    )
     p.add_argument("--hard-high", type=float, default=cfg.mask_hard_high, help="Hard = (0, hard_high]")
     p.add_argument("--easy-low", type=float, default=cfg.mask_easy_low, help="Easy = [easy_low, 1)")
-    p.add_argument("--judge-model", default=judge.model, help=f"LLM judge (default {judge.model}, paper §F.2)")
-    deprecated_alias(p, "--judge-tp", p.add_argument("--judge-tensor-parallel-size", dest="judge_tp", type=int,
-                                                     default=judge.tensor_parallel_size,
-                                                     help="judge tensor parallel size"))
+    p.add_argument(
+        "--judge-model", default=judge.model, help=f"LLM judge (default {judge.model}, paper §F.2)"
+    )
+    deprecated_alias(
+        p,
+        "--judge-tp",
+        p.add_argument(
+            "--judge-tensor-parallel-size",
+            dest="judge_tp",
+            type=int,
+            default=judge.tensor_parallel_size,
+            help="judge tensor parallel size",
+        ),
+    )
     p.add_argument("--judge-max-tokens", type=int, default=judge.max_tokens, help="judge reply cap")
-    p.add_argument("--judge-cache", type=Path, default=Path("work/prelim/judge_cache.jsonl"),
-                   help="JSONL cache of judge replies, keyed by sha256(model, prompt)")
-    p.add_argument("--judge-prompt", type=Path, default=None,
-                   help="judge prompt template file with {question} and {solution} (default: built-in)")
-    p.add_argument("--texts", type=Path, default=None,
-                   help="also write the response texts to this JSONL file (problem_id, sample_index, response)")
+    p.add_argument(
+        "--judge-cache",
+        type=Path,
+        default=Path("work/prelim/judge_cache.jsonl"),
+        help="JSONL cache of judge replies, keyed by sha256(model, prompt)",
+    )
+    p.add_argument(
+        "--judge-prompt",
+        type=Path,
+        default=None,
+        help="judge prompt template file with {question} and {solution} (default: built-in)",
+    )
+    p.add_argument(
+        "--texts",
+        type=Path,
+        default=None,
+        help="also write the response texts to this JSONL file (problem_id, sample_index, response)",
+    )
     p.add_argument("--keep-text", action="store_true", help="store the response texts in the parquet too")
     p.add_argument("--backbone", default=None, help="backbone name, recorded in the file's metadata")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -68,8 +119,9 @@ def _check(args: argparse.Namespace) -> None:
     if args.k < 2:
         raise ConfigError("k", f"need at least 2 rollouts per question, got {args.k}")
     if args.temperature < 0 or not 0 < args.top_p <= 1:
-        raise ConfigError("temperature", f"need temperature >= 0 and 0 < top_p <= 1, got {args.temperature}, "
-                                         f"{args.top_p}")
+        raise ConfigError(
+            "temperature", f"need temperature >= 0 and 0 < top_p <= 1, got {args.temperature}, {args.top_p}"
+        )
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ConfigError("max_new_tokens", f"must be >= 1, got {args.max_new_tokens}")
     if not (args.model / "config.json").exists() and args.engine == "tiny":
@@ -98,34 +150,82 @@ def run(args: argparse.Namespace) -> int:
         from exgrpo.tiny.models import load_checkpoint
 
         model, tokenizer = load_checkpoint(args.model)
-        policy = TinyPolicy(model, tokenizer, max_new_tokens=args.max_new_tokens or 72,
-                            temperature=args.temperature, top_p=args.top_p, batch_size=args.batch_size,
-                            seed=args.seed, progress=progress)
+        policy = TinyPolicy(
+            model,
+            tokenizer,
+            max_new_tokens=args.max_new_tokens or 72,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            progress=progress,
+        )
     else:
         from exgrpo.prelim.policies import SamplerSettings, VLLMPolicy
 
-        policy = VLLMPolicy(SamplerSettings(model=str(args.model), temperature=args.temperature, top_p=args.top_p,
-                                            max_tokens=args.max_new_tokens or 8192, seed=args.seed,
-                                            tensor_parallel_size=args.tp), progress=progress)
-    settings = JudgeSettings(model=args.judge_model, tensor_parallel_size=args.judge_tp,
-                             max_tokens=args.judge_max_tokens, seed=args.seed)
+        policy = VLLMPolicy(
+            SamplerSettings(
+                model=str(args.model),
+                temperature=args.temperature,
+                top_p=args.top_p,
+                max_tokens=args.max_new_tokens or 8192,
+                seed=args.seed,
+                tensor_parallel_size=args.tp,
+            ),
+            progress=progress,
+        )
+    settings = JudgeSettings(
+        model=args.judge_model,
+        tensor_parallel_size=args.judge_tp,
+        max_tokens=args.judge_max_tokens,
+        seed=args.seed,
+    )
     template = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
-    judge = make_judge(args.judge, settings=settings.validate(), cache_path=args.judge_cache,
-                       prompt_template=template)
-    records, summary = T.analyze(policy, questions, k=args.k, judge=judge, seed=args.seed, bounds=bounds,
-                                 log=lambda msg: print(f"prelim-analyze: {msg}", file=sys.stderr))
-    run_config = {"model": str(args.model), "data": str(args.data), "split": args.split,
-                  "questions": args.questions, "k": args.k, "judge": judge.name, "engine": args.engine,
-                  "temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
-                  "bounds": dataclasses.asdict(bounds), "backbone": args.backbone}
+    judge = make_judge(
+        args.judge, settings=settings.validate(), cache_path=args.judge_cache, prompt_template=template
+    )
+    records, summary = T.analyze(
+        policy,
+        questions,
+        k=args.k,
+        judge=judge,
+        seed=args.seed,
+        bounds=bounds,
+        log=lambda msg: print(f"prelim-analyze: {msg}", file=sys.stderr),
+    )
+    run_config = {
+        "model": str(args.model),
+        "data": str(args.data),
+        "split": args.split,
+        "questions": args.questions,
+        "k": args.k,
+        "judge": judge.name,
+        "engine": args.engine,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "max_new_tokens": args.max_new_tokens,
+        "bounds": dataclasses.asdict(bounds),
+        "backbone": args.backbone,
+    }
     if args.judge == "llm":
         run_config["judge_settings"] = dataclasses.asdict(settings)
-        run_config["judge_prompt_version"] = JUDGE_PROMPT_VERSION if args.judge_prompt is None else str(args.judge_prompt)
+        run_config["judge_prompt_version"] = (
+            JUDGE_PROMPT_VERSION if args.judge_prompt is None else str(args.judge_prompt)
+        )
     if args.texts is not None:
-        write_jsonl(args.texts, [{"problem_id": r["problem_id"], "sample_index": r["sample_index"],
-                                  "response": r["response"]} for r in records])
-    T.write_records(args.out, records, {"provenance": provenance(run_config, args.seed), "summary": summary},
-                    keep_text=args.keep_text)
+        write_jsonl(
+            args.texts,
+            [
+                {"problem_id": r["problem_id"], "sample_index": r["sample_index"], "response": r["response"]}
+                for r in records
+            ],
+        )
+    T.write_records(
+        args.out,
+        records,
+        {"provenance": provenance(run_config, args.seed), "summary": summary},
+        keep_text=args.keep_text,
+    )
     print(json.dumps(summary, indent=2, sort_keys=True))
     print(f"wrote {len(records)} trajectory records to {args.out}")
     return 0

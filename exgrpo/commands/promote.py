@@ -23,9 +23,13 @@ NOT_COPIED = ("reproduction", "tables", "figures", "index.md")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", required=True, help="the study's source (results/<source>/)")
     parser.add_argument("--rerun", default="reruns", help="the rerun's results folder (default: reruns)")
-    parser.add_argument("--results", default="results", help="the committed results folder (default: results)")
+    parser.add_argument(
+        "--results", default="results", help="the committed results folder (default: results)"
+    )
     parser.add_argument("--backbones", default="config/backbones.yaml", help="backbone registry")
-    parser.add_argument("-n", "--dry-run", action="store_true", help="list what would be replaced, change nothing")
+    parser.add_argument(
+        "-n", "--dry-run", action="store_true", help="list what would be replaced, change nothing"
+    )
 
 
 def promote(rerun: Path, results: Path, dry_run: bool = False) -> list[Path]:
@@ -35,8 +39,9 @@ def promote(rerun: Path, results: Path, dry_run: bool = False) -> list[Path]:
 
     if not rerun.is_dir():
         raise FileNotFoundError(f"{rerun}: no rerun to promote")
-    files = sorted(p for p in rerun.rglob("*") if p.is_file()
-                   and p.relative_to(rerun).parts[0] not in NOT_COPIED)
+    files = sorted(
+        p for p in rerun.rglob("*") if p.is_file() and p.relative_to(rerun).parts[0] not in NOT_COPIED
+    )
     if dry_run:
         return [results / p.relative_to(rerun) for p in files]
     for folder in sorted({p.parent for p in files}):

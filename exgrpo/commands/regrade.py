@@ -21,21 +21,52 @@ HELP = "Re-grade cached evaluation samples (no generation), writing new records 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cache", required=True, type=Path, help="a *.samples.parquet file or a folder of them")
+    parser.add_argument(
+        "--cache", required=True, type=Path, help="a *.samples.parquet file or a folder of them"
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--out", type=Path, help="write regraded files here (same relative paths)")
     where.add_argument("--in-place", action="store_true", help="replace the cached files")
-    parser.add_argument("--grader", default=None,
-                        help="release (the release's evaluation label, the paper's) or strict (the training reward's "
-                             "rule); default: the grader stored in the cache")
-    deprecated_alias(parser, "--timeout-s", parser.add_argument(
-        "--grader-timeout", dest="timeout_s", type=float, default=None, help="seconds per answer (default: as stored)"))
-    deprecated_alias(parser, "--workers", parser.add_argument(
-        "--grader-workers", dest="workers", type=int, default=None, help="grader processes (default: as stored)"))
-    parser.add_argument("--max-chars", type=int, default=None, help="grade the last N characters (default: as stored)")
-    parser.add_argument("--require-think-close", action=argparse.BooleanOptionalAction, default=None,
-                        help="score 0 without </think> when the prompt opened a think block (default: as stored)")
-    parser.add_argument("--region", default="stored", help="stored (per prompt, as generated), after_think or full")
+    parser.add_argument(
+        "--grader",
+        default=None,
+        help="release (the release's evaluation label, the paper's) or strict (the training reward's "
+        "rule); default: the grader stored in the cache",
+    )
+    deprecated_alias(
+        parser,
+        "--timeout-s",
+        parser.add_argument(
+            "--grader-timeout",
+            dest="timeout_s",
+            type=float,
+            default=None,
+            help="seconds per answer (default: as stored)",
+        ),
+    )
+    deprecated_alias(
+        parser,
+        "--workers",
+        parser.add_argument(
+            "--grader-workers",
+            dest="workers",
+            type=int,
+            default=None,
+            help="grader processes (default: as stored)",
+        ),
+    )
+    parser.add_argument(
+        "--max-chars", type=int, default=None, help="grade the last N characters (default: as stored)"
+    )
+    parser.add_argument(
+        "--require-think-close",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="score 0 without </think> when the prompt opened a think block (default: as stored)",
+    )
+    parser.add_argument(
+        "--region", default="stored", help="stored (per prompt, as generated), after_think or full"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,26 +98,49 @@ def regrade(args: argparse.Namespace) -> list[str]:
     for src in files:
         records, meta = cache.read_samples(src)
         stored = dict(meta.get("grading") or {})
-        overrides = {"grader": args.grader, "timeout_s": args.timeout_s, "workers": args.workers,
-                     "max_chars": args.max_chars, "require_think_close": args.require_think_close}
-        settings = GradingSettings.from_dict({**stored, **{k: v for k, v in overrides.items() if v is not None}})
-        regions = (regions_from_meta(records, stored) if args.region == "stored" else [args.region] * len(records))
+        overrides = {
+            "grader": args.grader,
+            "timeout_s": args.timeout_s,
+            "workers": args.workers,
+            "max_chars": args.max_chars,
+            "require_think_close": args.require_think_close,
+        }
+        settings = GradingSettings.from_dict(
+            {**stored, **{k: v for k, v in overrides.items() if v is not None}}
+        )
+        regions = (
+            regions_from_meta(records, stored) if args.region == "stored" else [args.region] * len(records)
+        )
         if "kind" not in meta:
             raise cache.CacheError(f"{src}: corrupt cache metadata, no 'kind'")
         with get_grader(settings) as grader:
             graded = grade_records(records, meta["kind"], regions, grader)
-        region_info = ({k: v for k, v in stored.items() if k in ("region", "region_by_problem")}
-                       if args.region == "stored" else {"region": args.region})
-        prov = provenance(seed=meta.get("seed"), regraded_from=str(src.resolve()),
-                          grader=grader.name, grader_version=grader.version,
-                          generation=meta.get("provenance"))
-        new_meta = {**meta, "grading": {**settings.to_dict(), **region_info}, "provenance": prov,
-                    "grader": grader.name, "grader_version": grader.version}  # the cache identity's grader
+        region_info = (
+            {k: v for k, v in stored.items() if k in ("region", "region_by_problem")}
+            if args.region == "stored"
+            else {"region": args.region}
+        )
+        prov = provenance(
+            seed=meta.get("seed"),
+            regraded_from=str(src.resolve()),
+            grader=grader.name,
+            grader_version=grader.version,
+            generation=meta.get("provenance"),
+        )
+        new_meta = {
+            **meta,
+            "grading": {**settings.to_dict(), **region_info},
+            "provenance": prov,
+            "grader": grader.name,
+            "grader_version": grader.version,
+        }  # the cache identity's grader
         new_meta.pop("format_version", None)
         dest = src if args.in_place else Path(args.out) / src.relative_to(root)
         cache.write_samples(dest, graded, new_meta)
         agg = cache.build_aggregate(graded, new_meta, prov)
         cache.write_aggregate(cache.aggregate_path_for(dest), agg)
         changed = int((graded["score"].to_numpy() != records["score"].to_numpy()).sum())
-        lines.append(f"{dest}: avg@k {agg['metrics']['avg_at_k']:.4f} ({changed} of {len(graded)} scores changed)")
+        lines.append(
+            f"{dest}: avg@k {agg['metrics']['avg_at_k']:.4f} ({changed} of {len(graded)} scores changed)"
+        )
     return lines

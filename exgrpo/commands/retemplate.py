@@ -51,11 +51,19 @@ class RetemplateError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--in", dest="src", required=True, type=Path, help="verl-schema parquet (exgrpo download)")
+    parser.add_argument(
+        "--in", dest="src", required=True, type=Path, help="verl-schema parquet (exgrpo download)"
+    )
     parser.add_argument("--out", required=True, type=Path, help="re-templated copy to write")
-    parser.add_argument("--prompt-format", default="llama_base", choices=FORMATS,
-                        help="format_question() format of the new prompts (default llama_base, paper §G.1)")
-    parser.add_argument("--prompt-key", default="prompt", help="prompt column (verl data.prompt_key, default prompt)")
+    parser.add_argument(
+        "--prompt-format",
+        default="llama_base",
+        choices=FORMATS,
+        help="format_question() format of the new prompts (default llama_base, paper §G.1)",
+    )
+    parser.add_argument(
+        "--prompt-key", default="prompt", help="prompt column (verl data.prompt_key, default prompt)"
+    )
 
 
 def plain_prompt(prompt: Any, prompt_format: str) -> str:
@@ -71,13 +79,16 @@ def _message_type(field_type: Any) -> Any:
 
     if pa.types.is_list(field_type) or pa.types.is_large_list(field_type):
         item = field_type.value_type
-        if pa.types.is_struct(item) and {"role", "content"} <= {item.field(i).name for i in range(item.num_fields)}:
+        if pa.types.is_struct(item) and {"role", "content"} <= {
+            item.field(i).name for i in range(item.num_fields)
+        }:
             return field_type
     return pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
 
 
-def retemplate(src: str | Path, out: str | Path, prompt_format: str = "llama_base",
-               prompt_key: str = "prompt") -> dict[str, Any]:
+def retemplate(
+    src: str | Path, out: str | Path, prompt_format: str = "llama_base", prompt_key: str = "prompt"
+) -> dict[str, Any]:
     """Write the re-templated copy of `src` to `out` (atomically); returns the provenance it records."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -120,10 +131,14 @@ def retemplate(src: str | Path, out: str | Path, prompt_format: str = "llama_bas
                 try:
                     prompts.append([{"content": plain_prompt(value, prompt_format), "role": "user"}])
                 except (KeyError, TypeError, AttributeError) as err:
-                    raise RetemplateError(f"{src}: row {row}: column {prompt_key!r} holds no user message "
-                                          f"({type(err).__name__}: {err})") from None
+                    raise RetemplateError(
+                        f"{src}: row {row}: column {prompt_key!r} holds no user message "
+                        f"({type(err).__name__}: {err})"
+                    ) from None
                 row += 1
-            table = table.set_column(index, schema.field(index).with_type(new_type), pa.array(prompts, new_type))
+            table = table.set_column(
+                index, schema.field(index).with_type(new_type), pa.array(prompts, new_type)
+            )
             writer.write_table(table.replace_schema_metadata(out_schema.metadata))
     return meta
 
@@ -134,5 +149,7 @@ def run(args: argparse.Namespace) -> int:
     except RetemplateError as err:
         print(f"exgrpo retemplate: error: {err}", file=sys.stderr)
         return 1
-    print(f"{meta['rows']} rows, prompts as {meta['prompt_format']} {meta['prompt_template']!r} -> {args.out}")
+    print(
+        f"{meta['rows']} rows, prompts as {meta['prompt_format']} {meta['prompt_template']!r} -> {args.out}"
+    )
     return 0

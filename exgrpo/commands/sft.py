@@ -12,13 +12,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="directory written by `exgrpo make-data`")
     parser.add_argument("--out", required=True, help="checkpoint directory to write")
     parser.add_argument("--steps", type=int, default=None, help="override the entry's sft.steps")
-    parser.add_argument("--init", default=None,
-                        help="checkpoint of the entry's sft.init backbone (default: sibling OUT/../<sft.init>)")
+    parser.add_argument(
+        "--init",
+        default=None,
+        help="checkpoint of the entry's sft.init backbone (default: sibling OUT/../<sft.init>)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     parser.add_argument("--backbones", default=None, help="backbone registry (default config/backbones.yaml)")
-    parser.add_argument("--eval-rows", type=int, default=200,
-                        help="validation questions for the accuracy recorded in sft.json (0 = skip)")
+    parser.add_argument(
+        "--eval-rows",
+        type=int,
+        default=200,
+        help="validation questions for the accuracy recorded in sft.json (0 = skip)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,8 +36,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("steps", f"must be >= 1, got {args.steps}")
     if args.threads < 1:
         raise ConfigError("threads", f"must be >= 1, got {args.threads}")
-    record = run_sft(args.backbone, args.data, args.out, steps=args.steps, init=args.init, seed=args.seed,
-                     threads=args.threads, backbones_path=args.backbones, eval_rows=args.eval_rows)
+    record = run_sft(
+        args.backbone,
+        args.data,
+        args.out,
+        steps=args.steps,
+        init=args.init,
+        seed=args.seed,
+        threads=args.threads,
+        backbones_path=args.backbones,
+        eval_rows=args.eval_rows,
+    )
     line = f"{args.backbone}: {record['steps']} steps, loss {record['final_loss']:.3f}, {record['cpu_seconds']} s CPU"
     if "validation" in record:
         v = record["validation"]

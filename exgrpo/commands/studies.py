@@ -8,8 +8,13 @@ HELP = "list every study (config/config.yaml + --configfile overlays): target, s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--configfile", action="append", default=[], metavar="YAML",
-                        help="an overlay, as given to snakemake --configfile (repeatable; after config/config.yaml)")
+    parser.add_argument(
+        "--configfile",
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="an overlay, as given to snakemake --configfile (repeatable; after config/config.yaml)",
+    )
     parser.add_argument("--results", default="results", help="results/ folder (measured job times)")
 
 
@@ -18,8 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
     wf = load_studies([DEFAULT_CONFIG, *args.configfile])
     print(studies_table(study_rows(wf, args.results)))
-    print("\nBuild one with `snakemake --cores 2 <target>` (with the same --configfile overlays). `requested h`: "
-          "what the jobs ask the scheduler for (config/backbones.yaml runtime_min), an upper bound; "
-          "`measured-based h`: mean wall time per job already recorded under results/<source>/benchmarks/ "
-          "x the job count.")
+    print(
+        "\nBuild one with `snakemake --cores 2 <target>` (with the same --configfile overlays). `requested h`: "
+        "what the jobs ask the scheduler for (config/backbones.yaml runtime_min), an upper bound; "
+        "`measured-based h`: mean wall time per job already recorded under results/<source>/benchmarks/ "
+        "x the job count."
+    )
     return 0

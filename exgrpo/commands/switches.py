@@ -9,8 +9,11 @@ HELP = "print the README table of method switches: paper default, released behav
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("markdown",), default="markdown")
-    parser.add_argument("--registries", action="store_true",
-                        help="print the table of registered implementations instead (docs/plugins.md)")
+    parser.add_argument(
+        "--registries",
+        action="store_true",
+        help="print the table of registered implementations instead (docs/plugins.md)",
+    )
 
 
 BUILTIN_PREFIX = "exgrpo.core."
@@ -23,7 +26,9 @@ def _plugin_note(field_name: str) -> str:
 
     for reg in REGISTRIES:
         if reg.config_field == field_name:
-            extra = [f"`{e.name}` ({e.module})" for e in reg.entries() if not e.module.startswith(BUILTIN_PREFIX)]
+            extra = [
+                f"`{e.name}` ({e.module})" for e in reg.entries() if not e.module.startswith(BUILTIN_PREFIX)
+            ]
             return f"; plug-ins: {', '.join(extra)}" if extra else ""
     return ""
 
@@ -46,8 +51,10 @@ def switch_table() -> str:
     default = ExGRPOConfig()
     rows = ["| switch | default here | paper | released code | ablation it serves |", "|---|---|---|---|---|"]
     for s in SWITCHES:
-        rows.append(f"| `{s.field}` | `{getattr(default, s.field)}` | {s.paper} | {s.released} | "
-                    f"{s.ablation}{_plugin_note(s.field)} |")
+        rows.append(
+            f"| `{s.field}` | `{getattr(default, s.field)}` | {s.paper} | {s.released} | "
+            f"{s.ablation}{_plugin_note(s.field)} |"
+        )
     return "\n".join(rows)
 
 

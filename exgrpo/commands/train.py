@@ -21,31 +21,60 @@ HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run-file", type=Path, default=None,
-                   help="the run's resolved config (method.json, written by the workflow); replaces --backbone, "
-                        "--variant, --seed, --budget and --set")
+    p.add_argument(
+        "--run-file",
+        type=Path,
+        default=None,
+        help="the run's resolved config (method.json, written by the workflow); replaces --backbone, "
+        "--variant, --seed, --budget and --set",
+    )
     p.add_argument("--backbone", default=None, help="a key of config/backbones.yaml with scale: tiny")
-    deprecated_alias(p, "--method", p.add_argument("--variant", default=None,
-                                                   help=f"method variant: one of {', '.join(sorted(ABLATIONS))}"))
+    deprecated_alias(
+        p,
+        "--method",
+        p.add_argument(
+            "--variant", default=None, help=f"method variant: one of {', '.join(sorted(ABLATIONS))}"
+        ),
+    )
     p.add_argument("--data", required=True, type=Path, help="directory written by `exgrpo make-data`")
     p.add_argument("--init", required=True, type=Path, help="SFT checkpoint (HF model directory)")
     p.add_argument("--out", required=True, type=Path, help="results directory for log.jsonl.gz and run.json")
-    p.add_argument("--ckpt", type=Path, default=None, help="checkpoint directory (default: work/tiny/ckpt/...)")
+    p.add_argument(
+        "--ckpt", type=Path, default=None, help="checkpoint directory (default: work/tiny/ckpt/...)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", choices=sorted(set(BUDGETS) - {"full"}), default="tiny")
     p.add_argument("--backbones", type=Path, default=Path("config/backbones.yaml"))
-    p.add_argument("--logger", choices=("jsonl", "tensorboard"), default="jsonl",
-                   help="also write TensorBoard events next to the log (<ckpt>/tensorboard/); needs tensorboard")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (not part of the run's identity)")
-    p.add_argument("--stop-after", type=int, default=None, metavar="STEP",
-                   help="checkpoint after STEP and exit without finishing (one segment of a run cut by a partition "
-                        "time limit; the next call resumes); not part of the run's identity")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an ExGRPOConfig field or a TrainerSettings field (repeatable)")
+    p.add_argument(
+        "--logger",
+        choices=("jsonl", "tensorboard"),
+        default="jsonl",
+        help="also write TensorBoard events next to the log (<ckpt>/tensorboard/); needs tensorboard",
+    )
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op threads (not part of the run's identity)"
+    )
+    p.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="checkpoint after STEP and exit without finishing (one segment of a run cut by a partition "
+        "time limit; the next call resumes); not part of the run's identity",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override an ExGRPOConfig field or a TrainerSettings field (repeatable)",
+    )
 
 
-def resolve_cli(backbone_name: str, backbone: dict[str, Any], variant: str, seed: int, budget: str,
-                overrides: list[str]) -> RunSpec:
+def resolve_cli(
+    backbone_name: str, backbone: dict[str, Any], variant: str, seed: int, budget: str, overrides: list[str]
+) -> RunSpec:
     """The run of `--set KEY=VALUE` strings: parsed by field type, then exgrpo.resolve.run_spec."""
     method_fields = {f.name: f.type for f in dataclasses.fields(ExGRPOConfig)}
     trainer_fields = {f.name: f.type for f in dataclasses.fields(TrainerSettings)}
@@ -61,8 +90,16 @@ def resolve_cli(backbone_name: str, backbone: dict[str, Any], variant: str, seed
             trainer[key] = _parse(key, raw, trainer_fields[key])
         else:
             raise ConfigError(key, "unknown setting (neither an ExGRPOConfig nor a TrainerSettings field)")
-    return run_spec(backbone_name, backbone, variant, seed, budget=budget, overrides=method,
-                    trainer_overrides=trainer, where="--set ")
+    return run_spec(
+        backbone_name,
+        backbone,
+        variant,
+        seed,
+        budget=budget,
+        overrides=method,
+        trainer_overrides=trainer,
+        where="--set ",
+    )
 
 
 def _parse(key: str, raw: str, typ: Any) -> Any:
@@ -85,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.run_file is not None:
         if args.backbone or args.variant or args.overrides:
-            raise ConfigError("--run-file", "the run file holds the whole run: drop --backbone, --variant and --set")
+            raise ConfigError(
+                "--run-file", "the run file holds the whole run: drop --backbone, --variant and --set"
+            )
         spec = read_run_file(args.run_file)
         if spec.scale != "tiny":
             raise ConfigError(f"{args.run_file}: scale", f"expected a tiny run, got {spec.scale!r}")
@@ -108,13 +147,30 @@ def run(args: argparse.Namespace) -> int:
     if not (args.init / "config.json").exists():
         raise FileNotFoundError(f"{args.init}: no SFT checkpoint (config.json) found; run `exgrpo sft` first")
     tokenizer = AutoTokenizer.from_pretrained(args.init)
-    questions = (load_questions(args.data, "train", tokenizer, targs.train_size, tuple(targs.train_difficulties)),
-                 load_questions(args.data, "validation", tokenizer))
-    summary = run_training(model_dir=args.init, data_questions=questions, cfg=spec.method, args=targs,
-                           seed=spec.seed, ckpt_dir=ckpt, out_dir=args.out, data_dir=args.data, spec=spec,
-                           logger=args.logger,
-                           meta={"name": f"{spec.backbone}/{spec.label}/s{spec.seed}", "backbone": spec.backbone,
-                                 "variant": spec.label, "method_variant": spec.variant, "budget": spec.budget, "init": str(args.init),
-                                 "run_file": str(args.run_file) if args.run_file else None})
+    questions = (
+        load_questions(args.data, "train", tokenizer, targs.train_size, tuple(targs.train_difficulties)),
+        load_questions(args.data, "validation", tokenizer),
+    )
+    summary = run_training(
+        model_dir=args.init,
+        data_questions=questions,
+        cfg=spec.method,
+        args=targs,
+        seed=spec.seed,
+        ckpt_dir=ckpt,
+        out_dir=args.out,
+        data_dir=args.data,
+        spec=spec,
+        logger=args.logger,
+        meta={
+            "name": f"{spec.backbone}/{spec.label}/s{spec.seed}",
+            "backbone": spec.backbone,
+            "variant": spec.label,
+            "method_variant": spec.variant,
+            "budget": spec.budget,
+            "init": str(args.init),
+            "run_file": str(args.run_file) if args.run_file else None,
+        },
+    )
     print(summary)
     return 0

@@ -19,12 +19,25 @@ HELP = "Collect a finished verl run into results/: log.jsonl.gz, run.json, and o
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", required=True, type=Path,
-                        help="run directory of `exgrpo verl-config --out` (resolved_config.json, metrics files)")
-    parser.add_argument("--out", required=True, type=Path,
-                        help="results folder results/<source>/train/<backbone>/<variant>/s<seed>")
-    parser.add_argument("--export-hf", type=Path, default=None, metavar="DIR",
-                        help="also merge the final actor checkpoint into this HF model folder (needs verl)")
+    parser.add_argument(
+        "--run-dir",
+        required=True,
+        type=Path,
+        help="run directory of `exgrpo verl-config --out` (resolved_config.json, metrics files)",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="results folder results/<source>/train/<backbone>/<variant>/s<seed>",
+    )
+    parser.add_argument(
+        "--export-hf",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also merge the final actor checkpoint into this HF model folder (needs verl)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"exgrpo verl-collect: error: {err}", file=sys.stderr)
         return 2
     summary = content["summary"]
-    print(f"{content['backbone']}/{content['variant']}/s{content['seed']}: {content['steps']} steps from "
-          f"{len(content['attempts'])} attempt(s), final val/acc {summary['final_val_acc']} -> {args.out}")
+    print(
+        f"{content['backbone']}/{content['variant']}/s{content['seed']}: {content['steps']} steps from "
+        f"{len(content['attempts'])} attempt(s), final val/acc {summary['final_val_acc']} -> {args.out}"
+    )
     if summary["final_model"]:
         print(f"final model: {summary['final_model']}")
     return 0

@@ -25,33 +25,69 @@ HELP = "Write the verl Hydra config (exgrpo_run.yaml) of a paper-scale run: a ba
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-file", type=Path, default=None,
-                        help="the run's resolved config (method.json, written by the workflow); replaces --backbone, "
-                             "--variant, --seed and --set")
-    parser.add_argument("--backbone", default=None,
-                        help="entry of the backbones file with scale: paper (or tiny, with --device cpu)")
-    parser.add_argument("--variant", default="exgrpo", help="method variant (exgrpo.config.ABLATIONS), default exgrpo")
+    parser.add_argument(
+        "--run-file",
+        type=Path,
+        default=None,
+        help="the run's resolved config (method.json, written by the workflow); replaces --backbone, "
+        "--variant, --seed and --set",
+    )
+    parser.add_argument(
+        "--backbone",
+        default=None,
+        help="entry of the backbones file with scale: paper (or tiny, with --device cpu)",
+    )
+    parser.add_argument(
+        "--variant", default="exgrpo", help="method variant (exgrpo.config.ABLATIONS), default exgrpo"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path, help="run directory (config, checkpoints, logs)")
     parser.add_argument("--backbones", type=Path, default=Path("config/backbones.yaml"))
-    parser.add_argument("--train-files", default=None,
-                        help="verl training parquet (default: data/verl/<template>/train.parquet)")
-    parser.add_argument("--val-files", default=None,
-                        help="verl validation parquet (default: data/verl/<template>/valid.parquet)")
-    parser.add_argument("--model-path", default=None, help="local model directory instead of the backbone's hf_id")
-    data = parser.add_argument("--data", dest="tiny_data", type=Path, default=None,
-                        help="tiny-task splits (`exgrpo make-data`): converted into <out>/data/ and trained on instead of "
-                             "--train-files/--val-files (a tiny backbone, --device cpu: exgrpo.verl_plugin.tiny_route)")
+    parser.add_argument(
+        "--train-files",
+        default=None,
+        help="verl training parquet (default: data/verl/<template>/train.parquet)",
+    )
+    parser.add_argument(
+        "--val-files",
+        default=None,
+        help="verl validation parquet (default: data/verl/<template>/valid.parquet)",
+    )
+    parser.add_argument(
+        "--model-path", default=None, help="local model directory instead of the backbone's hf_id"
+    )
+    data = parser.add_argument(
+        "--data",
+        dest="tiny_data",
+        type=Path,
+        default=None,
+        help="tiny-task splits (`exgrpo make-data`): converted into <out>/data/ and trained on instead of "
+        "--train-files/--val-files (a tiny backbone, --device cpu: exgrpo.verl_plugin.tiny_route)",
+    )
     deprecated_alias(parser, "--tiny-data", data)
     parser.add_argument("--nnodes", type=int, default=None, help="override the backbone's resources.nodes")
     parser.add_argument("--gpus-per-node", type=int, default=None)
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="cpu: the plug-in's CPU mode (config/exgrpo_cpu.yaml: gloo, FSDP2 in float32, the "
-                             "transformers rollout exgrpo_cpu), for debugging without a GPU (docs/verl-plugin.md)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                        help="ExGRPOConfig field override (VALUE parsed as JSON when possible); repeatable")
-    parser.add_argument("--resolve", choices=("auto", "yes", "no"), default="auto",
-                        help="compose with Hydra + verl and write resolved_config.json (auto: when verl is installed)")
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: the plug-in's CPU mode (config/exgrpo_cpu.yaml: gloo, FSDP2 in float32, the "
+        "transformers rollout exgrpo_cpu), for debugging without a GPU (docs/verl-plugin.md)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="ExGRPOConfig field override (VALUE parsed as JSON when possible); repeatable",
+    )
+    parser.add_argument(
+        "--resolve",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="compose with Hydra + verl and write resolved_config.json (auto: when verl is installed)",
+    )
 
 
 def _parse_overrides(items: list[str]) -> dict:
@@ -69,8 +105,9 @@ def _parse_overrides(items: list[str]) -> dict:
     return out
 
 
-def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cuda", weights: bool = False
-                    ) -> tuple[str, dict]:
+def run_fingerprint(
+    spec, flat: dict, model_path: str | None, device: str = "cuda", weights: bool = False
+) -> tuple[str, dict]:
     """(fingerprint, parts) of a verl run: resolved run, verl keys, data files, model, plug-in code, and the
     device when it is not the default (a CPU-mode checkpoint is never resumed by a GPU run, and vice versa).
 
@@ -82,15 +119,19 @@ def run_fingerprint(spec, flat: dict, model_path: str | None, device: str = "cud
         return file_digest([path]) if Path(path).is_file() else None
 
     model = Path(model_path) if model_path else None
-    parts = {"run": spec.fingerprint_parts(),
-             "verl": {k: v for k, v in flat.items() if k not in ("exgrpo.run_dir",)},
-             "data": {k: digest(flat[k]) for k in ("data.train_files", "data.val_files")},
-             # the snapshot folder names its revision; its config.json (weights are named by that revision)
-             "model": {"path": str(model.resolve()) if model else flat["actor_rollout_ref.model.path"],
-                       "config": digest(str(model / "config.json")) if model else None,
-                       **({"weights": weights_digest(model)} if weights and model else {})},
-             "code": code_digest("train_paper" if device == "cuda" else "train_verl_cpu"),
-             "libraries": library_versions_of()}
+    parts = {
+        "run": spec.fingerprint_parts(),
+        "verl": {k: v for k, v in flat.items() if k not in ("exgrpo.run_dir",)},
+        "data": {k: digest(flat[k]) for k in ("data.train_files", "data.val_files")},
+        # the snapshot folder names its revision; its config.json (weights are named by that revision)
+        "model": {
+            "path": str(model.resolve()) if model else flat["actor_rollout_ref.model.path"],
+            "config": digest(str(model / "config.json")) if model else None,
+            **({"weights": weights_digest(model)} if weights and model else {}),
+        },
+        "code": code_digest("train_paper" if device == "cuda" else "train_verl_cpu"),
+        "libraries": library_versions_of(),
+    }
     if device != "cuda":
         parts["device"] = device
     return fingerprint(parts), parts
@@ -108,8 +149,10 @@ def _set_aside_stale(run_dir: Path, fp: str) -> None:
         return
     aside = run_dir / f"checkpoints.stale-{(old or 'unknown')[:12]}"
     checkpoints.rename(aside)
-    print(f"{run_dir}: checkpoints were made by another configuration, data, model or code (fingerprint "
-          f"{(old or 'none')[:12]}, this run {fp[:12]}): moved to {aside}; training starts from step 1")
+    print(
+        f"{run_dir}: checkpoints were made by another configuration, data, model or code (fingerprint "
+        f"{(old or 'none')[:12]}, this run {fp[:12]}): moved to {aside}; training starts from step 1"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,14 +174,23 @@ def run(args: argparse.Namespace) -> int:
         if not args.backbone:
             raise ConfigError("--backbone", "give --run-file, or --backbone")
         backbone = load_backbone(args.backbones, args.backbone, scale=scale)
-        spec = run_spec(args.backbone, backbone, args.variant, args.seed, overrides=_parse_overrides(args.overrides),
-                        where="--set ")
+        spec = run_spec(
+            args.backbone,
+            backbone,
+            args.variant,
+            args.seed,
+            overrides=_parse_overrides(args.overrides),
+            where="--set ",
+        )
     model_path = args.model_path
     if model_path and Path(model_path).is_dir():  # the launch script runs in the run directory
         model_path = str(Path(model_path).resolve())
     if backbone.get("context_extension") and not model_path:
-        raise ConfigError("--model-path", f"backbone {spec.backbone!r} has a context_extension, applied to a local "
-                                          "copy of its model: pass the downloaded snapshot folder")
+        raise ConfigError(
+            "--model-path",
+            f"backbone {spec.backbone!r} has a context_extension, applied to a local "
+            "copy of its model: pass the downloaded snapshot folder",
+        )
     if backbone.get("context_extension"):
         model_path = str(extended_model_dir(model_path, args.out / "model", backbone["context_extension"]))
         print(f"context extension {backbone['context_extension']} applied: training {model_path}")
@@ -152,15 +204,28 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--data", "replaces --train-files and --val-files: give one or the other")
         files = write_verl_data(args.tiny_data, args.out / "data")
         train, val = (str(files[role].resolve()) for role in ("train", "val"))
-    flat = hc.verl_overrides(spec.backbone, backbone, spec.method, variant=spec.variant, seed=spec.seed,
-                             run_dir=args.out, train_files=train, val_files=val, model_path=model_path,
-                             nnodes=args.nnodes, gpus_per_node=args.gpus_per_node,
-                             data_order_seed=spec.data_order_seed, device=args.device)
+    flat = hc.verl_overrides(
+        spec.backbone,
+        backbone,
+        spec.method,
+        variant=spec.variant,
+        seed=spec.seed,
+        run_dir=args.out,
+        train_files=train,
+        val_files=val,
+        model_path=model_path,
+        nnodes=args.nnodes,
+        gpus_per_node=args.gpus_per_node,
+        data_order_seed=spec.data_order_seed,
+        device=args.device,
+    )
     if backbone["scale"] == "tiny":
         from exgrpo.verl_plugin.tiny_route import trainer_overrides
 
         flat.update(trainer_overrides(spec.trainer, int(backbone["max_prompt_length"])))
-    fp, parts = run_fingerprint(spec, flat, model_path, device=args.device, weights=backbone["scale"] == "tiny")
+    fp, parts = run_fingerprint(
+        spec, flat, model_path, device=args.device, weights=backbone["scale"] == "tiny"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     _set_aside_stale(args.out, fp)
     path = hc.write_run_config(args.out, flat, device=args.device)

@@ -12,17 +12,40 @@ HELP = "Render the launch script of a verl run: one GPU node, or SLURM + Ray ove
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", required=True, type=Path, help="directory holding exgrpo_run.yaml")
-    deprecated_alias(parser, "--nodes", parser.add_argument("--nnodes", dest="nodes", type=int, default=None,
-                                                            help="override the run's resources.nodes"))
+    deprecated_alias(
+        parser,
+        "--nodes",
+        parser.add_argument(
+            "--nnodes", dest="nodes", type=int, default=None, help="override the run's resources.nodes"
+        ),
+    )
     parser.add_argument("--gpus-per-node", type=int, default=None)
-    parser.add_argument("--sbatch", action="append", default=[], metavar="--OPTION=VALUE",
-                        help="extra #SBATCH line, e.g. --sbatch=--partition=gpu; repeatable")
-    parser.add_argument("--hf-home", type=Path, default=None,
-                        help="shared HF cache of `exgrpo download`: the job runs offline from it")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment variable for the job; repeatable")
-    parser.add_argument("--ray-port", type=int, default=None,
-                        help="multi-node head's GCS port (default: the job's own, derived from SLURM_JOB_ID)")
+    parser.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="--OPTION=VALUE",
+        help="extra #SBATCH line, e.g. --sbatch=--partition=gpu; repeatable",
+    )
+    parser.add_argument(
+        "--hf-home",
+        type=Path,
+        default=None,
+        help="shared HF cache of `exgrpo download`: the job runs offline from it",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment variable for the job; repeatable",
+    )
+    parser.add_argument(
+        "--ray-port",
+        type=int,
+        default=None,
+        help="multi-node head's GCS port (default: the job's own, derived from SLURM_JOB_ID)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
     path = args.run_dir / f"{RUN_CONFIG_NAME}.yaml"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: run config not found; write it with `exgrpo verl-config --out {args.run_dir}`")
+        raise FileNotFoundError(
+            f"{path}: run config not found; write it with `exgrpo verl-config --out {args.run_dir}`"
+        )
     run_yaml = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     meta = run_yaml.get("exgrpo") or {}
     device = "cpu" if BASE_CONFIGS["cpu"] in (run_yaml.get("defaults") or []) else "cuda"
@@ -44,7 +69,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("env", f"expected KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         env[key] = value
-    values = launch_values(meta, nodes=args.nodes, gpus_per_node=args.gpus_per_node, extra_sbatch=args.sbatch,
-                           env=env, ray_port=args.ray_port, device=device)
+    values = launch_values(
+        meta,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        extra_sbatch=args.sbatch,
+        env=env,
+        ray_port=args.ray_port,
+        device=device,
+    )
     print(f"wrote {write_launch_script(args.run_dir, values)}")
     return 0

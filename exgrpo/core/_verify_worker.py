@@ -66,8 +66,14 @@ class TimeoutPool:
     Not thread-safe: callers serialise `run` (the Verifier holds a lock).
     """
 
-    def __init__(self, workers: int, timeout_s: float, *, warmup: Callable[[], None] | None = None,
-                 start_method: str | None = None):
+    def __init__(
+        self,
+        workers: int,
+        timeout_s: float,
+        *,
+        warmup: Callable[[], None] | None = None,
+        start_method: str | None = None,
+    ):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if timeout_s <= 0:
@@ -84,8 +90,12 @@ class TimeoutPool:
     # ------------------------------------------------------------------ lifecycle
     def _start(self) -> ProcessPoolExecutor:
         ready = self._ctx.Queue()
-        executor = ProcessPoolExecutor(max_workers=self.workers, mp_context=self._ctx,
-                                       initializer=_worker_init, initargs=(ready, self._warmup))
+        executor = ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=self._ctx,
+            initializer=_worker_init,
+            initargs=(ready, self._warmup),
+        )
         # Workers are spawned on demand, one per submit that finds no idle worker: submit one
         # no-op per worker so all of them start now, then wait until each has warmed up.
         starters = [executor.submit(_noop) for _ in range(self.workers)]
@@ -104,8 +114,10 @@ class TimeoutPool:
                 fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except (queue.Empty, TimeoutError, BrokenProcessPool) as err:
             self._kill(executor, pids)
-            raise RuntimeError(f"verifier workers failed to start ({len(pids)}/{self.workers} ready "
-                               f"within {_STARTUP_TIMEOUT_S:.0f} s): {err!r}") from err
+            raise RuntimeError(
+                f"verifier workers failed to start ({len(pids)}/{self.workers} ready "
+                f"within {_STARTUP_TIMEOUT_S:.0f} s): {err!r}"
+            ) from err
         finally:
             ready.close()
         self._executor, self._pids = executor, pids
@@ -151,8 +163,11 @@ class TimeoutPool:
                 attempts[i] += 1
                 inflight[executor.submit(fn, *tasks[i])] = (i, time.monotonic() + self.timeout_s)
             next_deadline = min(d for _, d in inflight.values())
-            wait(list(inflight), timeout=max(0.0, next_deadline - time.monotonic()),
-                 return_when=FIRST_COMPLETED)
+            wait(
+                list(inflight),
+                timeout=max(0.0, next_deadline - time.monotonic()),
+                return_when=FIRST_COMPLETED,
+            )
             crashed = False
             for fut in [f for f in inflight if f.done()]:  # also those finished since wait returned
                 i, _ = inflight.pop(fut)
@@ -183,8 +198,9 @@ class TimeoutPool:
         return results
 
     @staticmethod
-    def _retry_or_fail(i: int, attempts: list[int], pending: collections.deque[int], results: list[Any],
-                       front: bool = False) -> None:
+    def _retry_or_fail(
+        i: int, attempts: list[int], pending: collections.deque[int], results: list[Any], front: bool = False
+    ) -> None:
         if attempts[i] >= _MAX_ATTEMPTS:
             results[i] = CRASHED
         elif front:

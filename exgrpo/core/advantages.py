@@ -22,18 +22,23 @@ import torch
 from exgrpo.config import ConfigError
 
 
-def _group_sums(values: torch.Tensor, group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _group_sums(
+    values: torch.Tensor, group_index: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(inverse [N], per-group sum [G], per-group count [G]) for arbitrary integer group labels."""
     if values.dim() != 1 or group_index.shape != values.shape:
-        raise ValueError(f"rewards {tuple(values.shape)} and group_index {tuple(group_index.shape)} must be "
-                         "matching 1-D tensors")
+        raise ValueError(
+            f"rewards {tuple(values.shape)} and group_index {tuple(group_index.shape)} must be "
+            "matching 1-D tensors"
+        )
     if group_index.dtype.is_floating_point or group_index.dtype == torch.bool:
         raise ValueError(f"group_index must be an integer tensor, got {group_index.dtype}")
     _, inverse = torch.unique(group_index, return_inverse=True)
     n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
     sums = torch.zeros(n_groups, dtype=values.dtype, device=values.device).index_add_(0, inverse, values)
     counts = torch.zeros(n_groups, dtype=values.dtype, device=values.device).index_add_(
-        0, inverse, torch.ones_like(values))
+        0, inverse, torch.ones_like(values)
+    )
     return inverse, sums, counts
 
 
@@ -61,7 +66,9 @@ def group_advantages(
     if not std_norm:
         return centred
     sq = torch.zeros_like(sums).index_add_(0, inverse, centred * centred)
-    var = sq / (counts - 1).clamp(min=1)  # unbiased, like torch.std; singleton → 0 (its advantage is 0 anyway)
+    var = sq / (counts - 1).clamp(
+        min=1
+    )  # unbiased, like torch.std; singleton → 0 (its advantage is 0 anyway)
     return centred / (var.sqrt()[inverse] + eps)
 
 
@@ -113,7 +120,9 @@ def difficulty_mask(
         [N] bool: True = the row gets gradient.
     """
     if not 0.0 <= hard_high < easy_low <= 1.0:
-        raise ConfigError("mask_hard_high", f"need 0 <= mask_hard_high ({hard_high}) < mask_easy_low ({easy_low}) <= 1")
+        raise ConfigError(
+            "mask_hard_high", f"need 0 <= mask_hard_high ({hard_high}) < mask_easy_low ({easy_low}) <= 1"
+        )
     a = group_acc
     if bucket == "none":
         return torch.ones_like(a, dtype=torch.bool)

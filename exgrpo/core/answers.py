@@ -26,7 +26,9 @@ _ANSWER_LETTER_RE = re.compile(r"(?i:answer)(?:\s*(?i:is))?\s*[:：]?[\s*$]*\(?\
 # `\s*(?:and|or|,)\s*` between boxes); any other text between two bare boxes makes the last one win.
 _BOX_CONNECTOR_RE = re.compile(r"\s*(?:and|or|,)\s*")
 _MATH_DELIMS_RE = re.compile(r"\\\$|\$\$|\$|\\\[|\\\]|\\\(|\\\)")
-_ONLY_BOX_RE = re.compile(r"\s*(?:\$\$|\$|\\\[|\\\()?\s*\\boxed\{([^{}]*)\}\s*(?:\$\$|\$|\\\]|\\\))?\s*\.?\s*")
+_ONLY_BOX_RE = re.compile(
+    r"\s*(?:\$\$|\$|\\\[|\\\()?\s*\\boxed\{([^{}]*)\}\s*(?:\$\$|\$|\\\]|\\\))?\s*\.?\s*"
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def box_spans(text: str) -> list[Box]:
     for m in _BOX_RE.finditer(text):
         open_at = m.end() - 1
         if open_at in close_of:
-            boxes.append(Box(m.start(), close_of[open_at] + 1, text[open_at + 1:close_of[open_at]]))
+            boxes.append(Box(m.start(), close_of[open_at] + 1, text[open_at + 1 : close_of[open_at]]))
     return boxes
 
 
@@ -86,7 +88,10 @@ def _in_math(text: str, positions: list[int]) -> list[bool]:
             if d != "\\$":
                 if open_delim is None and d in ("$$", "$", "\\[", "\\("):
                     open_delim = d
-                elif open_delim is not None and d == {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}[open_delim]:
+                elif (
+                    open_delim is not None
+                    and d == {"$$": "$$", "$": "$", "\\[": "\\]", "\\(": "\\)"}[open_delim]
+                ):
                     open_delim = None
             mark = next(marks, None)
         out.append(open_delim is not None)
@@ -112,13 +117,14 @@ def release_box_view(text: str) -> str:
         return text
     last_group_start = len(bare) - 1
     while last_group_start > 0 and _BOX_CONNECTOR_RE.fullmatch(
-            text[bare[last_group_start - 1].end:bare[last_group_start].start]):
+        text[bare[last_group_start - 1].end : bare[last_group_start].start]
+    ):
         last_group_start -= 1
     if last_group_start == 0:
         return text
     pieces, at = [], 0
     for b in bare[:last_group_start]:
-        pieces += [text[at:b.start], b.content]
+        pieces += [text[at : b.start], b.content]
         at = b.end
     return "".join([*pieces, text[at:]])
 
@@ -160,5 +166,15 @@ def extract_choice(text: str) -> str | None:
     return choice_letter(stripped) if len(stripped) <= 12 else None
 
 
-__all__ = ["THINK_CLOSE", "Box", "box_spans", "choice_letter", "extract_choice", "find_boxes",
-           "only_boxed_content", "plain_int", "release_box_view", "select_region"]
+__all__ = [
+    "THINK_CLOSE",
+    "Box",
+    "box_spans",
+    "choice_letter",
+    "extract_choice",
+    "find_boxes",
+    "only_boxed_content",
+    "plain_int",
+    "release_box_view",
+    "select_region",
+]

@@ -46,10 +46,15 @@ class Trajectory:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Trajectory):
             return NotImplemented
-        same_entropy = (math.isnan(self.entropy) and math.isnan(other.entropy)) or self.entropy == other.entropy
-        return (self.step == other.step and same_entropy
-                and np.array_equal(self.token_ids, other.token_ids)
-                and np.array_equal(self.logprobs, other.logprobs))
+        same_entropy = (
+            math.isnan(self.entropy) and math.isnan(other.entropy)
+        ) or self.entropy == other.entropy
+        return (
+            self.step == other.step
+            and same_entropy
+            and np.array_equal(self.token_ids, other.token_ids)
+            and np.array_equal(self.logprobs, other.logprobs)
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable arrays
 
@@ -93,8 +98,14 @@ class ExperienceBuffer:
     again appends it at the end of the insertion order (as the released dict did).
     """
 
-    _COLUMNS = (("chunk", np.int32), ("offset", np.int64), ("length", np.int64), ("step", np.int64),
-                ("entropy", np.float64), ("digest", np.int64))
+    _COLUMNS = (
+        ("chunk", np.int32),
+        ("offset", np.int64),
+        ("length", np.int64),
+        ("step", np.int64),
+        ("entropy", np.float64),
+        ("digest", np.int64),
+    )
 
     def __init__(self, max_per_question: int = 0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
         if max_per_question < 0:
@@ -148,9 +159,13 @@ class ExperienceBuffer:
     def memory(self) -> dict[str, int]:
         """Bytes: `payload` (live tokens x 8), `reserved` (allocated arena), `metadata` (per-trajectory columns)."""
         reserved = sum(c.nbytes for c in self._tok_chunks) + sum(c.nbytes for c in self._lp_chunks)
-        return {"payload": self._live_tokens * 8, "reserved": reserved,
-                "metadata": sum(a.nbytes for a in self._slots.values()),
-                "live_tokens": self._live_tokens, "dead_tokens": self._dead_tokens}
+        return {
+            "payload": self._live_tokens * 8,
+            "reserved": reserved,
+            "metadata": sum(a.nbytes for a in self._slots.values()),
+            "live_tokens": self._live_tokens,
+            "dead_tokens": self._dead_tokens,
+        }
 
     # ------------------------------------------------------------------ updates
     def add(self, qid: str, traj: Trajectory) -> bool:
@@ -198,28 +213,46 @@ class ExperienceBuffer:
         pos = 0
         for s in order:
             n = int(self._slots["length"][s])
-            tokens[pos:pos + n] = self._tokens_of(s)
-            logprobs[pos:pos + n] = self._logprobs_of(s)
+            tokens[pos : pos + n] = self._tokens_of(s)
+            logprobs[pos : pos + n] = self._logprobs_of(s)
             pos += n
-        arrays: dict[str, np.ndarray] = {"tokens": tokens, "logprobs": logprobs, "traj_lengths": lengths,
-                  "traj_steps": self._slots["step"][order].astype(np.int64),
-                  "traj_entropy": self._slots["entropy"][order].astype(np.float64),
-                  "question_sizes": np.array([len(v) for v in self._questions.values()], np.int64)}
+        arrays: dict[str, np.ndarray] = {
+            "tokens": tokens,
+            "logprobs": logprobs,
+            "traj_lengths": lengths,
+            "traj_steps": self._slots["step"][order].astype(np.int64),
+            "traj_entropy": self._slots["entropy"][order].astype(np.float64),
+            "question_sizes": np.array([len(v) for v in self._questions.values()], np.int64),
+        }
         return arrays, list(self._questions)
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], qids: list[str], *, max_per_question: int = 0,
-                    chunk_tokens: int = DEFAULT_CHUNK_TOKENS, source: str = "arrays") -> ExperienceBuffer:
+    def from_arrays(
+        cls,
+        arrays: dict[str, np.ndarray],
+        qids: list[str],
+        *,
+        max_per_question: int = 0,
+        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        source: str = "arrays",
+    ) -> ExperienceBuffer:
         """Inverse of `to_arrays` (the token arrays become one arena chunk, no copy). `source` names the input in errors."""
         need = {"tokens", "logprobs", "traj_lengths", "traj_steps", "traj_entropy", "question_sizes"}
         if missing := need - set(arrays):
             raise ValueError(f"{source}: missing arrays {sorted(missing)}")
         sizes, lengths = arrays["question_sizes"], arrays["traj_lengths"]
         n_traj, n_tok = int(sizes.sum()), int(lengths.sum())
-        if (len(qids) != sizes.size or len(set(qids)) != len(qids) or lengths.size != n_traj
-                or arrays["traj_steps"].size != n_traj or arrays["traj_entropy"].size != n_traj
-                or arrays["tokens"].size != n_tok or arrays["logprobs"].size != n_tok
-                or (sizes.size and sizes.min() < 1) or (lengths.size and lengths.min() < 1)):
+        if (
+            len(qids) != sizes.size
+            or len(set(qids)) != len(qids)
+            or lengths.size != n_traj
+            or arrays["traj_steps"].size != n_traj
+            or arrays["traj_entropy"].size != n_traj
+            or arrays["tokens"].size != n_tok
+            or arrays["logprobs"].size != n_tok
+            or (sizes.size and sizes.min() < 1)
+            or (lengths.size and lengths.min() < 1)
+        ):
             raise ValueError(f"{source}: inconsistent array sizes (corrupt or mismatched files)")
         buf = cls(max_per_question=max_per_question, chunk_tokens=chunk_tokens)
         if n_traj == 0:
@@ -228,11 +261,16 @@ class ExperienceBuffer:
         buf._lp_chunks = [np.ascontiguousarray(arrays["logprobs"], np.float32)]
         buf._tail, buf._tail_fill = 0, n_tok  # full: the next add opens a new chunk
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        buf._slots = {"chunk": np.zeros(n_traj, np.int32), "offset": offsets, "length": lengths.astype(np.int64),
-                      "step": arrays["traj_steps"].astype(np.int64),
-                      "entropy": arrays["traj_entropy"].astype(np.float64),
-                      "digest": np.array([_digest(buf._tok_chunks[0][o:o + n]) for o, n in zip(offsets, lengths)],
-                                         np.int64)}
+        buf._slots = {
+            "chunk": np.zeros(n_traj, np.int32),
+            "offset": offsets,
+            "length": lengths.astype(np.int64),
+            "step": arrays["traj_steps"].astype(np.int64),
+            "entropy": arrays["traj_entropy"].astype(np.float64),
+            "digest": np.array(
+                [_digest(buf._tok_chunks[0][o : o + n]) for o, n in zip(offsets, lengths)], np.int64
+            ),
+        }
         buf._n_slots = n_traj
         starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
         buf._questions = {q: list(range(starts[i], starts[i + 1])) for i, q in enumerate(qids)}
@@ -242,11 +280,11 @@ class ExperienceBuffer:
     # ------------------------------------------------------------------ internals
     def _tokens_of(self, slot: int) -> np.ndarray:
         c, o, n = (int(self._slots[k][slot]) for k in ("chunk", "offset", "length"))
-        return self._tok_chunks[c][o:o + n]
+        return self._tok_chunks[c][o : o + n]
 
     def _logprobs_of(self, slot: int) -> np.ndarray:
         c, o, n = (int(self._slots[k][slot]) for k in ("chunk", "offset", "length"))
-        return self._lp_chunks[c][o:o + n]
+        return self._lp_chunks[c][o : o + n]
 
     def _view(self, slot: int) -> Trajectory:
         ids, lps = self._tokens_of(slot), self._logprobs_of(slot)
@@ -268,15 +306,21 @@ class ExperienceBuffer:
                 self._tail, self._tail_fill = len(self._tok_chunks) - 1, 0
             chunk, offset = self._tail, self._tail_fill
             self._tail_fill += n
-        self._tok_chunks[chunk][offset:offset + n] = ids
-        self._lp_chunks[chunk][offset:offset + n] = lps
+        self._tok_chunks[chunk][offset : offset + n] = ids
+        self._lp_chunks[chunk][offset : offset + n] = lps
         return chunk, offset
 
     def _write(self, ids: np.ndarray, lps: np.ndarray, step: int, entropy: float, digest: int) -> int:
         chunk, offset = self._place(ids, lps)
         slot = self._free.pop() if self._free else self._new_slot()
-        for name, value in (("chunk", chunk), ("offset", offset), ("length", ids.size), ("step", step),
-                            ("entropy", entropy), ("digest", digest)):
+        for name, value in (
+            ("chunk", chunk),
+            ("offset", offset),
+            ("length", ids.size),
+            ("step", step),
+            ("entropy", entropy),
+            ("digest", digest),
+        ):
             self._slots[name][slot] = value
         self._live_tokens += ids.size
         return slot
@@ -286,7 +330,7 @@ class ExperienceBuffer:
             cap = max(1024, 2 * self._n_slots)
             for name, arr in self._slots.items():
                 grown = np.zeros(cap, arr.dtype)
-                grown[:arr.size] = arr
+                grown[: arr.size] = arr
                 self._slots[name] = grown
         self._n_slots += 1
         return self._n_slots - 1
@@ -308,7 +352,7 @@ class ExperienceBuffer:
         for live in self._questions.values():
             for s in live:
                 c, o, n = int(chunks[s]), int(offsets[s]), int(lengths[s])
-                chunks[s], offsets[s] = self._place(old_tok[c][o:o + n], old_lp[c][o:o + n])
+                chunks[s], offsets[s] = self._place(old_tok[c][o : o + n], old_lp[c][o : o + n])
         self._dead_tokens = 0
 
 

@@ -54,11 +54,13 @@ class DataOrder:
                 if prune is not None:
                     self.active = list(prune(self.active))
                     if not self.active:
-                        raise RuntimeError("no training question left after pruning retired ones at epoch "
-                                           f"{self.epoch} (retire_data_guard='before' can prune everything)")
+                        raise RuntimeError(
+                            "no training question left after pruning retired ones at epoch "
+                            f"{self.epoch} (retire_data_guard='before' can prune everything)"
+                        )
                 order = self._order()
             take = min(n - len(out), len(order) - self.pos)
-            out.extend(order[self.pos:self.pos + take])
+            out.extend(order[self.pos : self.pos + take])
             self.pos += take
         return out, crossed
 

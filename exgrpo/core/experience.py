@@ -152,7 +152,9 @@ class ExperienceManager:
             return []
         cfg = self.cfg
         buckets: dict[int, Sequence[str]]
-        if cfg.sample_range == "all":  # the indexed live sets themselves (`s[i]`, `len(s)`: a sequence of qids)
+        if (
+            cfg.sample_range == "all"
+        ):  # the indexed live sets themselves (`s[i]`, `len(s)`: a sequence of qids)
             buckets = {k: cast("Sequence[str]", v) for k, v in sorted(self._buckets.items()) if len(v)}
         else:
             in_order = [q for q in self.buffer.qids() if q in self._bucket_key]
@@ -161,15 +163,23 @@ class ExperienceManager:
                 halves.setdefault(self._bucket_key[q], []).append(q)
             buckets = dict(sorted(halves.items()))
         n = n_replay(cfg.rho, batch_size, sum(len(v) for v in buckets.values()), rounding=cfg.n_exp_rounding)
-        return sample_questions(buckets, n, kind=cfg.sampler, n_rollouts=cfg.n_rollouts, mu=cfg.sampler_mu,
-                                sigma_count=cfg.sigma_count, rng=self.rng)
+        return sample_questions(
+            buckets,
+            n,
+            kind=cfg.sampler,
+            n_rollouts=cfg.n_rollouts,
+            mu=cfg.sampler_mu,
+            sigma_count=cfg.sigma_count,
+            rng=self.rng,
+        )
 
     def candidates(self, qid: str) -> list[Trajectory]:
         """Stored trajectories of `qid` (read-only views, oldest first) for trajectory selection."""
         return self.buffer.get(qid)
 
-    def record_group(self, qid: str, rewards: np.ndarray, trajectories: list[Trajectory], *, replayed: bool,
-                     step: int) -> None:
+    def record_group(
+        self, qid: str, rewards: np.ndarray, trajectories: list[Trajectory], *, replayed: bool, step: int
+    ) -> None:
         """Record one trained group; applied in `end_step` (see the module docstring).
 
         Args:
@@ -188,15 +198,21 @@ class ExperienceManager:
         r = np.asarray(rewards, dtype=np.float64)
         allowed = (big_k, big_k - 1) if replayed else (big_k,)
         if r.ndim != 1 or r.size not in allowed:
-            raise ValueError(f"question {qid!r}: rewards must have length {' or '.join(map(str, allowed))} "
-                             f"(n_rollouts={big_k}, replayed={replayed}), got shape {r.shape}")
+            raise ValueError(
+                f"question {qid!r}: rewards must have length {' or '.join(map(str, allowed))} "
+                f"(n_rollouts={big_k}, replayed={replayed}), got shape {r.shape}"
+            )
         if not np.all(np.isfinite(r)):
             raise ValueError(f"question {qid!r}: rewards must be finite")
         if cfg.difficulty_signal == "success" and not np.all((r == 0) | (r == 1)):
-            raise ValueError(f"question {qid!r}: difficulty_signal='success' needs 0/1 rewards, got {r.tolist()}")
+            raise ValueError(
+                f"question {qid!r}: difficulty_signal='success' needs 0/1 rewards, got {r.tolist()}"
+            )
         fresh = r[1:] if replayed and r.size == big_k else r
         if len(trajectories) != fresh.size:
-            raise ValueError(f"question {qid!r}: {len(trajectories)} trajectories for {fresh.size} fresh rewards")
+            raise ValueError(
+                f"question {qid!r}: {len(trajectories)} trajectories for {fresh.size} fresh rewards"
+            )
         if replayed and cfg.replay_counts_in_k:
             if r.size == big_k:
                 counted = r
@@ -218,8 +234,9 @@ class ExperienceManager:
         """
         if self._last_step is not None and step <= self._last_step:
             raise ValueError(f"end_step: step {step} does not follow the previous step {self._last_step}")
-        if not math.isfinite(batch_pass1) or (self.cfg.difficulty_signal == "success"
-                                               and not 0.0 <= batch_pass1 <= 1.0):
+        if not math.isfinite(batch_pass1) or (
+            self.cfg.difficulty_signal == "success" and not 0.0 <= batch_pass1 <= 1.0
+        ):
             raise ValueError(f"end_step: batch_pass1 must be a fraction in [0, 1], got {batch_pass1}")
         if bad := [g.qid for g in self._pending if g.step != step]:
             raise ValueError(f"end_step({step}): groups recorded with a different step: {bad[:5]}")
@@ -229,8 +246,12 @@ class ExperienceManager:
             keys = std_bucket_keys([float(np.std(g.counted)) for g in groups], big_k).tolist()
             correct = [g.fresh > g.counted.mean() for g in groups]
         else:
-            keys = [int(g.counted.sum()) if g.counted.size == big_k
-                    else _round_half_up(big_k * g.counted.sum() / g.counted.size) for g in groups]
+            keys = [
+                int(g.counted.sum())
+                if g.counted.size == big_k
+                else _round_half_up(big_k * g.counted.sum() / g.counted.size)
+                for g in groups
+            ]
             correct = [g.fresh == 1.0 for g in groups]
         collecting = self.collecting
         newly_retired: list[str] = []

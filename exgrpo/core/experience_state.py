@@ -25,7 +25,13 @@ if TYPE_CHECKING:
 ARRAYS_FILE = "experience_arrays.safetensors"
 STATE_FILE = "experience_state.json"
 FORMAT = "exgrpo-experience-v1"
-MUST_MATCH_ON_LOAD = ("n_rollouts", "difficulty_signal", "buffer_lbound", "buffer_rbound", "keep_stale_bucket")
+MUST_MATCH_ON_LOAD = (
+    "n_rollouts",
+    "difficulty_signal",
+    "buffer_lbound",
+    "buffer_rbound",
+    "keep_stale_bucket",
+)
 """Config fields that give the saved keys and buckets their meaning: a resumed run must agree on them."""
 _LOAD_DEFAULTS = {"keep_stale_bucket": False}  # states saved before the switch existed
 
@@ -38,19 +44,27 @@ def save_state(mgr: ExperienceManager, directory: str | Path) -> None:
     arrays, qids = mgr.buffer.to_arrays()
     save_id = uuid.uuid4().hex
     save_arrays(directory / ARRAYS_FILE, arrays, {"format": FORMAT, "save_id": save_id})
-    write_json(directory / STATE_FILE, {
-        "format": FORMAT, "save_id": save_id, "seed": mgr.seed,
-        "config": {name: getattr(mgr.cfg, name) for name in MUST_MATCH_ON_LOAD},
-        "rng_state": mgr.rng.bit_generator.state,
-        "active": mgr._active, "activation_step": mgr._activation_step, "last_step": mgr._last_step,
-        "buffer_qids": qids, "max_traj_per_question": mgr.buffer.max_per_question,
-        "chunk_tokens": mgr.buffer.chunk_tokens,
-        "latest_key": [[q, k] for q, k in mgr._k.items()],
-        "retired": list(mgr._retired),
-        "buckets": [[k, list(v)] for k, v in mgr._buckets.items()],
-        "reviewed": list(mgr._reviewed),
-        "returning": list(mgr._returning),
-    })
+    write_json(
+        directory / STATE_FILE,
+        {
+            "format": FORMAT,
+            "save_id": save_id,
+            "seed": mgr.seed,
+            "config": {name: getattr(mgr.cfg, name) for name in MUST_MATCH_ON_LOAD},
+            "rng_state": mgr.rng.bit_generator.state,
+            "active": mgr._active,
+            "activation_step": mgr._activation_step,
+            "last_step": mgr._last_step,
+            "buffer_qids": qids,
+            "max_traj_per_question": mgr.buffer.max_per_question,
+            "chunk_tokens": mgr.buffer.chunk_tokens,
+            "latest_key": [[q, k] for q, k in mgr._k.items()],
+            "retired": list(mgr._retired),
+            "buckets": [[k, list(v)] for k, v in mgr._buckets.items()],
+            "reviewed": list(mgr._reviewed),
+            "returning": list(mgr._returning),
+        },
+    )
 
 
 def load_state(cls: type[Manager], directory: str | Path, cfg: ExGRPOConfig) -> Manager:
@@ -65,13 +79,24 @@ def load_state(cls: type[Manager], directory: str | Path, cfg: ExGRPOConfig) -> 
     for name in MUST_MATCH_ON_LOAD:
         saved = state["config"].get(name, _LOAD_DEFAULTS.get(name))
         if getattr(cfg, name) != saved:
-            raise ConfigError(name, f"{getattr(cfg, name)!r} differs from the saved experience state "
-                                    f"({saved!r}) in {directory}")
+            raise ConfigError(
+                name,
+                f"{getattr(cfg, name)!r} differs from the saved experience state ({saved!r}) in {directory}",
+            )
     mgr = cls(cfg, state["seed"], chunk_tokens=state["chunk_tokens"])
-    mgr.buffer = ExperienceBuffer.from_arrays(arrays, state["buffer_qids"], max_per_question=cfg.max_traj_per_question,
-                                              chunk_tokens=state["chunk_tokens"], source=str(directory / ARRAYS_FILE))
+    mgr.buffer = ExperienceBuffer.from_arrays(
+        arrays,
+        state["buffer_qids"],
+        max_per_question=cfg.max_traj_per_question,
+        chunk_tokens=state["chunk_tokens"],
+        source=str(directory / ARRAYS_FILE),
+    )
     mgr.rng.bit_generator.state = state["rng_state"]
-    mgr._active, mgr._activation_step, mgr._last_step = state["active"], state["activation_step"], state["last_step"]
+    mgr._active, mgr._activation_step, mgr._last_step = (
+        state["active"],
+        state["activation_step"],
+        state["last_step"],
+    )
     mgr._k = {q: int(k) for q, k in state["latest_key"]}
     mgr._retired = dict.fromkeys(state["retired"])
     mgr._buckets = {int(k): IndexedOrderedSet(v) for k, v in state["buckets"]}

@@ -59,9 +59,14 @@ from exgrpo.core.token_loss import (
 
 
 # --------------------------------------------------------------------------- aggregation
-def agg_seq_sum_const(loss_mat: torch.Tensor, mask: torch.Tensor, *, norm_const: int,
-                      batch_num_tokens: int | None = None,  # noqa: ARG001 (registry signature)
-                      global_batch_size: int | None = None) -> torch.Tensor:  # noqa: ARG001
+def agg_seq_sum_const(
+    loss_mat: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    norm_const: int,
+    batch_num_tokens: int | None = None,  # noqa: ARG001 (registry signature)
+    global_batch_size: int | None = None,
+) -> torch.Tensor:  # noqa: ARG001
     """Σ over sequences and tokens of the masked loss / norm_const (released, Dr.GRPO).
 
     Args: loss_mat [B, T]; mask [B, T] bool; norm_const: the constant (max response length). Returns: scalar.
@@ -71,17 +76,27 @@ def agg_seq_sum_const(loss_mat: torch.Tensor, mask: torch.Tensor, *, norm_const:
     return torch.where(mask, loss_mat, 0.0).sum() / norm_const
 
 
-def agg_token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, *, norm_const: int = 0,  # noqa: ARG001
-                   batch_num_tokens: int | None = None, global_batch_size: int | None = None,  # noqa: ARG001
-                   ) -> torch.Tensor:
+def agg_token_mean(
+    loss_mat: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    norm_const: int = 0,  # noqa: ARG001
+    batch_num_tokens: int | None = None,
+    global_batch_size: int | None = None,  # noqa: ARG001
+) -> torch.Tensor:
     """Σ masked loss / response tokens (verl `token-mean`); the tokens of this batch unless `batch_num_tokens`."""
     tokens = mask.sum().clamp(min=1) if batch_num_tokens is None else max(int(batch_num_tokens), 1)
     return torch.where(mask, loss_mat, 0.0).sum() / tokens
 
 
-def agg_seq_mean(loss_mat: torch.Tensor, mask: torch.Tensor, *, norm_const: int = 0,  # noqa: ARG001
-                 batch_num_tokens: int | None = None,  # noqa: ARG001
-                 global_batch_size: int | None = None) -> torch.Tensor:
+def agg_seq_mean(
+    loss_mat: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    norm_const: int = 0,  # noqa: ARG001
+    batch_num_tokens: int | None = None,  # noqa: ARG001
+    global_batch_size: int | None = None,
+) -> torch.Tensor:
     """Σ over sequences of each sequence's token mean / sequences (GRPO's 1/|o|; verl `seq-mean-token-mean`).
 
     Rows without response tokens are left out of this batch's sequence count; `global_batch_size` replaces it.
@@ -100,8 +115,16 @@ AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
 """`loss_agg` → fn(loss_mat [B,T], mask [B,T] bool, *, norm_const, batch_num_tokens, global_batch_size) -> scalar."""
 
 
-def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, *, norm_const: int = 0, dp_size: int = 1,
-             batch_num_tokens: int | None = None, global_batch_size: int | None = None) -> torch.Tensor:
+def agg_loss(
+    loss_mat: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    norm_const: int = 0,
+    dp_size: int = 1,
+    batch_num_tokens: int | None = None,
+    global_batch_size: int | None = None,
+) -> torch.Tensor:
     """Aggregate a per-token loss to a scalar; with data-parallel arguments, this micro-batch's share.
 
     The normaliser of `token_mean` (`seq_mean`) is the mini-batch's response tokens (sequences) over all ranks,
@@ -118,12 +141,21 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, *, norm_cons
     """
     if mode not in AGGREGATIONS:
         raise ConfigError("loss_agg", f"got {mode!r}, expected one of {sorted(AGGREGATIONS)}")
-    if dp_size > 1 and ((mode == "token_mean" and batch_num_tokens is None)
-                        or (mode == "seq_mean" and global_batch_size is None)):
-        raise ValueError(f"{mode} over {dp_size} ranks needs the mini-batch's "
-                         f"{'batch_num_tokens' if mode == 'token_mean' else 'global_batch_size'}")
-    loss = AGGREGATIONS[mode](loss_mat, mask, norm_const=norm_const, batch_num_tokens=batch_num_tokens,
-                              global_batch_size=global_batch_size)
+    if dp_size > 1 and (
+        (mode == "token_mean" and batch_num_tokens is None)
+        or (mode == "seq_mean" and global_batch_size is None)
+    ):
+        raise ValueError(
+            f"{mode} over {dp_size} ranks needs the mini-batch's "
+            f"{'batch_num_tokens' if mode == 'token_mean' else 'global_batch_size'}"
+        )
+    loss = AGGREGATIONS[mode](
+        loss_mat,
+        mask,
+        norm_const=norm_const,
+        batch_num_tokens=batch_num_tokens,
+        global_batch_size=global_batch_size,
+    )
     return loss * dp_size if dp_size != 1 else loss
 
 
@@ -141,8 +173,15 @@ ENTROPY_SCALES = ("token_mean", "per_micro_batch")
 """How the entropy bonus of a mini-batch split into micro-batches and ranks is scaled (`entropy_bonus`)."""
 
 
-def entropy_term(token_entropy: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor | None = None, *,
-                 scale: str = "token_mean", dp_size: int = 1, batch_num_tokens: int | None = None) -> torch.Tensor:
+def entropy_term(
+    token_entropy: torch.Tensor,
+    mask: torch.Tensor,
+    keep: torch.Tensor | None = None,
+    *,
+    scale: str = "token_mean",
+    dp_size: int = 1,
+    batch_num_tokens: int | None = None,
+) -> torch.Tensor:
     """The token-mean entropy H̄ (or this micro-batch's share of it) that the bonus multiplies.
 
     `token_mean` (paper): the mean over the whole mini-batch's response tokens (`agg_loss` token_mean with the
@@ -166,15 +205,23 @@ def entropy_term(token_entropy: torch.Tensor, mask: torch.Tensor, keep: torch.Te
     raise ConfigError("entropy_scale", f"got {scale!r}, expected one of {list(ENTROPY_SCALES)}")
 
 
-def entropy_bonus(token_entropy: torch.Tensor, mask: torch.Tensor, coef: float, keep: torch.Tensor | None = None,
-                  **agg: Any) -> torch.Tensor:
+def entropy_bonus(
+    token_entropy: torch.Tensor, mask: torch.Tensor, coef: float, keep: torch.Tensor | None = None, **agg: Any
+) -> torch.Tensor:
     """coef · `entropy_term(...)`: the bonus that is subtracted from the loss. Shapes as `entropy_term`."""
     return coef * entropy_term(token_entropy, mask, keep, **agg)
 
 
-def kl_term(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor | None = None, *,
-            dp_size: int = 1, batch_num_tokens: int | None = None,
-            log_ratio_clamp: float = LOG_RATIO_CLAMP) -> torch.Tensor:
+def kl_term(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    keep: torch.Tensor | None = None,
+    *,
+    dp_size: int = 1,
+    batch_num_tokens: int | None = None,
+    log_ratio_clamp: float = LOG_RATIO_CLAMP,
+) -> torch.Tensor:
     """Token-mean k3 KL to the reference (this micro-batch's share with the data-parallel arguments).
 
     Args: logp, ref_logp: [B, T]; mask, keep: [B, T] bool as `entropy_term`; log_ratio_clamp as
@@ -239,8 +286,16 @@ def exgrpo_policy_loss(
         (scalar loss to minimise, float metrics). The metrics describe this batch alone (`loss`, `pg_loss`
         normalised over its own tokens / sequences), whatever the data-parallel arguments.
     """
-    _check_shapes(logp, {"old_logp": old_logp, "response_mask": response_mask, "behaviour_logp": behaviour_logp,
-                         "token_entropy": token_entropy, "ref_logp": ref_logp})
+    _check_shapes(
+        logp,
+        {
+            "old_logp": old_logp,
+            "response_mask": response_mask,
+            "behaviour_logp": behaviour_logp,
+            "token_entropy": token_entropy,
+            "ref_logp": ref_logp,
+        },
+    )
     b = logp.shape[0]
     if is_replay.shape != (b,):
         raise ValueError(f"is_replay must be [B]=[{b}], got {tuple(is_replay.shape)}")
@@ -255,30 +310,50 @@ def exgrpo_policy_loss(
     if cfg.loss_agg not in AGGREGATIONS:
         raise ConfigError("loss_agg", f"got {cfg.loss_agg!r}, expected one of {sorted(AGGREGATIONS)}")
     if cfg.replay_shaping not in REPLAY_TOKEN_LOSSES:
-        raise ConfigError("replay_shaping", f"got {cfg.replay_shaping!r}, expected one of {sorted(REPLAY_TOKEN_LOSSES)}")
+        raise ConfigError(
+            "replay_shaping", f"got {cfg.replay_shaping!r}, expected one of {sorted(REPLAY_TOKEN_LOSSES)}"
+        )
     any_replay = bool(is_replay.bool().any())
     if any_replay and not replay_active:
-        raise ValueError("is_replay marks replayed rows but replay_active is False (replay starts after the switch)")
+        raise ValueError(
+            "is_replay marks replayed rows but replay_active is False (replay starts after the switch)"
+        )
     if any_replay and cfg.is_correction and behaviour_logp is None:
         raise ValueError("behaviour_logp is required for replayed rows when cfg.is_correction is True")
     if cfg.entropy_coef > 0 and token_entropy is None:
-        raise ConfigError("entropy_coef", f"is {cfg.entropy_coef} but no token_entropy was passed to the loss")
+        raise ConfigError(
+            "entropy_coef", f"is {cfg.entropy_coef} but no token_entropy was passed to the loss"
+        )
     if cfg.kl_coef > 0 and ref_logp is None:
         raise ConfigError("kl_coef", f"is {cfg.kl_coef} but no ref_logp was passed to the loss")
 
     mask = response_mask.bool()
     tl = policy_token_losses(
-        logp, old_logp, adv, mask, is_replay, behaviour_logp, replay_active=replay_active, clip_eps=cfg.clip_eps,
-        keep_clip_after_activation=cfg.keep_clip_after_activation, replay_shaping=cfg.replay_shaping,
-        shaping_beta=cfg.shaping_beta, is_correction=cfg.is_correction, sample_mask=sample_mask,
-        log_ratio_clamp=cfg.log_ratio_clamp)
+        logp,
+        old_logp,
+        adv,
+        mask,
+        is_replay,
+        behaviour_logp,
+        replay_active=replay_active,
+        clip_eps=cfg.clip_eps,
+        keep_clip_after_activation=cfg.keep_clip_after_activation,
+        replay_shaping=cfg.replay_shaping,
+        shaping_beta=cfg.shaping_beta,
+        is_correction=cfg.is_correction,
+        sample_mask=sample_mask,
+        log_ratio_clamp=cfg.log_ratio_clamp,
+    )
     dp: dict[str, Any] = {"dp_size": dp_size, "batch_num_tokens": batch_num_tokens}
     own_batch = dp_size == 1 and batch_num_tokens is None and global_batch_size is None
-    pg_loss = agg_loss(tl.loss, mask, cfg.loss_agg, norm_const=norm_const, global_batch_size=global_batch_size,
-                       **dp)
+    pg_loss = agg_loss(
+        tl.loss, mask, cfg.loss_agg, norm_const=norm_const, global_batch_size=global_batch_size, **dp
+    )
     total = pg_loss
     if token_entropy is not None and cfg.entropy_coef > 0:
-        total = total - entropy_bonus(token_entropy, mask, cfg.entropy_coef, tl.keep, scale=cfg.entropy_scale, **dp)
+        total = total - entropy_bonus(
+            token_entropy, mask, cfg.entropy_coef, tl.keep, scale=cfg.entropy_scale, **dp
+        )
     kl_value = None
     if ref_logp is not None:
         kl_value = kl_term(logp, ref_logp, mask, tl.keep, log_ratio_clamp=cfg.log_ratio_clamp, **dp)
@@ -311,15 +386,23 @@ def exgrpo_policy_loss(
             rep, rep_ratio = tl.replay_tokens, tl.replay_ratio
             assert tl.replay_clipped is not None  # set whenever a replayed token exists (token_loss)
             weight = replay_weight(rep_ratio, cfg.replay_shaping, cfg.clip_eps, cfg.shaping_beta)
-            metrics.update({
-                "replay_ratio_mean": _masked_mean(rep_ratio, rep),
-                "replay_ratio_max": float(torch.where(rep, rep_ratio, 0.0).max().item()),
-                "replay_weight_mean": _masked_mean(weight, rep),
-                "replay_clipfrac": _masked_mean(tl.replay_clipped.float(), rep),
-            })
+            metrics.update(
+                {
+                    "replay_ratio_mean": _masked_mean(rep_ratio, rep),
+                    "replay_ratio_max": float(torch.where(rep, rep_ratio, 0.0).max().item()),
+                    "replay_weight_mean": _masked_mean(weight, rep),
+                    "replay_clipfrac": _masked_mean(tl.replay_clipped.float(), rep),
+                }
+            )
         else:
-            metrics.update({"replay_ratio_mean": 0.0, "replay_ratio_max": 0.0, "replay_weight_mean": 0.0,
-                            "replay_clipfrac": 0.0})
+            metrics.update(
+                {
+                    "replay_ratio_mean": 0.0,
+                    "replay_ratio_max": 0.0,
+                    "replay_weight_mean": 0.0,
+                    "replay_clipfrac": 0.0,
+                }
+            )
         if token_entropy is not None:
             metrics["entropy"] = _masked_mean(token_entropy.detach(), mask)
         if own_kl is not None:
@@ -327,5 +410,16 @@ def exgrpo_policy_loss(
     return total, metrics
 
 
-__all__ = ["AGGREGATIONS", "ENTROPY_SCALES", "agg_loss", "agg_seq_mean", "agg_seq_sum_const", "agg_token_mean",
-           "entropy_bonus", "entropy_term", "exgrpo_policy_loss", "kl_term", "resolve_norm_const"]
+__all__ = [
+    "AGGREGATIONS",
+    "ENTROPY_SCALES",
+    "agg_loss",
+    "agg_seq_mean",
+    "agg_seq_sum_const",
+    "agg_token_mean",
+    "entropy_bonus",
+    "entropy_term",
+    "exgrpo_policy_loss",
+    "kl_term",
+    "resolve_norm_const",
+]

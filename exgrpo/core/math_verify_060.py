@@ -89,7 +89,9 @@ def _numeric_eq_060(a: Any, b: Any, float_rounding: int, numeric_precision: int)
     if isinstance(a, (MatrixBase, MatrixExpr)) and isinstance(b, (MatrixBase, MatrixExpr)):
         a, b = safe_sympy_doit(a), safe_sympy_doit(b)
         if isinstance(a, MatrixBase) and isinstance(b, MatrixBase) and a.shape == b.shape:
-            return all(_numeric_eq_060(x, y, float_rounding, numeric_precision) for x, y in zip(a.flat(), b.flat()))
+            return all(
+                _numeric_eq_060(x, y, float_rounding, numeric_precision) for x, y in zip(a.flat(), b.flat())
+            )
     elif is_atomic_or_pct_atomic(a, Number) or is_atomic_or_pct_atomic(b, Number):
         if not (is_atomic_or_pct_atomic(a, Float) or is_atomic_or_pct_atomic(b, Float)):
             return safe_sympy_doit(a) == safe_sympy_doit(b)

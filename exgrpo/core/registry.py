@@ -51,14 +51,16 @@ class Registry(Generic[T]):
 
         `extra` holds facts callers need (e.g. `needs="entropy"` for a selection metric). A name registered
         twice is an error unless it is the same object again (a module imported twice)."""
+
         def add(obj: T) -> T:
             old = self._entries.get(name)
             if old is not None and old.value is not obj:
                 raise ValueError(f"{self.config_field}: {name!r} is already registered by {old.module}")
             if not name or not name.replace("_", "").isalnum():
                 raise ValueError(f"{self.config_field}: registry names are identifiers, got {name!r}")
-            self._entries[name] = Entry(name, obj, " ".join(doc.split()), getattr(obj, "__module__", "?"),
-                                        dict(extra))
+            self._entries[name] = Entry(
+                name, obj, " ".join(doc.split()), getattr(obj, "__module__", "?"), dict(extra)
+            )
             return obj
 
         return add if value is None else add(value)
@@ -95,24 +97,32 @@ class Registry(Generic[T]):
 
 
 QUESTION_SAMPLERS: Registry[Callable[..., Any]] = Registry(
-    "sampler", "question sampler (bucket weighting)",
-    "fn(keys float64 [n], K, mu, sigma_count) -> non-negative weights [n]; or question_level=True")
+    "sampler",
+    "question sampler (bucket weighting)",
+    "fn(keys float64 [n], K, mu, sigma_count) -> non-negative weights [n]; or question_level=True",
+)
 """`sampler`: bucket weight functions (exgrpo.core.sampler); `uniform` is question-level (extra question_level)."""
 
 SELECTION_METRICS: Registry[Callable[..., Any]] = Registry(
-    "selection_metric", "trajectory score",
-    "fn(token_entropy [N,T] | None, token_logp [N,T] | None, mask bool [N,T], generator) -> scores [N]")
+    "selection_metric",
+    "trajectory score",
+    "fn(token_entropy [N,T] | None, token_logp [N,T] | None, mask bool [N,T], generator) -> scores [N]",
+)
 """`selection_metric`: per-candidate scores (exgrpo.core.selection); extra `needs`: entropy, logp or none."""
 
 SELECTION_MODES: Registry[Callable[..., Any]] = Registry(
-    "selection_mode", "trajectory choice", "fn(scores [n], generator) -> index in [0, n)")
+    "selection_mode", "trajectory choice", "fn(scores [n], generator) -> index in [0, n)"
+)
 """`selection_mode`: which scored candidate is replayed (exgrpo.core.selection)."""
 
 REPLAY_WEIGHTINGS: Registry[Callable[..., Any]] = Registry(
-    "replay_shaping", "replay weighting",
+    "replay_shaping",
+    "replay weighting",
     "fn(ratio [B,T], adv [B,1], clip_eps, beta) -> (loss [B,T], clipped bool [B,T]); extra weight=fn(ratio, "
-    "clip_eps, beta) -> [B,T] for metrics")
+    "clip_eps, beta) -> [B,T] for metrics",
+)
 """`replay_shaping`: the token loss of replayed rows (exgrpo.core.token_loss)."""
+
 
 class RegistryChoices(Mapping[str, frozenset]):
     """Config field -> allowed values: fixed ones (`static`) plus the keys of each registry (plug-ins included)."""
@@ -169,7 +179,12 @@ class PluginDict(dict):
         return super().get(key, default)
 
 
-REGISTRIES: tuple[Registry[Any], ...] = (QUESTION_SAMPLERS, SELECTION_METRICS, SELECTION_MODES, REPLAY_WEIGHTINGS)
+REGISTRIES: tuple[Registry[Any], ...] = (
+    QUESTION_SAMPLERS,
+    SELECTION_METRICS,
+    SELECTION_MODES,
+    REPLAY_WEIGHTINGS,
+)
 
 _BUILTIN_MODULES = ("exgrpo.core.sampler", "exgrpo.core.selection", "exgrpo.core.token_loss")
 _loaded = False
@@ -186,8 +201,11 @@ def load_plugins() -> None:
     names = list(_BUILTIN_MODULES)
     try:
         plugins = importlib.import_module("exgrpo.plugins")
-        names += [f"exgrpo.plugins.{m.name}" for m in sorted(pkgutil.iter_modules(plugins.__path__), key=lambda m: m.name)
-                  if not m.name.startswith("_")]
+        names += [
+            f"exgrpo.plugins.{m.name}"
+            for m in sorted(pkgutil.iter_modules(plugins.__path__), key=lambda m: m.name)
+            if not m.name.startswith("_")
+        ]
     except ModuleNotFoundError:
         pass
     names += [n.strip() for n in os.environ.get("EXGRPO_PLUGINS", "").split(",") if n.strip()]
@@ -199,5 +217,15 @@ def load_plugins() -> None:
             raise ImportError(f"plug-in module {name!r} failed to import: {err}") from err
 
 
-__all__ = ["QUESTION_SAMPLERS", "REGISTRIES", "REPLAY_WEIGHTINGS", "SELECTION_METRICS", "SELECTION_MODES", "Entry",
-           "PluginDict", "Registry", "RegistryChoices", "load_plugins"]
+__all__ = [
+    "QUESTION_SAMPLERS",
+    "REGISTRIES",
+    "REPLAY_WEIGHTINGS",
+    "SELECTION_METRICS",
+    "SELECTION_MODES",
+    "Entry",
+    "PluginDict",
+    "Registry",
+    "RegistryChoices",
+    "load_plugins",
+]

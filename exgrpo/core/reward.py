@@ -116,8 +116,15 @@ def grader_version() -> str:
 
 
 # ---------------------------------------------------------------------- grading
-def _prepare(response: str, gold: str, kind: str, region: str, require_think_close: bool,
-             max_chars: int, rule: str = "release") -> GradeResult | tuple[str, str | None]:
+def _prepare(
+    response: str,
+    gold: str,
+    kind: str,
+    region: str,
+    require_think_close: bool,
+    max_chars: int,
+    rule: str = "release",
+) -> GradeResult | tuple[str, str | None]:
     """Everything decidable without math-verify (cheap, safe in the parent): a final GradeResult,
     or `(text for math-verify, last box content or None)` still to be graded."""
     text = select_region(response, region, require_think_close)
@@ -127,14 +134,20 @@ def _prepare(response: str, gold: str, kind: str, region: str, require_think_clo
     if kind == "choice":
         short = gold.strip()
         numbered = len(short) == 1 and short in _OPTION_NUMBERS  # ARC-c items whose options are 1)-4)
-        gold_letter = (_LETTERS[int(short) - 1] if numbered
-                       else choice_letter(short.upper() if len(short) <= 3 else short))  # "c", "(c)" -> C
+        gold_letter = (
+            _LETTERS[int(short) - 1]
+            if numbered
+            else choice_letter(short.upper() if len(short) <= 3 else short)
+        )  # "c", "(c)" -> C
         if gold_letter is None:
             return GradeResult(0.0, "error", None)
         boxes = find_boxes(text)
         last = boxes[-1][1].strip() if boxes else ""
-        letter = _LETTERS[int(last) - 1] if numbered and len(last) == 1 and last in _OPTION_NUMBERS \
+        letter = (
+            _LETTERS[int(last) - 1]
+            if numbered and len(last) == 1 and last in _OPTION_NUMBERS
             else extract_choice(text)
+        )
         if letter is None:
             return GradeResult(0.0, "no_answer", None)
         return GradeResult(float(letter == gold_letter), "ok", letter)
@@ -155,8 +168,9 @@ def _prepare(response: str, gold: str, kind: str, region: str, require_think_clo
     return source, boxed
 
 
-def _grade_prepared(text: str, boxed: str | None, gold: str, inner_timeout: int | None,
-                    as_060: bool = False) -> GradeResult:
+def _grade_prepared(
+    text: str, boxed: str | None, gold: str, inner_timeout: int | None, as_060: bool = False
+) -> GradeResult:
     """The math-verify part (runs in pool workers). `inner_timeout`: math-verify's own SIGALRM limit per
     parse/compare (main thread only; None disables it). `as_060`: 0.6.0's readings (rule `release_060`)."""
     from math_verify import parse, verify
@@ -233,8 +247,16 @@ def _inner_timeout() -> int | None:
     return 5 if on_main and os.name == "posix" else None
 
 
-def grade_one(response: str, gold: str, kind: str = "math", *, region: str = "after_think",
-              require_think_close: bool = True, max_chars: int = 4000, rule: str = "release") -> GradeResult:
+def grade_one(
+    response: str,
+    gold: str,
+    kind: str = "math",
+    *,
+    region: str = "after_think",
+    require_think_close: bool = True,
+    max_chars: int = 4000,
+    rule: str = "release",
+) -> GradeResult:
     """Grade one response in this process (paper §3.5). No outer timeout: a pathological answer can
     block for a long time, so trainers use `Verifier`. In the main thread math-verify's own 5 s
     SIGALRM limits apply (they cancel any outer `signal.alarm`); in other threads none do."""
@@ -261,9 +283,17 @@ class Verifier:
     Counters accumulate across `grade` calls until `reset_metrics`.
     """
 
-    def __init__(self, *, timeout_s: float = 5.0, workers: int = 1, region: str = "after_think",
-                 require_think_close: bool = True, max_chars: int = 4000, rule: str = "release",
-                 start_method: str | None = None):
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 5.0,
+        workers: int = 1,
+        region: str = "after_think",
+        require_think_close: bool = True,
+        max_chars: int = 4000,
+        rule: str = "release",
+        start_method: str | None = None,
+    ):
         _check_options(region, max_chars, rule)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ConfigError("reward_timeout_s", f"must be > 0, got {timeout_s!r}")
@@ -283,17 +313,25 @@ class Verifier:
     @classmethod
     def from_config(cls, cfg: ExGRPOConfig) -> Verifier:
         """A Verifier with the `reward_*` settings of `cfg`."""
-        return cls(timeout_s=cfg.reward_timeout_s, workers=cfg.reward_workers, region=cfg.reward_region,
-                   require_think_close=cfg.reward_require_think_close, max_chars=cfg.reward_max_chars,
-                   rule=cfg.reward_answer_rule)
+        return cls(
+            timeout_s=cfg.reward_timeout_s,
+            workers=cfg.reward_workers,
+            region=cfg.reward_region,
+            require_think_close=cfg.reward_require_think_close,
+            max_chars=cfg.reward_max_chars,
+            rule=cfg.reward_answer_rule,
+        )
 
-    def grade(self, responses: list[str], golds: list[str], kinds: list[str] | None = None) -> list[GradeResult]:
+    def grade(
+        self, responses: list[str], golds: list[str], kinds: list[str] | None = None
+    ) -> list[GradeResult]:
         """Grade `responses[i]` against `golds[i]` (kind `kinds[i]`, default "math"), in input order."""
         if kinds is None:
             kinds = ["math"] * len(responses)
         if not (len(responses) == len(golds) == len(kinds)):
-            raise ValueError(f"responses, golds and kinds differ in length: "
-                             f"{len(responses)}, {len(golds)}, {len(kinds)}")
+            raise ValueError(
+                f"responses, golds and kinds differ in length: {len(responses)}, {len(golds)}, {len(kinds)}"
+            )
         for i, (response, gold, kind) in enumerate(zip(responses, golds, kinds)):
             _check_item(response, gold, kind, i)
         with self._lock:
@@ -302,8 +340,9 @@ class Verifier:
             todo: list[int] = []
             tasks: list[tuple] = []
             for i, (response, gold, kind) in enumerate(zip(responses, golds, kinds)):
-                prepared = _prepare(response, gold, kind, self.region, self.require_think_close, self.max_chars,
-                                    self.rule)
+                prepared = _prepare(
+                    response, gold, kind, self.region, self.require_think_close, self.max_chars, self.rule
+                )
                 if isinstance(prepared, GradeResult):
                     results.append(prepared)
                 else:
@@ -319,8 +358,12 @@ class Verifier:
             self._counts["correct"] += sum(r.score == 1.0 for r in results)  # type: ignore[union-attr]
             self._counts["graded"] += len(results)
         if batch["timeout"] or batch["error"]:
-            logger.warning("reward: %d timeouts, %d errors in a batch of %d (see Verifier.metrics)",
-                           batch["timeout"], batch["error"], len(results))
+            logger.warning(
+                "reward: %d timeouts, %d errors in a batch of %d (see Verifier.metrics)",
+                batch["timeout"],
+                batch["error"],
+                len(results),
+            )
         return results  # type: ignore[return-value]
 
     def _run_math_verify(self, tasks: list[tuple]) -> list[GradeResult]:
@@ -328,14 +371,20 @@ class Verifier:
             return []
         if self.workers == 0:
             inner = _inner_timeout()
-            return [_grade_prepared(text, boxed, gold, inner, self.rule == "release_060") for text, boxed, gold in tasks]
+            return [
+                _grade_prepared(text, boxed, gold, inner, self.rule == "release_060")
+                for text, boxed, gold in tasks
+            ]
         from exgrpo.core._verify_worker import CRASHED, TIMED_OUT, TimeoutPool
 
         if self._pool is None:
-            self._pool = TimeoutPool(self.workers, self.timeout_s, warmup=_warmup,
-                                     start_method=self._start_method)
+            self._pool = TimeoutPool(
+                self.workers, self.timeout_s, warmup=_warmup, start_method=self._start_method
+            )
         restarts_before = self._pool.restarts
-        raw = self._pool.run(_grade_prepared, [(*t, self._inner_timeout, self.rule == "release_060") for t in tasks])
+        raw = self._pool.run(
+            _grade_prepared, [(*t, self._inner_timeout, self.rule == "release_060") for t in tasks]
+        )
         self._counts["pool_restarts"] += self._pool.restarts - restarts_before
         out = []
         for (_, boxed, _), r in zip(tasks, raw):
@@ -356,15 +405,25 @@ class Verifier:
             seconds = self._seconds
         n = c["graded"]
         out = {
-            "reward/graded": float(n), "reward/correct": float(c["correct"]),
-            "reward/timeouts": float(c["timeout"]), "reward/parse_errors": float(c["parse_error"]),
-            "reward/no_think_close": float(c["no_think_close"]), "reward/no_answer": float(c["no_answer"]),
-            "reward/errors": float(c["error"]), "reward/math_verify_calls": float(c["math_verify_calls"]),
-            "reward/pool_restarts": float(c["pool_restarts"]), "reward/seconds": seconds,
+            "reward/graded": float(n),
+            "reward/correct": float(c["correct"]),
+            "reward/timeouts": float(c["timeout"]),
+            "reward/parse_errors": float(c["parse_error"]),
+            "reward/no_think_close": float(c["no_think_close"]),
+            "reward/no_answer": float(c["no_answer"]),
+            "reward/errors": float(c["error"]),
+            "reward/math_verify_calls": float(c["math_verify_calls"]),
+            "reward/pool_restarts": float(c["pool_restarts"]),
+            "reward/seconds": seconds,
         }
-        for key, count in (("correct_rate", "correct"), ("timeout_rate", "timeout"),
-                           ("parse_error_rate", "parse_error"), ("no_think_close_rate", "no_think_close"),
-                           ("no_answer_rate", "no_answer"), ("error_rate", "error")):
+        for key, count in (
+            ("correct_rate", "correct"),
+            ("timeout_rate", "timeout"),
+            ("parse_error_rate", "parse_error"),
+            ("no_think_close_rate", "no_think_close"),
+            ("no_answer_rate", "no_answer"),
+            ("error_rate", "error"),
+        ):
             out[f"reward/{key}"] = c[count] / n if n else 0.0
         return out
 
@@ -395,5 +454,18 @@ class Verifier:
                 pool.close()
 
 
-__all__ = ["ANSWER_RULES", "GRADER_NAME", "KINDS", "REGIONS", "STATUSES", "THINK_CLOSE", "GradeResult", "Verifier",
-           "extract_choice", "find_boxes", "grade_one", "grader_version", "select_region"]
+__all__ = [
+    "ANSWER_RULES",
+    "GRADER_NAME",
+    "KINDS",
+    "REGIONS",
+    "STATUSES",
+    "THINK_CLOSE",
+    "GradeResult",
+    "Verifier",
+    "extract_choice",
+    "find_boxes",
+    "grade_one",
+    "grader_version",
+    "select_region",
+]

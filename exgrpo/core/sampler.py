@@ -42,8 +42,12 @@ def _gaussian(keys: np.ndarray, n_rollouts: int, mu: float, sigma_count: float) 
     return np.exp(-(sq - sq.min()))
 
 
-@QUESTION_SAMPLERS.register("uniform", doc="uniform over eligible questions, not buckets (\"w/o Q. Selection\", "
-                            "released `exp_bucket_manager=null`)", question_level=True)
+@QUESTION_SAMPLERS.register(
+    "uniform",
+    doc='uniform over eligible questions, not buckets ("w/o Q. Selection", '
+    "released `exp_bucket_manager=null`)",
+    question_level=True,
+)
 def _uniform(buckets: Mapping[int, Sequence[str]], n: int, rng: np.random.Generator) -> list[str]:
     parts = [buckets[key] for key in buckets]
     ends = np.cumsum([len(part) for part in parts], dtype=np.int64)
@@ -83,8 +87,9 @@ def is_question_level(kind: str) -> bool:
     return bool(QUESTION_SAMPLERS.entry(kind).extra.get("question_level"))
 
 
-def bucket_weights(bucket_keys: Sequence[int] | np.ndarray, n_rollouts: int, kind: str, mu: float,
-                   sigma_count: float) -> np.ndarray:
+def bucket_weights(
+    bucket_keys: Sequence[int] | np.ndarray, n_rollouts: int, kind: str, mu: float, sigma_count: float
+) -> np.ndarray:
     """Normalised bucket probabilities p_k (paper Alg. 1 line 6, Alg. 2 step 1).
 
     Args:
@@ -99,7 +104,11 @@ def bucket_weights(bucket_keys: Sequence[int] | np.ndarray, n_rollouts: int, kin
     """
     weightings = sorted(k for k in QUESTION_SAMPLERS if not is_question_level(k))
     if kind not in weightings:
-        hint = f" ({kind} is a question-level sampler; use sample_questions)" if kind in QUESTION_SAMPLERS else ""
+        hint = (
+            f" ({kind} is a question-level sampler; use sample_questions)"
+            if kind in QUESTION_SAMPLERS
+            else ""
+        )
         raise ValueError(f"unknown bucket weighting {kind!r}; known: {weightings}{hint}")
     keys = np.asarray(bucket_keys, dtype=np.float64)
     if keys.ndim != 1 or keys.size == 0:
@@ -109,13 +118,19 @@ def bucket_weights(bucket_keys: Sequence[int] | np.ndarray, n_rollouts: int, kin
     weights = WEIGHT_FNS[kind](keys, n_rollouts, mu, sigma_count)
     total = float(weights.sum())
     if not np.isfinite(total) or total <= 0:
-        raise ValueError(f"bucket weights for keys {keys.tolist()} under {kind!r} sum to {total}; "
-                         "every non-empty bucket has zero weight")
+        raise ValueError(
+            f"bucket weights for keys {keys.tolist()} under {kind!r} sum to {total}; "
+            "every non-empty bucket has zero weight"
+        )
     return weights / total
 
 
-def bucket_sample(buckets: Mapping[int, Sequence[str]], n: int, weights: np.ndarray | Sequence[float],
-                  rng: np.random.Generator) -> list[str]:
+def bucket_sample(
+    buckets: Mapping[int, Sequence[str]],
+    n: int,
+    weights: np.ndarray | Sequence[float],
+    rng: np.random.Generator,
+) -> list[str]:
     """Algorithm 2 (BucketSample): draw exactly `n` distinct items across buckets.
 
     1. Drop empty buckets and renormalise `weights` over the rest.
@@ -199,8 +214,16 @@ def n_replay(rho: float, batch_size: int, n_eligible: int, rounding: str = "floo
     return max(0, min(n_eligible, target))
 
 
-def sample_questions(buckets: Mapping[int, Sequence[str]], n: int, *, kind: str, n_rollouts: int, mu: float,
-                     sigma_count: float, rng: np.random.Generator) -> list[str]:
+def sample_questions(
+    buckets: Mapping[int, Sequence[str]],
+    n: int,
+    *,
+    kind: str,
+    n_rollouts: int,
+    mu: float,
+    sigma_count: float,
+    rng: np.random.Generator,
+) -> list[str]:
     """Draw `n` distinct questions from difficulty `buckets` with sampler `kind` (`ExGRPOConfig.sampler`).
 
     `uniform` draws n questions uniformly without replacement from all buckets' items (concatenated in
@@ -219,7 +242,9 @@ def sample_questions(buckets: Mapping[int, Sequence[str]], n: int, *, kind: str,
     return bucket_sample(nonempty, n, probs, rng)
 
 
-def std_bucket_keys(reward_stds: np.ndarray | Sequence[float], n_rollouts: int, eps: float = 1e-8) -> np.ndarray:
+def std_bucket_keys(
+    reward_stds: np.ndarray | Sequence[float], n_rollouts: int, eps: float = 1e-8
+) -> np.ndarray:
     """Continuous-reward difficulty keys (paper §5.3): round(σ̃_q·K), σ̃ = (σ_q − σ_min)/max(σ_max − σ_min, ε).
 
     Args:
@@ -239,6 +264,15 @@ def std_bucket_keys(reward_stds: np.ndarray | Sequence[float], n_rollouts: int, 
     return np.floor(normalised * n_rollouts + 0.5).astype(np.int64)
 
 
-__all__ = ["N_EXP_ROUNDINGS", "QUESTION_SAMPLERS", "WEIGHT_FNS", "bucket_sample", "bucket_weights", "is_question_level",
-           "n_replay",
-           "restrict_range", "sample_questions", "std_bucket_keys"]
+__all__ = [
+    "N_EXP_ROUNDINGS",
+    "QUESTION_SAMPLERS",
+    "WEIGHT_FNS",
+    "bucket_sample",
+    "bucket_weights",
+    "is_question_level",
+    "n_replay",
+    "restrict_range",
+    "sample_questions",
+    "std_bucket_keys",
+]

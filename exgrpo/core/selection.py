@@ -63,28 +63,34 @@ def _masked_row_mean(values: torch.Tensor, mask: torch.Tensor, name: str) -> tor
 _Opt = torch.Tensor | None
 
 
-@SELECTION_METRICS.register("entropy", doc="mean full-vocabulary token entropy over the response (released `ent`)",
-                            needs="entropy")
-def _score_entropy(token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor,
-                   generator: torch.Generator | None) -> torch.Tensor:
+@SELECTION_METRICS.register(
+    "entropy", doc="mean full-vocabulary token entropy over the response (released `ent`)", needs="entropy"
+)
+def _score_entropy(
+    token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
     if token_entropy is None:
         raise ValueError("selection metric 'entropy' needs token_entropy [N, T]")
     return _masked_row_mean(token_entropy, mask, "token_entropy")
 
 
-@SELECTION_METRICS.register("nll", doc="mean −log π of the response tokens, log-PPL (Alg. 1 line 11, §F.3)",
-                            needs="logp")
-def _score_nll(token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor,
-               generator: torch.Generator | None) -> torch.Tensor:
+@SELECTION_METRICS.register(
+    "nll", doc="mean −log π of the response tokens, log-PPL (Alg. 1 line 11, §F.3)", needs="logp"
+)
+def _score_nll(
+    token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
     if token_logp is None:
         raise ValueError("selection metric 'nll' needs token_logp [N, T]")
     return _masked_row_mean(-token_logp, mask, "token_logp")
 
 
-@SELECTION_METRICS.register("random", doc="U[0,1) per candidate: no scoring pass (w/o T. Selection)",
-                            needs="none")
-def _score_random(token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor,
-                  generator: torch.Generator | None) -> torch.Tensor:
+@SELECTION_METRICS.register(
+    "random", doc="U[0,1) per candidate: no scoring pass (w/o T. Selection)", needs="none"
+)
+def _score_random(
+    token_entropy: _Opt, token_logp: _Opt, mask: torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
     return torch.rand(mask.shape[0], generator=generator)
 
 
@@ -141,7 +147,9 @@ def released_entropy_mask(
         [N, T] bool mask over the released entropy window (see `to_left_padded_window`).
     """
     if response_ids.dim() != 2 or response_ids.shape[0] == 0:
-        raise ValueError(f"response_ids must be a non-empty [N, T] tensor, got shape {tuple(response_ids.shape)}")
+        raise ValueError(
+            f"response_ids must be a non-empty [N, T] tensor, got shape {tuple(response_ids.shape)}"
+        )
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     n, t = response_ids.shape
@@ -176,7 +184,9 @@ def to_left_padded_window(
         [N, T] window values.
     """
     if values.shape != response_mask.shape:
-        raise ValueError(f"values {tuple(values.shape)} and response_mask {tuple(response_mask.shape)} differ")
+        raise ValueError(
+            f"values {tuple(values.shape)} and response_mask {tuple(response_mask.shape)} differ"
+        )
     n, t = values.shape
     lengths = response_mask.bool().sum(dim=-1)
     cols = torch.arange(t, device=values.device).expand(n, t)
@@ -191,7 +201,9 @@ def to_left_padded_window(
         before = torch.full_like(values, fill)
     else:
         if prefix_values.shape != values.shape:
-            raise ValueError(f"prefix_values {tuple(prefix_values.shape)} must match values {tuple(values.shape)}")
+            raise ValueError(
+                f"prefix_values {tuple(prefix_values.shape)} must match values {tuple(values.shape)}"
+            )
         before = torch.gather(prefix_values, 1, (cols + lengths[:, None]).clamp(max=t - 1))
     return torch.where(from_response, window, before)
 
@@ -234,12 +246,12 @@ def _pick_argmin(scores: torch.Tensor, generator: torch.Generator | None) -> int
     return int(torch.argmin(scores).item())
 
 
-@SELECTION_MODES.register("argmax", doc="the highest score (\"w/ Highest-Entropy T.\", Table 6)")
+@SELECTION_MODES.register("argmax", doc='the highest score ("w/ Highest-Entropy T.", Table 6)')
 def _pick_argmax(scores: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.argmax(scores).item())
 
 
-@SELECTION_MODES.register("random", doc="uniform over the candidates, scores ignored (\"w/o T. Selection\")")
+@SELECTION_MODES.register("random", doc='uniform over the candidates, scores ignored ("w/o T. Selection")')
 def _pick_random(scores: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.randint(scores.numel(), (1,), generator=generator).item())
 
@@ -271,15 +283,20 @@ def candidate_scores(
     """
     metric = cfg.selection_metric
     if metric == "random" or cfg.entropy_mask == "response":
-        return sequence_scores(metric, token_entropy=token_entropy, token_logp=token_logp, mask=mask,
-                               generator=generator)
+        return sequence_scores(
+            metric, token_entropy=token_entropy, token_logp=token_logp, mask=mask, generator=generator
+        )
     if metric not in ("entropy", "nll"):  # the released mask is defined for the released metrics only
-        raise ConfigError("entropy_mask", f"'as_released' applies to selection_metric entropy or nll, got {metric!r}")
+        raise ConfigError(
+            "entropy_mask", f"'as_released' applies to selection_metric entropy or nll, got {metric!r}"
+        )
     if response_ids is None or pad_id is None:
         raise ValueError("entropy_mask='as_released' needs response_ids [N, T] and pad_id")
     source = token_entropy if metric == "entropy" else (None if token_logp is None else -token_logp)
     if source is None:
-        raise ValueError(f"selection metric {metric!r} needs {'token_entropy' if metric == 'entropy' else 'token_logp'}")
+        raise ValueError(
+            f"selection metric {metric!r} needs {'token_entropy' if metric == 'entropy' else 'token_logp'}"
+        )
     window = to_left_padded_window(source, mask, prefix_values)
     return released_sequence_scores(window, released_entropy_mask(response_ids, pad_id))
 

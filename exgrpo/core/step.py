@@ -55,12 +55,16 @@ def fresh_counts(cfg: ExGRPOConfig, batch_size: int, n_replay: int) -> tuple[int
 
 def scoring_needed(cfg: ExGRPOConfig) -> bool:
     """Whether o* needs a current-policy forward pass over the plan's candidates (paper §4.1)."""
-    return (cfg.selection_policy == "current" and cfg.selection_mode != "random"
-            and cfg.selection_metric != "random")
+    return (
+        cfg.selection_policy == "current"
+        and cfg.selection_mode != "random"
+        and cfg.selection_metric != "random"
+    )
 
 
-def flat_candidates(plan: Sequence[str], candidates: Mapping[str, Sequence[Trajectory]]
-                    ) -> list[tuple[str, Trajectory]]:
+def flat_candidates(
+    plan: Sequence[str], candidates: Mapping[str, Sequence[Trajectory]]
+) -> list[tuple[str, Trajectory]]:
     """All candidates of the plan, in plan order: the rows of the scoring pass and of `choose_replayed`'s scores."""
     out: list[tuple[str, Trajectory]] = []
     for qid in plan:
@@ -71,8 +75,13 @@ def flat_candidates(plan: Sequence[str], candidates: Mapping[str, Sequence[Traje
     return out
 
 
-def choose_replayed(cfg: ExGRPOConfig, plan: Sequence[str], candidates: Mapping[str, Sequence[Trajectory]],
-                    generator: torch.Generator, scores: torch.Tensor | None = None) -> list[int]:
+def choose_replayed(
+    cfg: ExGRPOConfig,
+    plan: Sequence[str],
+    candidates: Mapping[str, Sequence[Trajectory]],
+    generator: torch.Generator,
+    scores: torch.Tensor | None = None,
+) -> list[int]:
     """Index of o* among each planned question's candidates, in plan order (paper §4.1, Alg. 1 line 11).
 
     Args:
@@ -93,14 +102,16 @@ def choose_replayed(cfg: ExGRPOConfig, plan: Sequence[str], candidates: Mapping[
         s = torch.tensor([c.entropy for _, c in flat], dtype=torch.float32)
     else:
         if scores is None:
-            raise ValueError("selection_policy='current' needs the current-policy scores of the plan's candidates")
+            raise ValueError(
+                "selection_policy='current' needs the current-policy scores of the plan's candidates"
+            )
         s = torch.as_tensor(scores)
         if s.shape != (len(flat),):
             raise ValueError(f"{tuple(s.shape)} scores for {len(flat)} candidates of the plan")
     out, start = [], 0
     for qid in plan:
         n = len(candidates[qid])
-        out.append(select_index(s[start:start + n], cfg.selection_mode, generator))
+        out.append(select_index(s[start : start + n], cfg.selection_mode, generator))
         start += n
     return out
 
@@ -126,9 +137,17 @@ class StepRows:
     """K."""
 
 
-def step_rows(qids: Sequence[str], slots: Sequence[Hashable], is_replay: Sequence[bool], rewards: Sequence[float],
-              n_rollouts: int, *, position: Sequence[int] | None = None, real: Sequence[bool] | None = None,
-              slot_order: Sequence[Hashable] = ()) -> StepRows:
+def step_rows(
+    qids: Sequence[str],
+    slots: Sequence[Hashable],
+    is_replay: Sequence[bool],
+    rewards: Sequence[float],
+    n_rollouts: int,
+    *,
+    position: Sequence[int] | None = None,
+    real: Sequence[bool] | None = None,
+    slot_order: Sequence[Hashable] = (),
+) -> StepRows:
     """Row table of a step. `slots[i]` names row i's prompt slot (CPU trainer: the slot index; verl: the uid).
 
     Groups are numbered in `slot_order` (the order the prompts were submitted; slots absent from the rows
@@ -139,22 +158,34 @@ def step_rows(qids: Sequence[str], slots: Sequence[Hashable], is_replay: Sequenc
     """
     n = len(qids)
     if not (len(slots) == len(is_replay) == len(rewards) == n):
-        raise ValueError(f"misaligned step: {n} qids, {len(slots)} slots, {len(is_replay)} replay flags, "
-                         f"{len(rewards)} rewards")
+        raise ValueError(
+            f"misaligned step: {n} qids, {len(slots)} slots, {len(is_replay)} replay flags, "
+            f"{len(rewards)} rewards"
+        )
     order: dict[Hashable, int] = {s: i for i, s in enumerate(dict.fromkeys(slot_order))}
     group = torch.tensor([order.setdefault(s, len(order)) for s in slots], dtype=torch.long)
-    rows = StepRows([str(q) for q in qids], group, list(range(n)) if position is None else [int(p) for p in position],
-                    torch.as_tensor(list(is_replay), dtype=torch.bool),
-                    torch.as_tensor(np.asarray(rewards, dtype=np.float32)),
-                    torch.ones(n, dtype=torch.bool) if real is None else torch.as_tensor(list(real), dtype=torch.bool),
-                    int(n_rollouts))
+    rows = StepRows(
+        [str(q) for q in qids],
+        group,
+        list(range(n)) if position is None else [int(p) for p in position],
+        torch.as_tensor(list(is_replay), dtype=torch.bool),
+        torch.as_tensor(np.asarray(rewards, dtype=np.float32)),
+        torch.ones(n, dtype=torch.bool) if real is None else torch.as_tensor(list(real), dtype=torch.bool),
+        int(n_rollouts),
+    )
     rows.is_replay &= rows.real
     slot_of = {g: s for s, g in order.items()}
     for members in _members(rows):
-        if len(members) > n_rollouts or int(rows.is_replay[members].sum()) > 1 or len({rows.qids[i] for i in members}) > 1:
-            raise ValueError(f"slot {slot_of[int(rows.group[members[0]])]!r}: {len(members)} rows, "
-                             f"{int(rows.is_replay[members].sum())} replayed, questions "
-                             f"{sorted({rows.qids[i] for i in members})} (n_rollouts={n_rollouts})")
+        if (
+            len(members) > n_rollouts
+            or int(rows.is_replay[members].sum()) > 1
+            or len({rows.qids[i] for i in members}) > 1
+        ):
+            raise ValueError(
+                f"slot {slot_of[int(rows.group[members[0]])]!r}: {len(members)} rows, "
+                f"{int(rows.is_replay[members].sum())} replayed, questions "
+                f"{sorted({rows.qids[i] for i in members})} (n_rollouts={n_rollouts})"
+            )
     return rows
 
 
@@ -172,8 +203,9 @@ def advantages_and_mask(rows: StepRows, cfg: ExGRPOConfig) -> tuple[torch.Tensor
     (Eq. 14) per row. Filler rows get advantage 0 and mask False."""
     group = torch.where(rows.real, rows.group, -1)  # filler rows: one group of their own
     adv = group_advantages(rows.rewards, group, std_norm=cfg.adv_std_norm, eps=cfg.adv_eps)
-    mask = difficulty_mask(group_accuracy(rows.rewards, group), cfg.difficulty_mask, cfg.mask_hard_high,
-                           cfg.mask_easy_low)
+    mask = difficulty_mask(
+        group_accuracy(rows.rewards, group), cfg.difficulty_mask, cfg.mask_hard_high, cfg.mask_easy_low
+    )
     return torch.where(rows.real, adv, 0.0), mask & rows.real
 
 
@@ -195,7 +227,9 @@ def kept_groups(rows: StepRows, sample_mask: torch.Tensor) -> int:
 def batch_pass1(rows: StepRows) -> float:
     """Fraction of the batch's real FRESH responses with reward 1 (the delayed-start signal, released `batch/solved`)."""
     fresh = rows.real & ~rows.is_replay
-    return float(rows.rewards[fresh].mean()) if bool(fresh.any()) else 0.0  # float32, as both runtimes logged it
+    return (
+        float(rows.rewards[fresh].mean()) if bool(fresh.any()) else 0.0
+    )  # float32, as both runtimes logged it
 
 
 @dataclass
@@ -223,13 +257,19 @@ def group_records(rows: StepRows) -> list[GroupRecord]:
     return out
 
 
-def record_groups(manager: object, rows: StepRows, trajectory: Callable[[int], Trajectory], step: int
-                  ) -> list[GroupRecord]:
+def record_groups(
+    manager: object, rows: StepRows, trajectory: Callable[[int], Trajectory], step: int
+) -> list[GroupRecord]:
     """Hand every complete group to `manager.record_group`; `trajectory(i)` builds row i's fresh trajectory."""
     records = group_records(rows)
     for rec in records:
-        manager.record_group(rec.qid, rec.rewards, [trajectory(i) for i in rec.fresh_rows],  # type: ignore[attr-defined]
-                             replayed=rec.replayed, step=step)
+        manager.record_group(  # type: ignore[attr-defined]
+            rec.qid,
+            rec.rewards,
+            [trajectory(i) for i in rec.fresh_rows],
+            replayed=rec.replayed,
+            step=step,
+        )
     return records
 
 
@@ -243,26 +283,45 @@ def step_stats(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> 
     members = _members(rows)
     mixed, buckets = success_histogram(group_success(rows, cfg), cfg.n_rollouts)
     short = [m for m in members if len(m) < rows.n_rollouts]
-    return {"mixed_fraction": mixed, "kept_groups": float(kept_groups(rows, sample_mask)),
-            "short_groups": float(len(short)), "missing_rows": float(sum(rows.n_rollouts - len(m) for m in short)),
-            **{f"bucket_{k}": n for k, n in enumerate(buckets)}}
+    return {
+        "mixed_fraction": mixed,
+        "kept_groups": float(kept_groups(rows, sample_mask)),
+        "short_groups": float(len(short)),
+        "missing_rows": float(sum(rows.n_rollouts - len(m) for m in short)),
+        **{f"bucket_{k}": n for k, n in enumerate(buckets)},
+    }
 
 
 # --------------------------------------------------------------------------- the CPU trainer's row order
-def canonical_layout(fresh_qids: Sequence[str], replay_qids: Sequence[str], n_rollouts: int
-                     ) -> tuple[list[str], list[int], list[bool]]:
+def canonical_layout(
+    fresh_qids: Sequence[str], replay_qids: Sequence[str], n_rollouts: int
+) -> tuple[list[str], list[int], list[bool]]:
     """(qid, slot, is_replay) per row in the CPU trainer's order: K rollouts per fresh question, K-1 per
     replayed question, then one replayed row per replayed question. Slots 0..B-1: fresh first, then replayed."""
     k, n_fresh = n_rollouts, len(fresh_qids)
     qids = [q for q in fresh_qids for _ in range(k)] + [q for q in replay_qids for _ in range(k - 1)]
-    slots = [s for s in range(n_fresh) for _ in range(k)] + [n_fresh + j for j in range(len(replay_qids))
-                                                             for _ in range(k - 1)]
+    slots = [s for s in range(n_fresh) for _ in range(k)] + [
+        n_fresh + j for j in range(len(replay_qids)) for _ in range(k - 1)
+    ]
     qids += list(replay_qids)
     slots += [n_fresh + j for j in range(len(replay_qids))]
     return qids, slots, [False] * (len(qids) - len(replay_qids)) + [True] * len(replay_qids)
 
 
-__all__ = ["GroupRecord", "StepRows", "advantages_and_mask", "batch_pass1", "canonical_layout", "choose_replayed",
-           "fresh_counts",
-           "flat_candidates", "group_records", "group_success", "kept_groups", "record_groups", "scoring_needed",
-           "step_rows", "step_stats"]
+__all__ = [
+    "GroupRecord",
+    "StepRows",
+    "advantages_and_mask",
+    "batch_pass1",
+    "canonical_layout",
+    "choose_replayed",
+    "fresh_counts",
+    "flat_candidates",
+    "group_records",
+    "group_success",
+    "kept_groups",
+    "record_groups",
+    "scoring_needed",
+    "step_rows",
+    "step_stats",
+]

@@ -18,7 +18,9 @@ LOG_RATIO_CLAMP = 20.0
 """Default |log π_θ − log π_old| bound before exp (`ExGRPOConfig.log_ratio_clamp`; verl 0.9; the release has none)."""
 
 
-def bounded_log_ratio(log_ratio: torch.Tensor, bound: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+def bounded_log_ratio(
+    log_ratio: torch.Tensor, bound: float, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Clamp to ±bound; bound 0 = unclamped (released), with positions outside `mask` set to 0.
 
     Args: log_ratio [B, T]; bound >= 0; mask [B, T] bool (response tokens). Returns: [B, T].
@@ -31,7 +33,9 @@ def bounded_log_ratio(log_ratio: torch.Tensor, bound: float, mask: torch.Tensor 
 
 
 # --------------------------------------------------------------------------- per-token building blocks
-def ppo_clip_token_loss(ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def ppo_clip_token_loss(
+    ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO clipped surrogate per token: max(−A·w, −A·clip(w, 1−ε, 1+ε)) (paper §3.1 CLIP).
 
     Args:
@@ -71,24 +75,40 @@ def _clip_weight(ratio: torch.Tensor, clip_eps: float, beta: float) -> torch.Ten
     return torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
 
 
-@REPLAY_WEIGHTINGS.register("shaped", doc="−f(w)·A with f(w) = w/(w+β) (paper, released p_div_p_0.1)",
-                            weight=lambda ratio, clip_eps, beta: SHAPING_FNS["shaped"](ratio, beta))
-def _replay_shaped(ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float,  # noqa: ARG001
-                   beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+@REPLAY_WEIGHTINGS.register(
+    "shaped",
+    doc="−f(w)·A with f(w) = w/(w+β) (paper, released p_div_p_0.1)",
+    weight=lambda ratio, clip_eps, beta: SHAPING_FNS["shaped"](ratio, beta),
+)
+def _replay_shaped(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    clip_eps: float,  # noqa: ARG001
+    beta: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     return -adv * SHAPING_FNS["shaped"](ratio, beta), torch.zeros_like(ratio, dtype=torch.bool)
 
 
-@REPLAY_WEIGHTINGS.register("clipped", doc="PPO's clipped surrogate on the replayed ratio (\"w/o Shaping\", Table 6)",
-                            weight=_clip_weight)
-def _replay_clipped(ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float,
-                    beta: float) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ARG001
+@REPLAY_WEIGHTINGS.register(
+    "clipped",
+    doc='PPO\'s clipped surrogate on the replayed ratio ("w/o Shaping", Table 6)',
+    weight=_clip_weight,
+)
+def _replay_clipped(
+    ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float, beta: float
+) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ARG001
     return ppo_clip_token_loss(ratio, adv, clip_eps)
 
 
-@REPLAY_WEIGHTINGS.register("unclipped", doc="−w·A, no clip (released no_reshape)",
-                            weight=lambda ratio, clip_eps, beta: ratio)
-def _replay_unclipped(ratio: torch.Tensor, adv: torch.Tensor, clip_eps: float,  # noqa: ARG001
-                      beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+@REPLAY_WEIGHTINGS.register(
+    "unclipped", doc="−w·A, no clip (released no_reshape)", weight=lambda ratio, clip_eps, beta: ratio
+)
+def _replay_unclipped(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    clip_eps: float,  # noqa: ARG001
+    beta: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     return -adv * SHAPING_FNS["identity"](ratio, beta), torch.zeros_like(ratio, dtype=torch.bool)
 
 
@@ -177,7 +197,9 @@ def policy_token_losses(
         denom = old_logp
         if is_correction:
             if behaviour_logp is None:
-                raise ValueError("is_correction needs the replayed rows' behaviour log-probs (behaviour_logp)")
+                raise ValueError(
+                    "is_correction needs the replayed rows' behaviour log-probs (behaviour_logp)"
+                )
             denom = torch.where(replay[:, None], behaviour_logp, old_logp)
         rep_ratio = torch.exp(bounded_log_ratio(logp - denom, log_ratio_clamp, mask))
         rep_loss, rep_clipped = REPLAY_TOKEN_LOSSES[replay_shaping](rep_ratio, adv, clip_eps, shaping_beta)
@@ -187,13 +209,25 @@ def policy_token_losses(
         token_loss = on_loss
 
     # excluded rows contribute 0 but keep their place in every normaliser (Eq. 14)
-    return TokenLosses(loss=torch.where(keep, token_loss, 0.0), keep=keep, on_tokens=~replay[:, None] & mask,
-                       replay_tokens=replay[:, None] & mask, on_log_ratio=on_log_ratio, on_ratio=on_ratio,
-                       on_clipped=on_clipped, replay_ratio=rep_ratio, replay_clipped=rep_clipped)
+    return TokenLosses(
+        loss=torch.where(keep, token_loss, 0.0),
+        keep=keep,
+        on_tokens=~replay[:, None] & mask,
+        replay_tokens=replay[:, None] & mask,
+        on_log_ratio=on_log_ratio,
+        on_ratio=on_ratio,
+        on_clipped=on_clipped,
+        replay_ratio=rep_ratio,
+        replay_clipped=rep_clipped,
+    )
 
 
-def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor, log_ratio_clamp: float = LOG_RATIO_CLAMP,
-               mask: torch.Tensor | None = None) -> torch.Tensor:
+def low_var_kl(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    log_ratio_clamp: float = LOG_RATIO_CLAMP,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """k3 estimator of KL(π_θ‖π_ref) per token, as verl's `low_var_kl`: e^{r} − r − 1, r = ref − logp, clamped.
 
     Args: logp, ref_logp: [B, T]; log_ratio_clamp: bound on |r| (0 = none, as released); mask: [B, T] bool,
@@ -203,6 +237,16 @@ def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor, log_ratio_clamp: floa
     return torch.clamp(torch.exp(r) - r - 1.0, -10.0, 10.0)
 
 
-__all__ = ["LOG_RATIO_CLAMP", "REPLAY_TOKEN_LOSSES", "SHAPING_FNS", "TokenLosses", "bounded_log_ratio",
-           "identity_weight", "low_var_kl",
-           "policy_token_losses", "ppo_clip_token_loss", "replay_weight", "shaped_weight"]
+__all__ = [
+    "LOG_RATIO_CLAMP",
+    "REPLAY_TOKEN_LOSSES",
+    "SHAPING_FNS",
+    "TokenLosses",
+    "bounded_log_ratio",
+    "identity_weight",
+    "low_var_kl",
+    "policy_token_losses",
+    "ppo_clip_token_loss",
+    "replay_weight",
+    "shaped_weight",
+]

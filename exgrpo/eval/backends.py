@@ -27,8 +27,9 @@ def check_model_dir(model: str | Path) -> Path:
     return path
 
 
-def hf_model_args(model: str, *, revision: str | None = None, dtype: str = "float32",
-                  trust_remote_code: bool = False) -> dict[str, Any]:
+def hf_model_args(
+    model: str, *, revision: str | None = None, dtype: str = "float32", trust_remote_code: bool = False
+) -> dict[str, Any]:
     """`model_args` for lm-eval's `hf` backend (CPU runs use float32)."""
     args: dict[str, Any] = {"pretrained": str(model), "dtype": dtype, "trust_remote_code": trust_remote_code}
     if revision:
@@ -36,10 +37,19 @@ def hf_model_args(model: str, *, revision: str | None = None, dtype: str = "floa
     return args
 
 
-def vllm_model_args(model: str, *, seed: int, profile: DecodingProfile, tensor_parallel_size: int | None = None,
-                    gpu_memory_utilization: float = 0.85, max_model_len: int | None = None,
-                    dtype: str = "auto", revision: str | None = None,
-                    data_parallel_size: int = 1, trust_remote_code: bool = False) -> dict[str, Any]:
+def vllm_model_args(
+    model: str,
+    *,
+    seed: int,
+    profile: DecodingProfile,
+    tensor_parallel_size: int | None = None,
+    gpu_memory_utilization: float = 0.85,
+    max_model_len: int | None = None,
+    dtype: str = "auto",
+    revision: str | None = None,
+    data_parallel_size: int = 1,
+    trust_remote_code: bool = False,
+) -> dict[str, Any]:
     """`model_args` for lm-eval's `vllm` backend (released: TP over all visible GPUs, 0.85 memory).
 
     `max_model_len` None leaves the context to vLLM, which takes the model's own (the release's engine);
@@ -49,34 +59,48 @@ def vllm_model_args(model: str, *, seed: int, profile: DecodingProfile, tensor_p
     if tensor_parallel_size is None:
         tensor_parallel_size = visible_gpus()
     if tensor_parallel_size < 1:
-        raise ConfigError("tensor_parallel_size", f"must be >= 1, got {tensor_parallel_size} (no GPU visible?)")
+        raise ConfigError(
+            "tensor_parallel_size", f"must be >= 1, got {tensor_parallel_size} (no GPU visible?)"
+        )
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise ConfigError("gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}")
     args: dict[str, Any] = {
-        "pretrained": str(model), "dtype": dtype, "seed": int(seed),
-        "tensor_parallel_size": int(tensor_parallel_size), "data_parallel_size": int(data_parallel_size),
+        "pretrained": str(model),
+        "dtype": dtype,
+        "seed": int(seed),
+        "tensor_parallel_size": int(tensor_parallel_size),
+        "data_parallel_size": int(data_parallel_size),
         "gpu_memory_utilization": float(gpu_memory_utilization),
-        "max_gen_toks": profile.max_new_tokens, "trust_remote_code": trust_remote_code,
+        "max_gen_toks": profile.max_new_tokens,
+        "trust_remote_code": trust_remote_code,
     }
     if max_model_len is not None:
         if max_model_len <= profile.max_new_tokens:
-            raise ConfigError("max_model_len", f"{max_model_len} leaves no room for a prompt next to the "
-                                               f"profile's {profile.max_new_tokens} new tokens")
+            raise ConfigError(
+                "max_model_len",
+                f"{max_model_len} leaves no room for a prompt next to the "
+                f"profile's {profile.max_new_tokens} new tokens",
+            )
         args["max_model_len"] = int(max_model_len)
     if revision:
         args["revision"] = revision
     return args
 
 
-def tiny_model_args(model: str, *, seed: int, dtype: str = "float32", threads: int | None = None,
-                    revision: str | None = None) -> dict[str, Any]:
+def tiny_model_args(
+    model: str, *, seed: int, dtype: str = "float32", threads: int | None = None, revision: str | None = None
+) -> dict[str, Any]:
     """`model_args` for the `tiny` backend (`tiny_backend.TinySamplerLM`): sampler seed, dtype, CPU threads.
 
     `threads` defaults to 1: the tiny models' matrices are too small for intra-op threads to pay, and on
     the shared 2-core testbed two threads made the 4-benchmark run ~5x slower (benchmarks/bench_eval_backends.py).
     """
-    args: dict[str, Any] = {"pretrained": str(model), "dtype": dtype, "seed": int(seed),
-                            "threads": 1 if threads is None else int(threads)}
+    args: dict[str, Any] = {
+        "pretrained": str(model),
+        "dtype": dtype,
+        "seed": int(seed),
+        "threads": 1 if threads is None else int(threads),
+    }
     if revision:
         args["revision"] = revision
     return args
@@ -88,10 +112,13 @@ def visible_gpus() -> int:
     if env is not None:
         return len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
     import torch
+
     return torch.cuda.device_count()
 
 
-def build_lm(backend: str, model_args: dict[str, Any], batch_size: int | str = 8, device: str | None = None) -> Any:
+def build_lm(
+    backend: str, model_args: dict[str, Any], batch_size: int | str = 8, device: str | None = None
+) -> Any:
     """An lm-eval LM for `backend` (`hf`, `vllm` or `tiny`), loaded once and reused for every benchmark."""
     if backend not in BACKENDS:
         raise ConfigError("backend", f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
@@ -104,9 +131,18 @@ def build_lm(backend: str, model_args: dict[str, Any], batch_size: int | str = 8
     if backend == "tiny":
         from exgrpo.eval import tiny_backend  # registers `exgrpo-tiny` with lm-eval
 
-        return lm_eval.api.registry.get_model(tiny_backend.BACKEND_NAME).create_from_arg_obj(model_args, extra)
+        return lm_eval.api.registry.get_model(tiny_backend.BACKEND_NAME).create_from_arg_obj(
+            model_args, extra
+        )
     return lm_eval.api.registry.get_model(backend).create_from_arg_obj(model_args, extra)
 
 
-__all__ = ["BACKENDS", "build_lm", "check_model_dir", "hf_model_args", "tiny_model_args", "visible_gpus",
-           "vllm_model_args"]
+__all__ = [
+    "BACKENDS",
+    "build_lm",
+    "check_model_dir",
+    "hf_model_args",
+    "tiny_model_args",
+    "visible_gpus",
+    "vllm_model_args",
+]

@@ -118,65 +118,175 @@ class Benchmark:
 
 
 # ---------------------------------------------------------------------------------------------- registry
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
-    # In-distribution math (paper §5.1; counts are the unique problems of the release's test.id.parquet).
-    Benchmark("aime24", "id", "math", "math", math_row("problem", "answer", "id"),
-              HFSource("HuggingFaceH4/aime_2024", None, "train"), released=ReleasedSource("exgrpo_test_id", "aime"),
-              n_rows=30, label="AIME24"),
-    Benchmark("aime25", "id", "math", "math", math_row("problem", "answer", "id"),
-              HFSource("math-ai/aime25", None, "test"), released=ReleasedSource("exgrpo_test_id", "aime25"),
-              n_rows=30, label="AIME25"),
-    Benchmark("amc", "id", "math", "math", math_row("problem", "answer", "id"),
-              HFSource("AI-MO/aimo-validation-amc", None, "train"),
-              released=ReleasedSource("exgrpo_test_id", "amc"), n_rows=83, label="AMC",
-              note="AMC12 2022 + 2023 (83 problems); answers are stored as floats and written without '.0'"),
-    Benchmark("math500", "id", "math", "math", math_row("problem", "answer", "unique_id"),
-              HFSource("HuggingFaceH4/MATH-500", None, "test"), released=ReleasedSource("exgrpo_test_id", "math"),
-              n_rows=500, label="MATH-500"),
-    Benchmark("minerva", "id", "math", "math", math_row("question", "answer"),
-              HFSource("math-ai/minervamath", None, "test"), released=ReleasedSource("exgrpo_test_id", "minerva"),
-              n_rows=272, label="Minerva"),
-    Benchmark("olympiadbench", "id", "math", "math", math_row("question", "final_answer", "id"),
-              HFSource("math-ai/olympiadbench", None, "test"),
-              released=ReleasedSource("exgrpo_test_id", "olympiad_bench"), n_rows=675, label="OlympiadBench",
-              note="OE_TO_maths_en_COMP (675); multi-answer golds are joined with ', '"),
-    # Out-of-distribution (letter answers; LUFFY's ARC-c and GPQA-Diamond files).
-    Benchmark("arc_c", "ood", "choice", "choice", arc_row,
-              HFSource("allenai/ai2_arc", "ARC-Challenge", "test"), released=ReleasedSource("luffy_arc_c"),
-              n_rows=1172, label="ARC-c"),
-    Benchmark("gpqa_diamond", "ood", "choice", "choice", gpqa_row,
-              HFSource("Idavidrein/gpqa", "gpqa_diamond", "train"), released=ReleasedSource("luffy_gpqa_diamond"),
-              n_rows=198, label="GPQA*",
-              note="gated on the hub: accept the terms and log in before the download step"),
-    Benchmark("mmlu_pro", "ood", "choice", "choice", mmlu_pro_row,
-              HFSource("TIGER-Lab/MMLU-Pro", None, "test"), released=ReleasedSource("luffy_mmlu_pro"),
-              n_rows=12032, label="MMLU-Pro",
-              note="the release's MMLU-Pro file was not retrievable; its count is unknown (full test set assumed)"),
-    # The CPU testbed (local files from `exgrpo make-data`; same path through lm-eval).
-    Benchmark("tiny_test", "id", "math", "tiny", tiny_row, local_stem="test", label="Tiny ID"),
-    Benchmark("tiny_ood_words", "ood", "math", "tiny", tiny_row, local_stem="ood_words", label="Tiny words (ARC-c)"),
-    Benchmark("tiny_ood_choice4", "ood", "choice", "tiny", tiny_row, local_stem="ood_choice4",
-              label="Tiny choice-4 (GPQA)"),
-    Benchmark("tiny_ood_choice10", "ood", "choice", "tiny", tiny_row, local_stem="ood_choice10",
-              label="Tiny choice-10 (MMLU-Pro)"),
-    Benchmark("tiny_probe_length", "probe", "math", "tiny", tiny_row, local_stem="probe_length",
-              label="Tiny length probe (d=5)",
-              note="not a paper benchmark: split 'probe' stays out of the ID/OOD averages and the `tiny` suite"),
-]}
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in [
+        # In-distribution math (paper §5.1; counts are the unique problems of the release's test.id.parquet).
+        Benchmark(
+            "aime24",
+            "id",
+            "math",
+            "math",
+            math_row("problem", "answer", "id"),
+            HFSource("HuggingFaceH4/aime_2024", None, "train"),
+            released=ReleasedSource("exgrpo_test_id", "aime"),
+            n_rows=30,
+            label="AIME24",
+        ),
+        Benchmark(
+            "aime25",
+            "id",
+            "math",
+            "math",
+            math_row("problem", "answer", "id"),
+            HFSource("math-ai/aime25", None, "test"),
+            released=ReleasedSource("exgrpo_test_id", "aime25"),
+            n_rows=30,
+            label="AIME25",
+        ),
+        Benchmark(
+            "amc",
+            "id",
+            "math",
+            "math",
+            math_row("problem", "answer", "id"),
+            HFSource("AI-MO/aimo-validation-amc", None, "train"),
+            released=ReleasedSource("exgrpo_test_id", "amc"),
+            n_rows=83,
+            label="AMC",
+            note="AMC12 2022 + 2023 (83 problems); answers are stored as floats and written without '.0'",
+        ),
+        Benchmark(
+            "math500",
+            "id",
+            "math",
+            "math",
+            math_row("problem", "answer", "unique_id"),
+            HFSource("HuggingFaceH4/MATH-500", None, "test"),
+            released=ReleasedSource("exgrpo_test_id", "math"),
+            n_rows=500,
+            label="MATH-500",
+        ),
+        Benchmark(
+            "minerva",
+            "id",
+            "math",
+            "math",
+            math_row("question", "answer"),
+            HFSource("math-ai/minervamath", None, "test"),
+            released=ReleasedSource("exgrpo_test_id", "minerva"),
+            n_rows=272,
+            label="Minerva",
+        ),
+        Benchmark(
+            "olympiadbench",
+            "id",
+            "math",
+            "math",
+            math_row("question", "final_answer", "id"),
+            HFSource("math-ai/olympiadbench", None, "test"),
+            released=ReleasedSource("exgrpo_test_id", "olympiad_bench"),
+            n_rows=675,
+            label="OlympiadBench",
+            note="OE_TO_maths_en_COMP (675); multi-answer golds are joined with ', '",
+        ),
+        # Out-of-distribution (letter answers; LUFFY's ARC-c and GPQA-Diamond files).
+        Benchmark(
+            "arc_c",
+            "ood",
+            "choice",
+            "choice",
+            arc_row,
+            HFSource("allenai/ai2_arc", "ARC-Challenge", "test"),
+            released=ReleasedSource("luffy_arc_c"),
+            n_rows=1172,
+            label="ARC-c",
+        ),
+        Benchmark(
+            "gpqa_diamond",
+            "ood",
+            "choice",
+            "choice",
+            gpqa_row,
+            HFSource("Idavidrein/gpqa", "gpqa_diamond", "train"),
+            released=ReleasedSource("luffy_gpqa_diamond"),
+            n_rows=198,
+            label="GPQA*",
+            note="gated on the hub: accept the terms and log in before the download step",
+        ),
+        Benchmark(
+            "mmlu_pro",
+            "ood",
+            "choice",
+            "choice",
+            mmlu_pro_row,
+            HFSource("TIGER-Lab/MMLU-Pro", None, "test"),
+            released=ReleasedSource("luffy_mmlu_pro"),
+            n_rows=12032,
+            label="MMLU-Pro",
+            note="the release's MMLU-Pro file was not retrievable; its count is unknown (full test set assumed)",
+        ),
+        # The CPU testbed (local files from `exgrpo make-data`; same path through lm-eval).
+        Benchmark("tiny_test", "id", "math", "tiny", tiny_row, local_stem="test", label="Tiny ID"),
+        Benchmark(
+            "tiny_ood_words",
+            "ood",
+            "math",
+            "tiny",
+            tiny_row,
+            local_stem="ood_words",
+            label="Tiny words (ARC-c)",
+        ),
+        Benchmark(
+            "tiny_ood_choice4",
+            "ood",
+            "choice",
+            "tiny",
+            tiny_row,
+            local_stem="ood_choice4",
+            label="Tiny choice-4 (GPQA)",
+        ),
+        Benchmark(
+            "tiny_ood_choice10",
+            "ood",
+            "choice",
+            "tiny",
+            tiny_row,
+            local_stem="ood_choice10",
+            label="Tiny choice-10 (MMLU-Pro)",
+        ),
+        Benchmark(
+            "tiny_probe_length",
+            "probe",
+            "math",
+            "tiny",
+            tiny_row,
+            local_stem="probe_length",
+            label="Tiny length probe (d=5)",
+            note="not a paper benchmark: split 'probe' stays out of the ID/OOD averages and the `tiny` suite",
+        ),
+    ]
+}
 """All benchmarks by name."""
 
 PAPER_ID = ("aime24", "aime25", "amc", "math500", "minerva", "olympiadbench")
 PAPER_OOD = ("arc_c", "gpqa_diamond", "mmlu_pro")
 TINY = ("tiny_test", "tiny_ood_words", "tiny_ood_choice4", "tiny_ood_choice10")
-SUITES: dict[str, tuple[str, ...]] = {"paper": PAPER_ID + PAPER_OOD, "paper_id": PAPER_ID, "paper_ood": PAPER_OOD,
-                                      "tiny": TINY}
+SUITES: dict[str, tuple[str, ...]] = {
+    "paper": PAPER_ID + PAPER_OOD,
+    "paper_id": PAPER_ID,
+    "paper_ood": PAPER_OOD,
+    "tiny": TINY,
+}
 """Named lists accepted by `--benchmarks` (e.g. `--benchmarks paper` or `--benchmarks tiny,aime24`)."""
 
 
 def get_benchmark(name: str) -> Benchmark:
     """The benchmark called `name`; an unknown name is a ConfigError listing the known ones."""
     if name not in BENCHMARKS:
-        raise ConfigError("benchmarks", unknown("benchmark", name, [*BENCHMARKS, *SUITES], " (benchmarks and suites)"))
+        raise ConfigError(
+            "benchmarks", unknown("benchmark", name, [*BENCHMARKS, *SUITES], " (benchmarks and suites)")
+        )
     return BENCHMARKS[name]
 
 
@@ -209,6 +319,7 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     try:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
+
             return pq.read_table(path).to_pylist()
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".json":
@@ -233,14 +344,19 @@ def load_raw_rows(bench: Benchmark, data_dir: str | Path | None = None) -> tuple
     if path is not None:
         return _read_rows(path), f"file:{path.resolve()}"
     if bench.source is None:
-        raise FileNotFoundError(f"{bench.name}: no {bench.stem}{{{','.join(LOCAL_SUFFIXES)}}} in data dir "
-                                f"{data_dir!s} (write the tiny splits with `exgrpo make-data --out DIR`)")
+        raise FileNotFoundError(
+            f"{bench.name}: no {bench.stem}{{{','.join(LOCAL_SUFFIXES)}}} in data dir "
+            f"{data_dir!s} (write the tiny splits with `exgrpo make-data --out DIR`)"
+        )
     import datasets
+
     src = bench.source
     ds = datasets.load_dataset(src.dataset, src.config, split=src.split, revision=src.revision)
     rows = [dict(r) for r in ds]
     if bench.n_rows is not None and len(rows) != bench.n_rows:
-        raise ConfigError("benchmarks", f"{bench.name}: {src.dataset} has {len(rows)} rows, expected {bench.n_rows}")
+        raise ConfigError(
+            "benchmarks", f"{bench.name}: {src.dataset} has {len(rows)} rows, expected {bench.n_rows}"
+        )
     return rows, f"hf:{src.dataset}/{src.config or 'default'}/{src.split}@{src.revision or 'main'}"
 
 
@@ -251,8 +367,11 @@ def normalise_rows(bench: Benchmark, rows: list[dict[str, Any]], where: str = ""
         try:
             doc = bench.normalise(row, i)
         except (KeyError, ValueError, TypeError, IndexError) as err:
-            raise ConfigError("benchmarks", f"{bench.name}: row {i} of {where or 'the source'} does not fit the "
-                                            f"schema ({type(err).__name__}: {err})") from None
+            raise ConfigError(
+                "benchmarks",
+                f"{bench.name}: row {i} of {where or 'the source'} does not fit the "
+                f"schema ({type(err).__name__}: {err})",
+            ) from None
         docs.append(doc)
     return _checked(bench, docs, where)
 
@@ -277,21 +396,30 @@ def released_docs(bench: Benchmark, rows: list[dict[str, Any]], where: str = "")
         try:
             if bench.released.data_source is not None and row["data_source"] != bench.released.data_source:
                 continue
-            question = user_message(row["prompt"])  # as released: surrounding whitespace is part of the prompt
+            question = user_message(
+                row["prompt"]
+            )  # as released: surrounding whitespace is part of the prompt
             gold = clean_answer(row["reward_model"]["ground_truth"])
         except (KeyError, TypeError) as err:
-            raise ConfigError("benchmarks", f"{bench.name}: row {i} of {where} does not fit the released schema "
-                                            f"({type(err).__name__}: {err})") from None
+            raise ConfigError(
+                "benchmarks",
+                f"{bench.name}: row {i} of {where} does not fit the released schema "
+                f"({type(err).__name__}: {err})",
+            ) from None
         if question in gold_of:
             if gold_of[question] != gold:
-                raise ConfigError("benchmarks", f"{bench.name}: row {i} of {where} repeats a question with another "
-                                                f"answer ({gold!r} vs {gold_of[question]!r})")
+                raise ConfigError(
+                    "benchmarks",
+                    f"{bench.name}: row {i} of {where} repeats a question with another "
+                    f"answer ({gold!r} vs {gold_of[question]!r})",
+                )
             continue
         gold_of[question] = gold
         docs.append({"problem_id": str(len(docs)), "question": question, "answer": gold})
     if not docs:
-        raise ConfigError("benchmarks", f"{bench.name}: no rows with data_source={bench.released.data_source!r} "
-                                        f"in {where}")
+        raise ConfigError(
+            "benchmarks", f"{bench.name}: no rows with data_source={bench.released.data_source!r} in {where}"
+        )
     return _checked(bench, docs, where)
 
 
@@ -299,12 +427,17 @@ def _checked(bench: Benchmark, docs: list[dict[str, Any]], where: str) -> list[d
     for i, doc in enumerate(docs):
         doc["kind"] = doc.get("kind") or bench.kind
         if doc["kind"] != bench.kind:
-            raise ConfigError("benchmarks", f"{bench.name}: row {i} of {where or 'the source'} has kind "
-                                            f"{doc['kind']!r}, the benchmark is {bench.kind!r}")
+            raise ConfigError(
+                "benchmarks",
+                f"{bench.name}: row {i} of {where or 'the source'} has kind "
+                f"{doc['kind']!r}, the benchmark is {bench.kind!r}",
+            )
     ids = [d["problem_id"] for d in docs]
     if len(set(ids)) != len(ids):
         dup = sorted({x for x in ids if ids.count(x) > 1})[:3]
-        raise ConfigError("benchmarks", f"{bench.name}: duplicate problem ids {dup} in {where or 'the source'}")
+        raise ConfigError(
+            "benchmarks", f"{bench.name}: duplicate problem ids {dup} in {where or 'the source'}"
+        )
     return docs
 
 
@@ -317,7 +450,9 @@ def docs_sha256(docs: list[dict[str, Any]]) -> str:
     return h.hexdigest()
 
 
-def load_docs_with_info(bench: Benchmark, data_dir: str | Path | None = None) -> tuple[list[dict[str, Any]], dict]:
+def load_docs_with_info(
+    bench: Benchmark, data_dir: str | Path | None = None
+) -> tuple[list[dict[str, Any]], dict]:
     """Normalised documents plus `{source, rows, rows_expected, sha256}`; a recorded checksum must match.
 
     Sources in order: `<data_dir>/<name>.*` (hub schema), the release's file in `data_dir`, the hub.
@@ -333,8 +468,16 @@ def load_docs_with_info(bench: Benchmark, data_dir: str | Path | None = None) ->
         docs = normalise_rows(bench, rows, where)
     digest = docs_sha256(docs)
     if bench.sha256 is not None and where.startswith("hf:") and digest != bench.sha256:
-        raise ConfigError("benchmarks", f"{bench.name}: checksum {digest} != recorded {bench.sha256} ({where})")
-    return docs, {"source": where, "rows": len(docs), "rows_expected": bench.n_rows, "sha256": digest, **file_info}
+        raise ConfigError(
+            "benchmarks", f"{bench.name}: checksum {digest} != recorded {bench.sha256} ({where})"
+        )
+    return docs, {
+        "source": where,
+        "rows": len(docs),
+        "rows_expected": bench.n_rows,
+        "sha256": digest,
+        **file_info,
+    }
 
 
 def check_downloaded(path: Path) -> dict[str, Any]:
@@ -353,19 +496,29 @@ def check_downloaded(path: Path) -> dict[str, Any]:
     if entry is None:
         return {"file_sha256": digest, "revision": None}
     if entry.get("sha256") != digest:
-        raise DataChangedError("data_dir", f"{path}: sha256 {digest} differs from {entry.get('sha256')} recorded by "
-                                           f"`exgrpo download` in {manifest}; the file changed, download it again")
+        raise DataChangedError(
+            "data_dir",
+            f"{path}: sha256 {digest} differs from {entry.get('sha256')} recorded by "
+            f"`exgrpo download` in {manifest}; the file changed, download it again",
+        )
     return {"file_sha256": digest, "revision": entry.get("revision")}
 
 
-def load_dataset_dict(benchmark: str, data_dir: str | None = None, prompt_format: str = "chat",
-                      grade_region: str = "after_think", require_think_close: bool = True, **_: Any):
+def load_dataset_dict(
+    benchmark: str,
+    data_dir: str | None = None,
+    prompt_format: str = "chat",
+    grade_region: str = "after_think",
+    require_think_close: bool = True,
+    **_: Any,
+):
     """lm-eval `custom_dataset` hook: `{"test": Dataset}` of documents for `benchmark`.
 
     Called by lm-eval as `load_dataset_dict(**task_manager_metadata, **dataset_kwargs)`. The grading
     settings ride along on each document so the task's own `process_results` grades like the harness.
     """
     import datasets
+
     docs, _ = load_docs_with_info(get_benchmark(benchmark), data_dir)
     for doc in docs:
         doc["question"] = format_question(doc["question"], prompt_format)
@@ -385,10 +538,32 @@ def format_question(question: str, prompt_format: str) -> str:
         return question
     if prompt_format == "llama_base":
         return f"User: {question} Answer: Let's think step by step.\n"
-    raise ConfigError("prompt_format", f"unknown prompt format {prompt_format!r}; known: {', '.join(PROMPT_FORMATS)}")
+    raise ConfigError(
+        "prompt_format", f"unknown prompt format {prompt_format!r}; known: {', '.join(PROMPT_FORMATS)}"
+    )
 
 
-__all__ = ["BENCHMARKS", "PAPER_ID", "PAPER_OOD", "PROMPT_FORMATS", "SUITES", "TINY", "Benchmark", "DataChangedError",
-           "HFSource", "ReleasedSource", "check_downloaded", "docs_sha256", "format_question", "get_benchmark", "load_dataset_dict",
-           "load_docs_with_info", "load_raw_rows", "local_file", "normalise_rows", "parse_benchmarks",
-           "released_docs", "released_file"]
+__all__ = [
+    "BENCHMARKS",
+    "PAPER_ID",
+    "PAPER_OOD",
+    "PROMPT_FORMATS",
+    "SUITES",
+    "TINY",
+    "Benchmark",
+    "DataChangedError",
+    "HFSource",
+    "ReleasedSource",
+    "check_downloaded",
+    "docs_sha256",
+    "format_question",
+    "get_benchmark",
+    "load_dataset_dict",
+    "load_docs_with_info",
+    "load_raw_rows",
+    "local_file",
+    "normalise_rows",
+    "parse_benchmarks",
+    "released_docs",
+    "released_file",
+]

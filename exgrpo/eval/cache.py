@@ -30,21 +30,23 @@ import pyarrow.parquet as pq
 from exgrpo.eval.metrics import compute_metrics
 from exgrpo.io import atomic_path, read_json, write_json
 
-SAMPLE_SCHEMA = pa.schema([
-    ("problem_id", pa.string()),
-    ("sample_index", pa.int64()),
-    ("seed", pa.int64()),
-    ("prompt_hash", pa.string()),
-    ("completion", pa.string()),
-    ("n_tokens", pa.int64()),
-    ("truncated", pa.bool_()),
-    ("extracted", pa.string()),
-    ("label", pa.string()),
-    ("score", pa.float64()),
-    ("status", pa.string()),
-    ("grader", pa.string()),
-    ("grader_version", pa.string()),
-])
+SAMPLE_SCHEMA = pa.schema(
+    [
+        ("problem_id", pa.string()),
+        ("sample_index", pa.int64()),
+        ("seed", pa.int64()),
+        ("prompt_hash", pa.string()),
+        ("completion", pa.string()),
+        ("n_tokens", pa.int64()),
+        ("truncated", pa.bool_()),
+        ("extracted", pa.string()),
+        ("label", pa.string()),
+        ("score", pa.float64()),
+        ("status", pa.string()),
+        ("grader", pa.string()),
+        ("grader_version", pa.string()),
+    ]
+)
 """Columns of every samples file (the contract's order); `extracted` is nullable."""
 
 META_KEY = b"exgrpo"
@@ -106,7 +108,9 @@ def read_samples(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         raise CacheError(f"{path}: corrupt cache file, missing columns {missing}")
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
-        raise CacheError(f"{path}: corrupt cache file, no '{META_KEY.decode()}' metadata (not written by exgrpo eval)")
+        raise CacheError(
+            f"{path}: corrupt cache file, no '{META_KEY.decode()}' metadata (not written by exgrpo eval)"
+        )
     try:
         meta = json.loads(raw)
     except json.JSONDecodeError as err:
@@ -136,8 +140,9 @@ def find_caches(path: str | Path) -> list[Path]:
     return found
 
 
-def build_aggregate(records: pd.DataFrame, meta: dict[str, Any], provenance: dict[str, Any],
-                    n_boot: int = 1000) -> dict[str, Any]:
+def build_aggregate(
+    records: pd.DataFrame, meta: dict[str, Any], provenance: dict[str, Any], n_boot: int = 1000
+) -> dict[str, Any]:
     """The aggregate JSON of one samples file (pure: records + their metadata + provenance in, dict out).
 
     Keys: benchmark, split, profile, k, n_problems, n_samples, metrics{avg_at_k, pass_at_k, maj_at_k},
@@ -149,13 +154,20 @@ def build_aggregate(records: pd.DataFrame, meta: dict[str, Any], provenance: dic
     graders = sorted(set(records["grader"].astype(str)))
     versions = sorted(set(records["grader_version"].astype(str)))
     return {
-        "benchmark": meta["benchmark"], "split": meta["split"], "profile": meta["profile"], "k": k,
+        "benchmark": meta["benchmark"],
+        "split": meta["split"],
+        "profile": meta["profile"],
+        "k": k,
         **stats,
-        "status_counts": {str(key): int(v) for key, v in records["status"].value_counts().sort_index().items()},
+        "status_counts": {
+            str(key): int(v) for key, v in records["status"].value_counts().sort_index().items()
+        },
         "truncated_fraction": float(records["truncated"].mean()) if len(records) else 0.0,
         "grader": graders[0] if len(graders) == 1 else graders,
         "grader_version": versions[0] if len(versions) == 1 else versions,
-        "grading": meta.get("grading"), "data": meta.get("data"), "limit": meta.get("limit"),
+        "grading": meta.get("grading"),
+        "data": meta.get("data"),
+        "limit": meta.get("limit"),
         "provenance": provenance,
     }
 
@@ -188,19 +200,24 @@ def engine_versions() -> dict[str, str | None]:
     return {name: versions.get(name) for name in ENGINE_PACKAGES}
 
 
-def version_differences(out_dir: str | Path, benchmark: str, profile: str,
-                        expect: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def version_differences(
+    out_dir: str | Path, benchmark: str, profile: str, expect: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
     """{key: {"stored", "now"}} for each `VERSION_KEYS` entry where the cache and `expect` differ."""
     try:
         _, meta = read_samples(samples_path(out_dir, benchmark, profile))
     except (CacheError, FileNotFoundError):
         return {}
-    return {key: {"stored": meta.get(key), "now": expect[key]} for key in VERSION_KEYS
-            if key in expect and meta.get(key) != expect[key]}
+    return {
+        key: {"stored": meta.get(key), "now": expect[key]}
+        for key in VERSION_KEYS
+        if key in expect and meta.get(key) != expect[key]
+    }
 
 
-def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[str, Any], *,
-                other_versions: bool = False) -> str:
+def cache_state(
+    out_dir: str | Path, benchmark: str, profile: str, expect: dict[str, Any], *, other_versions: bool = False
+) -> str:
     """`complete`, `samples_only` (aggregate missing: recompute it) or `missing` (generate again).
 
     `expect` holds the run settings that must match the stored metadata (k, seed, limit, model, the
@@ -215,8 +232,11 @@ def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[
         _, meta = read_samples(samples)
     except CacheError:
         return "missing"
-    if any(meta.get(key) != value for key, value in expect.items()
-           if not (other_versions and key in VERSION_KEYS)):
+    if any(
+        meta.get(key) != value
+        for key, value in expect.items()
+        if not (other_versions and key in VERSION_KEYS)
+    ):
         return "missing"
     agg = aggregate_path(out_dir, benchmark, profile)
     if not agg.exists():
@@ -228,5 +248,22 @@ def cache_state(out_dir: str | Path, benchmark: str, profile: str, expect: dict[
     return "complete" if stored.get("k") == meta.get("k") else "samples_only"
 
 
-__all__ = ["ENGINE_PACKAGES", "SAMPLE_SCHEMA", "VERSION_KEYS", "CacheError", "aggregate_path", "aggregate_path_for",
-           "build_aggregate", "cache_state", "engine_versions", "find_caches", "model_fingerprint", "version_differences", "read_samples", "records_table", "samples_path", "write_aggregate", "write_samples"]
+__all__ = [
+    "ENGINE_PACKAGES",
+    "SAMPLE_SCHEMA",
+    "VERSION_KEYS",
+    "CacheError",
+    "aggregate_path",
+    "aggregate_path_for",
+    "build_aggregate",
+    "cache_state",
+    "engine_versions",
+    "find_caches",
+    "model_fingerprint",
+    "version_differences",
+    "read_samples",
+    "records_table",
+    "samples_path",
+    "write_aggregate",
+    "write_samples",
+]

@@ -35,15 +35,28 @@ def prompt_lengths(lm: Any, task: Any, system_prompt: str | None, chat: bool) ->
     template = getattr(lm, "apply_chat_template", None) if chat else None
     out = {}
     for doc in task.eval_docs:
-        ctx = task.fewshot_context(doc, num_fewshot=0, system_instruction=system_prompt, apply_chat_template=chat,
-                                   fewshot_as_multiturn=False, chat_template=template,
-                                   gen_prefix=task.doc_to_prefix(doc))
+        ctx = task.fewshot_context(
+            doc,
+            num_fewshot=0,
+            system_instruction=system_prompt,
+            apply_chat_template=chat,
+            fewshot_as_multiturn=False,
+            chat_template=template,
+            gen_prefix=task.doc_to_prefix(doc),
+        )
         out[str(doc["problem_id"])] = len(encode(ctx))
     return out
 
 
-def filter_overlong(lm: Any, task: Any, *, max_new_tokens: int, policy: str, system_prompt: str | None = None,
-                    chat: bool = True) -> dict[str, Any]:
+def filter_overlong(
+    lm: Any,
+    task: Any,
+    *,
+    max_new_tokens: int,
+    policy: str,
+    system_prompt: str | None = None,
+    chat: bool = True,
+) -> dict[str, Any]:
     """Under `filter`, drop from `task` the documents whose prompt + `max_new_tokens` exceed `lm.max_length`.
 
     Returns what is recorded with the results (`data.overlong`): policy, context, budget, the longest prompt,

@@ -82,8 +82,13 @@ class StrictGrader:
 
         if region not in self._verifiers:
             s = self.settings
-            self._verifiers[region] = Verifier(timeout_s=s.timeout_s, workers=s.workers, region=region,
-                                               require_think_close=s.require_think_close, max_chars=s.max_chars)
+            self._verifiers[region] = Verifier(
+                timeout_s=s.timeout_s,
+                workers=s.workers,
+                region=region,
+                require_think_close=s.require_think_close,
+                max_chars=s.max_chars,
+            )
         return self._verifiers[region].grade(responses, golds, kinds)
 
     def close(self) -> None:
@@ -119,7 +124,9 @@ class ReleaseGrader:
         from exgrpo.eval.release_grader import release_label
 
         if not (len(responses) == len(golds) == len(kinds)):
-            raise ValueError(f"responses, golds and kinds differ in length: {len(responses)}, {len(golds)}, {len(kinds)}")
+            raise ValueError(
+                f"responses, golds and kinds differ in length: {len(responses)}, {len(golds)}, {len(kinds)}"
+            )
         opens_think = region == "after_think"
         # The release gives math-verify 1 s per parse / compare; a label should not depend on machine
         # load, so the limit here is half the per-answer wall clock (the pool's kill is the real bound).
@@ -133,8 +140,12 @@ class ReleaseGrader:
         if self._pool is None:
             self._pool = TimeoutPool(self.settings.workers, self.settings.timeout_s, warmup=_warmup)
         raw = self._pool.run(release_label, tasks)
-        return [r if isinstance(r, GradeResult) else GradeResult(0.0, "timeout" if r == TIMED_OUT else "error", None)
-                for r in raw]
+        return [
+            r
+            if isinstance(r, GradeResult)
+            else GradeResult(0.0, "timeout" if r == TIMED_OUT else "error", None)
+            for r in raw
+        ]
 
     def close(self) -> None:
         """Stop the worker pool."""
@@ -158,8 +169,11 @@ def release_grader_version() -> str:
     return f"{dist_versions((*GRADER_DISTS, 'pylatexenc'))};release-rules={_RULES_VERSION}"
 
 
-GRADERS: dict[str, Callable[[GradingSettings], Any]] = {"release": ReleaseGrader, "strict": StrictGrader,
-                                                         "math-verify": StrictGrader}
+GRADERS: dict[str, Callable[[GradingSettings], Any]] = {
+    "release": ReleaseGrader,
+    "strict": StrictGrader,
+    "math-verify": StrictGrader,
+}
 """Grader classes by name (`math-verify`: the former name of `strict`): `cls(settings)` with `.name`,
 `.version`, `.grade(responses, golds, kinds, region)` and `.close()`."""
 
@@ -167,11 +181,15 @@ GRADERS: dict[str, Callable[[GradingSettings], Any]] = {"release": ReleaseGrader
 def get_grader(settings: GradingSettings) -> Any:
     """A grader for `settings.grader` (ConfigError when unknown); close it (or use `with`) when done."""
     if settings.grader not in GRADERS:
-        raise ConfigError("grader", f"unknown grader {settings.grader!r}; known: {', '.join(sorted(GRADERS))}")
+        raise ConfigError(
+            "grader", f"unknown grader {settings.grader!r}; known: {', '.join(sorted(GRADERS))}"
+        )
     return GRADERS[settings.grader](settings)
 
 
-def grade_records(records: pd.DataFrame, kind: str, regions: list[str] | pd.Series, grader: Any) -> pd.DataFrame:
+def grade_records(
+    records: pd.DataFrame, kind: str, regions: list[str] | pd.Series, grader: Any
+) -> pd.DataFrame:
     """Grade `records.completion` against `records.label`; returns a copy with extracted/score/status/grader set.
 
     Args:
@@ -189,8 +207,12 @@ def grade_records(records: pd.DataFrame, kind: str, regions: list[str] | pd.Seri
     statuses = [""] * len(out)
     for region in sorted(set(regions)):
         rows = [i for i, r in enumerate(regions) if r == region]
-        results = grader.grade([str(out.at[i, "completion"]) for i in rows], [str(out.at[i, "label"]) for i in rows],
-                               [kind] * len(rows), region)
+        results = grader.grade(
+            [str(out.at[i, "completion"]) for i in rows],
+            [str(out.at[i, "label"]) for i in rows],
+            [kind] * len(rows),
+            region,
+        )
         for i, res in zip(rows, results):
             extracted[i], scores[i], statuses[i] = res.extracted, float(res.score), res.status
     out["extracted"] = pd.Series(extracted, dtype=object)
@@ -201,5 +223,13 @@ def grade_records(records: pd.DataFrame, kind: str, regions: list[str] | pd.Seri
     return out
 
 
-__all__ = ["GRADERS", "GradingSettings", "ReleaseGrader", "StrictGrader", "get_grader", "grade_records",
-           "region_for_prompt", "release_grader_version"]
+__all__ = [
+    "GRADERS",
+    "GradingSettings",
+    "ReleaseGrader",
+    "StrictGrader",
+    "get_grader",
+    "grade_records",
+    "region_for_prompt",
+    "release_grader_version",
+]

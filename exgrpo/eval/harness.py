@@ -89,18 +89,30 @@ def generation_identity(settings: EvalSettings) -> dict[str, Any] | None:
     """What, beyond the profile, decides a vLLM generation (cache identity); None for the CPU backends."""
     if settings.backend != "vllm":
         return None
-    return {"max_model_len": settings.max_model_len,
-            "overlong_prompts": overlong_policy(settings.overlong_prompts, settings.backend), **VLLM_DECODING}
+    return {
+        "max_model_len": settings.max_model_len,
+        "overlong_prompts": overlong_policy(settings.overlong_prompts, settings.backend),
+        **VLLM_DECODING,
+    }
 
 
 def resolved_settings(settings: EvalSettings, k: int) -> dict[str, Any]:
     """The evaluation's settings as resolved (provenance `config`): profile, k, seed, limit, data, prompt
     format, grading, bootstrap, batch size, backend and its context policy."""
-    return {"profile": settings.profile.to_dict(), "k": k, "seed": settings.seed, "limit": settings.limit,
-            "data_dir": settings.data_dir, "prompt_format": settings.prompt_format,
-            "grading": settings.grading.to_dict(), "n_boot": settings.n_boot, "batch_size": settings.batch_size,
-            "backend": settings.backend, "max_model_len": settings.max_model_len,
-            "overlong_prompts": overlong_policy(settings.overlong_prompts, settings.backend)}
+    return {
+        "profile": settings.profile.to_dict(),
+        "k": k,
+        "seed": settings.seed,
+        "limit": settings.limit,
+        "data_dir": settings.data_dir,
+        "prompt_format": settings.prompt_format,
+        "grading": settings.grading.to_dict(),
+        "n_boot": settings.n_boot,
+        "batch_size": settings.batch_size,
+        "backend": settings.backend,
+        "max_model_len": settings.max_model_len,
+        "overlong_prompts": overlong_policy(settings.overlong_prompts, settings.backend),
+    }
 
 
 def task_manager(data_dir: str | None, prompt_format: str) -> Any:
@@ -125,8 +137,15 @@ class Generation:
     label: str
 
 
-def generate(lm: Any, bench: Benchmark, profile: DecodingProfile, k: int, settings: EvalSettings,
-             tm: Any | None = None, overlong: dict[str, Any] | None = None) -> list[Generation]:
+def generate(
+    lm: Any,
+    bench: Benchmark,
+    profile: DecodingProfile,
+    k: int,
+    settings: EvalSettings,
+    tm: Any | None = None,
+    overlong: dict[str, Any] | None = None,
+) -> list[Generation]:
     """k samples per problem of `bench` through lm-eval's `evaluate` with the metrics bypassed (no grading).
 
     Over-long prompts are handled first (`filter_overlong`); what was done is written into `overlong`.
@@ -144,7 +163,9 @@ def generate(lm: Any, bench: Benchmark, profile: DecodingProfile, k: int, settin
     tm = tm or task_manager(settings.data_dir, settings.prompt_format)
     loaded = tm.load([bench.task_name])
     if bench.task_name not in loaded["tasks"]:
-        raise ConfigError("benchmarks", f"{bench.name}: lm-eval task {bench.task_name} not found in {TASK_DIR}")
+        raise ConfigError(
+            "benchmarks", f"{bench.name}: lm-eval task {bench.task_name} not found in {TASK_DIR}"
+        )
     task = loaded["tasks"][bench.task_name]
     task.set_config("repeats", int(k))
     gen_kwargs = profile.gen_kwargs()
@@ -155,28 +176,48 @@ def generate(lm: Any, bench: Benchmark, profile: DecodingProfile, k: int, settin
     task.set_fewshot_seed(seed=settings.seed)
     task.override_metric(metric_name="bypass")  # lm-eval's predict_only: generate, do not score
     if overlong is not None:
-        overlong.update(filter_overlong(lm, task, max_new_tokens=profile.max_new_tokens,
-                                        policy=overlong_policy(settings.overlong_prompts, settings.backend),
-                                        system_prompt=profile.system_prompt,
-                                        chat=settings.prompt_format == "chat"))
+        overlong.update(
+            filter_overlong(
+                lm,
+                task,
+                max_new_tokens=profile.max_new_tokens,
+                policy=overlong_policy(settings.overlong_prompts, settings.backend),
+                system_prompt=profile.system_prompt,
+                chat=settings.prompt_format == "chat",
+            )
+        )
     random.seed(settings.seed)
     np.random.seed(settings.seed)
     if "torch" in sys.modules:  # only a torch backend draws from torch's generator
         sys.modules["torch"].manual_seed(settings.seed)
-    res = evaluate(lm=lm, task_dict=loaded, limit=settings.limit, bootstrap_iters=0, log_samples=True,
-                   system_instruction=profile.system_prompt, apply_chat_template=settings.prompt_format == "chat",
-                   fewshot_as_multiturn=False)
+    res = evaluate(
+        lm=lm,
+        task_dict=loaded,
+        limit=settings.limit,
+        bootstrap_iters=0,
+        log_samples=True,
+        system_instruction=profile.system_prompt,
+        apply_chat_template=settings.prompt_format == "chat",
+        fewshot_as_multiturn=False,
+    )
     out: list[Generation] = []
     for sample in sorted(res["samples"][bench.task_name], key=lambda s: s["doc_id"]):
         doc = sample["doc"]
-        completions = sample["resps"][0] if sample["resps"] and isinstance(sample["resps"][0], list) \
+        completions = (
+            sample["resps"][0]
+            if sample["resps"] and isinstance(sample["resps"][0], list)
             else sample["resps"]
+        )
         if len(completions) != k:
-            raise RuntimeError(f"{bench.name}: lm-eval returned {len(completions)} samples for problem "
-                               f"{doc['problem_id']}, expected k={k}")
+            raise RuntimeError(
+                f"{bench.name}: lm-eval returned {len(completions)} samples for problem "
+                f"{doc['problem_id']}, expected k={k}"
+            )
         prompt = sample["arguments"][0][0]
-        out.extend(Generation(str(doc["problem_id"]), i, prompt, str(text), str(doc["answer"]))
-                   for i, text in enumerate(completions))
+        out.extend(
+            Generation(str(doc["problem_id"]), i, prompt, str(text), str(doc["answer"]))
+            for i, text in enumerate(completions)
+        )
     return out
 
 
@@ -188,8 +229,9 @@ def token_counter(lm: Any) -> Callable[[str], int] | None:
     return lambda text: len(encode(text))
 
 
-def records_from_generations(gens: list[Generation], *, seed: int, max_new_tokens: int,
-                             count_tokens: Callable[[str], int] | None) -> tuple[pd.DataFrame, list[str]]:
+def records_from_generations(
+    gens: list[Generation], *, seed: int, max_new_tokens: int, count_tokens: Callable[[str], int] | None
+) -> tuple[pd.DataFrame, list[str]]:
     """Ungraded records (cache schema) and the per-row graded region.
 
     `truncated` means the sample used the whole token budget (re-tokenised count >= max_new_tokens);
@@ -198,10 +240,23 @@ def records_from_generations(gens: list[Generation], *, seed: int, max_new_token
     rows, regions = [], []
     for g in gens:
         n = count_tokens(g.completion) if count_tokens is not None else -1
-        rows.append({"problem_id": g.problem_id, "sample_index": g.sample_index, "seed": seed,
-                     "prompt_hash": hashlib.sha256(g.prompt.encode("utf-8")).hexdigest(), "completion": g.completion,
-                     "n_tokens": n, "truncated": n >= max_new_tokens, "extracted": None, "label": g.label,
-                     "score": 0.0, "status": "", "grader": "", "grader_version": ""})
+        rows.append(
+            {
+                "problem_id": g.problem_id,
+                "sample_index": g.sample_index,
+                "seed": seed,
+                "prompt_hash": hashlib.sha256(g.prompt.encode("utf-8")).hexdigest(),
+                "completion": g.completion,
+                "n_tokens": n,
+                "truncated": n >= max_new_tokens,
+                "extracted": None,
+                "label": g.label,
+                "score": 0.0,
+                "status": "",
+                "grader": "",
+                "grader_version": "",
+            }
+        )
         regions.append(region_for_prompt(g.prompt))
     return cache.records_table(rows), regions
 
@@ -224,9 +279,16 @@ def regions_from_meta(records: pd.DataFrame, grading_meta: dict[str, Any]) -> li
 
 
 # ------------------------------------------------------------------------------------------- one model
-def model_info(lm: Any, model: str, revision: str | None, backend: str, model_args: dict[str, Any]) -> dict[str, Any]:
+def model_info(
+    lm: Any, model: str, revision: str | None, backend: str, model_args: dict[str, Any]
+) -> dict[str, Any]:
     """Model, tokenizer and chat-template identity for provenance."""
-    info: dict[str, Any] = {"path": str(model), "revision": revision, "backend": backend, "model_args": model_args}
+    info: dict[str, Any] = {
+        "path": str(model),
+        "revision": revision,
+        "backend": backend,
+        "model_args": model_args,
+    }
     path = Path(model)
     if path.is_dir():
         files = sorted((p.name, p.stat().st_size) for p in path.iterdir() if p.is_file())
@@ -237,13 +299,21 @@ def model_info(lm: Any, model: str, revision: str | None, backend: str, model_ar
     if tok is not None:
         template = getattr(tok, "chat_template", None)
         info["tokenizer"] = getattr(tok, "name_or_path", None)
-        info["chat_template_sha256"] = hashlib.sha256(str(template).encode()).hexdigest() if template else None
+        info["chat_template_sha256"] = (
+            hashlib.sha256(str(template).encode()).hexdigest() if template else None
+        )
     return info
 
 
-def evaluate_model(make_lm: Callable[[], Any], benchmarks: list[Benchmark], settings: EvalSettings,
-                   out_dir: str | Path, model_id: str, model_meta: Callable[[Any], dict[str, Any]] | None = None,
-                   progress: bool = True) -> list[dict[str, Any]]:
+def evaluate_model(
+    make_lm: Callable[[], Any],
+    benchmarks: list[Benchmark],
+    settings: EvalSettings,
+    out_dir: str | Path,
+    model_id: str,
+    model_meta: Callable[[Any], dict[str, Any]] | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Evaluate one model on `benchmarks`; returns the aggregates (skipped files are read back).
 
     Args:
@@ -254,15 +324,21 @@ def evaluate_model(make_lm: Callable[[], Any], benchmarks: list[Benchmark], sett
     from tqdm.auto import tqdm
 
     if settings.prompt_format not in PROMPT_FORMATS:
-        raise ConfigError("prompt_format", f"unknown {settings.prompt_format!r}; known: {', '.join(PROMPT_FORMATS)}")
+        raise ConfigError(
+            "prompt_format", f"unknown {settings.prompt_format!r}; known: {', '.join(PROMPT_FORMATS)}"
+        )
     profile = settings.profile
-    plan = [(bench, profile.k_for(bench.name, settings.k)) for bench in benchmarks]  # bad --k fails before work
+    plan = [
+        (bench, profile.k_for(bench.name, settings.k)) for bench in benchmarks
+    ]  # bad --k fails before work
     out_dir = Path(out_dir)
     state: dict[str, Any] = {"lm": None, "tm": None}
     with get_grader(settings.grading) as grader:
         bar = tqdm(plan, desc=f"eval [{profile.name}]", unit="benchmark", disable=not progress)
-        return [_evaluate_one(bench, k, make_lm, settings, out_dir, model_id, model_meta, grader, state)
-                for bench, k in _labelled(bar)]
+        return [
+            _evaluate_one(bench, k, make_lm, settings, out_dir, model_id, model_meta, grader, state)
+            for bench, k in _labelled(bar)
+        ]
 
 
 def _labelled(bar: Any) -> Any:
@@ -271,24 +347,46 @@ def _labelled(bar: Any) -> Any:
         yield bench, k
 
 
-def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings: EvalSettings, out_dir: Path,
-                  model_id: str, model_meta: Callable[[Any], dict[str, Any]] | None, grader: Any,
-                  state: dict[str, Any]) -> dict[str, Any]:
+def _evaluate_one(
+    bench: Benchmark,
+    k: int,
+    make_lm: Callable[[], Any],
+    settings: EvalSettings,
+    out_dir: Path,
+    model_id: str,
+    model_meta: Callable[[Any], dict[str, Any]] | None,
+    grader: Any,
+    state: dict[str, Any],
+) -> dict[str, Any]:
     """One (model, benchmark, profile): skip, finish, or generate + grade + write. Returns the aggregate."""
     profile = settings.profile
-    expect = {"benchmark": bench.name, "profile": profile.name, "k": k, "seed": settings.seed,
-              "limit": settings.limit, "model": model_id, "prompt_format": settings.prompt_format,
-              "backend": settings.backend, "weights": cache.model_fingerprint(model_id),
-              "generation": generation_identity(settings),
-              # another grader is another result: regenerated here (`exgrpo regrade` re-grades without generating)
-              "grader": grader.name, "grader_version": grader.version, "engines": cache.engine_versions()}
+    expect = {
+        "benchmark": bench.name,
+        "profile": profile.name,
+        "k": k,
+        "seed": settings.seed,
+        "limit": settings.limit,
+        "model": model_id,
+        "prompt_format": settings.prompt_format,
+        "backend": settings.backend,
+        "weights": cache.model_fingerprint(model_id),
+        "generation": generation_identity(settings),
+        # another grader is another result: regenerated here (`exgrpo regrade` re-grades without generating)
+        "grader": grader.name,
+        "grader_version": grader.version,
+        "engines": cache.engine_versions(),
+    }
     samples_file = cache.samples_path(out_dir, bench.name, profile.name)
     agg_file = cache.aggregate_path(out_dir, bench.name, profile.name)
     status = cache.cache_state(out_dir, bench.name, profile.name, expect)
     reused: dict[str, Any] = {}
     if status == "missing" and settings.reuse_other_versions:
         status = cache.cache_state(out_dir, bench.name, profile.name, expect, other_versions=True)
-        reused = cache.version_differences(out_dir, bench.name, profile.name, expect) if status != "missing" else {}
+        reused = (
+            cache.version_differences(out_dir, bench.name, profile.name, expect)
+            if status != "missing"
+            else {}
+        )
     if status == "complete" and not reused:
         return read_json(agg_file)
     if status != "missing":  # interrupted after the samples were written, or reused: aggregate only
@@ -307,14 +405,29 @@ def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings
     overlong: dict[str, Any] = {}
     gens = generate(lm, bench, profile, k, settings, state["tm"], overlong=overlong)
     data_info = {**data_info, "overlong": overlong}
-    records, regions = records_from_generations(gens, seed=settings.seed, max_new_tokens=profile.max_new_tokens,
-                                                count_tokens=token_counter(lm))
+    records, regions = records_from_generations(
+        gens, seed=settings.seed, max_new_tokens=profile.max_new_tokens, count_tokens=token_counter(lm)
+    )
     graded = grade_records(records, bench.kind, regions, grader)
-    prov = provenance(config=resolved_settings(settings, k), seed=settings.seed, model=(model_meta(lm) if model_meta else {"path": model_id}),
-                      profile=profile.to_dict(), benchmark=bench.name, lm_eval_task=bench.task_name,
-                      prompt_format=settings.prompt_format, grader=grader.name, grader_version=grader.version)
-    meta = {**expect, "split": bench.split, "kind": bench.kind, "data": data_info,
-            "grading": {**settings.grading.to_dict(), **region_meta(records, regions)}, "provenance": prov}
+    prov = provenance(
+        config=resolved_settings(settings, k),
+        seed=settings.seed,
+        model=(model_meta(lm) if model_meta else {"path": model_id}),
+        profile=profile.to_dict(),
+        benchmark=bench.name,
+        lm_eval_task=bench.task_name,
+        prompt_format=settings.prompt_format,
+        grader=grader.name,
+        grader_version=grader.version,
+    )
+    meta = {
+        **expect,
+        "split": bench.split,
+        "kind": bench.kind,
+        "data": data_info,
+        "grading": {**settings.grading.to_dict(), **region_meta(records, regions)},
+        "provenance": prov,
+    }
     cache.write_samples(samples_file, graded, meta)
     agg = cache.build_aggregate(graded, meta, prov, n_boot=settings.n_boot)
     cache.write_aggregate(agg_file, agg)  # last: its presence marks the pair complete
@@ -324,10 +437,24 @@ def _evaluate_one(bench: Benchmark, k: int, make_lm: Callable[[], Any], settings
 def _check_chat_template(lm: Any, prompt_format: str, model_id: str) -> None:
     tok = getattr(lm, "tokenizer", None)
     if prompt_format == "chat" and tok is not None and not getattr(tok, "chat_template", None):
-        raise ConfigError("prompt_format", f"{model_id}: the tokenizer has no chat template; "
-                                           f"use --prompt-format llama_base for base models without one")
+        raise ConfigError(
+            "prompt_format",
+            f"{model_id}: the tokenizer has no chat template; "
+            f"use --prompt-format llama_base for base models without one",
+        )
 
 
-__all__ = ["VLLM_DECODING", "EvalSettings", "Generation", "evaluate_model", "generate", "generation_identity",
-           "model_info", "records_from_generations", "region_meta", "regions_from_meta", "task_manager",
-           "token_counter"]
+__all__ = [
+    "VLLM_DECODING",
+    "EvalSettings",
+    "Generation",
+    "evaluate_model",
+    "generate",
+    "generation_identity",
+    "model_info",
+    "records_from_generations",
+    "region_meta",
+    "regions_from_meta",
+    "task_manager",
+    "token_counter",
+]

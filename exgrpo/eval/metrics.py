@@ -81,8 +81,14 @@ def per_problem(records: pd.DataFrame) -> pd.DataFrame:
     for pid, group in ordered.groupby("problem_id", sort=False):
         scores = group["score"].astype(float).tolist()
         extracted = group["extracted"].tolist() if has_extracted else [None] * len(scores)
-        rows.append({"problem_id": pid, "n": len(scores), "c": int(round(sum(scores))),
-                     "maj": majority_correct(extracted, scores)})
+        rows.append(
+            {
+                "problem_id": pid,
+                "n": len(scores),
+                "c": int(round(sum(scores))),
+                "maj": majority_correct(extracted, scores),
+            }
+        )
     order = {pid: i for i, pid in enumerate(pd.unique(records["problem_id"]))}
     return pd.DataFrame(rows).sort_values("problem_id", key=lambda s: s.map(order)).reset_index(drop=True)
 
@@ -110,15 +116,20 @@ def compute_metrics(records: pd.DataFrame, k: int, n_boot: int = 1000, seed: int
         raise ValueError("no records to aggregate")
     short = table[table["n"] < k]
     if not short.empty:
-        raise ValueError(f"{len(short)} problems have fewer than k={k} samples (e.g. {short['problem_id'].iloc[0]!r} "
-                         f"has {int(short['n'].iloc[0])})")
+        raise ValueError(
+            f"{len(short)} problems have fewer than k={k} samples (e.g. {short['problem_id'].iloc[0]!r} "
+            f"has {int(short['n'].iloc[0])})"
+        )
     acc = (table["c"] / table["n"]).to_numpy(dtype=float)
     pass_k = [pass_at_k(int(n), int(c), k) for n, c in zip(table["n"], table["c"])]
     return {
         "n_problems": len(table),
         "n_samples": int(table["n"].sum()),
-        "metrics": {"avg_at_k": float(acc.mean()), "pass_at_k": float(np.mean(pass_k)),
-                    "maj_at_k": float(table["maj"].mean())},
+        "metrics": {
+            "avg_at_k": float(acc.mean()),
+            "pass_at_k": float(np.mean(pass_k)),
+            "maj_at_k": float(table["maj"].mean()),
+        },
         "ci95": {"avg_at_k": bootstrap_ci(acc, n_boot=n_boot, seed=seed)},
     }
 
@@ -153,5 +164,12 @@ def collapse_duplicated_rows(rows: pd.DataFrame, key: str = "prompt_hash") -> pd
     return out
 
 
-__all__ = ["bootstrap_ci", "collapse_duplicated_rows", "compute_metrics", "majority_correct", "pass_at_k",
-           "per_problem", "split_averages"]
+__all__ = [
+    "bootstrap_ci",
+    "collapse_duplicated_rows",
+    "compute_metrics",
+    "majority_correct",
+    "pass_at_k",
+    "per_problem",
+    "split_averages",
+]

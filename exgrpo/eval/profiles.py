@@ -61,8 +61,11 @@ class DecodingProfile:
         """Samples per problem for `benchmark`; `override` (from `--k`) replaces every per-benchmark k."""
         if override is not None:
             if not self.k_configurable:
-                raise ConfigError("k", f"profile {self.name!r} fixes k per benchmark (avg@32 on AIME24/AIME25/AMC, "
-                                       f"1 elsewhere); use --profile community to choose k")
+                raise ConfigError(
+                    "k",
+                    f"profile {self.name!r} fixes k per benchmark (avg@32 on AIME24/AIME25/AMC, "
+                    f"1 elsewhere); use --profile community to choose k",
+                )
             if override < 1:
                 raise ConfigError("k", f"must be >= 1, got {override}")
             return override
@@ -74,27 +77,52 @@ class DecodingProfile:
         `until: []` leaves only the model's end-of-sequence token as a stop (lm-eval adds it), so long
         reasoning is never cut at a blank line.
         """
-        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p,
-                "max_gen_toks": self.max_new_tokens, "until": []}
+        return {
+            "do_sample": True,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_gen_toks": self.max_new_tokens,
+            "until": [],
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for provenance blocks."""
-        return {f.name: (dict(getattr(self, f.name)) if f.name == "k_by_benchmark" else getattr(self, f.name))
-                for f in fields(self)}
+        return {
+            f.name: (dict(getattr(self, f.name)) if f.name == "k_by_benchmark" else getattr(self, f.name))
+            for f in fields(self)
+        }
 
 
 PROFILES: dict[str, DecodingProfile] = {
     "paper": DecodingProfile(
-        name="paper", temperature=0.6, top_p=1.0, max_new_tokens=8192, k_default=1, k_by_benchmark=_PAPER_K,
-        k_configurable=False, grader="release",
+        name="paper",
+        temperature=0.6,
+        top_p=1.0,
+        max_new_tokens=8192,
+        k_default=1,
+        k_by_benchmark=_PAPER_K,
+        k_configurable=False,
+        grader="release",
         description="ExGRPO release: T=0.6, top-p 1.0, 8192 tokens, avg@32 on AIME24/AIME25/AMC, 1 sample elsewhere, "
-                    "chat template without system prompt, the release's grader"),
+        "chat template without system prompt, the release's grader",
+    ),
     "community": DecodingProfile(
-        name="community", temperature=0.6, top_p=0.95, max_new_tokens=8192, k_default=1, k_by_benchmark=_PAPER_K,
-        description="T=0.6, top-p 0.95, 8192 tokens; k as in `paper` unless --k sets one k for all benchmarks"),
+        name="community",
+        temperature=0.6,
+        top_p=0.95,
+        max_new_tokens=8192,
+        k_default=1,
+        k_by_benchmark=_PAPER_K,
+        description="T=0.6, top-p 0.95, 8192 tokens; k as in `paper` unless --k sets one k for all benchmarks",
+    ),
     "tiny": DecodingProfile(
-        name="tiny", temperature=0.6, top_p=1.0, max_new_tokens=80, k_default=4,
-        description="CPU testbed: T=0.6, top-p 1.0, 80 tokens, avg@4"),
+        name="tiny",
+        temperature=0.6,
+        top_p=1.0,
+        max_new_tokens=80,
+        k_default=4,
+        description="CPU testbed: T=0.6, top-p 1.0, 80 tokens, avg@4",
+    ),
 }
 """All decoding profiles by name."""
 

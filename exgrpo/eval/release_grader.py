@@ -75,8 +75,8 @@ def last_boxed(text: str) -> str | None:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                box = text[start:end + 1]
-                return box[len("\\boxed{"):-1] if box.startswith("\\boxed{") else None
+                box = text[start : end + 1]
+                return box[len("\\boxed{") : -1] if box.startswith("\\boxed{") else None
     return None
 
 
@@ -85,8 +85,12 @@ def _tuple_elements(expr: str) -> list[str]:
     expr = strip_formatted_commas(expr)
     if not expr:
         return []
-    if (len(expr) > 2 and expr[0] in _TUPLE_CHARS and expr[-1] in _TUPLE_CHARS
-            and not any(ch in expr[1:-1] for ch in _TUPLE_CHARS)):
+    if (
+        len(expr) > 2
+        and expr[0] in _TUPLE_CHARS
+        and expr[-1] in _TUPLE_CHARS
+        and not any(ch in expr[1:-1] for ch in _TUPLE_CHARS)
+    ):
         return [e.strip() for e in expr[1:-1].split(",")]
     return [expr]
 
@@ -109,7 +113,9 @@ def _zero_difference(gold: str, given: str) -> bool:
     try:
         parsed = sympy_parser.parse_expr(
             expr.replace("^", "**"),
-            transformations=sympy_parser.standard_transformations + (sympy_parser.implicit_multiplication_application,))
+            transformations=sympy_parser.standard_transformations
+            + (sympy_parser.implicit_multiplication_application,),
+        )
         return sympy.simplify(parsed) == 0
     except Exception:  # noqa: BLE001 - the release scores any sympy failure as not equal
         return False
@@ -156,10 +162,20 @@ def math_verify_equal(given: str, gold: str, timeout_s: int | None = 1) -> bool:
         # The release passes extraction_mode=["first_match"], a list, which math-verify compares with
         # the string "first_match" and so treats as "any_match" (0.6.0 and 0.9.0 alike).
         config = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
-        parsed_gold = parse(gold, extraction_config=config, fallback_mode="no_fallback", extraction_mode="any_match",
-                            parsing_timeout=timeout_s)
-        parsed_given = parse(given, extraction_config=config, fallback_mode="no_fallback", extraction_mode="any_match",
-                             parsing_timeout=timeout_s)
+        parsed_gold = parse(
+            gold,
+            extraction_config=config,
+            fallback_mode="no_fallback",
+            extraction_mode="any_match",
+            parsing_timeout=timeout_s,
+        )
+        parsed_given = parse(
+            given,
+            extraction_config=config,
+            fallback_mode="no_fallback",
+            extraction_mode="any_match",
+            parsing_timeout=timeout_s,
+        )
         with numeric_rule_060():
             return bool(verify(parsed_gold, parsed_given, timeout_seconds=timeout_s))
     except Exception:  # noqa: BLE001 - the release scores any failure here as not equal
@@ -178,7 +194,9 @@ def answers_match(given: str, gold: str, timeout_s: int | None = 1) -> bool:
     return sympy_equal(given, gold) or math_verify_equal(given, gold, timeout_s)
 
 
-def release_label(completion: str, gold: str, prompt_opens_think: bool, timeout_s: int | None = 1) -> GradeResult:
+def release_label(
+    completion: str, gold: str, prompt_opens_think: bool, timeout_s: int | None = 1
+) -> GradeResult:
     """The release's evaluation label for one completion (runs in grader pool workers).
 
     `timeout_s`: math-verify's own SIGALRM limits (main thread only; None disables them)."""
@@ -193,5 +211,12 @@ def _warmup() -> None:
     release_label("\\boxed{\\frac{1}{2}}", "0.5", False)
 
 
-__all__ = ["GRADER_NAME", "answers_match", "graded_text", "last_boxed", "math_verify_equal", "release_label",
-           "sympy_equal"]
+__all__ = [
+    "GRADER_NAME",
+    "answers_match",
+    "graded_text",
+    "last_boxed",
+    "math_verify_equal",
+    "release_label",
+    "sympy_equal",
+]

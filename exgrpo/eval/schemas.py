@@ -16,9 +16,11 @@ from typing import Any
 LETTERS = "ABCDEFGHIJ"
 """Answer letters for multiple-choice benchmarks (MMLU-Pro has up to 10 options)."""
 
-GPQA_INSTRUCTION = ("Answer the following multiple choice question. The last line of your response should be of the "
-                    "following format: 'ANSWER: $LETTER' (without quotes) where LETTER is one of ABCD. "
-                    "Think step by step before answering.")
+GPQA_INSTRUCTION = (
+    "Answer the following multiple choice question. The last line of your response should be of the "
+    "following format: 'ANSWER: $LETTER' (without quotes) where LETTER is one of ABCD. "
+    "Think step by step before answering."
+)
 """LUFFY's GPQA-Diamond instruction, as in its released evaluation file."""
 
 
@@ -34,13 +36,19 @@ def clean_answer(value: Any) -> str:
     return text
 
 
-def math_row(question_key: str, answer_key: str,
-             id_key: str | None = None) -> Callable[[dict[str, Any], int], dict[str, Any]]:
+def math_row(
+    question_key: str, answer_key: str, id_key: str | None = None
+) -> Callable[[dict[str, Any], int], dict[str, Any]]:
     """A normaliser for a math source with these column names (id: row index when absent)."""
+
     def normalise(row: dict[str, Any], index: int) -> dict[str, Any]:
         pid = row.get(id_key) if id_key else None
-        return {"problem_id": str(index if pid is None else pid), "question": str(row[question_key]).strip(),
-                "answer": clean_answer(row[answer_key])}
+        return {
+            "problem_id": str(index if pid is None else pid),
+            "question": str(row[question_key]).strip(),
+            "answer": clean_answer(row[answer_key]),
+        }
+
     return normalise
 
 
@@ -55,31 +63,58 @@ def arc_row(row: dict[str, Any], index: int) -> dict[str, Any]:
     labels = [str(x) for x in row["choices"]["label"]]
     key = str(row["answerKey"])
     # Some ARC rows label options 1-4 instead of A-D; the letter is the option's position.
-    return {"problem_id": str(row.get("id", index)), "question": choice_prompt(row["question"], row["choices"]["text"]),
-            "answer": LETTERS[labels.index(key)]}
+    return {
+        "problem_id": str(row.get("id", index)),
+        "question": choice_prompt(row["question"], row["choices"]["text"]),
+        "answer": LETTERS[labels.index(key)],
+    }
 
 
 def gpqa_row(row: dict[str, Any], index: int) -> dict[str, Any]:
     pid = str(row.get("Record ID") or index)
-    options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
+    options = [
+        row["Correct Answer"],
+        row["Incorrect Answer 1"],
+        row["Incorrect Answer 2"],
+        row["Incorrect Answer 3"],
+    ]
     order = list(range(4))
     random.Random(int(hashlib.sha256(pid.encode()).hexdigest(), 16)).shuffle(order)
     shuffled = [options[i] for i in order]
-    return {"problem_id": pid, "question": choice_prompt(row["Question"], shuffled, GPQA_INSTRUCTION),
-            "answer": LETTERS[order.index(0)]}
+    return {
+        "problem_id": pid,
+        "question": choice_prompt(row["Question"], shuffled, GPQA_INSTRUCTION),
+        "answer": LETTERS[order.index(0)],
+    }
 
 
 def mmlu_pro_row(row: dict[str, Any], index: int) -> dict[str, Any]:
     options = list(row["options"])
     answer = str(row["answer"]).strip() or LETTERS[int(row["answer_index"])]
-    return {"problem_id": str(row.get("question_id", index)), "question": choice_prompt(row["question"], options),
-            "answer": answer}
+    return {
+        "problem_id": str(row.get("question_id", index)),
+        "question": choice_prompt(row["question"], options),
+        "answer": answer,
+    }
 
 
 def tiny_row(row: dict[str, Any], index: int) -> dict[str, Any]:
-    return {"problem_id": str(row.get("qid", index)), "question": str(row["question"]),
-            "answer": clean_answer(row["answer"]), "kind": row.get("kind")}
+    return {
+        "problem_id": str(row.get("qid", index)),
+        "question": str(row["question"]),
+        "answer": clean_answer(row["answer"]),
+        "kind": row.get("kind"),
+    }
 
 
-__all__ = ["GPQA_INSTRUCTION", "LETTERS", "arc_row", "choice_prompt", "clean_answer", "gpqa_row", "math_row",
-           "mmlu_pro_row", "tiny_row"]
+__all__ = [
+    "GPQA_INSTRUCTION",
+    "LETTERS",
+    "arc_row",
+    "choice_prompt",
+    "clean_answer",
+    "gpqa_row",
+    "math_row",
+    "mmlu_pro_row",
+    "tiny_row",
+]

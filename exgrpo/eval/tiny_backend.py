@@ -60,7 +60,12 @@ DEFAULT_BATCH_SIZE = 512
 """Rows per sampler call when `batch_size` is 'auto' or unset (the tiny models' sweet spot on CPU)."""
 SUPPORTED_GEN_KWARGS = frozenset({"do_sample", "temperature", "top_p", "until", "max_gen_toks"})
 """Generation kwargs this sampler implements (after `normalize_gen_kwargs`); any other key is an error."""
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 @register_model(BACKEND_NAME)
@@ -80,10 +85,20 @@ class TinySamplerLM(TemplateLM):
         chat_template_args: extra keyword arguments for the tokenizer's chat template.
     """
 
-    def __init__(self, pretrained: str, seed: int = 0, batch_size: int | str | None = None, dtype: str = "float32",
-                 device: str = "cpu", threads: int | None = 1, max_length: int | None = None,
-                 add_bos_token: bool | None = None, chat_template_args: dict[str, Any] | None = None,
-                 revision: str | None = None, trust_remote_code: bool = False) -> None:
+    def __init__(
+        self,
+        pretrained: str,
+        seed: int = 0,
+        batch_size: int | str | None = None,
+        dtype: str = "float32",
+        device: str = "cpu",
+        threads: int | None = 1,
+        max_length: int | None = None,
+        add_bos_token: bool | None = None,
+        chat_template_args: dict[str, Any] | None = None,
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
         super().__init__()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -94,7 +109,9 @@ class TinySamplerLM(TemplateLM):
         try:
             self._batch_size = int(batch_size)
         except ValueError:
-            raise ValueError(f"{BACKEND_NAME}: batch_size must be an integer or 'auto', got {batch_size!r}") from None
+            raise ValueError(
+                f"{BACKEND_NAME}: batch_size must be an integer or 'auto', got {batch_size!r}"
+            ) from None
         if self._batch_size < 1:
             raise ValueError(f"{BACKEND_NAME}: batch_size must be >= 1, got {self._batch_size}")
         if threads is not None:
@@ -105,7 +122,9 @@ class TinySamplerLM(TemplateLM):
         if revision:
             load_kwargs["revision"] = revision
         self.tokenizer = AutoTokenizer.from_pretrained(str(pretrained), **load_kwargs)
-        self._model = AutoModelForCausalLM.from_pretrained(str(pretrained), dtype=DTYPES[dtype], **load_kwargs)
+        self._model = AutoModelForCausalLM.from_pretrained(
+            str(pretrained), dtype=DTYPES[dtype], **load_kwargs
+        )
         self._model.to(self._device).eval()
         self.tokenizer = configure_pad_token(self.tokenizer, model_config=self._model.config)
         self.add_bos_token = add_bos_token
@@ -120,14 +139,18 @@ class TinySamplerLM(TemplateLM):
         if gen is None:
             return
         if getattr(gen, "top_k", None) not in (None, 0):
-            raise ValueError(f"{BACKEND_NAME}: {self.pretrained}: generation_config sets top_k={gen.top_k}, which "
-                             f"this sampler does not implement; use --backend hf")
+            raise ValueError(
+                f"{BACKEND_NAME}: {self.pretrained}: generation_config sets top_k={gen.top_k}, which "
+                f"this sampler does not implement; use --backend hf"
+            )
         eos = gen.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         if not eos_ids <= {self.tokenizer.eos_token_id}:
-            raise ValueError(f"{BACKEND_NAME}: {self.pretrained}: generation_config eos ids {sorted(eos_ids)} differ "
-                             f"from the tokenizer's eos {self.tokenizer.eos_token_id}; this sampler stops on the "
-                             f"tokenizer's eos only; use --backend hf")
+            raise ValueError(
+                f"{BACKEND_NAME}: {self.pretrained}: generation_config eos ids {sorted(eos_ids)} differ "
+                f"from the tokenizer's eos {self.tokenizer.eos_token_id}; this sampler stops on the "
+                f"tokenizer's eos only; use --backend hf"
+            )
 
     # -------------------------------------------------------------------------------- lm-eval properties
     @property
@@ -174,8 +197,13 @@ class TinySamplerLM(TemplateLM):
         return self.tokenizer.name_or_path.replace("/", "__")
 
     # ------------------------------------------------------------------------------------ tokenisation
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, left_truncate_len: int | None = None,
-                   **kwargs: Any) -> list[int]:
+    def tok_encode(
+        self,
+        string: str,
+        add_special_tokens: bool | None = None,
+        left_truncate_len: int | None = None,
+        **kwargs: Any,
+    ) -> list[int]:
         """Token ids of `string` exactly as the HF backend encodes it (no second BOS; optional left truncation)."""
         special = _add_special_kwargs(add_special_tokens, self.add_bos_token)
         if add_special_tokens is None and has_bos_prefix(string, self.tokenizer.decode(self.prefix_token_id)):
@@ -198,10 +226,16 @@ class TinySamplerLM(TemplateLM):
             special = {}
         return self.tokenizer.encode(context, **special)[-max_ctx_len:]
 
-    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
         """The tokenizer's chat template, called as the HF backend calls it (same prompt text, same hash)."""
-        kwargs = {"tokenize": False, "add_generation_prompt": add_generation_prompt,
-                  "continue_final_message": not add_generation_prompt, **self.chat_template_args}
+        kwargs = {
+            "tokenize": False,
+            "add_generation_prompt": add_generation_prompt,
+            "continue_final_message": not add_generation_prompt,
+            **self.chat_template_args,
+        }
         try:
             return self.tokenizer.apply_chat_template(chat_history, **kwargs)
         except jinja2.exceptions.TemplateError:
@@ -219,8 +253,12 @@ class TinySamplerLM(TemplateLM):
             return []
         generator = torch.Generator(device=self._device).manual_seed(self.seed)
         eos_text = self.tok_decode([self.eot_token_id], skip_special_tokens=False)
-        collator = Collator([req.args for req in requests], sort_fn=lambda a: (-len(self.tok_encode(a[0])), a[0]),
-                            group_by="gen_kwargs", group_fn=lambda a: a[1])
+        collator = Collator(
+            [req.args for req in requests],
+            sort_fn=lambda a: (-len(self.tok_encode(a[0])), a[0]),
+            group_by="gen_kwargs",
+            group_fn=lambda a: a[1],
+        )
         results: list[str] = []
         bar = tqdm(total=len(requests), disable=disable_tqdm, desc=f"{BACKEND_NAME} generate_until")
         for chunk in collator.get_batched(n=self._batch_size):
@@ -233,28 +271,42 @@ class TinySamplerLM(TemplateLM):
         bar.close()
         return collator.get_original(results)
 
-    def _generate_chunk(self, contexts: list[str], gen_kwargs: dict[str, Any], eos_text: str,
-                        generator: torch.Generator) -> list[str]:
+    def _generate_chunk(
+        self, contexts: list[str], gen_kwargs: dict[str, Any], eos_text: str, generator: torch.Generator
+    ) -> list[str]:
         """Sample one completion per context with one set of gen kwargs; returns the post-processed texts."""
         if not isinstance(gen_kwargs, dict):
-            raise ValueError(f"{BACKEND_NAME}: expected gen_kwargs to be a dict, got {type(gen_kwargs).__name__}")
+            raise ValueError(
+                f"{BACKEND_NAME}: expected gen_kwargs to be a dict, got {type(gen_kwargs).__name__}"
+            )
         kwargs = dict(normalize_gen_kwargs(copy.deepcopy(gen_kwargs), self.max_gen_toks))
         unsupported = sorted(set(kwargs) - SUPPORTED_GEN_KWARGS)
         if unsupported:
-            raise ValueError(f"{BACKEND_NAME}: unsupported generation kwargs {unsupported}; "
-                             f"supported: {sorted(SUPPORTED_GEN_KWARGS)} (use the hf backend)")
+            raise ValueError(
+                f"{BACKEND_NAME}: unsupported generation kwargs {unsupported}; "
+                f"supported: {sorted(SUPPORTED_GEN_KWARGS)} (use the hf backend)"
+            )
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
         max_gen_toks = int(kwargs.pop("max_gen_toks"))
         max_ctx_len = self.max_length - max_gen_toks
         if max_ctx_len <= 0:
-            raise ValueError(f"{BACKEND_NAME}: max_gen_toks ({max_gen_toks}) must be less than the model's "
-                             f"maximum sequence length ({self.max_length})")
+            raise ValueError(
+                f"{BACKEND_NAME}: max_gen_toks ({max_gen_toks}) must be less than the model's "
+                f"maximum sequence length ({self.max_length})"
+            )
         greedy = not kwargs.get("do_sample") or float(kwargs.get("temperature", 0.0)) == 0.0
         temperature = 0.0 if greedy else float(kwargs["temperature"])
         top_p = float(kwargs.get("top_p") or 1.0)
         prompts = [self._context_ids(c, max_ctx_len) for c in contexts]
-        batch = rollout_generate(self._model, self.tokenizer, prompts, max_new_tokens=max_gen_toks,
-                                 temperature=temperature, top_p=top_p, generator=generator)
+        batch = rollout_generate(
+            self._model,
+            self.tokenizer,
+            prompts,
+            max_new_tokens=max_gen_toks,
+            temperature=temperature,
+            top_p=top_p,
+            generator=generator,
+        )
         ids = [row[:n] for row, n in zip(batch.response_ids.tolist(), batch.lengths.tolist(), strict=True)]
         decoded = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         return [postprocess_generated_text(text, stop=until, think_end_token=None) for text in decoded]

@@ -19,8 +19,11 @@ from exgrpo.config import register_variant
 from exgrpo.core.registry import SELECTION_MODES
 
 
-@SELECTION_MODES.register("median", doc="the lower-median score: sorted by score (ties: oldest first), index "
-                                        "⌊(n−1)/2⌋ (plug-in example, docs/plugins.md)")
+@SELECTION_MODES.register(
+    "median",
+    doc="the lower-median score: sorted by score (ties: oldest first), index "
+    "⌊(n−1)/2⌋ (plug-in example, docs/plugins.md)",
+)
 def pick_median(scores: torch.Tensor, generator: torch.Generator | None) -> int:
     """Index of the lower-median candidate. Args: scores [n] (n >= 1); generator unused (deterministic).
 

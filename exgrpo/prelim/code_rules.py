@@ -40,52 +40,93 @@ class CodeRule:
     pattern: re.Pattern[str]
 
 
-def _rule(rule_id: str, description: str, regex: str, origin: str = "paper-family", flags: int = _M) -> CodeRule:
+def _rule(
+    rule_id: str, description: str, regex: str, origin: str = "paper-family", flags: int = _M
+) -> CodeRule:
     return CodeRule(rule_id, description, origin, re.compile(regex, flags))
 
 
 CODE_RULES: tuple[CodeRule, ...] = (
-    _rule("R1", "fenced block tagged python (```python, ```py, ```python3)",
-          r"^[ \t]*```[ \t]*(?:python3?|py)\b", flags=_M | re.IGNORECASE),
-    _rule("R2", "fenced ```output block (tool-integrated execution result)",
-          r"^[ \t]*```[ \t]*output\b", origin="added", flags=_M | re.IGNORECASE),
-    _rule("R3", "function definition header: def name(...):",
-          r"^[ \t]*def[ \t]+[A-Za-z_]\w*[ \t]*\([^\n]*\)[ \t]*(?:->[^\n:]+)?:[ \t]*(?:#[^\n]*)?$"),
-    _rule("R4", "class definition header: class Name(...):",
-          r"^[ \t]*class[ \t]+[A-Za-z_]\w*[ \t]*(?:\([^\n]*\))?[ \t]*:[ \t]*$"),
-    _rule("R5", "import statement: import module[.sub] [as alias][, ...]",
-          r"^[ \t]*import[ \t]+[A-Za-z_][\w.]*(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*"
-          r"(?:[ \t]+as[ \t]+\w+)?)*[ \t]*;?[ \t]*$"),
-    _rule("R6", "from-import statement: from module import names",
-          r"^[ \t]*from[ \t]+[A-Za-z_][\w.]*[ \t]+import[ \t]+(?:\*|\(?[ \t]*\w+(?:[ \t]+as[ \t]+\w+)?"
-          r"(?:[ \t]*,[ \t]*\w+(?:[ \t]+as[ \t]+\w+)?)*[ \t]*\)?)[ \t]*$"),
-    _rule("R7", "print(...) call",
-          r"(?<![\\\w.])print\("),
-    _rule("R8", "len(...) call",
-          r"(?<![\\\w.])len\(\s*[A-Za-z_\[\"']"),
-    _rule("R9", "range(...) call with 1-3 integer/identifier arguments",
-          r"(?<![\\\w.])range\(\s*-?\w+(?:\s*[-+*/]\s*\w+)?(?:\s*,\s*-?\w+(?:\s*[-+*/]\s*\w+)?){0,2}\s*\)"),
-    _rule("R10", "for-loop header: for target in iterable:",
-          rf"^[ \t]*for[ \t]+[A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*[ \t]+in[ \t]+{_NO_TEX}+:[ \t]*$"),
-    _rule("R11", "if / elif / else header",
-          rf"^[ \t]*(?:(?:if|elif)[ \t]+{_NO_TEX}+|else[ \t]*):[ \t]*$"),
-    _rule("R12", "while-loop header: while condition:",
-          rf"^[ \t]*while[ \t]+{_NO_TEX}+:[ \t]*$"),
-    _rule("R13", "try / except / finally header",
-          r"^[ \t]*(?:try|finally|except(?:[ \t]+[A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*"
-          r"(?:[ \t]+as[ \t]+\w+)?)?)[ \t]*:[ \t]*$"),
-    _rule("R14", "return statement at the start of a line",
-          r"^[ \t]*return[ \t]+[^\n$\\]*[\w)\]}'\"][ \t]*$", origin="added"),
-    _rule("R15", "list literal: empty-list assignment, list comprehension, or a list of quoted strings",
-          r"(?:^|[^\w\\])[A-Za-z_]\w*[ \t]*=[ \t]*\[[ \t]*\]"
-          r"|\[[^\[\]\n$\\]*[ \t]for[ \t]+[A-Za-z_]\w*[ \t]+in[ \t]+[^\[\]\n$\\]+\]"
-          r"|\[[ \t]*(['\"])[^'\"\n]*\1(?:[ \t]*,[ \t]*(['\"])[^'\"\n]*\2)+[ \t]*\]"),
-    _rule("R16", "dict literal: quoted key, empty-dict assignment, or dict(...) call",
-          r"(?<!\\)\{[ \t]*(['\"])[^'\"\n]*\1[ \t]*:"
-          r"|(?:^|[^\w\\])[A-Za-z_]\w*[ \t]*=[ \t]*\{[ \t]*\}"
-          r"|(?<![\\\w.])dict\("),
-    _rule("R17", "dotted method / module call: name.attr(...)",
-          r"(?<![\\\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.[A-Za-z_]\w*\("),
+    _rule(
+        "R1",
+        "fenced block tagged python (```python, ```py, ```python3)",
+        r"^[ \t]*```[ \t]*(?:python3?|py)\b",
+        flags=_M | re.IGNORECASE,
+    ),
+    _rule(
+        "R2",
+        "fenced ```output block (tool-integrated execution result)",
+        r"^[ \t]*```[ \t]*output\b",
+        origin="added",
+        flags=_M | re.IGNORECASE,
+    ),
+    _rule(
+        "R3",
+        "function definition header: def name(...):",
+        r"^[ \t]*def[ \t]+[A-Za-z_]\w*[ \t]*\([^\n]*\)[ \t]*(?:->[^\n:]+)?:[ \t]*(?:#[^\n]*)?$",
+    ),
+    _rule(
+        "R4",
+        "class definition header: class Name(...):",
+        r"^[ \t]*class[ \t]+[A-Za-z_]\w*[ \t]*(?:\([^\n]*\))?[ \t]*:[ \t]*$",
+    ),
+    _rule(
+        "R5",
+        "import statement: import module[.sub] [as alias][, ...]",
+        r"^[ \t]*import[ \t]+[A-Za-z_][\w.]*(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*"
+        r"(?:[ \t]+as[ \t]+\w+)?)*[ \t]*;?[ \t]*$",
+    ),
+    _rule(
+        "R6",
+        "from-import statement: from module import names",
+        r"^[ \t]*from[ \t]+[A-Za-z_][\w.]*[ \t]+import[ \t]+(?:\*|\(?[ \t]*\w+(?:[ \t]+as[ \t]+\w+)?"
+        r"(?:[ \t]*,[ \t]*\w+(?:[ \t]+as[ \t]+\w+)?)*[ \t]*\)?)[ \t]*$",
+    ),
+    _rule("R7", "print(...) call", r"(?<![\\\w.])print\("),
+    _rule("R8", "len(...) call", r"(?<![\\\w.])len\(\s*[A-Za-z_\[\"']"),
+    _rule(
+        "R9",
+        "range(...) call with 1-3 integer/identifier arguments",
+        r"(?<![\\\w.])range\(\s*-?\w+(?:\s*[-+*/]\s*\w+)?(?:\s*,\s*-?\w+(?:\s*[-+*/]\s*\w+)?){0,2}\s*\)",
+    ),
+    _rule(
+        "R10",
+        "for-loop header: for target in iterable:",
+        rf"^[ \t]*for[ \t]+[A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*[ \t]+in[ \t]+{_NO_TEX}+:[ \t]*$",
+    ),
+    _rule("R11", "if / elif / else header", rf"^[ \t]*(?:(?:if|elif)[ \t]+{_NO_TEX}+|else[ \t]*):[ \t]*$"),
+    _rule("R12", "while-loop header: while condition:", rf"^[ \t]*while[ \t]+{_NO_TEX}+:[ \t]*$"),
+    _rule(
+        "R13",
+        "try / except / finally header",
+        r"^[ \t]*(?:try|finally|except(?:[ \t]+[A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*"
+        r"(?:[ \t]+as[ \t]+\w+)?)?)[ \t]*:[ \t]*$",
+    ),
+    _rule(
+        "R14",
+        "return statement at the start of a line",
+        r"^[ \t]*return[ \t]+[^\n$\\]*[\w)\]}'\"][ \t]*$",
+        origin="added",
+    ),
+    _rule(
+        "R15",
+        "list literal: empty-list assignment, list comprehension, or a list of quoted strings",
+        r"(?:^|[^\w\\])[A-Za-z_]\w*[ \t]*=[ \t]*\[[ \t]*\]"
+        r"|\[[^\[\]\n$\\]*[ \t]for[ \t]+[A-Za-z_]\w*[ \t]+in[ \t]+[^\[\]\n$\\]+\]"
+        r"|\[[ \t]*(['\"])[^'\"\n]*\1(?:[ \t]*,[ \t]*(['\"])[^'\"\n]*\2)+[ \t]*\]",
+    ),
+    _rule(
+        "R16",
+        "dict literal: quoted key, empty-dict assignment, or dict(...) call",
+        r"(?<!\\)\{[ \t]*(['\"])[^'\"\n]*\1[ \t]*:"
+        r"|(?:^|[^\w\\])[A-Za-z_]\w*[ \t]*=[ \t]*\{[ \t]*\}"
+        r"|(?<![\\\w.])dict\(",
+    ),
+    _rule(
+        "R17",
+        "dotted method / module call: name.attr(...)",
+        r"(?<![\\\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.[A-Za-z_]\w*\(",
+    ),
 )
 """The 17 rules, in order. Each is searched in the whole response (think block and solution)."""
 

@@ -96,8 +96,11 @@ class StepCheckerJudge:
         verdicts: list[bool | None] = []
         for i, item in enumerate(items):
             if item.problem is None or "steps" not in item.problem:
-                raise ConfigError("judge", f"item {i}: the step judge needs tiny-task rows with canonical "
-                                           "'steps' (make-data output); use --judge llm for other data")
+                raise ConfigError(
+                    "judge",
+                    f"item {i}: the step judge needs tiny-task rows with canonical "
+                    "'steps' (make-data output); use --judge llm for other data",
+                )
             verdicts.append(bool(check_reasoning(item.problem, item.response)))
         return verdicts
 
@@ -171,7 +174,9 @@ class JudgeSettings:
             if getattr(self, name) < 1:
                 raise ConfigError(f"judge_{name}", f"must be >= 1, got {getattr(self, name)!r}")
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ConfigError("judge_gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization!r}")
+            raise ConfigError(
+                "judge_gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization!r}"
+            )
         return self
 
 
@@ -188,13 +193,26 @@ def vllm_chat(conversations: list[Conversation], settings: JudgeSettings) -> lis
     """
     import vllm
 
-    llm = vllm.LLM(model=settings.model, tensor_parallel_size=settings.tensor_parallel_size,
-                   max_model_len=settings.max_model_len, gpu_memory_utilization=settings.gpu_memory_utilization,
-                   seed=settings.seed)
-    params = vllm.SamplingParams(n=1, temperature=settings.temperature, top_p=settings.top_p,
-                                 max_tokens=settings.max_tokens, seed=settings.seed)
-    outputs = llm.chat(conversations, params, use_tqdm=True,
-                       chat_template_kwargs={"enable_thinking": settings.enable_thinking})
+    llm = vllm.LLM(
+        model=settings.model,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        max_model_len=settings.max_model_len,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        seed=settings.seed,
+    )
+    params = vllm.SamplingParams(
+        n=1,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_tokens=settings.max_tokens,
+        seed=settings.seed,
+    )
+    outputs = llm.chat(
+        conversations,
+        params,
+        use_tqdm=True,
+        chat_template_kwargs={"enable_thinking": settings.enable_thinking},
+    )
     return [out.outputs[0].text for out in outputs]
 
 
@@ -233,8 +251,14 @@ class JudgeCache:
 class LLMJudge:
     """Paper-scale judge: `JUDGE_PROMPT` to an LLM (vLLM by default), verdict by `parse_verdict`, cached."""
 
-    def __init__(self, settings: JudgeSettings | None = None, *, backend: Backend | None = None,
-                 cache_path: str | Path | None = None, prompt_template: str = JUDGE_PROMPT):
+    def __init__(
+        self,
+        settings: JudgeSettings | None = None,
+        *,
+        backend: Backend | None = None,
+        cache_path: str | Path | None = None,
+        prompt_template: str = JUDGE_PROMPT,
+    ):
         self.settings = (settings or JudgeSettings()).validate()
         for slot in ("{question}", "{solution}"):
             if slot not in prompt_template:
@@ -267,21 +291,34 @@ class LLMJudge:
             if len(outputs) != len(todo):
                 raise RuntimeError(f"judge backend returned {len(outputs)} replies for {len(todo)} prompts")
             for (key, prompt), output in zip(todo.items(), outputs):
-                self.cache.entries[key] = {"key": key, "model": self.settings.model, "prompt": prompt,
-                                           "output": output, "verdict": parse_verdict(output),
-                                           "prompt_version": JUDGE_PROMPT_VERSION,
-                                           "settings": asdict(self.settings)}
+                self.cache.entries[key] = {
+                    "key": key,
+                    "model": self.settings.model,
+                    "prompt": prompt,
+                    "output": output,
+                    "verdict": parse_verdict(output),
+                    "prompt_version": JUDGE_PROMPT_VERSION,
+                    "settings": asdict(self.settings),
+                }
             self.cache.save()
         return [parse_verdict(self.cache.entries[key]["output"]) for key in keys]
 
 
-JUDGES: dict[str, str] = {"step": "exact step checker (tiny task)", "llm": "LLM judge via vLLM (paper §F.2)",
-                          "none": "no judge (reasoning_correct stays null)"}
+JUDGES: dict[str, str] = {
+    "step": "exact step checker (tiny task)",
+    "llm": "LLM judge via vLLM (paper §F.2)",
+    "none": "no judge (reasoning_correct stays null)",
+}
 """Values of `exgrpo prelim-analyze --judge`."""
 
 
-def make_judge(kind: str, *, settings: JudgeSettings | None = None, cache_path: str | Path | None = None,
-               prompt_template: str = JUDGE_PROMPT) -> Judge:
+def make_judge(
+    kind: str,
+    *,
+    settings: JudgeSettings | None = None,
+    cache_path: str | Path | None = None,
+    prompt_template: str = JUDGE_PROMPT,
+) -> Judge:
     """A judge by name (`JUDGES`)."""
     if kind == "step":
         return StepCheckerJudge()
@@ -292,5 +329,18 @@ def make_judge(kind: str, *, settings: JudgeSettings | None = None, cache_path: 
     raise ConfigError("judge", f"got {kind!r}, expected one of {sorted(JUDGES)}")
 
 
-__all__ = ["JUDGES", "JUDGE_PROMPT", "JUDGE_PROMPT_VERSION", "Judge", "JudgeCache", "JudgeItem", "JudgeSettings",
-           "LLMJudge", "NoJudge", "StepCheckerJudge", "make_judge", "parse_verdict", "vllm_chat"]
+__all__ = [
+    "JUDGES",
+    "JUDGE_PROMPT",
+    "JUDGE_PROMPT_VERSION",
+    "Judge",
+    "JudgeCache",
+    "JudgeItem",
+    "JudgeSettings",
+    "LLMJudge",
+    "NoJudge",
+    "StepCheckerJudge",
+    "make_judge",
+    "parse_verdict",
+    "vllm_chat",
+]

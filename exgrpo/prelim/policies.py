@@ -63,7 +63,7 @@ class Policy(Protocol):
 
 
 def _batches(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 # ------------------------------------------------------------------------------------------ tiny
@@ -72,8 +72,18 @@ class TinyPolicy:
 
     name = "tiny"
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 72, temperature: float = 1.0,
-                 top_p: float = 1.0, batch_size: int = 64, seed: int = 0, progress: bool = False):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int = 72,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        batch_size: int = 64,
+        seed: int = 0,
+        progress: bool = False,
+    ):
         import torch
 
         if batch_size < 1:
@@ -92,10 +102,18 @@ class TinyPolicy:
         prompts = [encode_prompt(self.tok, m) for m in messages]
         rows = [(qi, si) for qi in range(len(prompts)) for si in range(k)]
         out: list[list[Sample]] = [[] for _ in prompts]
-        for chunk in tqdm(_batches(rows, self.batch_size), desc="sample", unit="batch", disable=not self.progress):
-            batch = generate(self.model, self.tok, [prompts[qi] for qi, _ in chunk],
-                             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                             generator=self.generator)
+        for chunk in tqdm(
+            _batches(rows, self.batch_size), desc="sample", unit="batch", disable=not self.progress
+        ):
+            batch = generate(
+                self.model,
+                self.tok,
+                [prompts[qi] for qi, _ in chunk],
+                max_new_tokens=self.max_new_tokens,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                generator=self.generator,
+            )
             for row, (qi, si) in enumerate(chunk):
                 ids = batch.response_ids[row][batch.response_mask[row]].tolist()
                 out[qi].append(Sample(qi, si, batch.texts[row], prompts[qi], ids, bool(batch.truncated[row])))
@@ -110,14 +128,15 @@ class TinyPolicy:
 
         stats: list[TokenStats] = []
         pad = self.tok.pad_token_id
-        for chunk in tqdm(_batches(samples, self.batch_size), desc="measure", unit="batch",
-                          disable=not self.progress):
+        for chunk in tqdm(
+            _batches(samples, self.batch_size), desc="measure", unit="batch", disable=not self.progress
+        ):
             width = max(len(s.response_ids) for s in chunk)
             ids = torch.full((len(chunk), width), pad, dtype=torch.long)
             mask = torch.zeros(len(chunk), width, dtype=torch.bool)
             for i, s in enumerate(chunk):
-                ids[i, :len(s.response_ids)] = torch.tensor(s.response_ids, dtype=torch.long)
-                mask[i, :len(s.response_ids)] = True
+                ids[i, : len(s.response_ids)] = torch.tensor(s.response_ids, dtype=torch.long)
+                mask[i, : len(s.response_ids)] = True
             with torch.no_grad():
                 logp, ent = score(self.model, [s.prompt_ids for s in chunk], ids, mask, temperature=1.0)
             entropy = sequence_scores("entropy", token_entropy=ent, mask=mask)
@@ -130,8 +149,14 @@ class TinyPolicy:
 
 
 # ------------------------------------------------------------------------------------------ paper scale
-def hf_token_stats(model: Any, prompt_ids: Sequence[int], response_ids: Sequence[int], *,
-                   temperature: float = 1.0, position_chunk: int = 1024) -> TokenStats:
+def hf_token_stats(
+    model: Any,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    *,
+    temperature: float = 1.0,
+    position_chunk: int = 1024,
+) -> TokenStats:
     """Teacher-forced mean token entropy and mean NLL of one response under an HF causal LM.
 
     One forward over prompt + response[:-1] keeps only the R logits that predict the R response tokens
@@ -152,10 +177,10 @@ def hf_token_stats(model: Any, prompt_ids: Sequence[int], response_ids: Sequence
         logits = model(input_ids=seq, use_cache=False, logits_to_keep=len(response_ids)).logits[0]
         ent_sum, nll_sum = 0.0, 0.0
         for a in range(0, len(response_ids), position_chunk):
-            z = logits[a:a + position_chunk].float()
+            z = logits[a : a + position_chunk].float()
             ent_sum += float(token_entropy_from_logits(z, temperature).sum())
             logp = torch.log_softmax(z / temperature, dim=-1)
-            nll_sum -= float(logp.gather(1, target[a:a + position_chunk, None]).sum())
+            nll_sum -= float(logp.gather(1, target[a : a + position_chunk, None]).sum())
     n = len(response_ids)
     return TokenStats(ent_sum / n, nll_sum / n)
 
@@ -174,8 +199,9 @@ class SamplerSettings:
     max_model_len: int | None = None
 
 
-def vllm_sample(prompt_ids: Sequence[Sequence[int]], k: int,
-                settings: SamplerSettings) -> list[list[tuple[str, list[int], bool]]]:
+def vllm_sample(
+    prompt_ids: Sequence[Sequence[int]], k: int, settings: SamplerSettings
+) -> list[list[tuple[str, list[int], bool]]]:
     """K completions per tokenised prompt with vLLM: [(text, token ids, truncated)] per prompt, in order.
 
     The only vLLM call of the policy side; tests replace the `vllm` module and check these arguments.
@@ -183,13 +209,24 @@ def vllm_sample(prompt_ids: Sequence[Sequence[int]], k: int,
     """
     import vllm
 
-    llm = vllm.LLM(model=settings.model, tensor_parallel_size=settings.tensor_parallel_size,
-                   gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=settings.max_model_len,
-                   seed=settings.seed)
-    params = vllm.SamplingParams(n=k, temperature=settings.temperature, top_p=settings.top_p,
-                                 max_tokens=settings.max_tokens, seed=settings.seed)
+    llm = vllm.LLM(
+        model=settings.model,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        max_model_len=settings.max_model_len,
+        seed=settings.seed,
+    )
+    params = vllm.SamplingParams(
+        n=k,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_tokens=settings.max_tokens,
+        seed=settings.seed,
+    )
     outputs = llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids], params, use_tqdm=True)
-    result = [[(c.text, list(c.token_ids), c.finish_reason == "length") for c in out.outputs] for out in outputs]
+    result = [
+        [(c.text, list(c.token_ids), c.finish_reason == "length") for c in out.outputs] for out in outputs
+    ]
     del llm, outputs
     release_gpu()
     return result
@@ -228,8 +265,13 @@ class VLLMPolicy:
     def sample(self, messages: Sequence[list[dict[str, str]]], k: int) -> list[list[Sample]]:
         prompts = [self.encode(m) for m in messages]
         completions = vllm_sample(prompts, k, self.settings)
-        return [[Sample(qi, si, text, prompts[qi], ids, truncated) for si, (text, ids, truncated) in enumerate(outs)]
-                for qi, outs in enumerate(completions)]
+        return [
+            [
+                Sample(qi, si, text, prompts[qi], ids, truncated)
+                for si, (text, ids, truncated) in enumerate(outs)
+            ]
+            for qi, outs in enumerate(completions)
+        ]
 
     def measure(self, samples: Sequence[Sample]) -> list[TokenStats]:
         import torch
@@ -239,14 +281,27 @@ class VLLMPolicy:
         if self._model is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
             dtype = torch.bfloat16 if device == "cuda" else torch.float32
-            self._model = AutoModelForCausalLM.from_pretrained(self.settings.model, dtype=dtype).to(device).eval()
-        return [hf_token_stats(self._model, s.prompt_ids, s.response_ids, position_chunk=self.position_chunk)
-                for s in tqdm(samples, desc="measure", unit="traj", disable=not self.progress)]
+            self._model = (
+                AutoModelForCausalLM.from_pretrained(self.settings.model, dtype=dtype).to(device).eval()
+            )
+        return [
+            hf_token_stats(self._model, s.prompt_ids, s.response_ids, position_chunk=self.position_chunk)
+            for s in tqdm(samples, desc="measure", unit="traj", disable=not self.progress)
+        ]
 
     def close(self) -> None:
         self._model = None
         release_gpu()
 
 
-__all__ = ["Policy", "Sample", "SamplerSettings", "TinyPolicy", "TokenStats", "VLLMPolicy", "hf_token_stats",
-           "release_gpu", "vllm_sample"]
+__all__ = [
+    "Policy",
+    "Sample",
+    "SamplerSettings",
+    "TinyPolicy",
+    "TokenStats",
+    "VLLMPolicy",
+    "hf_token_stats",
+    "release_gpu",
+    "vllm_sample",
+]

@@ -44,8 +44,9 @@ class BucketBounds:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.hard_high < self.easy_low <= 1.0:
-            raise ConfigError("mask_hard_high", f"need 0 <= hard_high ({self.hard_high}) < easy_low "
-                                                f"({self.easy_low}) <= 1")
+            raise ConfigError(
+                "mask_hard_high", f"need 0 <= hard_high ({self.hard_high}) < easy_low ({self.easy_low}) <= 1"
+            )
 
     @classmethod
     def from_config(cls, cfg: ExGRPOConfig) -> BucketBounds:
@@ -58,7 +59,9 @@ def bucket_of(n_correct: int, n_rollouts: int, bounds: BucketBounds = BucketBoun
     Same comparisons as `exgrpo.core.advantages.difficulty_mask` on the accuracy k/K (tests check agreement).
     """
     if n_rollouts < 1 or not 0 <= n_correct <= n_rollouts:
-        raise ValueError(f"need 0 <= n_correct <= n_rollouts and n_rollouts >= 1, got {n_correct}/{n_rollouts}")
+        raise ValueError(
+            f"need 0 <= n_correct <= n_rollouts and n_rollouts >= 1, got {n_correct}/{n_rollouts}"
+        )
     acc = n_correct / n_rollouts
     if n_correct == 0 or n_correct == n_rollouts:
         return None
@@ -84,21 +87,38 @@ class Question:
 
 
 def _from_tiny(row: dict[str, Any]) -> Question:
-    return Question(str(row["qid"]), list(row["prompt"]), str(row["question"]), str(row["answer"]),
-                    str(row.get("kind", "math")), row.get("difficulty"), row)
+    return Question(
+        str(row["qid"]),
+        list(row["prompt"]),
+        str(row["question"]),
+        str(row["answer"]),
+        str(row.get("kind", "math")),
+        row.get("difficulty"),
+        row,
+    )
 
 
 def _from_verl(row: dict[str, Any], index: int, path: Path) -> Question:
     """A verl-format row as in the released parquets (prompt = chat messages, reward_model.ground_truth = gold)."""
     prompt, reward = row.get("prompt"), row.get("reward_model") or {}
     if not isinstance(prompt, list) or not prompt or "ground_truth" not in reward:
-        raise ConfigError("data", f"{path}: row {index} is not verl format (needs 'prompt' messages and "
-                                  "'reward_model.ground_truth')")
+        raise ConfigError(
+            "data",
+            f"{path}: row {index} is not verl format (needs 'prompt' messages and "
+            "'reward_model.ground_truth')",
+        )
     extra = row.get("extra_info") or {}
     pid = extra.get("index", index) if isinstance(extra, dict) else index
     user = [m["content"] for m in prompt if m.get("role") == "user"]
-    return Question(str(pid), [dict(m) for m in prompt], user[-1] if user else prompt[-1]["content"],
-                    str(reward["ground_truth"]), "math", None, None)
+    return Question(
+        str(pid),
+        [dict(m) for m in prompt],
+        user[-1] if user else prompt[-1]["content"],
+        str(reward["ground_truth"]),
+        "math",
+        None,
+        None,
+    )
 
 
 def load_questions(data: str | Path, split: str) -> list[Question]:
@@ -114,7 +134,9 @@ def load_questions(data: str | Path, split: str) -> list[Question]:
             raise ConfigError("split", str(err).strip("'\"")) from None
     path = data if data.suffix == ".parquet" else data / f"{split}.parquet"
     if not path.exists():
-        raise FileNotFoundError(f"{data}: neither a make-data directory (manifest.json) nor verl data ({path})")
+        raise FileNotFoundError(
+            f"{data}: neither a make-data directory (manifest.json) nor verl data ({path})"
+        )
     import pyarrow.parquet as pq
 
     return [_from_verl(r, i, path) for i, r in enumerate(pq.read_table(path).to_pylist())]
@@ -143,9 +165,17 @@ def default_grader() -> Grader:
     return lambda responses, golds, kinds: [float(s) for s in verifier.scores(responses, golds, kinds)]
 
 
-def analyze(policy: Policy, questions: Sequence[Question], *, k: int, judge: Judge, seed: int,
-            grader: Grader | None = None, bounds: BucketBounds = BucketBounds(),
-            log: Callable[[str], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def analyze(
+    policy: Policy,
+    questions: Sequence[Question],
+    *,
+    k: int,
+    judge: Judge,
+    seed: int,
+    grader: Grader | None = None,
+    bounds: BucketBounds = BucketBounds(),
+    log: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Sample, grade, bucket, measure, judge and detect code (paper §3.2). Returns (records, summary).
 
     One record per correct-answer trajectory of a bucketed question: the `record_schema()` columns plus
@@ -161,8 +191,11 @@ def analyze(policy: Policy, questions: Sequence[Question], *, k: int, judge: Jud
     say(f"sampling {k} rollouts for {len(questions)} questions")
     groups = policy.sample([q.messages for q in questions], k)
     flat: list[Sample] = [s for group in groups for s in group]
-    rewards = grader([s.text for s in flat], [questions[s.question_index].answer for s in flat],
-                     [questions[s.question_index].kind for s in flat])
+    rewards = grader(
+        [s.text for s in flat],
+        [questions[s.question_index].answer for s in flat],
+        [questions[s.question_index].kind for s in flat],
+    )
     correct = [r == 1.0 for r in rewards]
     n_correct = Counter(s.question_index for s, ok in zip(flat, correct) if ok)
     buckets = {qi: bucket_of(n_correct[qi], k, bounds) for qi in range(len(questions))}
@@ -171,35 +204,65 @@ def analyze(policy: Policy, questions: Sequence[Question], *, k: int, judge: Jud
     stats = policy.measure(keep)
     policy.close()
     say(f"judging with {judge.name}")
-    verdicts = judge.judge([JudgeItem(questions[s.question_index].question, s.text,
-                                      questions[s.question_index].row) for s in keep])
+    verdicts = judge.judge(
+        [
+            JudgeItem(questions[s.question_index].question, s.text, questions[s.question_index].row)
+            for s in keep
+        ]
+    )
     records = []
     for s, st, verdict in zip(keep, stats, verdicts):
         q, rules = questions[s.question_index], detect(s.text)
-        records.append({
-            "problem_id": q.problem_id, "sample_index": s.sample_index, "n_correct": n_correct[s.question_index],
-            "n_rollouts": k, "accuracy": n_correct[s.question_index] / k, "bucket": buckets[s.question_index],
-            "difficulty": q.difficulty, "entropy": st.entropy, "nll": st.nll, "ppl": st.ppl,
-            "reasoning_correct": verdict, "has_code": bool(rules), "code_rules": ",".join(rules),
-            "answer_correct": True, "n_tokens": len(s.response_ids), "truncated": s.truncated,
-            "judge": judge.name, "seed": seed, "response": s.text})
+        records.append(
+            {
+                "problem_id": q.problem_id,
+                "sample_index": s.sample_index,
+                "n_correct": n_correct[s.question_index],
+                "n_rollouts": k,
+                "accuracy": n_correct[s.question_index] / k,
+                "bucket": buckets[s.question_index],
+                "difficulty": q.difficulty,
+                "entropy": st.entropy,
+                "nll": st.nll,
+                "ppl": st.ppl,
+                "reasoning_correct": verdict,
+                "has_code": bool(rules),
+                "code_rules": ",".join(rules),
+                "answer_correct": True,
+                "n_tokens": len(s.response_ids),
+                "truncated": s.truncated,
+                "judge": judge.name,
+                "seed": seed,
+                "response": s.text,
+            }
+        )
     summary = _summary(len(questions), k, buckets, n_correct, records)
     return records, summary
 
 
-def _summary(n_questions: int, k: int, buckets: dict[int, str | None], n_correct: Counter[int],
-             records: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(
+    n_questions: int,
+    k: int,
+    buckets: dict[int, str | None],
+    n_correct: Counter[int],
+    records: list[dict[str, Any]],
+) -> dict[str, Any]:
     per_bucket = Counter(b for b in buckets.values() if b is not None)
-    verdicts = Counter("yes" if r["reasoning_correct"] else "no" if r["reasoning_correct"] is False else "none"
-                       for r in records)
-    return {"questions": n_questions, "k": k,
-            "questions_per_bucket": {b: per_bucket[b] for b in BUCKETS},
-            "all_wrong": sum(1 for qi in buckets if n_correct[qi] == 0),
-            "all_correct": sum(1 for qi in buckets if n_correct[qi] == k),
-            "trajectories": len(records),
-            "trajectories_per_bucket": {b: sum(r["bucket"] == b for r in records) for b in BUCKETS},
-            "verdicts": {v: verdicts[v] for v in ("yes", "no", "none")},
-            "with_code": sum(r["has_code"] for r in records)}
+    verdicts = Counter(
+        "yes" if r["reasoning_correct"] else "no" if r["reasoning_correct"] is False else "none"
+        for r in records
+    )
+    return {
+        "questions": n_questions,
+        "k": k,
+        "questions_per_bucket": {b: per_bucket[b] for b in BUCKETS},
+        "all_wrong": sum(1 for qi in buckets if n_correct[qi] == 0),
+        "all_correct": sum(1 for qi in buckets if n_correct[qi] == k),
+        "trajectories": len(records),
+        "trajectories_per_bucket": {b: sum(r["bucket"] == b for r in records) for b in BUCKETS},
+        "verdicts": {v: verdicts[v] for v in ("yes", "no", "none")},
+        "with_code": sum(r["has_code"] for r in records),
+    }
 
 
 # ------------------------------------------------------------------------------------------ records
@@ -209,17 +272,37 @@ def record_schema(keep_text: bool = False) -> Any:
     import pyarrow as pa
 
     text = [("response", pa.string())] if keep_text else []
-    return pa.schema([
-        ("bucket", pa.string()), ("entropy", pa.float64()), ("ppl", pa.float64()),
-        ("reasoning_correct", pa.bool_()), ("has_code", pa.bool_()),
-        ("problem_id", pa.string()), ("sample_index", pa.int64()), ("n_correct", pa.int64()),
-        ("n_rollouts", pa.int64()), ("accuracy", pa.float64()), ("difficulty", pa.int64()), ("nll", pa.float64()),
-        ("code_rules", pa.string()), ("answer_correct", pa.bool_()), ("n_tokens", pa.int64()),
-        ("truncated", pa.bool_()), ("judge", pa.string()), ("seed", pa.int64()), *text])
+    return pa.schema(
+        [
+            ("bucket", pa.string()),
+            ("entropy", pa.float64()),
+            ("ppl", pa.float64()),
+            ("reasoning_correct", pa.bool_()),
+            ("has_code", pa.bool_()),
+            ("problem_id", pa.string()),
+            ("sample_index", pa.int64()),
+            ("n_correct", pa.int64()),
+            ("n_rollouts", pa.int64()),
+            ("accuracy", pa.float64()),
+            ("difficulty", pa.int64()),
+            ("nll", pa.float64()),
+            ("code_rules", pa.string()),
+            ("answer_correct", pa.bool_()),
+            ("n_tokens", pa.int64()),
+            ("truncated", pa.bool_()),
+            ("judge", pa.string()),
+            ("seed", pa.int64()),
+            *text,
+        ]
+    )
 
 
-def write_records(path: str | Path, records: list[dict[str, Any]], metadata: dict[str, Any] | None = None,
-                  keep_text: bool = False) -> Path:
+def write_records(
+    path: str | Path,
+    records: list[dict[str, Any]],
+    metadata: dict[str, Any] | None = None,
+    keep_text: bool = False,
+) -> Path:
     """Write records as zstd parquet, atomically; `metadata` (provenance, summary) goes in the footer as
     JSON under the key `exgrpo`. Non-finite entropy/ppl values are an error (the loader rejects them)."""
     import pyarrow as pa
@@ -249,5 +332,16 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     return json.loads(meta[b"exgrpo"]) if b"exgrpo" in meta else {}
 
 
-__all__ = ["BUCKETS", "BucketBounds", "Question", "analyze", "bucket_of", "choose_questions", "default_grader",
-           "load_questions", "read_metadata", "record_schema", "write_records"]
+__all__ = [
+    "BUCKETS",
+    "BucketBounds",
+    "Question",
+    "analyze",
+    "bucket_of",
+    "choose_questions",
+    "default_grader",
+    "load_questions",
+    "read_metadata",
+    "record_schema",
+    "write_records",
+]

@@ -49,7 +49,9 @@ def optimizer_to_plain(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tens
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
 
 
-def optimizer_from_plain(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+def optimizer_from_plain(
+    opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+) -> None:
     """Inverse of `optimizer_to_plain`: load the state back into `opt` exactly."""
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
@@ -60,9 +62,19 @@ def optimizer_from_plain(opt: torch.optim.Optimizer, tensors: dict[str, torch.Te
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-def save_checkpoint(root: Path, step: int, *, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
-                    generators: dict[str, torch.Generator], manager: Any, trainer_state: dict[str, Any],
-                    fingerprint: str | None = None, keep: int = 2) -> Path:
+def save_checkpoint(
+    root: Path,
+    step: int,
+    *,
+    model: Any,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    generators: dict[str, torch.Generator],
+    manager: Any,
+    trainer_state: dict[str, Any],
+    fingerprint: str | None = None,
+    keep: int = 2,
+) -> Path:
     """Write checkpoint `root/step_<step>` atomically and point `root/latest` at it; keep the newest `keep`."""
     final = root / f"step_{step}"
     tmp = root / f"step_{step}.tmp"
@@ -100,7 +112,9 @@ def latest_checkpoint(root: Path) -> Path | None:
         if problem is None:
             return candidate
         print(f"skipping checkpoint {candidate}: {problem}", flush=True)
-    raise RuntimeError(f"{root}: no checkpoint passes its checks (see above); discard them to start from step 1")
+    raise RuntimeError(
+        f"{root}: no checkpoint passes its checks (see above); discard them to start from step 1"
+    )
 
 
 def _problem(path: Path) -> str | None:
@@ -130,13 +144,16 @@ def discard_checkpoints(root: Path) -> None:
     (root / "latest").unlink(missing_ok=True)
 
 
-def load_checkpoint_state(path: Path, optimizer: torch.optim.Optimizer,
-                          generators: dict[str, torch.Generator]) -> dict[str, Any]:
+def load_checkpoint_state(
+    path: Path, optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]
+) -> dict[str, Any]:
     """Restore optimizer and generator states from `path`; return trainer.json (model and manager load separately)."""
     for name in ("optimizer.safetensors", "optimizer.json", "rng.safetensors", "trainer.json"):
         if not (path / name).exists():
             raise FileNotFoundError(f"{path / name}: checkpoint file missing")
-    optimizer_from_plain(optimizer, load_file(str(path / "optimizer.safetensors")), read_json(path / "optimizer.json"))
+    optimizer_from_plain(
+        optimizer, load_file(str(path / "optimizer.safetensors")), read_json(path / "optimizer.json")
+    )
     states = load_file(str(path / "rng.safetensors"))
     for name, gen in generators.items():
         if name not in states:

@@ -26,8 +26,13 @@ from exgrpo.io import file_sha256
 from exgrpo.suggest import unknown
 
 FAMILIES = ("qwen2", "llama")
-ARCH_KEYS = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-             "num_key_value_heads"}
+ARCH_KEYS = {
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "num_key_value_heads",
+}
 MAX_POSITIONS = 256
 """Longest sequence (prompt + response) the tiny models support; the task needs < 120."""
 
@@ -71,8 +76,11 @@ def tiny_entry(name: str, path: str | Path | None = None) -> dict[str, Any]:
     if not isinstance(sft.get("lr"), (int, float)) or sft["lr"] <= 0:
         raise ConfigError(f"{name}.sft.lr", f"expected a positive number, got {sft.get('lr')!r}")
     init = sft.get("init")
-    if init is not None and (init not in backbones or backbones[init].get("arch") != arch
-                             or backbones[init].get("family") != entry["family"]):
+    if init is not None and (
+        init not in backbones
+        or backbones[init].get("arch") != arch
+        or backbones[init].get("family") != entry["family"]
+    ):
         raise ConfigError(f"{name}.sft.init", f"{init!r} must be a backbone with the same family and arch")
     return entry
 
@@ -85,19 +93,28 @@ def build_model(family: str, arch: dict[str, int], tokenizer: Any, seed: int = 0
     if family not in FAMILIES:
         raise ConfigError("family", f"expected one of {FAMILIES}, got {family!r}")
     common = dict(
-        vocab_size=len(tokenizer), max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=False,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         num_key_value_heads=arch.get("num_key_value_heads", arch["num_attention_heads"]),
-        **{k: v for k, v in arch.items() if k != "num_key_value_heads"})
+        **{k: v for k, v in arch.items() if k != "num_key_value_heads"},
+    )
     torch.manual_seed(seed)
     if family == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**common))
     else:
         model = LlamaForCausalLM(LlamaConfig(**common))
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, do_sample=True, temperature=1.0, top_p=1.0)
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+    )
     return model
 
 
@@ -105,7 +122,9 @@ def count_parameters(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | Path, extra_files: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    model: Any, tokenizer: Any, out_dir: str | Path, extra_files: dict[str, Any] | None = None
+) -> Path:
     """save_pretrained (safetensors) model + tokenizer into `out_dir`, atomically.
 
     Everything is written to a temporary sibling directory which then replaces `out_dir`, so a
@@ -156,11 +175,17 @@ BASE_RECORD = "base.json"
 
 def base_recipe(entry: dict[str, Any], data_seed: int) -> dict[str, Any]:
     """What determines a base's weights besides the code: family, arch, SFT settings, data seed."""
-    return {"family": entry["family"], "arch": dict(entry["arch"]), "sft": dict(entry["sft"]),
-            "data_seed": int(data_seed)}
+    return {
+        "family": entry["family"],
+        "arch": dict(entry["arch"]),
+        "sft": dict(entry["sft"]),
+        "data_seed": int(data_seed),
+    }
 
 
-def shipped_base(backbone: str, entry: dict[str, Any], data_seed: int, root: str | Path | None = None) -> Path | None:
+def shipped_base(
+    backbone: str, entry: dict[str, Any], data_seed: int, root: str | Path | None = None
+) -> Path | None:
     """models/tiny/<backbone> when its recorded recipe equals this entry's and seed's, else None.
 
     A changed arch or SFT setting in backbones.yaml, a new backbone or another data seed gets None:
@@ -175,8 +200,14 @@ def shipped_base(backbone: str, entry: dict[str, Any], data_seed: int, root: str
     return folder if json.loads(record.read_text())["recipe"] == base_recipe(entry, data_seed) else None
 
 
-def install_base(backbone: str, built: str | Path, data_dir: str | Path, data_seed: int,
-                 backbones_path: str | Path | None = None, root: str | Path | None = None) -> dict[str, Any]:
+def install_base(
+    backbone: str,
+    built: str | Path,
+    data_dir: str | Path,
+    data_seed: int,
+    backbones_path: str | Path | None = None,
+    root: str | Path | None = None,
+) -> dict[str, Any]:
     """Copy the SFT checkpoint `built` to models/tiny/<backbone> with its fingerprint (base.json).
 
     base.json records the recipe, the sha256 of model.safetensors, the held-out splits' sha256 (SFT
@@ -199,9 +230,14 @@ def install_base(backbone: str, built: str | Path, data_dir: str | Path, data_se
     manifest = read_json(Path(data_dir) / "manifest.json")
     weights = file_sha256(built / "model.safetensors")
     record = {
-        "backbone": backbone, "recipe": base_recipe(entry, data_seed), "weights_sha256": weights,
-        "heldout_sha256": {name: split["sha256"] for name, split in manifest["splits"].items() if name != "train"},
-        "sft_steps_total": sft_record.get("steps_total"), "validation": sft_record.get("validation"),
+        "backbone": backbone,
+        "recipe": base_recipe(entry, data_seed),
+        "weights_sha256": weights,
+        "heldout_sha256": {
+            name: split["sha256"] for name, split in manifest["splits"].items() if name != "train"
+        },
+        "sft_steps_total": sft_record.get("steps_total"),
+        "validation": sft_record.get("validation"),
         "reproduced": None if previous is None else previous == weights,
         "machine": {"platform": platform.platform(), "processor": cpu_model()},
         "provenance": provenance(seed=data_seed),

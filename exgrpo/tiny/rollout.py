@@ -63,8 +63,13 @@ def _token_stats(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor
     return logp, entropy
 
 
-def _sample(logp: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator,
-            probs: torch.Tensor | None = None) -> torch.Tensor:
+def _sample(
+    logp: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator,
+    probs: torch.Tensor | None = None,
+) -> torch.Tensor:
     """[N, V] log-probs -> [N] token ids: argmax (temperature 0), else one inverse-CDF draw per row.
 
     `probs`, if given, is `logp.exp()` already computed (the sampler's `_token_dist`).
@@ -114,45 +119,65 @@ class StaticDecoder:
             f"hidden_act {cfg.hidden_act!r}" if cfg.hidden_act != "silu" else "",
             f"rope_type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
             "sliding-window attention" if getattr(cfg, "use_sliding_window", False) else "",
-            "the model is not in eval mode" if model.training else ""]
+            "the model is not in eval mode" if model.training else "",
+        ]
         if any(problems):
-            raise ValueError(f"StaticDecoder: unsupported {', '.join(p for p in problems if p)}; use model.generate")
+            raise ValueError(
+                f"StaticDecoder: unsupported {', '.join(p for p in problems if p)}; use model.generate"
+            )
         self.model, self.heads, self.kv_heads = model, cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
         self.layers = []
         for layer in model.model.layers:
             att, mlp = layer.self_attn, layer.mlp
-            qkv_b = None if att.q_proj.bias is None else torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
-            self.layers.append((
-                layer.input_layernorm.weight,
-                torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]), qkv_b,
-                att.o_proj.weight, att.o_proj.bias, layer.post_attention_layernorm.weight,
-                torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]),
-                mlp.down_proj.weight, mlp.down_proj.bias))
+            qkv_b = (
+                None
+                if att.q_proj.bias is None
+                else torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
+            )
+            self.layers.append(
+                (
+                    layer.input_layernorm.weight,
+                    torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
+                    qkv_b,
+                    att.o_proj.weight,
+                    att.o_proj.bias,
+                    layer.post_attention_layernorm.weight,
+                    torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                    None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]),
+                    mlp.down_proj.weight,
+                    mlp.down_proj.bias,
+                )
+            )
         weight = model.model.embed_tokens.weight
         self.embed, self.norm = weight, model.model.norm.weight
         self.dev = weight.device
-        freqs = torch.arange(length, device=self.dev, dtype=torch.float32)[:, None] * \
-            model.model.rotary_emb.inv_freq.float()[None, :]
+        freqs = (
+            torch.arange(length, device=self.dev, dtype=torch.float32)[:, None]
+            * model.model.rotary_emb.inv_freq.float()[None, :]
+        )
         angles = torch.cat([freqs, freqs], dim=-1)
         half = self.head_dim // 2
         sin = angles.sin()
         # [T, head_dim]; sin with its first half negated, for `_rope`'s roll
-        self.cos, self.sin = angles.cos().to(weight.dtype), torch.cat([-sin[:, :half], sin[:, half:]], -1).to(weight.dtype)
+        self.cos, self.sin = (
+            angles.cos().to(weight.dtype),
+            torch.cat([-sin[:, :half], sin[:, half:]], -1).to(weight.dtype),
+        )
         # Uninitialised: attention reads only slots < `filled`, and every such slot has been written.
         self.k = [self._cache(rows) for _ in self.layers]
         self.v = [self._cache(rows) for _ in self.layers]
         self.rows = torch.arange(rows, device=self.dev)
         self.valid = torch.zeros(rows, length, dtype=torch.bool, device=self.dev)  # slot holds a real token
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         self.prompt_slots = 0
         self.filled = 0  # cache slots 0..filled-1 are written (for every row)
 
     def _cache(self, rows: int) -> torch.Tensor:
-        return torch.empty((rows, self.kv_heads, self.cos.shape[0], self.head_dim), dtype=self.embed.dtype,
-                           device=self.dev)
+        return torch.empty(
+            (rows, self.kv_heads, self.cos.shape[0], self.head_dim), dtype=self.embed.dtype, device=self.dev
+        )
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only decoder rows `rows` (indices into the current rows, repeats allowed), in that order.
@@ -177,15 +202,17 @@ class StaticDecoder:
         (cat(-x2, x1) * sin == cat(x2, x1) * cat(-sin1, sin2): negation is exact), in one op fewer."""
         return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
 
-    def _block(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, write: Any, attend: Any) -> torch.Tensor:
+    def _block(
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, write: Any, attend: Any
+    ) -> torch.Tensor:
         """h [N, S, D] through every layer; `write(l, k, v)` stores keys/values, `attend(l, q)` attends."""
         n, s, _ = h.shape
         nh, nkv, hd = self.heads, self.kv_heads, self.head_dim
         for i, (ln1, w_qkv, b_qkv, w_o, b_o, ln2, w_gu, b_gu, w_down, b_down) in enumerate(self.layers):
             x = F.rms_norm(h, (h.shape[-1],), ln1, self.eps)
             qkv = F.linear(x, w_qkv, b_qkv).view(n, s, nh + 2 * nkv, hd).transpose(1, 2)  # [N, H+2KV, S, hd]
-            qk = self._rope(qkv[:, :nh + nkv], cos, sin)
-            write(i, qk[:, nh:], qkv[:, nh + nkv:])
+            qk = self._rope(qkv[:, : nh + nkv], cos, sin)
+            write(i, qk[:, nh:], qkv[:, nh + nkv :])
             att = attend(i, qk[:, :nh])  # [N, H, S, hd]
             h = h + F.linear(att.transpose(1, 2).reshape(n, s, nh * hd), w_o, b_o)
             x = F.rms_norm(h, (h.shape[-1],), ln2, self.eps)
@@ -203,8 +230,13 @@ class StaticDecoder:
             self.k[i][:, :, :p], self.v[i][:, :, :p] = k, v
 
         def attend(i: int, q: torch.Tensor) -> torch.Tensor:
-            return F.scaled_dot_product_attention(q, self.k[i][:, :, :p], self.v[i][:, :, :p], is_causal=True,
-                                                  enable_gqa=self.kv_heads != self.heads)
+            return F.scaled_dot_product_attention(
+                q,
+                self.k[i][:, :, :p],
+                self.v[i][:, :, :p],
+                is_causal=True,
+                enable_gqa=self.kv_heads != self.heads,
+            )
 
         h = self._block(F.embedding(ids, self.embed), cos, sin, write, attend)
         last = h[self.rows, lens - 1]  # [N, D]
@@ -219,7 +251,7 @@ class StaticDecoder:
         slot = self.prompt_slots + t
         self.valid[:, slot] = True
         self.filled = slot + 1
-        masked = ~self.valid[:, None, None, :slot + 1]  # [N, 1, 1, W]: empty slots
+        masked = ~self.valid[:, None, None, : slot + 1]  # [N, 1, 1, W]: empty slots
         cos, sin = self.cos[pos][:, None, None], self.sin[pos][:, None, None]  # [N, 1, 1, hd]
         group = self.heads // self.kv_heads
 
@@ -227,7 +259,7 @@ class StaticDecoder:
             self.k[i][:, :, slot], self.v[i][:, :, slot] = k[:, :, 0], v[:, :, 0]
 
         def attend(i: int, q: torch.Tensor) -> torch.Tensor:
-            k, v = self.k[i][:, :, :slot + 1], self.v[i][:, :, :slot + 1]
+            k, v = self.k[i][:, :, : slot + 1], self.v[i][:, :, : slot + 1]
             if group > 1:
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             scores = torch.matmul(q, k.transpose(-1, -2)).mul_(self.scale).masked_fill_(masked, float("-inf"))
@@ -238,8 +270,16 @@ class StaticDecoder:
 
 
 @torch.no_grad()
-def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_tokens: int,
-             temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator) -> RolloutBatch:
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator,
+) -> RolloutBatch:
     """Sample one response per prompt (paper §3.3 rollouts), batched, with a static KV cache.
 
     prompts: N token-id lists (different lengths allowed). Rows stop at the eos token or after
@@ -271,7 +311,7 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_to
     copy_of = torch.tensor([slot_of[key] for key in keys], device=device)  # decoder row -> prefilled row
     ids = torch.full((len(unique), longest), pad, dtype=torch.long)
     for i, p in enumerate(unique):
-        ids[i, :len(p)] = torch.tensor(p, dtype=torch.long)
+        ids[i, : len(p)] = torch.tensor(p, dtype=torch.long)
     # per step t: (original row of each decoder row, its token, log-prob, entropy), written out once at the end
     steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
     alive = torch.arange(n, device=device)  # original row of each decoder row
@@ -302,7 +342,9 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_to
 
     width = len(steps)
     rows = torch.cat([s[0] for s in steps])
-    cols = torch.arange(width, device=device).repeat_interleave(torch.tensor([len(s[0]) for s in steps], device=device))
+    cols = torch.arange(width, device=device).repeat_interleave(
+        torch.tensor([len(s[0]) for s in steps], device=device)
+    )
     tokens = torch.full((n, width), pad, dtype=torch.long, device=device)
     tokens[rows, cols] = torch.cat([s[1] for s in steps])
     # a row emits eos only once, when it stops (afterwards pad, or dropped), so any eos means it ended
@@ -313,17 +355,39 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_to
     mask = torch.arange(width, device=device)[None, :] < resp_len[:, None]
     response_ids = torch.where(mask, tokens, pad)
     # positions after a row's end (finished but not yet dropped) hold values of no use: masked to 0 here
-    logprobs, entropy = (torch.zeros(n, width, device=device).index_put_((rows, cols), torch.cat([s[i] for s in steps]))
-                         .masked_fill_(~mask, 0.0) for i in (2, 3))
+    logprobs, entropy = (
+        torch.zeros(n, width, device=device)
+        .index_put_((rows, cols), torch.cat([s[i] for s in steps]))
+        .masked_fill_(~mask, 0.0)
+        for i in (2, 3)
+    )
     texts = tokenizer.batch_decode(
-        [ids[:n_tok - int(end)] for ids, n_tok, end in zip(response_ids.tolist(), resp_len.tolist(), ended.tolist())],
-        skip_special_tokens=False)
-    return RolloutBatch(prompt_ids=[list(p) for p in prompts], response_ids=response_ids, response_mask=mask,
-                        logprobs=logprobs, entropy=entropy, texts=texts, truncated=~ended)
+        [
+            ids[: n_tok - int(end)]
+            for ids, n_tok, end in zip(response_ids.tolist(), resp_len.tolist(), ended.tolist())
+        ],
+        skip_special_tokens=False,
+    )
+    return RolloutBatch(
+        prompt_ids=[list(p) for p in prompts],
+        response_ids=response_ids,
+        response_mask=mask,
+        logprobs=logprobs,
+        entropy=entropy,
+        texts=texts,
+        truncated=~ended,
+    )
 
 
-def score(model: Any, prompts: list[list[int]], response_ids: torch.Tensor, response_mask: torch.Tensor, *,
-          temperature: float = 1.0, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def score(
+    model: Any,
+    prompts: list[list[int]],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Teacher-forced log-probs (and entropies) of given responses in one forward pass.
 
     prompts: N token-id lists; response_ids, response_mask: [N, T] (RolloutBatch layout).
@@ -334,8 +398,10 @@ def score(model: Any, prompts: list[list[int]], response_ids: torch.Tensor, resp
     """
     n, width = response_ids.shape
     if len(prompts) != n or response_mask.shape != response_ids.shape:
-        raise ValueError(f"shape mismatch: {len(prompts)} prompts, response_ids {tuple(response_ids.shape)}, "
-                         f"response_mask {tuple(response_mask.shape)}")
+        raise ValueError(
+            f"shape mismatch: {len(prompts)} prompts, response_ids {tuple(response_ids.shape)}, "
+            f"response_mask {tuple(response_mask.shape)}"
+        )
     device = response_ids.device
     lens = torch.tensor([len(p) for p in prompts], device=device)
     resp_len = response_mask.sum(1)
@@ -343,7 +409,7 @@ def score(model: Any, prompts: list[list[int]], response_ids: torch.Tensor, resp
     pad = 0 if model.config.pad_token_id is None else model.config.pad_token_id
     seq = torch.full((n, seq_len), pad, dtype=torch.long, device=device)
     for i, p in enumerate(prompts):
-        seq[i, :len(p)] = torch.tensor(p, dtype=torch.long)
+        seq[i, : len(p)] = torch.tensor(p, dtype=torch.long)
     offsets = torch.arange(width, device=device)
     position = lens[:, None] + offsets[None, :]  # sequence position of response token t
     valid = response_mask & (position < seq_len)

@@ -51,22 +51,42 @@ from exgrpo.tiny.trainer import CPUTrainer, Question, weights_digest
 from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
 
 
-def run_fingerprint(cfg: ExGRPOConfig, args: TrainerSettings, seed: int, data_order_seed: int, data_dir: Path | None,
-                    model_dir: Path) -> tuple[str, dict[str, Any]]:
+def run_fingerprint(
+    cfg: ExGRPOConfig,
+    args: TrainerSettings,
+    seed: int,
+    data_order_seed: int,
+    data_dir: Path | None,
+    model_dir: Path,
+) -> tuple[str, dict[str, Any]]:
     """(fingerprint, its parts) of a CPU training run: what decides the weights it produces."""
-    parts = {"method": cfg.to_dict(),
-             "trainer": {k: v for k, v in dataclasses.asdict(args).items() if k not in RUNTIME_ONLY},
-             "seed": seed, "data_order_seed": data_order_seed,
-             "data": file_digest([data_dir / "manifest.json"]) if data_dir is not None else None,
-             "init": model_dir_digest(model_dir), "code": code_digest("train_tiny"),
-             "libraries": library_versions_of()}
+    parts = {
+        "method": cfg.to_dict(),
+        "trainer": {k: v for k, v in dataclasses.asdict(args).items() if k not in RUNTIME_ONLY},
+        "seed": seed,
+        "data_order_seed": data_order_seed,
+        "data": file_digest([data_dir / "manifest.json"]) if data_dir is not None else None,
+        "init": model_dir_digest(model_dir),
+        "code": code_digest("train_tiny"),
+        "libraries": library_versions_of(),
+    }
     return fingerprint(parts), parts
 
 
-def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[Question]], cfg: ExGRPOConfig,
-                 args: TrainerSettings, seed: int, ckpt_dir: Path, out_dir: Path, meta: dict[str, Any],
-                 data_dir: Path | None = None, spec: RunSpec | None = None,
-                 logger: str = "jsonl") -> dict[str, Any]:
+def run_training(
+    *,
+    model_dir: Path,
+    data_questions: tuple[list[Question], list[Question]],
+    cfg: ExGRPOConfig,
+    args: TrainerSettings,
+    seed: int,
+    ckpt_dir: Path,
+    out_dir: Path,
+    meta: dict[str, Any],
+    data_dir: Path | None = None,
+    spec: RunSpec | None = None,
+    logger: str = "jsonl",
+) -> dict[str, Any]:
     """Train (or resume, or recognise as done) and write the results. Returns the final summary.
 
     `data_dir` (its manifest.json) enters the fingerprint; `spec` gives the data-order seed (default: `seed`).
@@ -85,8 +105,11 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     done = _finished(out_dir, ckpt_dir, fp)
     if done is not None:
-        print(f"{meta.get('name', 'run')}: finished with the same fingerprint {fp[:12]} ({out_dir / 'run.json'}); "
-              "not training again", flush=True)
+        print(
+            f"{meta.get('name', 'run')}: finished with the same fingerprint {fp[:12]} ({out_dir / 'run.json'}); "
+            "not training again",
+            flush=True,
+        )
         return done
     resume = _own_checkpoint(ckpt_dir, fp, meta.get("name", "run"))
     source = resume / "model" if resume else model_dir
@@ -104,8 +127,10 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
         order = DataOrder.from_state(state["data_order"])
         start = int(state["step"]) + 1
         _truncate_log(log_path, int(state["step"]))
-        print(f"{meta.get('name', 'run')}: resuming from step {start} ({resume}, same fingerprint {fp[:12]})",
-              flush=True)
+        print(
+            f"{meta.get('name', 'run')}: resuming from step {start} ({resume}, same fingerprint {fp[:12]})",
+            flush=True,
+        )
     else:
         log_path.unlink(missing_ok=True)
         clear_best(ckpt_dir)
@@ -113,13 +138,17 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
 
     t_run = time.perf_counter()
     tracker.start(start)
-    with open(log_path, "a", encoding="utf-8") as log, tracker, \
-            tqdm(total=args.steps, initial=start - 1, desc=meta.get("name", "train"), unit="step") as bar:
+    with (
+        open(log_path, "a", encoding="utf-8") as log,
+        tracker,
+        tqdm(total=args.steps, initial=start - 1, desc=meta.get("name", "train"), unit="step") as bar,
+    ):
         for step in range(start, args.steps + 1):
             replay = trainer.manager.plan_replay(args.batch_size)
             n_fresh, consume = core_step.fresh_counts(cfg, args.batch_size, len(replay))
-            fresh, _ = order.take(consume, prune=lambda active: trainer.manager.prune_training_data(
-                active, args.batch_size))
+            fresh, _ = order.take(
+                consume, prune=lambda active: trainer.manager.prune_training_data(active, args.batch_size)
+            )
             metrics = trainer.step(step, fresh[:n_fresh], replay)
             metrics[M.TRAINING_QUESTIONS.name] = float(len(order.active))
             metrics[M.DATA_EPOCH.name] = float(order.epoch)
@@ -130,13 +159,27 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
                 if M.VAL_ACC.name in val:  # the release's best-validation checkpoint (tiny/best.py)
                     maybe_save_best(ckpt_dir, step, val[M.VAL_ACC.name], model=model, tokenizer=tokenizer)
             # a segment's last step (stop_after, exgrpo.cluster.segment_stops) always checkpoints: the next job resumes
-            if step % args.ckpt_every == 0 or step == args.steps or (args.stop_after and step >= args.stop_after):
+            if (
+                step % args.ckpt_every == 0
+                or step == args.steps
+                or (args.stop_after and step >= args.stop_after)
+            ):
                 log.flush()
                 os.fsync(log.fileno())
-                save_checkpoint(ckpt_dir, step, model=model, tokenizer=tokenizer, optimizer=trainer.optimizer,
-                                generators=trainer.generators, manager=trainer.manager,
-                                trainer_state={"data_order": order.state_dict()}, fingerprint=fp)
-            bar.set_postfix(pass1=f"{metrics[M.PASS1.name]:.2f}", replay=int(metrics[M.REPLAY_QUESTIONS.name]))
+                save_checkpoint(
+                    ckpt_dir,
+                    step,
+                    model=model,
+                    tokenizer=tokenizer,
+                    optimizer=trainer.optimizer,
+                    generators=trainer.generators,
+                    manager=trainer.manager,
+                    trainer_state={"data_order": order.state_dict()},
+                    fingerprint=fp,
+                )
+            bar.set_postfix(
+                pass1=f"{metrics[M.PASS1.name]:.2f}", replay=int(metrics[M.REPLAY_QUESTIONS.name])
+            )
             bar.update(1)
             if args.stop_after and step >= args.stop_after:
                 return {"stopped_at": step}
@@ -144,13 +187,31 @@ def run_training(*, model_dir: Path, data_questions: tuple[list[Question], list[
     final = _save_final(ckpt_dir, model, tokenizer)
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     val = [r["val/acc"] for r in rows if "val/acc" in r]
-    summary = {"final_val_acc": val[-1] if val else None, "weights_sha256": weights_digest(model),
-               "steps": args.steps, "final_model": str(final), "final_model_sha256": model_dir_digest(final)}
+    summary = {
+        "final_val_acc": val[-1] if val else None,
+        "weights_sha256": weights_digest(model),
+        "steps": args.steps,
+        "final_model": str(final),
+        "final_model_sha256": model_dir_digest(final),
+    }
     write_jsonl(out_dir / TRAIN_LOG, rows)
-    write_json(out_dir / "run.json", provenance(
-        {"method": cfg.to_dict(), "trainer": dataclasses.asdict(args), "data_order_seed": data_order_seed}, seed,
-        **meta, summary=summary, wall_time_s=time.perf_counter() - t_run, resumed_from=start - 1,
-        fingerprint=fp, fingerprint_parts=fp_parts))
+    write_json(
+        out_dir / "run.json",
+        provenance(
+            {
+                "method": cfg.to_dict(),
+                "trainer": dataclasses.asdict(args),
+                "data_order_seed": data_order_seed,
+            },
+            seed,
+            **meta,
+            summary=summary,
+            wall_time_s=time.perf_counter() - t_run,
+            resumed_from=start - 1,
+            fingerprint=fp,
+            fingerprint_parts=fp_parts,
+        ),
+    )
     return summary
 
 
@@ -159,9 +220,12 @@ def _own_checkpoint(ckpt_dir: Path, fp: str, name: str) -> Path | None:
     fingerprint are discarded (saying so), and None means training starts from step 1."""
     resume = latest_checkpoint(ckpt_dir)
     if resume is not None and checkpoint_fingerprint(resume) != fp:
-        print(f"{name}: checkpoint {resume} was made by another configuration, data, init or "
-              f"code (fingerprint {str(checkpoint_fingerprint(resume))[:12]}, this run {fp[:12]}): discarding "
-              "the checkpoints and starting from step 1", flush=True)
+        print(
+            f"{name}: checkpoint {resume} was made by another configuration, data, init or "
+            f"code (fingerprint {str(checkpoint_fingerprint(resume))[:12]}, this run {fp[:12]}): discarding "
+            "the checkpoints and starting from step 1",
+            flush=True,
+        )
         discard_checkpoints(ckpt_dir)
         resume = None
     return resume
@@ -196,8 +260,9 @@ def _finished(out_dir: Path, ckpt_dir: Path, fp: str) -> dict[str, Any] | None:
     return summary
 
 
-def load_questions(data_dir: Path, split: str, tokenizer: Any, size: int = 0,
-                   difficulties: tuple[int, ...] = ()) -> list[Question]:
+def load_questions(
+    data_dir: Path, split: str, tokenizer: Any, size: int = 0, difficulties: tuple[int, ...] = ()
+) -> list[Question]:
     """A split of the tiny task as trainer questions (prompt token ids via the chat template).
 
     `difficulties` keeps the questions with those numbers of operations, then `size` (> 0) the first `size` of
@@ -209,13 +274,26 @@ def load_questions(data_dir: Path, split: str, tokenizer: Any, size: int = 0,
     rows = [r for r in load_split(data_dir, split) if not difficulties or r["difficulty"] in difficulties]
     if size > 0:
         if size > len(rows):
-            raise ConfigError("train_size", f"{size} questions asked, {data_dir} has {len(rows)} in split {split!r}"
-                                            + (f" of difficulty {list(difficulties)}" if difficulties else ""))
+            raise ConfigError(
+                "train_size",
+                f"{size} questions asked, {data_dir} has {len(rows)} in split {split!r}"
+                + (f" of difficulty {list(difficulties)}" if difficulties else ""),
+            )
         rows = rows[:size]
     if not rows:
-        raise ConfigError("train_difficulties", f"no question of difficulty {list(difficulties)} in {data_dir}")
-    return [Question(row["qid"], encode_prompt(tokenizer, row["prompt"]), str(row["answer"]), row["kind"],
-                     tuple(row.get("steps") or ())) for row in rows]
+        raise ConfigError(
+            "train_difficulties", f"no question of difficulty {list(difficulties)} in {data_dir}"
+        )
+    return [
+        Question(
+            row["qid"],
+            encode_prompt(tokenizer, row["prompt"]),
+            str(row["answer"]),
+            row["kind"],
+            tuple(row.get("steps") or ()),
+        )
+        for row in rows
+    ]
 
 
 def _write_row(log: Any, row: dict[str, Any], tracker: Tracker) -> None:

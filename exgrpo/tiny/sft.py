@@ -68,19 +68,26 @@ class SFTSettings:
                 raise ConfigError(f"sft.{name}", f"must be in [0, 1], got {getattr(self, name)}")
         unknown = set(self.form_mix) - {"symbolic", "words", "choice4", "choice10"}
         if unknown or not self.form_mix or min(self.form_mix.values()) < 0:
-            raise ConfigError("sft.form_mix", f"weights >= 0 over symbolic/words/choice4/choice10, got {self.form_mix}")
+            raise ConfigError(
+                "sft.form_mix", f"weights >= 0 over symbolic/words/choice4/choice10, got {self.form_mix}"
+            )
         return self
 
 
 class NoisyTeacherStream:
     """Endless stream of (prompt ids, response ids) SFT examples, deterministic in `seed`."""
 
-    def __init__(self, tokenizer: Any, heldout: set[task.Expression], settings: SFTSettings, stream_seed: str):
+    def __init__(
+        self, tokenizer: Any, heldout: set[task.Expression], settings: SFTSettings, stream_seed: str
+    ):
         self.tokenizer, self.heldout, self.settings = tokenizer, heldout, settings
         self.rng = random.Random(stream_seed)
         # d=1,2 spaces are small: sample from the enumerated non-held-out problems
-        self.pools = {d: [e for e in task.enumerate_expressions(d) if e not in heldout]
-                      for d in settings.difficulties if d <= 2}
+        self.pools = {
+            d: [e for e in task.enumerate_expressions(d) if e not in heldout]
+            for d in settings.difficulties
+            if d <= 2
+        }
         self.forms = list(settings.form_mix)
         self.weights = [settings.form_mix[f] for f in self.forms]
 
@@ -94,27 +101,37 @@ class NoisyTeacherStream:
 
     def problems(self, size: int) -> list[dict]:
         """`size` fresh problems: d uniform over `difficulties`, form drawn by `form_mix`."""
-        return [task.make_problem(self._expression(self.rng.choice(self.settings.difficulties)),
-                                  self.rng.choices(self.forms, self.weights)[0], "sft", self.rng)
-                for _ in range(size)]
+        return [
+            task.make_problem(
+                self._expression(self.rng.choice(self.settings.difficulties)),
+                self.rng.choices(self.forms, self.weights)[0],
+                "sft",
+                self.rng,
+            )
+            for _ in range(size)
+        ]
 
     def batch(self, size: int) -> tuple[list[list[int]], list[list[int]]]:
         """(prompt ids, response ids incl. eos) of `size` noisy-teacher examples."""
         s = self.settings
         problems = self.problems(size)
         responses = [task.noisy_solution(p, self.rng, s.p_noise, s.p_prop) for p in problems]
-        return (encode_questions(self.tokenizer, [p["question"] for p in problems]),
-                encode_responses(self.tokenizer, responses))
+        return (
+            encode_questions(self.tokenizer, [p["question"] for p in problems]),
+            encode_responses(self.tokenizer, responses),
+        )
 
 
-def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def collate(
+    prompts: list[list[int]], responses: list[list[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded input ids [B, L] and labels [B, L] (-100 on prompt and padding)."""
     length = max(len(p) + len(r) for p, r in zip(prompts, responses))
     ids = torch.full((len(prompts), length), pad_id, dtype=torch.long)
     labels = torch.full((len(prompts), length), -100, dtype=torch.long)
     for i, (p, r) in enumerate(zip(prompts, responses)):
-        ids[i, :len(p) + len(r)] = torch.tensor(p + r)
-        labels[i, len(p):len(p) + len(r)] = torch.tensor(r)
+        ids[i, : len(p) + len(r)] = torch.tensor(p + r)
+        labels[i, len(p) : len(p) + len(r)] = torch.tensor(r)
     return ids, labels
 
 
@@ -128,8 +145,14 @@ def lr_at(step: int, settings: SFTSettings) -> float:
     return settings.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
-def train_sft(model: Any, tokenizer: Any, heldout: set[task.Expression], settings: SFTSettings,
-              stream_seed: str, progress: bool = True) -> list[float]:
+def train_sft(
+    model: Any,
+    tokenizer: Any,
+    heldout: set[task.Expression],
+    settings: SFTSettings,
+    stream_seed: str,
+    progress: bool = True,
+) -> list[float]:
     """Run `settings.steps` SFT steps in place; returns the per-step training loss."""
     from tqdm.auto import tqdm
 
@@ -138,8 +161,11 @@ def train_sft(model: Any, tokenizer: Any, heldout: set[task.Expression], setting
     stream = NoisyTeacherStream(tokenizer, heldout, settings, stream_seed)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
-    optim = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
-                               {"params": no_decay, "weight_decay": 0.0}], lr=settings.lr, betas=settings.betas)
+    optim = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.lr,
+        betas=settings.betas,
+    )
     model.train()
     losses: list[float] = []
     bar = tqdm(range(settings.steps), desc="sft", disable=not progress, mininterval=2.0)
@@ -154,11 +180,20 @@ def train_sft(model: Any, tokenizer: Any, heldout: set[task.Expression], setting
         n_tokens = sum(len(r) for r in responses)
         total = 0.0
         for start in range(0, len(order), settings.micro_batch):
-            part = order[start:start + settings.micro_batch]
-            ids, labels = collate([prompts[i] for i in part], [responses[i] for i in part], tokenizer.pad_token_id)
+            part = order[start : start + settings.micro_batch]
+            ids, labels = collate(
+                [prompts[i] for i in part], [responses[i] for i in part], tokenizer.pad_token_id
+            )
             logits = model(input_ids=ids, use_cache=False).logits[:, :-1]
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                                                     ignore_index=-100, reduction="sum") / n_tokens
+            loss = (
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    labels[:, 1:].reshape(-1),
+                    ignore_index=-100,
+                    reduction="sum",
+                )
+                / n_tokens
+            )
             loss.backward()
             total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
@@ -171,8 +206,17 @@ def train_sft(model: Any, tokenizer: Any, heldout: set[task.Expression], setting
 
 
 @torch.no_grad()
-def evaluate(model: Any, tokenizer: Any, rows: list[dict], *, temperature: float, n_samples: int = 1,
-             seed: int = 0, max_new_tokens: int = 72, batch_size: int = 256) -> dict[str, Any]:
+def evaluate(
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict],
+    *,
+    temperature: float,
+    n_samples: int = 1,
+    seed: int = 0,
+    max_new_tokens: int = 72,
+    batch_size: int = 256,
+) -> dict[str, Any]:
     """Accuracy (exact boxed answer) and logical rate (all steps right) overall and per difficulty."""
     from exgrpo.tiny.rollout import generate
 
@@ -181,19 +225,30 @@ def evaluate(model: Any, tokenizer: Any, rows: list[dict], *, temperature: float
     flat = [(r, p) for r, p in zip(rows, prompts) for _ in range(n_samples)]
     verdicts: list[tuple[int, str]] = []
     for start in range(0, len(flat), batch_size):
-        chunk = flat[start:start + batch_size]
-        out = generate(model, tokenizer, [p for _, p in chunk], max_new_tokens=max_new_tokens,
-                       temperature=temperature, generator=generator)
+        chunk = flat[start : start + batch_size]
+        out = generate(
+            model,
+            tokenizer,
+            [p for _, p in chunk],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            generator=generator,
+        )
         verdicts += [(r["difficulty"], task.classify(r, text)) for (r, _), text in zip(chunk, out.texts)]
 
     def summary(items: list[str]) -> dict[str, float]:
         n = max(len(items), 1)
-        return {"accuracy": sum(v != "wrong" for v in items) / n, "logical": items.count("logical") / n,
-                "lucky": items.count("lucky") / n, "n": len(items)}
+        return {
+            "accuracy": sum(v != "wrong" for v in items) / n,
+            "logical": items.count("logical") / n,
+            "lucky": items.count("lucky") / n,
+            "n": len(items),
+        }
 
     result = {"temperature": temperature, "n_samples": n_samples, **summary([v for _, v in verdicts])}
-    result["by_difficulty"] = {str(d): summary([v for dd, v in verdicts if dd == d])
-                               for d in sorted({d for d, _ in verdicts})}
+    result["by_difficulty"] = {
+        str(d): summary([v for dd, v in verdicts if dd == d]) for d in sorted({d for d, _ in verdicts})
+    }
     return result
 
 
@@ -210,9 +265,20 @@ def settings_dict(settings: SFTSettings) -> dict[str, Any]:
     return asdict(settings)
 
 
-def run_sft(backbone: str, data_dir: str | Path, out_dir: str | Path, *, steps: int | None = None,
-            init: str | Path | None = None, seed: int = 0, threads: int = 1, backbones_path: str | Path | None = None,
-            eval_rows: int = 200, progress: bool = True, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_sft(
+    backbone: str,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    steps: int | None = None,
+    init: str | Path | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    backbones_path: str | Path | None = None,
+    eval_rows: int = 200,
+    progress: bool = True,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """SFT one tiny backbone and save it (HF dir + sft.json). Returns the sft.json record.
 
     A backbone whose entry has `sft.init` continues from that backbone's checkpoint: `init` (a
@@ -229,19 +295,24 @@ def run_sft(backbone: str, data_dir: str | Path, out_dir: str | Path, *, steps: 
 
     torch.set_num_threads(threads)
     entry = tiny_entry(backbone, backbones_path)
-    settings = SFTSettings(steps=steps or entry["sft"]["steps"], lr=float(entry["sft"]["lr"]), seed=seed,
-                           **(overrides or {})).validate()
+    settings = SFTSettings(
+        steps=steps or entry["sft"]["steps"], lr=float(entry["sft"]["lr"]), seed=seed, **(overrides or {})
+    ).validate()
     heldout, heldout_rows = read_heldout(data_dir)
     parent = entry["sft"].get("init")
     init_record = None
     if parent is not None:
         init_dir = Path(init) if init else Path(out_dir).parent / parent
         if not (init_dir / "sft.json").exists():
-            raise FileNotFoundError(f"{init_dir}: no SFT checkpoint of {parent!r} (needed by {backbone}.sft.init; "
-                                    f"pass --init DIR)")
+            raise FileNotFoundError(
+                f"{init_dir}: no SFT checkpoint of {parent!r} (needed by {backbone}.sft.init; "
+                f"pass --init DIR)"
+            )
         init_record = read_json(init_dir / "sft.json")
         if init_record.get("backbone") != parent:
-            raise ConfigError("init", f"{init_dir} holds {init_record.get('backbone')!r}, expected {parent!r}")
+            raise ConfigError(
+                "init", f"{init_dir} holds {init_record.get('backbone')!r}, expected {parent!r}"
+            )
         model, tokenizer = load_checkpoint(init_dir)
     elif init is not None:
         raise ConfigError("init", f"{backbone} has no sft.init in the registry; it trains from scratch")
@@ -252,20 +323,30 @@ def run_sft(backbone: str, data_dir: str | Path, out_dir: str | Path, *, steps: 
     losses = train_sft(model, tokenizer, heldout, settings, f"sft/{backbone}/{seed}", progress=progress)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     record: dict[str, Any] = {
-        "backbone": backbone, "family": entry["family"], "arch": entry["arch"], "parameters": count_parameters(model),
-        "settings": settings_dict(settings), "init": None if parent is None else {
-            "backbone": parent, "path": str(init_dir), "steps_total": init_record.get("steps_total")},
+        "backbone": backbone,
+        "family": entry["family"],
+        "arch": entry["arch"],
+        "parameters": count_parameters(model),
+        "settings": settings_dict(settings),
+        "init": None
+        if parent is None
+        else {"backbone": parent, "path": str(init_dir), "steps_total": init_record.get("steps_total")},
         "steps": settings.steps,
         "steps_total": settings.steps + (init_record.get("steps_total", 0) if init_record else 0),
         "final_loss": sum(losses[-20:]) / len(losses[-20:]),
         "loss_curve": {str(i): losses[i] for i in range(0, len(losses), max(len(losses) // 50, 1))},
-        "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "threads": threads,
+        "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(cpu, 1),
+        "threads": threads,
     }
     if eval_rows > 0:
         rows = heldout_rows["validation"][:eval_rows]
         record["validation"] = {
             "t1_mean@2": evaluate(model, tokenizer, rows, temperature=1.0, n_samples=2, seed=seed),
-            "greedy": evaluate(model, tokenizer, rows, temperature=0.0, seed=seed)}
-    record["provenance"] = provenance(config=entry, seed=seed, data_manifest=str(Path(data_dir) / "manifest.json"))
+            "greedy": evaluate(model, tokenizer, rows, temperature=0.0, seed=seed),
+        }
+    record["provenance"] = provenance(
+        config=entry, seed=seed, data_manifest=str(Path(data_dir) / "manifest.json")
+    )
     save_checkpoint(model, tokenizer, out_dir, extra_files={"sft.json": record})
     return record

@@ -34,14 +34,26 @@ SPLITS: dict[str, dict[str, object]] = {
 }
 """Every split: surface form, the paper benchmark it mirrors, and its role."""
 
-DEFAULT_SIZES = {"train": 1600, "validation": 200, "test": 400, "ood_words": 200, "ood_choice4": 200,
-                 "ood_choice10": 200, "probe_length": 100}
+DEFAULT_SIZES = {
+    "train": 1600,
+    "validation": 200,
+    "test": 400,
+    "ood_words": 200,
+    "ood_choice4": 200,
+    "ood_choice10": 200,
+    "probe_length": 100,
+}
 """Rows per split. train = 100 RL steps (the tiny backbones' `steps`) × 16 questions: about one pass over the
 training questions at the tiny budget (fewer fresh ones per step once replay starts; the paper trains ~2 epochs)."""
 
 
-def _draw(difficulty: int, count: int, taken: set[Expression], rng: random.Random,
-          pools: dict[int, list[Expression]]) -> list[Expression]:
+def _draw(
+    difficulty: int,
+    count: int,
+    taken: set[Expression],
+    rng: random.Random,
+    pools: dict[int, list[Expression]],
+) -> list[Expression]:
     """`count` new expressions of a difficulty not in `taken` (which is updated)."""
     out: list[Expression] = []
     if difficulty in pools:  # small spaces: shuffled enumeration
@@ -64,8 +76,9 @@ def _per_difficulty(total: int, difficulties: Iterable[int]) -> dict[int, int]:
     return {d: total // len(ds) + (1 if i < total % len(ds) else 0) for i, d in enumerate(ds)}
 
 
-def make_splits(seed: int = 0, sizes: dict[str, int] | None = None,
-                train_difficulties: Sequence[int] = ID_DIFFICULTIES) -> dict[str, list[dict]]:
+def make_splits(
+    seed: int = 0, sizes: dict[str, int] | None = None, train_difficulties: Sequence[int] = ID_DIFFICULTIES
+) -> dict[str, list[dict]]:
     """All splits, deterministic in (seed, sizes, train_difficulties). Sizes default to DEFAULT_SIZES.
 
     `train_difficulties` restricts the training questions to those numbers of operations (a harder mix,
@@ -92,13 +105,16 @@ def make_splits(seed: int = 0, sizes: dict[str, int] | None = None,
             if len(got) < n:
                 raise ValueError(f"split {name!r}: only {len(got)} unused d={d} problems left, need {n}")
             exprs[name] += got
-    exprs["probe_length"] = _draw(PROBE_DIFFICULTY, sizes["probe_length"], taken,
-                                  random.Random(f"{seed}/probe_length"), pools)
+    exprs["probe_length"] = _draw(
+        PROBE_DIFFICULTY, sizes["probe_length"], taken, random.Random(f"{seed}/probe_length"), pools
+    )
     # train: uniform over d, the d=1 shortfall spread over the other difficulties
     train_ds = tuple(sorted(set(train_difficulties)))
     if not train_ds or any(d not in ID_DIFFICULTIES for d in train_ds):
-        raise ValueError(f"split 'train': difficulties must be a non-empty subset of {ID_DIFFICULTIES}, "
-                         f"got {tuple(train_difficulties)}")
+        raise ValueError(
+            f"split 'train': difficulties must be a non-empty subset of {ID_DIFFICULTIES}, "
+            f"got {tuple(train_difficulties)}"
+        )
     rng = random.Random(f"{seed}/train")
     want = _per_difficulty(sizes["train"], train_ds)
     first, rest = train_ds[0], train_ds[1:] or train_ds
@@ -106,14 +122,17 @@ def make_splits(seed: int = 0, sizes: dict[str, int] | None = None,
     for d, n in _per_difficulty(sizes["train"] - len(exprs["train"]), rest).items():
         exprs["train"] += _draw(d, n, taken, rng, pools)
     if len(exprs["train"]) < sizes["train"]:
-        raise ValueError(f"split 'train': only {len(exprs['train'])} problems available, asked {sizes['train']}")
+        raise ValueError(
+            f"split 'train': only {len(exprs['train'])} problems available, asked {sizes['train']}"
+        )
     by_d = {d: [e for e in exprs["test"] if e.difficulty == d] for d in ID_DIFFICULTIES}
     for name in ("ood_words", "ood_choice4", "ood_choice10"):
         per_d = _per_difficulty(sizes[name], ID_DIFFICULTIES)
         if any(per_d[d] > len(by_d[d]) for d in ID_DIFFICULTIES):
-            raise ValueError(f"split {name!r}: size {sizes[name]} exceeds the test split it re-renders "
-                             f"({sizes['test']})")
-        exprs[name] = [e for d in ID_DIFFICULTIES for e in by_d[d][:per_d[d]]]
+            raise ValueError(
+                f"split {name!r}: size {sizes[name]} exceeds the test split it re-renders ({sizes['test']})"
+            )
+        exprs[name] = [e for d in ID_DIFFICULTIES for e in by_d[d][: per_d[d]]]
     out: dict[str, list[dict]] = {}
     for name in SPLITS:
         rng = random.Random(f"{seed}/{name}/render")
@@ -129,7 +148,9 @@ def heldout_expressions(splits: dict[str, list[dict]]) -> set[Expression]:
 
 
 # ------------------------------------------------------------------------------------ files
-def write_dataset(out_dir, splits: dict[str, list[dict]], fmt: str = "jsonl", meta: dict | None = None) -> dict:
+def write_dataset(
+    out_dir, splits: dict[str, list[dict]], fmt: str = "jsonl", meta: dict | None = None
+) -> dict:
     """Write one file per split (`jsonl` or `parquet`) plus manifest.json (rows, sha256, forms).
 
     Every file is written atomically; the manifest last, so its presence means the set is complete.
@@ -156,8 +177,13 @@ def write_dataset(out_dir, splits: dict[str, list[dict]], fmt: str = "jsonl", me
         counts: dict[str, int] = {}
         for r in rows:
             counts[str(r["difficulty"])] = counts.get(str(r["difficulty"]), 0) + 1
-        manifest["splits"][name] = {"file": path.name, "rows": len(rows), "sha256": file_sha256(path),
-                                    "difficulties": dict(sorted(counts.items())), **SPLITS[name]}
+        manifest["splits"][name] = {
+            "file": path.name,
+            "rows": len(rows),
+            "sha256": file_sha256(path),
+            "difficulties": dict(sorted(counts.items())),
+            **SPLITS[name],
+        }
     write_json(out_dir / "manifest.json", manifest)
     return manifest
 
@@ -191,5 +217,3 @@ def load_split(data_dir, split: str, verify: bool = True) -> list[dict]:
 
         return pq.read_table(path).to_pylist()
     return read_jsonl(path)
-
-

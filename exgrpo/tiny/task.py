@@ -61,7 +61,6 @@ ID_DIFFICULTIES = (1, 2, 3, 4)
 PROBE_DIFFICULTY = 5
 
 
-
 # ------------------------------------------------------------------------------------ expressions
 @dataclass(frozen=True)
 class Expression:
@@ -80,7 +79,9 @@ class Expression:
 
     def words(self) -> str:
         """`3 plus 4 times 2 minus 5`."""
-        return " ".join([str(self.operands[0])] + [f"{WORDS[op]} {b}" for op, b in zip(self.ops, self.operands[1:])])
+        return " ".join(
+            [str(self.operands[0])] + [f"{WORDS[op]} {b}" for op, b in zip(self.ops, self.operands[1:])]
+        )
 
 
 def _apply(a: int, op: str, b: int) -> int:
@@ -105,7 +106,7 @@ def reduce_steps(expr: Expression, noise: list[tuple[int, bool]] | None = None) 
         result = _apply(values[j], ops[j], values[j + 1])
         delta, carry = noise[i] if noise else (0, True)
         steps.append(f"{values[j]}{ops[j]}{values[j + 1]}={result + delta}")
-        values[j:j + 2] = [result + delta if carry else result]
+        values[j : j + 2] = [result + delta if carry else result]
         del ops[j]
     return steps, values[0]
 
@@ -115,7 +116,7 @@ def is_valid(expr: Expression) -> bool:
     values, ops = list(expr.operands), list(expr.ops)
     while ops:
         j = _next_index(ops)
-        values[j:j + 2] = [_apply(values[j], ops[j], values[j + 1])]
+        values[j : j + 2] = [_apply(values[j], ops[j], values[j + 1])]
         del ops[j]
         if abs(values[j]) > VALUE_LIMIT:
             return False
@@ -139,8 +140,10 @@ def random_expression(difficulty: int, rng: random.Random) -> Expression:
     """A uniformly random valid expression (rejection sampling)."""
     lo, hi = OPERAND_RANGE
     while True:
-        expr = Expression(tuple(rng.randint(lo, hi) for _ in range(difficulty + 1)),
-                          tuple(rng.choice(OPERATORS) for _ in range(difficulty)))
+        expr = Expression(
+            tuple(rng.randint(lo, hi) for _ in range(difficulty + 1)),
+            tuple(rng.choice(OPERATORS) for _ in range(difficulty)),
+        )
         if is_valid(expr):
             return expr
 
@@ -260,7 +263,7 @@ def split_response(response: str) -> tuple[str | None, str | None]:
     end = after.find("}", start + len(BOXED))
     if end < 0:
         return think, None
-    return think, after[start + len(BOXED):end].strip()
+    return think, after[start + len(BOXED) : end].strip()
 
 
 def answer_correct(problem: dict, response: str) -> bool:
@@ -279,7 +282,7 @@ def check_reasoning(problem: dict, response: str) -> bool:
         tag = f"({problem['answer']})"
         if not think.endswith(tag):
             return False
-        think = think[:-len(tag)]
+        think = think[: -len(tag)]
     return [s.strip() for s in think.split(";")] == problem["steps"]
 
 
@@ -290,13 +293,14 @@ def step_matches(steps: list[str] | tuple[str, ...], kind: str, answer: str, res
     if think is None:
         return 0
     if kind == "choice" and think.endswith(f"({answer})"):
-        think = think[:-len(f"({answer})")]
+        think = think[: -len(f"({answer})")]
     given = [s.strip() for s in think.split(";")]
     return sum(1 for i, step in enumerate(steps) if i < len(given) and given[i] == step)
 
 
-def step_credit(steps: list[str] | tuple[str, ...], kind: str, answer: str, response: str,
-                answer_reward: float) -> float:
+def step_credit(
+    steps: list[str] | tuple[str, ...], kind: str, answer: str, response: str, answer_reward: float
+) -> float:
     """The tiny task's continuous reward (`ExGRPOConfig.reward_kind="step_credit"`, the Table 2 analogue):
     (steps right at their position + `answer_reward`, the binary grade) / (number of canonical steps + 1)."""
     return (step_matches(steps, kind, answer, response) + float(answer_reward)) / (len(steps) + 1)

@@ -61,8 +61,10 @@ def build_tokenizer(model_max_length: int = 512) -> Any:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + TAG_TOKENS + tuple(BYTE_LEVEL.get(c, c)
-                                                                                  for c in CHARACTERS))}
+    vocab = {
+        tok: i
+        for i, tok in enumerate(SPECIAL_TOKENS + TAG_TOKENS + tuple(BYTE_LEVEL.get(c, c) for c in CHARACTERS))
+    }
     # A BPE model with no merges over single characters is exactly a character tokenizer.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -70,9 +72,16 @@ def build_tokenizer(model_max_length: int = 512) -> Any:
     core.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
     core.decoder = decoders.ByteLevel()
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
-        additional_special_tokens=list(SPECIAL_TOKENS[4:]), model_max_length=model_max_length,
-        padding_side="left", clean_up_tokenization_spaces=False)
+        tokenizer_object=core,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        additional_special_tokens=list(SPECIAL_TOKENS[4:]),
+        model_max_length=model_max_length,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
@@ -95,8 +104,9 @@ def encode_questions(tokenizer: Any, questions: list[str]) -> list[list[int]]:
     which is ~50× faster than rendering jinja per question (SFT builds ~10⁵ prompts).
     """
     sentinel = "\x00"
-    text = tokenizer.apply_chat_template([{"role": "user", "content": sentinel}], tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": sentinel}], tokenize=False, add_generation_prompt=True
+    )
     before, after = text.split(sentinel)
     head = tokenizer.encode(before, add_special_tokens=False)
     tail = tokenizer.encode(after, add_special_tokens=False)

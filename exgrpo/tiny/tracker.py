@@ -42,8 +42,10 @@ class TensorBoardTracker(Tracker):
         try:
             from torch.utils.tensorboard import SummaryWriter  # noqa: F401 (availability check before any work)
         except ImportError as err:
-            raise RuntimeError(f"--logger tensorboard needs the tensorboard package ({err}); "
-                               "pip install tensorboard, or use --logger jsonl") from None
+            raise RuntimeError(
+                f"--logger tensorboard needs the tensorboard package ({err}); "
+                "pip install tensorboard, or use --logger jsonl"
+            ) from None
         self.log_dir = Path(log_dir)
         self.writer: Any = None
 

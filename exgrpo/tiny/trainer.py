@@ -51,17 +51,28 @@ class Question:
 class CPUTrainer:
     """Drives the exgrpo core on a tiny HF model. State lives in `state_dict`-able parts only."""
 
-    def __init__(self, model: Any, tokenizer: Any, cfg: ExGRPOConfig, args: TrainerSettings, train: list[Question],
-                 valid: list[Question], seed: int):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        cfg: ExGRPOConfig,
+        args: TrainerSettings,
+        train: list[Question],
+        valid: list[Question],
+        seed: int,
+    ):
         self.model, self.tok, self.cfg, self.args, self.seed = model, tokenizer, cfg, args, seed
         self.questions = {q.qid: q for q in train}
         self.valid = valid[: args.val_size]
         self.manager = ExperienceManager(cfg, seed=seed)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=args.betas,
-                                           weight_decay=args.weight_decay)
-        self.generators = {"rollout": torch.Generator().manual_seed(seed),
-                           "shuffle": torch.Generator().manual_seed(seed + 1),
-                           "select": torch.Generator().manual_seed(seed + 2)}
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=args.lr, betas=args.betas, weight_decay=args.weight_decay
+        )
+        self.generators = {
+            "rollout": torch.Generator().manual_seed(seed),
+            "shuffle": torch.Generator().manual_seed(seed + 1),
+            "select": torch.Generator().manual_seed(seed + 2),
+        }
         self.verifier = Verifier.from_config(cfg)
         self.norm_const = resolve_norm_const(cfg.loss_norm_const, args.max_new_tokens)
         self._current_logp: list[torch.Tensor] = []
@@ -81,11 +92,18 @@ class CPUTrainer:
         prompts = [self.questions[qid].prompt_ids for qid in owners]
         self.model.eval()
         with torch.no_grad():
-            roll = generate(self.model, self.tok, prompts, max_new_tokens=self.args.max_new_tokens,
-                            temperature=self.args.temperature, top_p=self.args.top_p,
-                            generator=self.generators["rollout"])
-        rewards = self.verifier.scores(roll.texts, [self.questions[q].answer for q in owners],
-                                       [self.questions[q].kind for q in owners])
+            roll = generate(
+                self.model,
+                self.tok,
+                prompts,
+                max_new_tokens=self.args.max_new_tokens,
+                temperature=self.args.temperature,
+                top_p=self.args.top_p,
+                generator=self.generators["rollout"],
+            )
+        rewards = self.verifier.scores(
+            roll.texts, [self.questions[q].answer for q in owners], [self.questions[q].kind for q in owners]
+        )
         if self.cfg.reward_kind == "binary":
             # stored trajectories are correct by construction: the replayed rows' reward is 1
             replay_rewards = [1.0] * len(chosen)
@@ -94,8 +112,9 @@ class CPUTrainer:
             replay_rewards = self._replay_rewards(replay_qids, chosen)
         t_roll = time.perf_counter() - t0 - t_sel
 
-        rows = core_step.step_rows(qids, slots, is_replay, [*np.asarray(rewards, dtype=np.float32), *replay_rewards],
-                                   K)
+        rows = core_step.step_rows(
+            qids, slots, is_replay, [*np.asarray(rewards, dtype=np.float32), *replay_rewards], K
+        )
         batch = self._assemble(rows, roll, chosen)
         update_metrics = self._update(batch)
         t_upd = time.perf_counter() - t0 - t_sel - t_roll
@@ -115,8 +134,12 @@ class CPUTrainer:
             M.MIXED_FRACTION.name: stats["mixed_fraction"],
             M.MASKED_QUESTIONS.name: stats["kept_groups"],
             **{f"exp/bucket_{k}": stats[f"bucket_{k}"] for k in range(K + 1)},
-            **exp_metrics, **update_metrics, **self.verifier.metrics(),
-            M.TIME_SELECTION.name: t_sel, M.TIME_ROLLOUT.name: t_roll, M.TIME_UPDATE.name: t_upd,
+            **exp_metrics,
+            **update_metrics,
+            **self.verifier.metrics(),
+            M.TIME_SELECTION.name: t_sel,
+            M.TIME_ROLLOUT.name: t_roll,
+            M.TIME_UPDATE.name: t_upd,
             M.TIME_STEP.name: time.perf_counter() - t0,
         }
         self.verifier.reset_metrics()
@@ -127,18 +150,28 @@ class CPUTrainer:
         """`reward_kind="step_credit"`: the continuous reward of each response (exgrpo.tiny.task.step_credit)."""
         from exgrpo.tiny.task import step_credit
 
-        return [step_credit(self.questions[q].steps, self.questions[q].kind, self.questions[q].answer, text, float(r))
-                for q, text, r in zip(qids, texts, answer_rewards)]
+        return [
+            step_credit(
+                self.questions[q].steps, self.questions[q].kind, self.questions[q].answer, text, float(r)
+            )
+            for q, text, r in zip(qids, texts, answer_rewards)
+        ]
 
     def _replay_rewards(self, qids: list[str], chosen: list[Trajectory]) -> list[float]:
         """A replayed trajectory's own continuous reward (a stored one was above its group's mean, not 1)."""
         if not chosen:
             return []
         eos = self.tok.eos_token_id
-        texts = [self.tok.decode(t.token_ids[:-1] if len(t.token_ids) and int(t.token_ids[-1]) == eos else t.token_ids,
-                                 skip_special_tokens=False) for t in chosen]
-        grades = self.verifier.scores(texts, [self.questions[q].answer for q in qids],
-                                      [self.questions[q].kind for q in qids])
+        texts = [
+            self.tok.decode(
+                t.token_ids[:-1] if len(t.token_ids) and int(t.token_ids[-1]) == eos else t.token_ids,
+                skip_special_tokens=False,
+            )
+            for t in chosen
+        ]
+        grades = self.verifier.scores(
+            texts, [self.questions[q].answer for q in qids], [self.questions[q].kind for q in qids]
+        )
         return self._continuous(qids, texts, grades)
 
     def _select_all(self, qids: list[str]) -> list[Trajectory]:
@@ -154,13 +187,27 @@ class CPUTrainer:
         scores = None
         if core_step.scoring_needed(self.cfg):
             flat = core_step.flat_candidates(qids, cands)
-            ids, mask = _pad([torch.tensor(c.token_ids, dtype=torch.long) for _, c in flat], self.tok.pad_token_id)
+            ids, mask = _pad(
+                [torch.tensor(c.token_ids, dtype=torch.long) for _, c in flat], self.tok.pad_token_id
+            )
             self.model.eval()
             with torch.no_grad():
-                logp, ent = score(self.model, [self.questions[q].prompt_ids for q, _ in flat], ids, mask,
-                                  temperature=1.0, with_entropy=metric_needs(self.cfg.selection_metric) == "entropy")
-            scores = candidate_scores(self.cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids,
-                                      pad_id=self.tok.pad_token_id)
+                logp, ent = score(
+                    self.model,
+                    [self.questions[q].prompt_ids for q, _ in flat],
+                    ids,
+                    mask,
+                    temperature=1.0,
+                    with_entropy=metric_needs(self.cfg.selection_metric) == "entropy",
+                )
+            scores = candidate_scores(
+                self.cfg,
+                mask=mask,
+                token_entropy=ent,
+                token_logp=logp,
+                response_ids=ids,
+                pad_id=self.tok.pad_token_id,
+            )
         picked = core_step.choose_replayed(self.cfg, qids, cands, self.generators["select"], scores)
         if scores is not None:  # the same weights as π_θold of the replayed rows: no second forward
             starts = np.cumsum([0] + [len(cands[q]) for q in qids[:-1]])
@@ -174,11 +221,17 @@ class CPUTrainer:
         behaviour = [roll.logprobs[i][roll.response_mask[i]] for i in range(n_roll)]
         response_ids += [torch.tensor(t.token_ids, dtype=torch.long) for t in chosen]
         behaviour += [torch.tensor(t.logprobs, dtype=torch.float32) for t in chosen]
-        batch = assemble_batch(self.cfg, rows, [self.questions[q].prompt_ids for q in rows.qids], response_ids,
-                               behaviour, self.tok.pad_token_id)
+        batch = assemble_batch(
+            self.cfg,
+            rows,
+            [self.questions[q].prompt_ids for q in rows.qids],
+            response_ids,
+            behaviour,
+            self.tok.pad_token_id,
+        )
         if chosen and len(self._current_logp) == len(chosen):  # scored by the selection forward
             for row, lp in enumerate(self._current_logp, start=n_roll):
-                batch["old_logp"][row, :len(lp)] = lp
+                batch["old_logp"][row, : len(lp)] = lp
         elif chosen:  # π_θold for replayed rows: the current policy before this step's update
             ids, mask = batch["ids"][n_roll:], batch["mask"][n_roll:]
             self.model.eval()
@@ -198,16 +251,32 @@ class CPUTrainer:
             if len(chunk) == 0:
                 continue
             idx = chunk.tolist()
-            logp, ent = score(self.model, [batch["prompts"][i] for i in idx], batch["ids"][chunk],
-                              batch["mask"][chunk], temperature=1.0, with_entropy=True)
+            logp, ent = score(
+                self.model,
+                [batch["prompts"][i] for i in idx],
+                batch["ids"][chunk],
+                batch["mask"][chunk],
+                temperature=1.0,
+                with_entropy=True,
+            )
             loss, m = exgrpo_policy_loss(
-                logp, batch["old_logp"][chunk], batch["adv"][chunk], batch["mask"][chunk],
-                is_replay=batch["is_replay"][chunk], behaviour_logp=batch["blogp"][chunk],
-                replay_active=self.manager.replay_active, cfg=self.cfg, norm_const=self.norm_const,
-                token_entropy=ent, sample_mask=batch["sample_mask"][chunk])
+                logp,
+                batch["old_logp"][chunk],
+                batch["adv"][chunk],
+                batch["mask"][chunk],
+                is_replay=batch["is_replay"][chunk],
+                behaviour_logp=batch["blogp"][chunk],
+                replay_active=self.manager.replay_active,
+                cfg=self.cfg,
+                norm_const=self.norm_const,
+                token_entropy=ent,
+                sample_mask=batch["sample_mask"][chunk],
+            )
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            gnorm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip or float("inf")))
+            gnorm = float(
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip or float("inf"))
+            )
             if not np.isfinite(gnorm) or (self.cfg.skip_grad_bound and gnorm > self.cfg.skip_grad_bound):
                 skipped += 1  # released: skip the step on a non-finite or huge grad norm
             else:
@@ -224,16 +293,30 @@ class CPUTrainer:
         gen = torch.Generator().manual_seed(self.seed * 100_003 + step)  # independent of the training RNG
         self.model.eval()
         with torch.no_grad():
-            roll = generate(self.model, self.tok, [q.prompt_ids for q in self.valid],
-                            max_new_tokens=self.args.max_new_tokens, temperature=self.args.val_temperature,
-                            top_p=1.0, generator=gen)
-        scores = self.verifier.scores(roll.texts, [q.answer for q in self.valid], [q.kind for q in self.valid])
+            roll = generate(
+                self.model,
+                self.tok,
+                [q.prompt_ids for q in self.valid],
+                max_new_tokens=self.args.max_new_tokens,
+                temperature=self.args.val_temperature,
+                top_p=1.0,
+                generator=gen,
+            )
+        scores = self.verifier.scores(
+            roll.texts, [q.answer for q in self.valid], [q.kind for q in self.valid]
+        )
         self.verifier.reset_metrics()
         return {M.STEP.name: step, M.VAL_ACC.name: float(np.mean(scores))}
 
 
-def assemble_batch(cfg: ExGRPOConfig, rows: core_step.StepRows, prompts: list[list[int]],
-                   response_ids: list[torch.Tensor], behaviour_logp: list[torch.Tensor], pad_id: int) -> dict[str, Any]:
+def assemble_batch(
+    cfg: ExGRPOConfig,
+    rows: core_step.StepRows,
+    prompts: list[list[int]],
+    response_ids: list[torch.Tensor],
+    behaviour_logp: list[torch.Tensor],
+    pad_id: int,
+) -> dict[str, Any]:
     """The CPU trainer's update batch from a step's rows (row-aligned lists of 1-D tensors).
 
     old_logp starts as the behaviour log-probs (exact π_θold for fresh rows sampled at T=1); the trainer then
@@ -242,16 +325,28 @@ def assemble_batch(cfg: ExGRPOConfig, rows: core_step.StepRows, prompts: list[li
     ids, mask = _pad(response_ids, pad_id)
     blogp, _ = _pad(behaviour_logp, 0.0)
     adv, sample_mask = core_step.advantages_and_mask(rows, cfg)
-    return {"prompts": list(prompts), "ids": ids, "mask": mask, "old_logp": blogp.clone(), "blogp": blogp,
-            "adv": adv, "is_replay": rows.is_replay.clone(), "sample_mask": sample_mask}
+    return {
+        "prompts": list(prompts),
+        "ids": ids,
+        "mask": mask,
+        "old_logp": blogp.clone(),
+        "blogp": blogp,
+        "adv": adv,
+        "is_replay": rows.is_replay.clone(),
+        "sample_mask": sample_mask,
+    }
 
 
 def _rollout_trajectory(roll: Any, i: int, step: int) -> Trajectory:
     """Rollout row i as a buffer trajectory (response tokens, sampling log-probs, mean token entropy)."""
     m = roll.response_mask[i]
     ent = float(roll.entropy[i][m].mean()) if m.any() else float("nan")
-    return Trajectory(token_ids=roll.response_ids[i][m].numpy().astype(np.int32),
-                      logprobs=roll.logprobs[i][m].numpy().astype(np.float32), step=step, entropy=ent)
+    return Trajectory(
+        token_ids=roll.response_ids[i][m].numpy().astype(np.int32),
+        logprobs=roll.logprobs[i][m].numpy().astype(np.float32),
+        step=step,
+        entropy=ent,
+    )
 
 
 def _pad(rows: list[torch.Tensor], value: float | int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -49,19 +49,24 @@ class StoredTrajectoryServer:
     def __init__(self, token_ids: list[int], log_probs: list[float], weights_version: int):
         self.token_ids, self.log_probs, self.weights_version = token_ids, log_probs, weights_version
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> TokenOutput:
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ) -> TokenOutput:
         # min/max_global_steps feed verl's staleness metrics; the sync trainer never evicts on them.
         version = self.weights_version
-        return TokenOutput(token_ids=list(self.token_ids), log_probs=list(self.log_probs), stop_reason="completed",
-                           extra_fields={"global_steps": version, "min_global_steps": version,
-                                         "max_global_steps": version})
+        return TokenOutput(
+            token_ids=list(self.token_ids),
+            log_probs=list(self.log_probs),
+            stop_reason="completed",
+            extra_fields={"global_steps": version, "min_global_steps": version, "max_global_steps": version},
+        )
 
 
 async def stored_trajectory(uid: str) -> tuple[list[int], list[float]]:
     """The chosen trajectory of experiential prompt `uid`, from the `exgrpo_replay` TransferQueue partition."""
-    data = await tq.async_kv_batch_get(keys=[uid], partition_id=vb.REPLAY_PARTITION,
-                                         select_fields=[vb.REPLAY_IDS, vb.REPLAY_LOGP])
+    data = await tq.async_kv_batch_get(
+        keys=[uid], partition_id=vb.REPLAY_PARTITION, select_fields=[vb.REPLAY_IDS, vb.REPLAY_LOGP]
+    )
     ids = [int(x) for x in data[vb.REPLAY_IDS][0].tolist()]
     logp = [float(x) for x in data[vb.REPLAY_LOGP][0].tolist()]
     if not ids or len(logp) != len(ids):
@@ -81,8 +86,11 @@ class ReportingAgentLoop(SingleTurnAgentLoop):
         except Exception as err:
             key = f"{kwargs.get('uid')}_{kwargs.get('session_id')}"
             text = f"{type(err).__name__}: {err}"[:MAX_ERROR_CHARS]
-            await tq.async_kv_put(key=key, partition_id=ERROR_PARTITION,
-                                  tag={"error": text, "step": int(kwargs.get("global_steps", 0))})
+            await tq.async_kv_put(
+                key=key,
+                partition_id=ERROR_PARTITION,
+                tag={"error": text, "step": int(kwargs.get("global_steps", 0))},
+            )
             raise
 
     async def _run_session(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -98,8 +106,10 @@ class ReplayAgentLoop(ReportingAgentLoop):
             return await super()._run_session(sampling_params, **kwargs)
         ids, logp = await stored_trajectory(str(kwargs["uid"]))
         if len(ids) > self.response_length:
-            raise ValueError(f"stored trajectory has {len(ids)} tokens > rollout.response_length "
-                             f"{self.response_length}: it would be truncated")
+            raise ValueError(
+                f"stored trajectory has {len(ids)} tokens > rollout.response_length "
+                f"{self.response_length}: it would be truncated"
+            )
         version = int(kwargs.get("global_steps", 1)) - 1  # the sync trainer generates step s with weights s-1
         live_server, self.server_manager = self.server_manager, StoredTrajectoryServer(ids, logp, version)
         try:
@@ -111,4 +121,10 @@ class ReplayAgentLoop(ReportingAgentLoop):
         return output
 
 
-__all__ = ["MAX_ERROR_CHARS", "ReplayAgentLoop", "ReportingAgentLoop", "StoredTrajectoryServer", "stored_trajectory"]
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "ReplayAgentLoop",
+    "ReportingAgentLoop",
+    "StoredTrajectoryServer",
+    "stored_trajectory",
+]

@@ -83,7 +83,9 @@ def dataset_qids(columns: Mapping[str, Sequence[Any]]) -> list[str]:
         return [question_id({QID_COLUMN: q}) for q in columns[QID_COLUMN]]
     if "extra_info" in names:
         return [question_id({"extra_info": e}) for e in columns["extra_info"]]
-    raise ValueError(f"training data has neither a '{QID_COLUMN}' column nor extra_info.index; columns: {names}")
+    raise ValueError(
+        f"training data has neither a '{QID_COLUMN}' column nor extra_info.index; columns: {names}"
+    )
 
 
 def qid_positions(qids: Sequence[str]) -> dict[str, int]:
@@ -91,7 +93,9 @@ def qid_positions(qids: Sequence[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for pos, qid in enumerate(qids):
         if qid in out:
-            raise ValueError(f"question id {qid!r} appears twice in the training data (rows {out[qid]} and {pos})")
+            raise ValueError(
+                f"question id {qid!r} appears twice in the training data (rows {out[qid]} and {pos})"
+            )
         out[qid] = pos
     return out
 
@@ -114,7 +118,9 @@ def prompt_rows(fresh: Sequence[dict[str, Any]], replay: Sequence[dict[str, Any]
     return rows
 
 
-def replay_payload(uids: Sequence[str], chosen: Sequence[Trajectory]) -> tuple[list[str], list[dict[str, Any]]]:
+def replay_payload(
+    uids: Sequence[str], chosen: Sequence[Trajectory]
+) -> tuple[list[str], list[dict[str, Any]]]:
     """(keys, per-key fields) of the `REPLAY_PARTITION` entries for the experiential prompts `uids`."""
     if len(uids) != len(chosen):
         raise ValueError(f"{len(uids)} experiential prompts but {len(chosen)} chosen trajectories")
@@ -123,7 +129,9 @@ def replay_payload(uids: Sequence[str], chosen: Sequence[Trajectory]) -> tuple[l
         ids = torch.as_tensor(np.asarray(traj.token_ids).astype(np.int64))
         logp = torch.as_tensor(np.asarray(traj.logprobs).astype(np.float32))
         if ids.numel() == 0 or ids.shape != logp.shape:
-            raise ValueError(f"prompt {uid}: stored trajectory has {ids.numel()} tokens and {logp.numel()} log-probs")
+            raise ValueError(
+                f"prompt {uid}: stored trajectory has {ids.numel()} tokens and {logp.numel()} log-probs"
+            )
         fields.append({REPLAY_IDS: ids, REPLAY_LOGP: logp})
     return list(uids), fields
 
@@ -142,9 +150,15 @@ def parse_key(key: str) -> tuple[str, int, int]:
     return parts[0], int(parts[1]), int(parts[2])
 
 
-def step_rows(keys: Sequence[str], tags: Sequence[Mapping[str, Any]], qids: Sequence[str],
-              rewards: torch.Tensor, replay_uids: Iterable[str], n_rollouts: int,
-              submitted: Sequence[str] = ()) -> tuple[core_step.StepRows, list[str]]:
+def step_rows(
+    keys: Sequence[str],
+    tags: Sequence[Mapping[str, Any]],
+    qids: Sequence[str],
+    rewards: torch.Tensor,
+    replay_uids: Iterable[str],
+    n_rollouts: int,
+    submitted: Sequence[str] = (),
+) -> tuple[core_step.StepRows, list[str]]:
     """The core's row table of a sampled batch, and each row's uid.
 
     Rows of one uid are one group (its slot), numbered in `submitted` order (the prompts as submitted), so
@@ -160,13 +174,23 @@ def step_rows(keys: Sequence[str], tags: Sequence[Mapping[str, Any]], qids: Sequ
         uids.append(uid)
         sessions.append(session)
     if not (len(tags) == len(qids) == len(uids) == rewards.shape[0]):
-        raise ValueError(f"misaligned batch: {len(keys)} keys, {len(tags)} tags, {len(qids)} qids, "
-                         f"{rewards.shape[0]} rewards")
+        raise ValueError(
+            f"misaligned batch: {len(keys)} keys, {len(tags)} tags, {len(qids)} qids, "
+            f"{rewards.shape[0]} rewards"
+        )
     last = replay_session(n_rollouts)
     real = [not bool(t.get("is_padding", False)) for t in tags]
     is_replay = [u in replay_uids and s == last for u, s in zip(uids, sessions)]
-    rows = core_step.step_rows(qids, uids, is_replay, rewards.to(torch.float32).tolist(), n_rollouts,
-                               position=sessions, real=real, slot_order=submitted)
+    rows = core_step.step_rows(
+        qids,
+        uids,
+        is_replay,
+        rewards.to(torch.float32).tolist(),
+        n_rollouts,
+        position=sessions,
+        real=real,
+        slot_order=submitted,
+    )
     return rows, uids
 
 
@@ -178,13 +202,21 @@ def group_stats(rows: core_step.StepRows, sample_mask: torch.Tensor, cfg: ExGRPO
     `exgrpo/short_groups` and `exgrpo/missing_rollouts` (groups left short by failed rollout sessions).
     """
     s = core_step.step_stats(rows, sample_mask, cfg)
-    return {"exgrpo/mixed_fraction": s["mixed_fraction"], "exgrpo/masked_questions": s["kept_groups"],
-            "exgrpo/short_groups": s["short_groups"], "exgrpo/missing_rollouts": s["missing_rows"],
-            **{f"exp/bucket_{k}": s[f"bucket_{k}"] for k in range(cfg.n_rollouts + 1)}}
+    return {
+        "exgrpo/mixed_fraction": s["mixed_fraction"],
+        "exgrpo/masked_questions": s["kept_groups"],
+        "exgrpo/short_groups": s["short_groups"],
+        "exgrpo/missing_rollouts": s["missing_rows"],
+        **{f"exp/bucket_{k}": s[f"bucket_{k}"] for k in range(cfg.n_rollouts + 1)},
+    }
 
 
-def behaviour_log_probs(rows: core_step.StepRows, uids: Sequence[str], response_lens: Sequence[int],
-                        replay_logp: Mapping[str, np.ndarray]) -> list[torch.Tensor]:
+def behaviour_log_probs(
+    rows: core_step.StepRows,
+    uids: Sequence[str],
+    response_lens: Sequence[int],
+    replay_logp: Mapping[str, np.ndarray],
+) -> list[torch.Tensor]:
     """Per row, [response_len] float32: the stored π_past of the replayed trajectory on replayed rows,
     zeros on all other rows. `replay_logp` maps uid → the chosen trajectory's log-probs."""
     out = []
@@ -192,28 +224,41 @@ def behaviour_log_probs(rows: core_step.StepRows, uids: Sequence[str], response_
         if bool(rows.is_replay[i]):
             lp = np.asarray(replay_logp[uids[i]], dtype=np.float32)
             if lp.shape != (n,):
-                raise ValueError(f"replayed trajectory of question {rows.qids[i]!r}: {lp.shape[0]} stored "
-                                 f"log-probs but {n} response tokens in the batch (truncated?)")
+                raise ValueError(
+                    f"replayed trajectory of question {rows.qids[i]!r}: {lp.shape[0]} stored "
+                    f"log-probs but {n} response tokens in the batch (truncated?)"
+                )
             out.append(torch.from_numpy(lp.copy()))
         else:
             out.append(torch.zeros(int(n), dtype=torch.float32))
     return out
 
 
-def row_trajectory(response_ids: Sequence[torch.Tensor], old_log_probs: Sequence[torch.Tensor],
-                   entropies: Sequence[torch.Tensor], step: int) -> Callable[[int], Trajectory]:
+def row_trajectory(
+    response_ids: Sequence[torch.Tensor],
+    old_log_probs: Sequence[torch.Tensor],
+    entropies: Sequence[torch.Tensor],
+    step: int,
+) -> Callable[[int], Trajectory]:
     """Row i of a sampled batch as a buffer trajectory (for `core.step.record_groups`): its response tokens,
     the actor's old log-probs as π_past, and its mean token entropy."""
+
     def build(i: int) -> Trajectory:
         ent = entropies[i]
-        return Trajectory(token_ids=response_ids[i].numpy().astype(np.int32),
-                          logprobs=old_log_probs[i].numpy().astype(np.float32), step=int(step),
-                          entropy=float(ent.mean()) if ent.numel() else float("nan"))
+        return Trajectory(
+            token_ids=response_ids[i].numpy().astype(np.int32),
+            logprobs=old_log_probs[i].numpy().astype(np.float32),
+            step=int(step),
+            entropy=float(ent.mean()) if ent.numel() else float("nan"),
+        )
+
     return build
 
 
 # --------------------------------------------------------------------------- trajectory selection
-def scoring_rows(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[np.ndarray]) -> list[dict[str, Any]]:
+def scoring_rows(
+    prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[np.ndarray]
+) -> list[dict[str, Any]]:
     """Per candidate, the no-padding fields verl's actor forward reads (as the agent loop writes them):
     prompts, responses, input_ids = prompt + response, position_ids = arange, response_mask = loss_mask = 1."""
     rows = []
@@ -224,14 +269,26 @@ def scoring_rows(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[np.
             raise ValueError("scoring needs a non-empty prompt and response")
         input_ids = torch.cat([prompts, responses])
         mask = torch.ones_like(responses)
-        rows.append({"prompts": prompts, "responses": responses, "input_ids": input_ids,
-                     "position_ids": torch.arange(input_ids.numel(), dtype=torch.int64),
-                     "response_mask": mask, "loss_mask": mask})
+        rows.append(
+            {
+                "prompts": prompts,
+                "responses": responses,
+                "input_ids": input_ids,
+                "position_ids": torch.arange(input_ids.numel(), dtype=torch.int64),
+                "response_mask": mask,
+                "loss_mask": mask,
+            }
+        )
     return rows
 
 
-def score_candidates(cfg: ExGRPOConfig, flat: Sequence[Trajectory], token_logp: Sequence[torch.Tensor],
-                     token_entropy: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
+def score_candidates(
+    cfg: ExGRPOConfig,
+    flat: Sequence[Trajectory],
+    token_logp: Sequence[torch.Tensor],
+    token_entropy: Sequence[torch.Tensor],
+    pad_id: int,
+) -> torch.Tensor:
     """[N] current-policy scores of the plan's candidates (`core.step.flat_candidates`, in that order) from the
     actor's per-candidate log-probs and entropies ([len_i] each), via the core's `candidate_scores`."""
     if len(flat) != len(token_logp) or len(flat) != len(token_entropy):
@@ -244,16 +301,43 @@ def score_candidates(cfg: ExGRPOConfig, flat: Sequence[Trajectory], token_logp: 
     for i, c in enumerate(flat):
         n = len(c.token_ids)
         if token_logp[i].shape != (n,) or token_entropy[i].shape != (n,):
-            raise ValueError(f"candidate {i}: forward returned {tuple(token_logp[i].shape)} values for {n} tokens")
+            raise ValueError(
+                f"candidate {i}: forward returned {tuple(token_logp[i].shape)} values for {n} tokens"
+            )
         mask[i, :n] = True
         ids[i, :n] = torch.as_tensor(np.asarray(c.token_ids), dtype=torch.long)
         logp[i, :n] = token_logp[i].float()
         ent[i, :n] = token_entropy[i].float()
-    return candidate_scores(cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids, pad_id=pad_id)
+    return candidate_scores(
+        cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids, pad_id=pad_id
+    )
 
 
-__all__ = ["AGENT_NAME", "BEHAV_FIELD", "EXGRPO_QID", "FRESH_AGENT", "IS_REPLAY_FIELD", "QID_COLUMN",
-           "REPLAY_ACTIVE_KEY", "REPLAY_AGENT", "REPLAY_IDS", "REPLAY_LOGP", "REPLAY_PARTITION", "SAMPLE_MASK_FIELD",
-           "behaviour_log_probs", "dataset_qids", "group_stats", "new_uid", "parse_key", "prompt_rows",
-           "qid_positions", "question_id", "replay_payload", "replay_session", "row_trajectory", "score_candidates",
-           "scoring_rows", "step_rows"]
+__all__ = [
+    "AGENT_NAME",
+    "BEHAV_FIELD",
+    "EXGRPO_QID",
+    "FRESH_AGENT",
+    "IS_REPLAY_FIELD",
+    "QID_COLUMN",
+    "REPLAY_ACTIVE_KEY",
+    "REPLAY_AGENT",
+    "REPLAY_IDS",
+    "REPLAY_LOGP",
+    "REPLAY_PARTITION",
+    "SAMPLE_MASK_FIELD",
+    "behaviour_log_probs",
+    "dataset_qids",
+    "group_stats",
+    "new_uid",
+    "parse_key",
+    "prompt_rows",
+    "qid_positions",
+    "question_id",
+    "replay_payload",
+    "replay_session",
+    "row_trajectory",
+    "score_candidates",
+    "scoring_rows",
+    "step_rows",
+]

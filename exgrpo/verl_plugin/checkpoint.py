@@ -72,9 +72,16 @@ def step_dir(default_local_dir: str | Path, step: int) -> Path:
     return Path(default_local_dir) / f"global_step_{step}"
 
 
-def save_plugin_state(folder: str | Path, *, step: int, cfg: ExGRPOConfig, manager: ExperienceManager,
-                      data_order: dict[str, Any], prompt_cache: dict[str, np.ndarray],
-                      select_rng_state: torch.Tensor) -> Path:
+def save_plugin_state(
+    folder: str | Path,
+    *,
+    step: int,
+    cfg: ExGRPOConfig,
+    manager: ExperienceManager,
+    data_order: dict[str, Any],
+    prompt_cache: dict[str, np.ndarray],
+    select_rng_state: torch.Tensor,
+) -> Path:
     """Write the plug-in state into `folder/exgrpo/` (a verl `global_step_N` folder); returns that dir."""
     from safetensors.numpy import save_file
 
@@ -83,15 +90,24 @@ def save_plugin_state(folder: str | Path, *, step: int, cfg: ExGRPOConfig, manag
     manager.save(out / EXPERIENCE_DIR)
     qids = sorted(prompt_cache)
     lengths = np.asarray([len(prompt_cache[q]) for q in qids], dtype=np.int64)
-    ids = (np.concatenate([np.asarray(prompt_cache[q], dtype=np.int32) for q in qids]) if qids
-           else np.zeros(0, dtype=np.int32))
+    ids = (
+        np.concatenate([np.asarray(prompt_cache[q], dtype=np.int32) for q in qids])
+        if qids
+        else np.zeros(0, dtype=np.int32)
+    )
     with atomic_path(out / PROMPTS_FILE) as tmp:
         save_file({"ids": ids, "lengths": lengths}, str(tmp), metadata={"format": FORMAT})
-    write_json(out / STATE_FILE, {
-        "format": FORMAT, "step": int(step), "config_sha256": config_fingerprint(cfg),
-        "data_order": data_order, "prompt_qids": qids,
-        "select_rng_state": select_rng_state.to(torch.uint8).tolist(),
-    })
+    write_json(
+        out / STATE_FILE,
+        {
+            "format": FORMAT,
+            "step": int(step),
+            "config_sha256": config_fingerprint(cfg),
+            "data_order": data_order,
+            "prompt_qids": qids,
+            "select_rng_state": select_rng_state.to(torch.uint8).tolist(),
+        },
+    )
     return out
 
 
@@ -102,24 +118,32 @@ def load_plugin_state(folder: str | Path, cfg: ExGRPOConfig) -> PluginState:
     src = Path(folder) / STATE_DIR
     state_path = src / STATE_FILE
     if not state_path.exists():
-        raise FileNotFoundError(f"{state_path}: no ExGRPO plug-in state in this verl checkpoint (was it written "
-                                "by the exgrpo trainer?)")
+        raise FileNotFoundError(
+            f"{state_path}: no ExGRPO plug-in state in this verl checkpoint (was it written "
+            "by the exgrpo trainer?)"
+        )
     state = read_json(state_path)
     if state.get("format") != FORMAT:
         raise ValueError(f"{state_path}: not an {FORMAT} state")
     if state["config_sha256"] != config_fingerprint(cfg):
-        raise ConfigError("exgrpo.config", f"differs from the config of the checkpoint {state_path}; resume with "
-                                           "the same method settings or start a new run directory")
+        raise ConfigError(
+            "exgrpo.config",
+            f"differs from the config of the checkpoint {state_path}; resume with "
+            "the same method settings or start a new run directory",
+        )
     arrays = load_file(str(src / PROMPTS_FILE))
     ids, lengths = arrays["ids"], arrays["lengths"]
     if len(lengths) != len(state["prompt_qids"]) or int(lengths.sum()) != len(ids):
         raise ValueError(f"{src / PROMPTS_FILE}: does not match {state_path}")
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    cache = {q: ids[offsets[i]:offsets[i + 1]].copy() for i, q in enumerate(state["prompt_qids"])}
-    return PluginState(manager=ExperienceManager.load(src / EXPERIENCE_DIR, cfg), data_order=state["data_order"],
-                       prompt_cache=cache,
-                       select_rng_state=torch.tensor(state["select_rng_state"], dtype=torch.uint8),
-                       step=int(state["step"]))
+    cache = {q: ids[offsets[i] : offsets[i + 1]].copy() for i, q in enumerate(state["prompt_qids"])}
+    return PluginState(
+        manager=ExperienceManager.load(src / EXPERIENCE_DIR, cfg),
+        data_order=state["data_order"],
+        prompt_cache=cache,
+        select_rng_state=torch.tensor(state["select_rng_state"], dtype=torch.uint8),
+        step=int(state["step"]),
+    )
 
 
 def checkpoint_steps(default_local_dir: str | Path) -> list[tuple[int, Path]]:
@@ -196,5 +220,17 @@ def trainer_settings(config: Any, **values: Any) -> Iterator[None]:
                     trainer[k] = v
 
 
-__all__ = ["STAGING_DIR", "TRACKER", "PluginState", "checkpoint_problem", "checkpoint_steps", "choose_checkpoint",
-           "config_fingerprint", "load_plugin_state", "prune_checkpoints", "save_plugin_state", "step_dir", "trainer_settings"]
+__all__ = [
+    "STAGING_DIR",
+    "TRACKER",
+    "PluginState",
+    "checkpoint_problem",
+    "checkpoint_steps",
+    "choose_checkpoint",
+    "config_fingerprint",
+    "load_plugin_state",
+    "prune_checkpoints",
+    "save_plugin_state",
+    "step_dir",
+    "trainer_settings",
+]

@@ -102,7 +102,7 @@ def read_metrics(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
             raise CollectError(f"{path}:{lineno}: corrupt JSON line ({err})") from None
         step, data = (record.get("step"), record.get("data")) if isinstance(record, dict) else (None, None)
         if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(data, dict):
-            raise CollectError(f"{path}:{lineno}: expected {{\"step\": int >= 0, \"data\": {{...}}}}")
+            raise CollectError(f'{path}:{lineno}: expected {{"step": int >= 0, "data": {{...}}}}')
         out.append((step, data))
     return out
 
@@ -137,7 +137,11 @@ def released_benchmarks() -> dict[str, str]:
     """Data source of the release's evaluation files -> benchmark name (exgrpo.eval.benchmarks)."""
     from exgrpo.eval.benchmarks import BENCHMARKS
 
-    return {b.released.data_source: name for name, b in BENCHMARKS.items() if b.released and b.released.data_source}
+    return {
+        b.released.data_source: name
+        for name, b in BENCHMARKS.items()
+        if b.released and b.released.data_source
+    }
 
 
 def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -189,12 +193,27 @@ def latest_checkpoint(ckpt_root: str | Path) -> tuple[int, Path]:
 
 def merge_argv(actor_dir: str | Path, target_dir: str | Path, python: str = sys.executable) -> list[str]:
     """verl 0.9.1's FSDP -> HF merger (`python -m verl.model_merger merge`) for one actor checkpoint."""
-    return [python, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
-            "--target_dir", str(target_dir)]
+    return [
+        python,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor_dir),
+        "--target_dir",
+        str(target_dir),
+    ]
 
 
-def export_hf(actor_dir: str | Path, target_dir: str | Path, step: int,
-              run: Callable[..., Any] = subprocess.run, python: str = sys.executable) -> Path:
+def export_hf(
+    actor_dir: str | Path,
+    target_dir: str | Path,
+    step: int,
+    run: Callable[..., Any] = subprocess.run,
+    python: str = sys.executable,
+) -> Path:
     """Merge `actor_dir` into the HF folder `target_dir` (via a sibling temp folder, then a rename); skipped when
     `target_dir` already holds the export of the same checkpoint. `run` executes merge_argv with the
     interpreter `python` (one that has verl)."""
@@ -234,8 +253,13 @@ def cached_model_dir(manifest: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------ one run
-def collect_run(run_dir: str | Path, out_dir: str | Path, *, export_to: str | Path | None = None,
-                run: Callable[..., Any] = subprocess.run) -> dict[str, Any]:
+def collect_run(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    export_to: str | Path | None = None,
+    run: Callable[..., Any] = subprocess.run,
+) -> dict[str, Any]:
     """Write `out_dir/log.jsonl.gz`, export the final actor to `export_to` (optional), then `out_dir/run.json`
     (last: its presence means the run is collected). Refuses a run that has not reached its last step.
     Returns run.json's content."""
@@ -253,11 +277,15 @@ def collect_run(run_dir: str | Path, out_dir: str | Path, *, export_to: str | Pa
         total = int(trainer["total_training_steps"])
         method = dict(meta["config"])
     except (KeyError, TypeError, ValueError) as err:
-        raise CollectError(f"{resolved_path}: not a resolved ExGRPO verl config ({err!r} missing or bad)") from None
+        raise CollectError(
+            f"{resolved_path}: not a resolved ExGRPO verl config ({err!r} missing or bad)"
+        ) from None
     if out_dir.name.startswith("s") and out_dir.name[1:].isdigit():
         want = (out_dir.parent.parent.name, out_dir.parent.name, int(out_dir.name[1:]))
         if want != (backbone, variant, seed):
-            raise CollectError(f"{resolved_path}: run is {backbone}/{variant}/s{seed}, but --out is {out_dir}")
+            raise CollectError(
+                f"{resolved_path}: run is {backbone}/{variant}/s{seed}, but --out is {out_dir}"
+            )
 
     files = metric_files(run_dir)
     rows = contract_rows(merge_attempts([read_metrics(p) for p in files]))
@@ -275,16 +303,30 @@ def collect_run(run_dir: str | Path, out_dir: str | Path, *, export_to: str | Pa
     write_jsonl(out_dir / TRAIN_LOG, rows)
 
     val = [r["val/acc"] for r in rows if r.get("val/acc") is not None]
-    fp_path = run_dir / "fingerprint.json"  # `exgrpo verl-config`: what made the run (resolution, data, init, code)
+    fp_path = (
+        run_dir / "fingerprint.json"
+    )  # `exgrpo verl-config`: what made the run (resolution, data, init, code)
     fingerprint = read_json(fp_path).get("fingerprint") if fp_path.exists() else None
     step_times = [r["time/step"] for r in rows if isinstance(r.get("time/step"), (int, float))]
     content = provenance(
-        {"method": method, "table4": doc.get("table4") or table4(resolved)}, seed,
-        backbone=backbone, variant=variant, steps=last, wall_time_s=float(sum(step_times)),
-        summary={"final_val_acc": val[-1] if val else None, "steps": last, "final_model": final_model,
-                 "final_checkpoint": str(actor)},
-        attempts=[p.name for p in files], departures=list(doc.get("departures", [])),
-        train_provenance=doc.get("provenance"), verl_config=resolved, fingerprint=fingerprint)
+        {"method": method, "table4": doc.get("table4") or table4(resolved)},
+        seed,
+        backbone=backbone,
+        variant=variant,
+        steps=last,
+        wall_time_s=float(sum(step_times)),
+        summary={
+            "final_val_acc": val[-1] if val else None,
+            "steps": last,
+            "final_model": final_model,
+            "final_checkpoint": str(actor),
+        },
+        attempts=[p.name for p in files],
+        departures=list(doc.get("departures", [])),
+        train_provenance=doc.get("provenance"),
+        verl_config=resolved,
+        fingerprint=fingerprint,
+    )
     write_json(out_dir / "run.json", content)
     return content
 
@@ -303,8 +345,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["KEY_MAP", "CollectError", "cached_model_dir", "clean_value", "collect_run", "contract_key", "contract_rows",
-           "export_hf", "latest_checkpoint", "merge_argv", "merge_attempts", "metric_files", "read_metrics"]
+__all__ = [
+    "KEY_MAP",
+    "CollectError",
+    "cached_model_dir",
+    "clean_value",
+    "collect_run",
+    "contract_key",
+    "contract_rows",
+    "export_hf",
+    "latest_checkpoint",
+    "merge_argv",
+    "merge_attempts",
+    "metric_files",
+    "read_metrics",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -58,7 +58,9 @@ class FailureBudget:
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
             raise ConfigError("exgrpo.failure_budget.max_failed_share", f"must be in [0, 1], got {share!r}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ConfigError("exgrpo.failure_budget.max_failing_steps", f"must be an int >= 1, got {steps!r}")
+            raise ConfigError(
+                "exgrpo.failure_budget.max_failing_steps", f"must be an int >= 1, got {steps!r}"
+            )
         return cls(max_failed_share=float(share), max_failing_steps=steps)
 
     def check(self, step: int, failed: int, total: int, errors: list[str]) -> dict[str, float]:
@@ -72,14 +74,19 @@ class FailureBudget:
         self.streak = self.streak + 1 if failed else 0
         reason = None
         if share > self.max_failed_share:
-            reason = f"{failed} of {total} rollout sessions failed ({share:.0%} > max_failed_share " \
-                     f"{self.max_failed_share:.0%})"
+            reason = (
+                f"{failed} of {total} rollout sessions failed ({share:.0%} > max_failed_share "
+                f"{self.max_failed_share:.0%})"
+            )
         elif self.streak >= self.max_failing_steps:
-            reason = f"rollout sessions failed in {self.streak} steps in a row (max_failing_steps " \
-                     f"{self.max_failing_steps}); this step {failed} of {total}"
+            reason = (
+                f"rollout sessions failed in {self.streak} steps in a row (max_failing_steps "
+                f"{self.max_failing_steps}); this step {failed} of {total}"
+            )
         if reason is not None:
-            raise RolloutFailureError(f"step {step}: {reason}; the engine's last error: "
-                                      f"{self.last_error or '(none reported)'}")
+            raise RolloutFailureError(
+                f"step {step}: {reason}; the engine's last error: {self.last_error or '(none reported)'}"
+            )
         return {"exgrpo/failed_sessions": float(failed), "exgrpo/failed_session_share": share}
 
 
@@ -94,5 +101,12 @@ def injected_failure(uid: str, session_id: int, share: float | None = None) -> b
     return draw < share
 
 
-__all__ = ["DEFAULT_MAX_FAILED_SHARE", "DEFAULT_MAX_FAILING_STEPS", "ERROR_PARTITION", "FAIL_ENV", "FailureBudget",
-           "RolloutFailureError", "injected_failure"]
+__all__ = [
+    "DEFAULT_MAX_FAILED_SHARE",
+    "DEFAULT_MAX_FAILING_STEPS",
+    "ERROR_PARTITION",
+    "FAIL_ENV",
+    "FailureBudget",
+    "RolloutFailureError",
+    "injected_failure",
+]

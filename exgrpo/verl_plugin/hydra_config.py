@@ -42,12 +42,17 @@ RUN_CONFIG_NAME = "exgrpo_run"
 SEARCHPATH = ["pkg://exgrpo.verl_plugin.config", "pkg://verl.trainer.config"]
 PLUGIN_MODULE = "exgrpo.verl_plugin"
 
-LOSS_AGG_TO_VERL = {"seq_sum_const": "seq-mean-token-sum-norm", "token_mean": "token-mean",
-                    "seq_mean": "seq-mean-token-mean"}
+LOSS_AGG_TO_VERL = {
+    "seq_sum_const": "seq-mean-token-sum-norm",
+    "token_mean": "token-mean",
+    "seq_mean": "seq-mean-token-mean",
+}
 """`cfg.loss_agg` → verl `loss_agg_mode` (verl uses it for its own entropy metric; the loss is the core's)."""
 NO_CLIP_GRAD = 1e10
-PLAIN_CHAT_TEMPLATE = ("{% if bos_token %}{{ bos_token }}{% endif %}"
-                       "{% for message in messages %}{{ message['content'] }}{% endfor %}")
+PLAIN_CHAT_TEMPLATE = (
+    "{% if bos_token %}{{ bos_token }}{% endif %}"
+    "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+)
 """`actor_rollout_ref.model.custom_chat_template` of `template: llama_base` backbones. verl 0.9.1 always
 renders prompts through the chat template. This one writes the BOS token and then the message contents
 verbatim, with no role headers and no generation prompt. The prompt it gets is the single user message
@@ -60,18 +65,30 @@ DEPARTURES = (
 )
 
 
-def variant_config(variant: str, backbone: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
-                   ) -> ExGRPOConfig:
+def variant_config(
+    variant: str, backbone: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+) -> ExGRPOConfig:
     """The ExGRPOConfig of `variant` for `backbone`, with `overrides` (field -> value): exgrpo.resolve.resolve,
     the one resolution (defaults < backbone < variant < overrides)."""
     return resolve(backbone, variant, overrides)
 
 
-def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOConfig, *, variant: str,
-                   seed: int, run_dir: str | Path, train_files: str, val_files: str,
-                   model_path: str | None = None, nnodes: int | None = None,
-                   gpus_per_node: int | None = None, data_order_seed: int | None = None,
-                   device: str = "cuda") -> dict[str, Any]:
+def verl_overrides(
+    backbone_name: str,
+    backbone: Mapping[str, Any],
+    cfg: ExGRPOConfig,
+    *,
+    variant: str,
+    seed: int,
+    run_dir: str | Path,
+    train_files: str,
+    val_files: str,
+    model_path: str | None = None,
+    nnodes: int | None = None,
+    gpus_per_node: int | None = None,
+    data_order_seed: int | None = None,
+    device: str = "cuda",
+) -> dict[str, Any]:
     """Dotted verl config keys → values for one run (everything not fixed in exgrpo_trainer.yaml).
 
     `data_order_seed` seeds the training-data shuffle (`data.seed`); None = the run's `seed`. A `tiny`
@@ -79,14 +96,18 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
     the paper route on the tiny task (exgrpo.verl_plugin.tiny_route)."""
     tiny = backbone.get("scale") == "tiny" and device == "cpu"
     if backbone.get("scale") != "paper" and not tiny:
-        raise ConfigError(f"backbones.{backbone_name}.scale",
-                          f"verl runs on GPUs are for scale 'paper' backbones, got {backbone.get('scale')!r} "
-                          "(a tiny backbone trains with verl in the CPU mode only)")
+        raise ConfigError(
+            f"backbones.{backbone_name}.scale",
+            f"verl runs on GPUs are for scale 'paper' backbones, got {backbone.get('scale')!r} "
+            "(a tiny backbone trains with verl in the CPU mode only)",
+        )
     for key in ("steps", "max_prompt_length", "max_response_length", *(() if tiny else ("hf_id",))):
         if key not in backbone:
             raise ConfigError(f"backbones.{backbone_name}.{key}", "missing (needed for a verl run)")
     if tiny and not model_path:
-        raise ConfigError("model_path", f"tiny backbone {backbone_name!r} has no hf_id: pass its local model folder")
+        raise ConfigError(
+            "model_path", f"tiny backbone {backbone_name!r} has no hf_id: pass its local model folder"
+        )
     res = (backbone.get("resources") or {}).get("train") or {}  # the training stage's job size
     nodes = int(nnodes or res.get("nodes", 1))
     gpus = int(gpus_per_node or res.get("gpus_per_node", 1 if device == "cpu" else 8))
@@ -117,9 +138,13 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
         f"{actor}.optim.clip_grad": cfg.grad_clip if cfg.grad_clip > 0 else NO_CLIP_GRAD,
         f"{actor}.data_loader_seed": int(seed),
         "reward.custom_reward_function.reward_kwargs": {
-            "region": cfg.reward_region, "require_think_close": cfg.reward_require_think_close,
-            "max_chars": cfg.reward_max_chars, "timeout_s": cfg.reward_timeout_s, "workers": cfg.reward_workers,
-            "rule": cfg.reward_answer_rule},
+            "region": cfg.reward_region,
+            "require_think_close": cfg.reward_require_think_close,
+            "max_chars": cfg.reward_max_chars,
+            "timeout_s": cfg.reward_timeout_s,
+            "workers": cfg.reward_workers,
+            "rule": cfg.reward_answer_rule,
+        },
         "trainer.total_training_steps": int(backbone["steps"]),
         "trainer.nnodes": nodes,
         "trainer.n_gpus_per_node": gpus,
@@ -130,8 +155,11 @@ def verl_overrides(backbone_name: str, backbone: Mapping[str, Any], cfg: ExGRPOC
         "exgrpo.backbone": backbone_name,
         "exgrpo.seed": int(seed),
         "exgrpo.run_dir": run_dir,
-        "exgrpo.resources": {"nodes": nodes, "gpus_per_node": gpus,
-                             **{k: v for k, v in res.items() if k not in ("nodes", "gpus_per_node")}},
+        "exgrpo.resources": {
+            "nodes": nodes,
+            "gpus_per_node": gpus,
+            **{k: v for k, v in res.items() if k not in ("nodes", "gpus_per_node")},
+        },
         "exgrpo.config": cfg.to_dict(),
     }
     if backbone.get("template") == "llama_base":
@@ -163,7 +191,11 @@ def run_config(flat: Mapping[str, Any], device: str = "cuda") -> dict[str, Any]:
     """The per-run primary Hydra config: search path, `defaults: [<base of device>, _self_]`, the run's values."""
     if device not in BASE_CONFIGS:
         raise ConfigError("device", f"expected one of {sorted(BASE_CONFIGS)}, got {device!r}")
-    return {"hydra": {"searchpath": list(SEARCHPATH)}, "defaults": [BASE_CONFIGS[device], "_self_"], **nest(flat)}
+    return {
+        "hydra": {"searchpath": list(SEARCHPATH)},
+        "defaults": [BASE_CONFIGS[device], "_self_"],
+        **nest(flat),
+    }
 
 
 def write_run_config(run_dir: str | Path, flat: Mapping[str, Any], device: str = "cuda") -> Path:
@@ -173,9 +205,11 @@ def write_run_config(run_dir: str | Path, flat: Mapping[str, Any], device: str =
     run_dir = Path(run_dir)
     path = run_dir / f"{RUN_CONFIG_NAME}.yaml"
     with atomic_open(path, "w", encoding="utf-8") as fh:
-        fh.write("# Generated by `exgrpo verl-config`; launch with\n"
-                 f"#   python -m exgrpo.verl_plugin.main --config-path {run_dir.resolve()} "
-                 f"--config-name {RUN_CONFIG_NAME}\n")
+        fh.write(
+            "# Generated by `exgrpo verl-config`; launch with\n"
+            f"#   python -m exgrpo.verl_plugin.main --config-path {run_dir.resolve()} "
+            f"--config-name {RUN_CONFIG_NAME}\n"
+        )
         yaml.safe_dump(run_config(flat, device), fh, sort_keys=False, default_flow_style=False)
     write_json(run_dir / "exgrpo_config.json", flat["exgrpo.config"])
     return path
@@ -220,11 +254,19 @@ def check_verl_config(config: Any) -> ExGRPOConfig:
     """
     cfg = exgrpo_config_from(config)
     if cfg.fresh_anchored:  # the agent loop's batch is train_batch_size prompts; B + n_exp is untested there
-        raise ConfigError("exgrpo.config.fresh_anchored", "is a CPU-trainer setting (the tiny regime map); the "
-                                                          "verl plug-in trains B - n_exp fresh + n_exp replayed")
-    if cfg.reward_kind != "binary":  # the plug-in's reward function grades answers; step credit is the tiny trainer's
-        raise ConfigError("exgrpo.config.reward_kind", f"{cfg.reward_kind!r} is a CPU-trainer reward (the tiny Table 2 "
-                                                       "analogue); the verl plug-in trains on the binary reward")
+        raise ConfigError(
+            "exgrpo.config.fresh_anchored",
+            "is a CPU-trainer setting (the tiny regime map); the "
+            "verl plug-in trains B - n_exp fresh + n_exp replayed",
+        )
+    if (
+        cfg.reward_kind != "binary"
+    ):  # the plug-in's reward function grades answers; step credit is the tiny trainer's
+        raise ConfigError(
+            "exgrpo.config.reward_kind",
+            f"{cfg.reward_kind!r} is a CPU-trainer reward (the tiny Table 2 "
+            "analogue); the verl plug-in trains on the binary reward",
+        )
     actor = "actor_rollout_ref.actor"
     expected = {
         "actor_rollout_ref.rollout.n": cfg.n_rollouts,
@@ -247,10 +289,14 @@ def check_verl_config(config: Any) -> ExGRPOConfig:
     rc = _get(config, "algorithm.rollout_correction")
     for key in ("rollout_is", "rollout_rs"):
         if rc.get(key) if hasattr(rc, "get") else None:
-            raise ConfigError(f"algorithm.rollout_correction.{key}", "must be null: the ExGRPO loss does its own "
-                                                                     "importance weighting")
+            raise ConfigError(
+                f"algorithm.rollout_correction.{key}",
+                "must be null: the ExGRPO loss does its own importance weighting",
+            )
     if rc.get("bypass_mode", False):
-        raise ConfigError("algorithm.rollout_correction.bypass_mode", "must be false (old_log_probs are recomputed)")
+        raise ConfigError(
+            "algorithm.rollout_correction.bypass_mode", "must be false (old_log_probs are recomputed)"
+        )
     return cfg
 
 
@@ -272,7 +318,8 @@ def table4(resolved: Mapping[str, Any]) -> dict[str, Any]:
         "val_samples": _get(resolved, f"{r}.val_kwargs.n"),
         "learning_rate": _get(resolved, f"{a}.optim.lr"),
         "entropy_coef": _get(resolved, f"{a}.entropy_coeff"),
-        "kl": "none" if not (_get(resolved, f"{a}.use_kl_loss") or _get(resolved, "algorithm.use_kl_in_reward"))
+        "kl": "none"
+        if not (_get(resolved, f"{a}.use_kl_loss") or _get(resolved, "algorithm.use_kl_in_reward"))
         else _get(resolved, f"{a}.kl_loss_coef"),
         "max_prompt_length": _get(resolved, "data.max_prompt_length"),
         "max_response_length": _get(resolved, "data.max_response_length"),
@@ -285,9 +332,12 @@ def table4(resolved: Mapping[str, Any]) -> dict[str, Any]:
         "adv_std_norm": _get(resolved, "algorithm.norm_adv_by_std_in_grpo"),
         "loss_agg_mode": _get(resolved, f"{a}.loss_agg_mode"),
         "loss_scale_factor": _get(resolved, f"{a}.loss_scale_factor"),
-        "rho": cfg["rho"], "start_threshold": cfg["start_threshold"] if cfg["delayed_start"] else None,
-        "shaping_beta": cfg["shaping_beta"], "sampler": cfg["sampler"],
-        "sampler_mu": cfg["sampler_mu"], "sampler_sigma": cfg["sampler_sigma"],
+        "rho": cfg["rho"],
+        "start_threshold": cfg["start_threshold"] if cfg["delayed_start"] else None,
+        "shaping_beta": cfg["shaping_beta"],
+        "sampler": cfg["sampler"],
+        "sampler_mu": cfg["sampler_mu"],
+        "sampler_sigma": cfg["sampler_sigma"],
         "selection": f"{cfg['selection_mode']} {cfg['selection_metric']} ({cfg['selection_policy']})",
     }
 
@@ -298,12 +348,33 @@ def write_resolved(run_dir: str | Path, resolved: Mapping[str, Any]) -> Path:
     from exgrpo.provenance import provenance
 
     path = Path(run_dir) / "resolved_config.json"
-    write_json(path, {"resolved": resolved, "table4": table4(resolved), "departures": list(DEPARTURES),
-                      "provenance": provenance(config=dict(resolved["exgrpo"]["config"]),
-                                               seed=resolved["exgrpo"]["seed"])})
+    write_json(
+        path,
+        {
+            "resolved": resolved,
+            "table4": table4(resolved),
+            "departures": list(DEPARTURES),
+            "provenance": provenance(
+                config=dict(resolved["exgrpo"]["config"]), seed=resolved["exgrpo"]["seed"]
+            ),
+        },
+    )
     return path
 
 
-__all__ = ["CONFIG_DIR", "DEPARTURES", "LOSS_AGG_TO_VERL", "RUN_CONFIG_NAME", "check_verl_config",
-           "compose_run_config", "exgrpo_config_from", "nest", "run_config",
-           "table4", "variant_config", "verl_overrides", "write_resolved", "write_run_config"]
+__all__ = [
+    "CONFIG_DIR",
+    "DEPARTURES",
+    "LOSS_AGG_TO_VERL",
+    "RUN_CONFIG_NAME",
+    "check_verl_config",
+    "compose_run_config",
+    "exgrpo_config_from",
+    "nest",
+    "run_config",
+    "table4",
+    "variant_config",
+    "verl_overrides",
+    "write_resolved",
+    "write_run_config",
+]

@@ -31,8 +31,12 @@ MULTI_NODE = "multi_node.sbatch.jinja"
 def _render(template: str, values: Mapping[str, Any]) -> str:
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
     return env.get_template(template).render(**values)
 
 
@@ -41,34 +45,56 @@ def offline_env(hf_home: str | Path) -> dict[str, str]:
     return {"HF_HOME": str(Path(hf_home).resolve()), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
-def launch_values(run_meta: Mapping[str, Any], *, nodes: int | None = None, gpus_per_node: int | None = None,
-                  extra_sbatch: Sequence[str] = (), env: Mapping[str, str] | None = None, ray_port: int | None = None,
-                  head_wait_s: int = 20, join_timeout_s: int = 600, device: str = "cuda") -> dict[str, Any]:
+def launch_values(
+    run_meta: Mapping[str, Any],
+    *,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    extra_sbatch: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    ray_port: int | None = None,
+    head_wait_s: int = 20,
+    join_timeout_s: int = 600,
+    device: str = "cuda",
+) -> dict[str, Any]:
     """Template values from a run's `exgrpo` section (`{backbone, variant, seed, run_dir, resources}`);
     `env` adds `export KEY=VALUE` lines (e.g. `offline_env(...)`). `device="cpu"`: a CPU-mode run, which
     asks SLURM for no GPU (its fake GPUs are Ray's, inside the job). `ray_port`: the multi-node head's GCS
     port; None (default) = the job's own, derived from SLURM_JOB_ID on the head node (ray_cluster.job_ports)."""
     for key in ("backbone", "variant", "seed", "run_dir", "resources"):
         if run_meta.get(key) is None:
-            raise ConfigError(f"exgrpo.{key}", "missing from the run config; regenerate it with `exgrpo verl-config`")
+            raise ConfigError(
+                f"exgrpo.{key}", "missing from the run config; regenerate it with `exgrpo verl-config`"
+            )
     res = run_meta["resources"]
     values = {
-        "backbone": run_meta["backbone"], "variant": run_meta["variant"], "seed": int(run_meta["seed"]),
-        "run_dir": str(Path(run_meta["run_dir"]).resolve()), "config_name": "exgrpo_run",
+        "backbone": run_meta["backbone"],
+        "variant": run_meta["variant"],
+        "seed": int(run_meta["seed"]),
+        "run_dir": str(Path(run_meta["run_dir"]).resolve()),
+        "config_name": "exgrpo_run",
         "job_name": f"exgrpo-{run_meta['backbone']}-{run_meta['variant']}-s{run_meta['seed']}",
-        "nodes": int(nodes or res.get("nodes", 1)), "gpus_per_node": int(gpus_per_node or res.get("gpus_per_node", 8)),
-        "cpus_per_task": int(res.get("cpus_per_task", 64)), "mem_mb": int(res.get("mem_mb", 800000)),
-        "time": int(res.get("runtime_min", 4320)), "extra_sbatch": list(extra_sbatch),
+        "nodes": int(nodes or res.get("nodes", 1)),
+        "gpus_per_node": int(gpus_per_node or res.get("gpus_per_node", 8)),
+        "cpus_per_task": int(res.get("cpus_per_task", 64)),
+        "mem_mb": int(res.get("mem_mb", 800000)),
+        "time": int(res.get("runtime_min", 4320)),
+        "extra_sbatch": list(extra_sbatch),
         "env": sorted((env or {}).items()),
-        "plugin_module": PLUGIN_MODULE, "ray_port": int(ray_port or 0), "head_wait_s": int(head_wait_s),
-        "join_timeout_s": int(join_timeout_s), "device": device,
+        "plugin_module": PLUGIN_MODULE,
+        "ray_port": int(ray_port or 0),
+        "head_wait_s": int(head_wait_s),
+        "join_timeout_s": int(join_timeout_s),
+        "device": device,
     }
     values["gpu_step"] = "" if device == "cpu" else f" --gpus-per-node={values['gpus_per_node']}"
     for key in ("nodes", "gpus_per_node", "cpus_per_task", "mem_mb", "time"):
         if values[key] < 1:
             raise ConfigError(key, f"must be >= 1, got {values[key]}")
     for key, value in values["env"]:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or not re.fullmatch(r"[A-Za-z0-9_./:,@%+=-]+", value):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or not re.fullmatch(
+            r"[A-Za-z0-9_./:,@%+=-]+", value
+        ):
             raise ConfigError("env", f"expected KEY=VALUE without shell metacharacters, got {key}={value!r}")
     for line in values["extra_sbatch"]:
         if not line.startswith("--") or "\n" in line:

@@ -68,23 +68,37 @@ def micro_batch_loss(
         (`cfg.grad_scale="whole_batch"`) or that divided by dp_size (`as_released`).
     """
     if cfg.entropy_coef > 0 and token_entropy is None:
-        raise ValueError("cfg.entropy_coef > 0 but the model output has no entropy "
-                         "(set actor_rollout_ref.actor.calculate_entropy=true)")
+        raise ValueError(
+            "cfg.entropy_coef > 0 but the model output has no entropy "
+            "(set actor_rollout_ref.actor.calculate_entropy=true)"
+        )
     if cfg.kl_coef > 0 and ref_logp is None:
         raise ValueError("cfg.kl_coef > 0 but the batch has no ref_log_prob (use_kl_loss must be true)")
     loss, metrics = exgrpo_policy_loss(
-        logp, old_logp, advantages, response_mask, is_replay=is_replay, behaviour_logp=behaviour_logp,
-        replay_active=replay_active, cfg=cfg, norm_const=norm_const, token_entropy=token_entropy,
-        sample_mask=sample_mask, ref_logp=ref_logp, dp_size=dp_size,
+        logp,
+        old_logp,
+        advantages,
+        response_mask,
+        is_replay=is_replay,
+        behaviour_logp=behaviour_logp,
+        replay_active=replay_active,
+        cfg=cfg,
+        norm_const=norm_const,
+        token_entropy=token_entropy,
+        sample_mask=sample_mask,
+        ref_logp=ref_logp,
+        dp_size=dp_size,
         batch_num_tokens=None if batch_num_tokens is None else max(int(batch_num_tokens), 1),
-        global_batch_size=None if global_batch_size is None else max(int(global_batch_size), 1))
+        global_batch_size=None if global_batch_size is None else max(int(global_batch_size), 1),
+    )
     if cfg.grad_scale == "as_released" and dp_size != 1:
         loss = loss / dp_size  # the release's 1/dp: FSDP's rank average of losses already globally normalised
     return loss, metrics
 
 
-def exgrpo_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = None, *, cfg: ExGRPOConfig,
-                      norm_const: int) -> tuple[torch.Tensor, dict[str, float]]:
+def exgrpo_actor_loss(
+    model_output: dict[str, Any], data: Any, dp_group: Any = None, *, cfg: ExGRPOConfig, norm_const: int
+) -> tuple[torch.Tensor, dict[str, float]]:
     """verl loss_fn(model_output, data, dp_group) → (loss, metrics); install with
     `actor_rollout_wg.set_loss_fn(functools.partial(exgrpo_actor_loss, cfg=cfg, norm_const=N))`.
 
@@ -99,8 +113,10 @@ def exgrpo_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = N
 
     replay_active = tu.get_non_tensor_data(data=data, key=REPLAY_ACTIVE_KEY, default=None)
     if replay_active is None:
-        raise KeyError(f"micro-batch has no '{REPLAY_ACTIVE_KEY}': the actor update was not issued by the "
-                       "ExGRPO trainer (trainer.v1.trainer_mode=exgrpo)")
+        raise KeyError(
+            f"micro-batch has no '{REPLAY_ACTIVE_KEY}': the actor update was not issued by the "
+            "ExGRPO trainer (trainer.v1.trainer_mode=exgrpo)"
+        )
     logp = no_padding_2_padding(model_output["log_probs"], data)
     entropy = model_output.get("entropy")
     entropy = None if entropy is None else no_padding_2_padding(entropy, data)
@@ -112,12 +128,22 @@ def exgrpo_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = N
     global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
     d = data.select(*fields).to_padded_tensor()
     loss, metrics = micro_batch_loss(
-        logp, d["old_log_probs"], d["advantages"], d["response_mask"],
-        is_replay=d[IS_REPLAY_FIELD].reshape(-1).bool(), behaviour_logp=d[BEHAV_FIELD],
-        sample_mask=d[SAMPLE_MASK_FIELD].reshape(-1).bool(), token_entropy=entropy,
-        ref_logp=d["ref_log_prob"] if cfg.kl_coef > 0 else None, replay_active=bool(replay_active), cfg=cfg,
-        norm_const=norm_const, dp_size=int(dp_size), batch_num_tokens=batch_num_tokens,
-        global_batch_size=global_batch_size)
+        logp,
+        d["old_log_probs"],
+        d["advantages"],
+        d["response_mask"],
+        is_replay=d[IS_REPLAY_FIELD].reshape(-1).bool(),
+        behaviour_logp=d[BEHAV_FIELD],
+        sample_mask=d[SAMPLE_MASK_FIELD].reshape(-1).bool(),
+        token_entropy=entropy,
+        ref_logp=d["ref_log_prob"] if cfg.kl_coef > 0 else None,
+        replay_active=bool(replay_active),
+        cfg=cfg,
+        norm_const=norm_const,
+        dp_size=int(dp_size),
+        batch_num_tokens=batch_num_tokens,
+        global_batch_size=global_batch_size,
+    )
     out = {f"exgrpo/{k}": v for k, v in metrics.items()}
     out["exgrpo/replay_active"] = float(bool(replay_active))
     return loss, out

@@ -56,7 +56,9 @@ def run(config) -> None:  # noqa: ANN001 (an omegaconf DictConfig)
 
     auto_set_device(config)
     check_verl_config(config)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_config(
+        config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
     if config.exgrpo.run_dir:
         write_resolved(config.exgrpo.run_dir, OmegaConf.to_container(config, resolve=True))
     run_ppo(config, task_runner_class=TaskRunnerV1)

@@ -39,21 +39,45 @@ ADDRESS_ENV = "RAY_ADDRESS"
 DASHBOARD_ENV = "EXGRPO_RAY_DASHBOARD"
 """`1`: the multi-node head starts Ray's dashboard, bound to 127.0.0.1 on the job's dashboard port."""
 
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN", "VLLM_API_KEY",
-              "OPENAI_API_KEY", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "SWANLAB_API_KEY",
-              "COMET_API_KEY", "NEPTUNE_API_TOKEN", "GITHUB_TOKEN")
+SECRET_ENV = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "WANDB_API_KEY",
+    "RAY_AUTH_TOKEN",
+    "VLLM_API_KEY",
+    "OPENAI_API_KEY",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "SWANLAB_API_KEY",
+    "COMET_API_KEY",
+    "NEPTUNE_API_TOKEN",
+    "GITHUB_TOKEN",
+)
 """Environment variables whose values must appear in no file the suite writes (plus SECRET_PATTERN)."""
 SECRET_PATTERN = re.compile(r"(TOKEN|API_KEY|SECRET|PASSWORD)$")
 
 SERVICE_BASE, SERVICE_SLOTS = 20000, 330
 WORKER_BASE, WORKER_SLOTS, WORKER_SPAN = 24000, 8, 1000
 """Derived ports sit below Linux's ephemeral range (32768-60999), where the OS-chosen ones come from."""
-SERVICES = ("port", "ray_client_server_port", "dashboard_port", "dashboard_agent_listen_port",
-            "dashboard_agent_grpc_port", "metrics_export_port", "runtime_env_agent_port", "node_manager_port",
-            "object_manager_port", "autoscaler_metric_port", "dashboard_metric_port")
+SERVICES = (
+    "port",
+    "ray_client_server_port",
+    "dashboard_port",
+    "dashboard_agent_listen_port",
+    "dashboard_agent_grpc_port",
+    "metrics_export_port",
+    "runtime_env_agent_port",
+    "node_manager_port",
+    "object_manager_port",
+    "autoscaler_metric_port",
+    "dashboard_metric_port",
+)
 """`ray start` port flags (underscored) and ENV_PORTS, in the order of the job's block of SERVICE_BLOCK ports."""
 SERVICE_BLOCK = 12
-ENV_PORTS = {"autoscaler_metric_port": "AUTOSCALER_METRIC_PORT", "dashboard_metric_port": "DASHBOARD_METRIC_PORT"}
+ENV_PORTS = {
+    "autoscaler_metric_port": "AUTOSCALER_METRIC_PORT",
+    "dashboard_metric_port": "DASHBOARD_METRIC_PORT",
+}
 """Ports Ray takes from the environment, not from flags: the head's two Prometheus servers (read-only metrics,
 no token: Ray binds them to all addresses on fixed ports 44217/44227 unless told otherwise)."""
 
@@ -76,8 +100,11 @@ def ensure_job_auth(env: MutableMapping[str, str] | None = None) -> bool:
     if mode != "token":
         from exgrpo.config import ConfigError
 
-        raise ConfigError(AUTH_MODE_ENV, f"is {mode!r}; the suite runs Ray with token authentication only "
-                                         "(unset it, or set it to 'token')")
+        raise ConfigError(
+            AUTH_MODE_ENV,
+            f"is {mode!r}; the suite runs Ray with token authentication only "
+            "(unset it, or set it to 'token')",
+        )
     env[AUTH_MODE_ENV] = "token"
     made = not env.get(TOKEN_ENV) and not env.get(TOKEN_PATH_ENV)
     if made:
@@ -93,15 +120,20 @@ def require_job_auth(env: Mapping[str, str] | None = None) -> None:
     """Refuse to start a Ray node without token authentication and a token."""
     env = os.environ if env is None else env
     if env.get(AUTH_MODE_ENV) != "token" or not (env.get(TOKEN_ENV) or env.get(TOKEN_PATH_ENV)):
-        raise SystemExit(f"ray_cluster: refusing to start a Ray node without {AUTH_MODE_ENV}=token and a token in "
-                         f"{TOKEN_ENV} (the launch script sets both)")
+        raise SystemExit(
+            f"ray_cluster: refusing to start a Ray node without {AUTH_MODE_ENV}=token and a token in "
+            f"{TOKEN_ENV} (the launch script sets both)"
+        )
 
 
 def secret_values(env: Mapping[str, str] | None = None, min_len: int = 8) -> dict[str, str]:
     """Name -> value of the secret variables set in `env` (SECRET_ENV and names matching SECRET_PATTERN)."""
     env = os.environ if env is None else env
-    return {k: v for k, v in env.items()
-            if (k in SECRET_ENV or SECRET_PATTERN.search(k)) and k != TOKEN_PATH_ENV and len(v) >= min_len}
+    return {
+        k: v
+        for k, v in env.items()
+        if (k in SECRET_ENV or SECRET_PATTERN.search(k)) and k != TOKEN_PATH_ENV and len(v) >= min_len
+    }
 
 
 def port_free(host: str, port: int) -> bool:
@@ -152,15 +184,31 @@ def job_ports(job_id: str | int | None, host: str = "0.0.0.0", node_rank: int = 
     return ports
 
 
-def start_argv(*, head: bool, node_ip: str, ports: Mapping[str, int], num_cpus: int, num_gpus: int,
-               address: str | None = None, dashboard: bool = False, block: bool = True) -> list[str]:
+def start_argv(
+    *,
+    head: bool,
+    node_ip: str,
+    ports: Mapping[str, int],
+    num_cpus: int,
+    num_gpus: int,
+    address: str | None = None,
+    dashboard: bool = False,
+    block: bool = True,
+) -> list[str]:
     """argv of `ray start` for one node: its ports, no dashboard (or 127.0.0.1 only), no usage stats.
 
     The head takes `ports["port"]` as its GCS port; a worker joins `address` (head ip:port)."""
     if not head and not address:
         raise ValueError("a worker node needs the head's address")
-    argv = ["ray", "start", "--head" if head else f"--address={address}", f"--node-ip-address={node_ip}",
-            f"--num-cpus={int(num_cpus)}", f"--num-gpus={int(num_gpus)}", "--disable-usage-stats"]
+    argv = [
+        "ray",
+        "start",
+        "--head" if head else f"--address={address}",
+        f"--node-ip-address={node_ip}",
+        f"--num-cpus={int(num_cpus)}",
+        f"--num-gpus={int(num_gpus)}",
+        "--disable-usage-stats",
+    ]
     head_only = {"port", "ray_client_server_port", "dashboard_port"}
     for name in (*SERVICES, "min_worker_port", "max_worker_port"):
         if name in ENV_PORTS:
@@ -171,7 +219,11 @@ def start_argv(*, head: bool, node_ip: str, ports: Mapping[str, int], num_cpus: 
             continue
         argv.append(f"--{name.replace('_', '-')}={int(ports[name])}")
     if head:
-        argv += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"] if dashboard else ["--include-dashboard=false"]
+        argv += (
+            ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]
+            if dashboard
+            else ["--include-dashboard=false"]
+        )
     if block:
         argv.append("--block")
     return argv
@@ -192,7 +244,9 @@ def _truthy(value: str | None) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m exgrpo.verl_plugin.ray_cluster", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m exgrpo.verl_plugin.ray_cluster", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("token", help="print a fresh token (the script keeps it in a variable, never in a file)")
     port = sub.add_parser("gcs-port", help="print this job's GCS port on this node (run on the head node)")
@@ -201,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     start.add_argument("--head", action="store_true")
     start.add_argument("--port", type=int, default=None, help="head: the GCS port `gcs-port` printed")
     start.add_argument("--address", default=None, help="worker: the head's ip:port")
-    start.add_argument("--node-rank", type=int, default=0, help="worker: its index in the allocation (1, 2, ...)")
+    start.add_argument(
+        "--node-rank", type=int, default=0, help="worker: its index in the allocation (1, 2, ...)"
+    )
     start.add_argument("--node-ip-address", required=True)
     start.add_argument("--num-cpus", type=int, required=True)
     start.add_argument("--num-gpus", type=int, required=True)
@@ -221,9 +277,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.port is None:
             parser.error("--head needs --port (from `gcs-port`)")
         ports["port"] = args.port
-    cmd = start_argv(head=args.head, node_ip=args.node_ip_address, ports=ports, num_cpus=args.num_cpus,
-                     num_gpus=args.num_gpus, address=args.address, dashboard=_truthy(os.environ.get(DASHBOARD_ENV)))
-    print("ray_cluster: " + " ".join(cmd), flush=True)  # ports and flags only: the token is in the environment
+    cmd = start_argv(
+        head=args.head,
+        node_ip=args.node_ip_address,
+        ports=ports,
+        num_cpus=args.num_cpus,
+        num_gpus=args.num_gpus,
+        address=args.address,
+        dashboard=_truthy(os.environ.get(DASHBOARD_ENV)),
+    )
+    print(
+        "ray_cluster: " + " ".join(cmd), flush=True
+    )  # ports and flags only: the token is in the environment
     if args.dry_run:
         return 0
     os.execvp(cmd[0], cmd)
@@ -234,6 +299,21 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["AUTH_MODE_ENV", "DASHBOARD_ENV", "SECRET_ENV", "SERVICES", "TOKEN_ENV", "VLLM_KEY_ENV",
-           "ensure_job_auth", "ensure_job_ports", "job_ports", "job_slot", "new_secret", "os_free_port", "port_free",
-           "require_job_auth", "secret_values", "start_argv"]
+__all__ = [
+    "AUTH_MODE_ENV",
+    "DASHBOARD_ENV",
+    "SECRET_ENV",
+    "SERVICES",
+    "TOKEN_ENV",
+    "VLLM_KEY_ENV",
+    "ensure_job_auth",
+    "ensure_job_ports",
+    "job_ports",
+    "job_slot",
+    "new_secret",
+    "os_free_port",
+    "port_free",
+    "require_job_auth",
+    "secret_values",
+    "start_argv",
+]

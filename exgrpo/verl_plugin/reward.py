@@ -35,8 +35,10 @@ class _GradingQueue:
     def __init__(self, workers: int, **settings: Any):
         self.verifiers = [Verifier(workers=min(workers, 1), **settings) for _ in range(max(workers, 1))]
         self._queue: queue.SimpleQueue[tuple[str, str, str, Future]] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._serve, args=(v,), name=f"exgrpo-grading-{i}", daemon=True)
-                         for i, v in enumerate(self.verifiers)]
+        self._threads = [
+            threading.Thread(target=self._serve, args=(v,), name=f"exgrpo-grading-{i}", daemon=True)
+            for i, v in enumerate(self.verifiers)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -58,20 +60,51 @@ _QUEUES: dict[tuple, _GradingQueue] = {}
 _LOCK = threading.Lock()
 
 
-def _grading_queue(region: str, require_think_close: bool, max_chars: int, timeout_s: float, workers: int,
-                   rule: str = "release") -> _GradingQueue:
+def _grading_queue(
+    region: str,
+    require_think_close: bool,
+    max_chars: int,
+    timeout_s: float,
+    workers: int,
+    rule: str = "release",
+) -> _GradingQueue:
     # the pid: a forked child inherits the dict but not the grading thread
-    key = (os.getpid(), region, bool(require_think_close), int(max_chars), float(timeout_s), int(workers), rule)
+    key = (
+        os.getpid(),
+        region,
+        bool(require_think_close),
+        int(max_chars),
+        float(timeout_s),
+        int(workers),
+        rule,
+    )
     with _LOCK:
         if key not in _QUEUES:
-            _QUEUES[key] = _GradingQueue(int(workers), timeout_s=timeout_s, region=region,
-                                         require_think_close=require_think_close, max_chars=max_chars, rule=rule)
+            _QUEUES[key] = _GradingQueue(
+                int(workers),
+                timeout_s=timeout_s,
+                region=region,
+                require_think_close=require_think_close,
+                max_chars=max_chars,
+                rule=rule,
+            )
         return _QUEUES[key]
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, *,
-                  region: str = "after_think", require_think_close: bool = True, max_chars: int = 4000,
-                  timeout_s: float = 5.0, workers: int = 1, rule: str = "release", **_: Any) -> dict[str, Any]:
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict | None = None,
+    *,
+    region: str = "after_think",
+    require_think_close: bool = True,
+    max_chars: int = 4000,
+    timeout_s: float = 5.0,
+    workers: int = 1,
+    rule: str = "release",
+    **_: Any,
+) -> dict[str, Any]:
     """Reward of one response: {"score": 1.0 | 0.0, "acc": same, "timeout": 0/1, "no_think_close": 0/1}.
 
     Extra keys are numeric because verl averages them in its validation metrics. `extra_info["kind"]`
@@ -79,9 +112,14 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     """
     kind = str((extra_info or {}).get("kind", "math"))
     result = _grading_queue(region, require_think_close, max_chars, timeout_s, workers, rule).grade(
-        solution_str, str(ground_truth), kind)
-    return {"score": float(result.score), "acc": float(result.score),
-            "timeout": float(result.status == "timeout"), "no_think_close": float(result.status == "no_think_close")}
+        solution_str, str(ground_truth), kind
+    )
+    return {
+        "score": float(result.score),
+        "acc": float(result.score),
+        "timeout": float(result.status == "timeout"),
+        "no_think_close": float(result.status == "no_think_close"),
+    }
 
 
 __all__ = ["compute_score"]

@@ -37,10 +37,14 @@ VERL_KEYS = frozenset(key for name in names() for key in spec(name)["verl"])
 
 def verl_row(row: Mapping[str, Any], index: int) -> dict[str, Any]:
     """One tiny-task row (exgrpo.tiny.splits) in verl's RL dataset format."""
-    return {"data_source": DATA_SOURCE, "prompt": list(row["prompt"]), "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(row["answer"])},
-            "extra_info": {"index": index, "kind": str(row["kind"]), "difficulty": int(row["difficulty"])},
-            "qid": str(row["qid"])}
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": list(row["prompt"]),
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": str(row["answer"])},
+        "extra_info": {"index": index, "kind": str(row["kind"]), "difficulty": int(row["difficulty"])},
+        "qid": str(row["qid"]),
+    }
 
 
 def write_verl_data(data_dir: str | Path, out_dir: str | Path) -> dict[str, Path]:
@@ -81,8 +85,11 @@ def trainer_overrides(trainer: Mapping[str, Any], max_prompt_length: int) -> dic
     default = TrainerSettings()
     for key, why in REFUSED_ON_VERL.items():
         if getattr(settings, key) != getattr(default, key):
-            raise ConfigError(f"trainer.{key}", f"{getattr(settings, key)!r}: not supported by the verl route "
-                                                f"({why}); train this run with the CPU trainer")
+            raise ConfigError(
+                f"trainer.{key}",
+                f"{getattr(settings, key)!r}: not supported by the verl route "
+                f"({why}); train this run with the CPU trainer",
+            )
     batch, minis = settings.batch_size, settings.mini_batches
     if batch % minis:
         raise ConfigError("trainer.mini_batches", f"batch_size {batch} is not a multiple of {minis}")

@@ -71,7 +71,15 @@ logger = logging.getLogger(__name__)
 
 SCORE_PARTITION = "exgrpo_score"
 """TransferQueue partition for the candidate-scoring forward pass (cleared after each use)."""
-STEP_FIELDS = ["prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy", vb.EXGRPO_QID]
+STEP_FIELDS = [
+    "prompts",
+    "responses",
+    "response_mask",
+    "rm_scores",
+    "old_log_probs",
+    "entropy",
+    vb.EXGRPO_QID,
+]
 
 
 @register_trainer("exgrpo")
@@ -90,7 +98,9 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.exgrpo_cfg = check_verl_config(config)
         self.exgrpo_seed = int(config.exgrpo.seed)
         self.manager = ExperienceManager(self.exgrpo_cfg, seed=self.exgrpo_seed)
-        self.norm_const = resolve_norm_const(self.exgrpo_cfg.loss_norm_const, int(config.data.max_response_length))
+        self.norm_const = resolve_norm_const(
+            self.exgrpo_cfg.loss_norm_const, int(config.data.max_response_length)
+        )
         self.select_generator = torch.Generator().manual_seed(self.exgrpo_seed + 2)  # as CPUTrainer
         self.failure_budget = FailureBudget.from_config(config.exgrpo.get("failure_budget", None))
         self.prompt_cache: dict[str, np.ndarray] = {}
@@ -110,11 +120,16 @@ class ExGRPOTrainer(PPOTrainerSync):
         qids = vb.dataset_qids(self.train_dataset.dataframe)
         self.qid_pos = vb.qid_positions(qids)
         self.data_order = DataOrder(qids, self.exgrpo_seed)
-        print(f"[exgrpo] {len(qids)} training questions; replay active: {self.manager.replay_active}", flush=True)
+        print(
+            f"[exgrpo] {len(qids)} training questions; replay active: {self.manager.replay_active}",
+            flush=True,
+        )
 
     def _take_fresh(self, n: int) -> list[dict[str, Any]]:
         batch_size = int(self.config.data.train_batch_size)
-        qids, _ = self.data_order.take(n, prune=lambda active: self.manager.prune_training_data(active, batch_size))
+        qids, _ = self.data_order.take(
+            n, prune=lambda active: self.manager.prune_training_data(active, batch_size)
+        )
         return [self.train_dataset[self.qid_pos[q]] for q in qids]
 
     def _rows_to_batch(self, rows: list[dict[str, Any]]) -> TensorDict:
@@ -142,51 +157,78 @@ class ExGRPOTrainer(PPOTrainerSync):
         self._plan, self._chosen = [], []
         if chosen:
             keys, fields = vb.replay_payload(list(self._replay_by_uid), chosen)
-            tq.kv_batch_put(keys=keys, partition_id=vb.REPLAY_PARTITION, fields=tu.list_of_dict_to_tensordict(fields))
+            tq.kv_batch_put(
+                keys=keys, partition_id=vb.REPLAY_PARTITION, fields=tu.list_of_dict_to_tensordict(fields)
+            )
         self._submit_batch_to_rollout(self._rows_to_batch(rows))
         fault_point("rollout", self.global_steps)
         age = [self.global_steps - t.step for t in chosen]
-        self._prep_metrics = {"exgrpo/replay_questions": float(len(plan)), "exgrpo/fresh_questions": float(n_fresh),
-                                "exgrpo/replay_age_mean": float(np.mean(age)) if age else 0.0,
-                                "exgrpo/data_epoch": float(self.data_order.epoch),
-                                "exgrpo/training_questions": float(len(self.data_order.active))}
+        self._prep_metrics = {
+            "exgrpo/replay_questions": float(len(plan)),
+            "exgrpo/fresh_questions": float(n_fresh),
+            "exgrpo/replay_age_mean": float(np.mean(age)) if age else 0.0,
+            "exgrpo/data_epoch": float(self.data_order.epoch),
+            "exgrpo/training_questions": float(len(self.data_order.active)),
+        }
         return {}
 
     # ------------------------------------------------------------------ advantages, records, loss
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Core groups, mixed-group advantages (no std by default, paper §3.1), difficulty mask, is_replay, π_past."""
         cfg = self.exgrpo_cfg
-        if self._replay_by_uid:  # every session of the step has finished: the stored trajectories are delivered
+        if (
+            self._replay_by_uid
+        ):  # every session of the step has finished: the stored trajectories are delivered
             tq.kv_clear(keys=list(self._replay_by_uid), partition_id=vb.REPLAY_PARTITION)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=STEP_FIELDS)
         for key in ("prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy"):
             data[key] = _nested(data[key])
         response_mask = data["response_mask"]
         rewards = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
-        rows, uids = vb.step_rows(batch.keys, batch.tags, _as_list(data[vb.EXGRPO_QID]), rewards,
-                                  self._replay_by_uid, cfg.n_rollouts, submitted=self._submitted)
+        rows, uids = vb.step_rows(
+            batch.keys,
+            batch.tags,
+            _as_list(data[vb.EXGRPO_QID]),
+            rewards,
+            self._replay_by_uid,
+            cfg.n_rollouts,
+            submitted=self._submitted,
+        )
         adv, sample_mask = core_step.advantages_and_mask(rows, cfg)
         lens = response_mask.offsets().diff().tolist()
-        behav = vb.behaviour_log_probs(rows, uids, lens, {u: t.logprobs for u, t in self._replay_by_uid.items()})
+        behav = vb.behaviour_log_probs(
+            rows, uids, lens, {u: t.logprobs for u, t in self._replay_by_uid.items()}
+        )
         padded_mask = response_mask.to_padded_tensor(0).float()
         token_adv = response_to_nested(adv[:, None] * padded_mask, response_mask)
-        out = TensorDict({
-            "advantages": token_adv, "returns": token_adv.clone(),
-            vb.IS_REPLAY_FIELD: rows.is_replay.float(), vb.SAMPLE_MASK_FIELD: sample_mask.float(),
-            vb.BEHAV_FIELD: torch.nested.as_nested_tensor(behav, layout=torch.jagged),
-        }, batch_size=len(batch.keys))
+        out = TensorDict(
+            {
+                "advantages": token_adv,
+                "returns": token_adv.clone(),
+                vb.IS_REPLAY_FIELD: rows.is_replay.float(),
+                vb.SAMPLE_MASK_FIELD: sample_mask.float(),
+                vb.BEHAV_FIELD: torch.nested.as_nested_tensor(behav, layout=torch.jagged),
+            },
+            batch_size=len(batch.keys),
+        )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
         self._record_groups(rows, data)
         self._step_pass1 = core_step.batch_pass1(rows)
         present = {u for u, real in zip(uids, rows.real.tolist()) if real}
         metrics.update(self._check_failures(int(rows.real.sum())))
-        metrics.update({"exgrpo/replay_rows": float(rows.is_replay.sum()),
-                        "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
-                        if bool(rows.is_replay.any()) else 0.0,
-                        "exgrpo/pass1": float(self._step_pass1), "exgrpo/sample_frac": float(sample_mask.float().mean()),
-                        "exgrpo/failed_prompts": float(sum(u not in present for u in self._submitted)),
-                        **vb.group_stats(rows, sample_mask, cfg),
-                        **_fresh_response_stats(rows, data["entropy"], response_mask)})
+        metrics.update(
+            {
+                "exgrpo/replay_rows": float(rows.is_replay.sum()),
+                "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
+                if bool(rows.is_replay.any())
+                else 0.0,
+                "exgrpo/pass1": float(self._step_pass1),
+                "exgrpo/sample_frac": float(sample_mask.float().mean()),
+                "exgrpo/failed_prompts": float(sum(u not in present for u in self._submitted)),
+                **vb.group_stats(rows, sample_mask, cfg),
+                **_fresh_response_stats(rows, data["entropy"], response_mask),
+            }
+        )
         return batch
 
     def _check_failures(self, real_rows: int) -> dict[str, float]:
@@ -202,9 +244,12 @@ class ExGRPOTrainer(PPOTrainerSync):
         return self.failure_budget.check(self.global_steps, max(0, total - real_rows), total, errors)
 
     def _record_groups(self, rows: core_step.StepRows, data: TensorDict) -> None:
-        ids, old, ent, prompts = (list(data[k].unbind()) for k in ("responses", "old_log_probs", "entropy", "prompts"))
-        records = core_step.record_groups(self.manager, rows, vb.row_trajectory(ids, old, ent, self.global_steps),
-                                          self.global_steps)
+        ids, old, ent, prompts = (
+            list(data[k].unbind()) for k in ("responses", "old_log_probs", "entropy", "prompts")
+        )
+        records = core_step.record_groups(
+            self.manager, rows, vb.row_trajectory(ids, old, ent, self.global_steps), self.global_steps
+        )
         for rec in records:
             if (rec.rewards == 1.0).any() and rec.qid not in self.prompt_cache:
                 # a real row: verl's synthetic padding rows copy a real row's qid but have a dummy prompt
@@ -229,8 +274,9 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.prompt_cache = {q: v for q, v in self.prompt_cache.items() if q in self.manager.buffer}
         return batch
 
-    def _compute_metrics(self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int,
-                         epoch: int) -> None:
+    def _compute_metrics(
+        self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
+    ) -> None:
         """verl's step metrics, then every key renamed to the results contract's (`exgrpo.metrics.live_names`):
         the last hook before verl's trackers log the step, so they show the CPU trainer's names live."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
@@ -258,8 +304,10 @@ class ExGRPOTrainer(PPOTrainerSync):
         scores = self._score_current_policy(plan, cands) if plan and core_step.scoring_needed(cfg) else None
         picked = core_step.choose_replayed(cfg, plan, cands, self.select_generator, scores)
         self._plan, self._chosen = plan, [cands[q][i] for q, i in zip(plan, picked)]
-        self._selection_metrics = {"exgrpo/selection_seconds": time.perf_counter() - t0,
-                                   "exgrpo/selection_candidates": float(sum(len(c) for c in cands.values()))}
+        self._selection_metrics = {
+            "exgrpo/selection_seconds": time.perf_counter() - t0,
+            "exgrpo/selection_candidates": float(sum(len(c) for c in cands.values())),
+        }
 
     def _score_current_policy(self, plan: list[str], cands: dict[str, list[Trajectory]]) -> torch.Tensor:
         """[N] current-policy scores of all candidates of the plan (`core.step.flat_candidates` order), from one
@@ -271,25 +319,49 @@ class ExGRPOTrainer(PPOTrainerSync):
         rows = vb.scoring_rows([self.prompt_cache[q] for q, _ in flat], [c.token_ids for _, c in flat])
         uid = vb.new_uid()
         keys = [f"{uid}_{i}_0" for i in range(len(rows))]
-        tags = [{"status": "success", "prompt_len": int(r["prompts"].numel()),
-                 "response_len": int(r["responses"].numel()), "seq_len": int(r["input_ids"].numel())} for r in rows]
-        tq.kv_batch_put(keys=keys, partition_id=SCORE_PARTITION, fields=tu.list_of_dict_to_tensordict(rows), tags=tags)
+        tags = [
+            {
+                "status": "success",
+                "prompt_len": int(r["prompts"].numel()),
+                "response_len": int(r["responses"].numel()),
+                "seq_len": int(r["input_ids"].numel()),
+            }
+            for r in rows
+        ]
+        tq.kv_batch_put(
+            keys=keys, partition_id=SCORE_PARTITION, fields=tu.list_of_dict_to_tensordict(rows), tags=tags
+        )
         # dispatch splits the batch evenly over the actor's data-parallel ranks; their number divides the worker
         # group's (public) world size, so a multiple of it always splits
-        meta = upsample_batch_to_divisible_size(KVBatchMeta(partition_id=SCORE_PARTITION, keys=keys, tags=tags),
-                                                int(self.actor_rollout_wg.world_size), self.tokenizer.eos_token_id)
-        meta.extra_info.update({"calculate_entropy": True, "compute_loss": False,
-                                "temperature": self.config.actor_rollout_ref.rollout.temperature})
+        meta = upsample_batch_to_divisible_size(
+            KVBatchMeta(partition_id=SCORE_PARTITION, keys=keys, tags=tags),
+            int(self.actor_rollout_wg.world_size),
+            self.tokenizer.eos_token_id,
+        )
+        meta.extra_info.update(
+            {
+                "calculate_entropy": True,
+                "compute_loss": False,
+                "temperature": self.config.actor_rollout_ref.rollout.temperature,
+            }
+        )
         try:
             self.actor_rollout_wg.compute_log_prob(meta)
-            data = tq.kv_batch_get(keys=keys, partition_id=SCORE_PARTITION,
-                                   select_fields=["log_probs", "entropy", "response_mask"])
+            data = tq.kv_batch_get(
+                keys=keys,
+                partition_id=SCORE_PARTITION,
+                select_fields=["log_probs", "entropy", "response_mask"],
+            )
         finally:
             tq.kv_clear(keys=meta.keys, partition_id=SCORE_PARTITION)
         mask = _nested(data["response_mask"])
         logp = response_from_nested(_nested(data["log_probs"]), mask).unbind()
         ent = response_from_nested(_nested(data["entropy"]), mask).unbind()
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        pad = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.tokenizer.eos_token_id
+        )
         return vb.score_candidates(self.exgrpo_cfg, [c for _, c in flat], list(logp), list(ent), int(pad))
 
     # ------------------------------------------------------------------ checkpoints
@@ -307,17 +379,29 @@ class ExGRPOTrainer(PPOTrainerSync):
         staged = ckpt.step_dir(staging_root, self.global_steps)
         if staged.exists():  # left by a job killed while writing it
             shutil.rmtree(staged)
-        ckpt.save_plugin_state(staged, step=self.global_steps, cfg=self.exgrpo_cfg, manager=self.manager,
-                          data_order=self.data_order.state_dict(), prompt_cache=self.prompt_cache,
-                          select_rng_state=self.select_generator.get_state())
+        ckpt.save_plugin_state(
+            staged,
+            step=self.global_steps,
+            cfg=self.exgrpo_cfg,
+            manager=self.manager,
+            data_order=self.data_order.state_dict(),
+            prompt_cache=self.prompt_cache,
+            select_rng_state=self.select_generator.get_state(),
+        )
         keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
         # verl's workers would delete old checkpoints BEFORE writing the new one; here nothing is deleted until
         # the new one is in place
-        with ckpt.trainer_settings(self.config, default_local_dir=str(staging_root), max_actor_ckpt_to_keep=None,
-                                   remove_previous_ckpt_in_save=False):
+        with ckpt.trainer_settings(
+            self.config,
+            default_local_dir=str(staging_root),
+            max_actor_ckpt_to_keep=None,
+            remove_previous_ckpt_in_save=False,
+        ):
             super()._save_checkpoint()
         fault_point("checkpoint", self.global_steps)
-        (staging_root / ckpt.TRACKER).unlink(missing_ok=True)  # verl's tracker of the staging folder means nothing
+        (staging_root / ckpt.TRACKER).unlink(
+            missing_ok=True
+        )  # verl's tracker of the staging folder means nothing
         write_manifest(staged)
         publish_dir(staged, ckpt.step_dir(root, self.global_steps))
         with atomic_open(root / ckpt.TRACKER, "w") as fh:
@@ -335,12 +419,19 @@ class ExGRPOTrainer(PPOTrainerSync):
                 print(message, flush=True)
                 logger.warning(message)
             if chosen is None and skipped:
-                raise RuntimeError(f"no checkpoint under {self._checkpoint_root()} passes its checks (see above); "
-                                   "move them away to start this run from scratch")
+                raise RuntimeError(
+                    f"no checkpoint under {self._checkpoint_root()} passes its checks (see above); "
+                    "move them away to start this run from scratch"
+                )
             if chosen is not None:
-                print(f"[exgrpo] resuming from {chosen}" + (f" (skipped {len(skipped)} newer)" if skipped else ""),
-                      flush=True)
-                with ckpt.trainer_settings(self.config, resume_mode="resume_path", resume_from_path=str(chosen)):
+                print(
+                    f"[exgrpo] resuming from {chosen}"
+                    + (f" (skipped {len(skipped)} newer)" if skipped else ""),
+                    flush=True,
+                )
+                with ckpt.trainer_settings(
+                    self.config, resume_mode="resume_path", resume_from_path=str(chosen)
+                ):
                     super()._load_checkpoint()
             else:
                 with ckpt.trainer_settings(self.config, resume_mode="disable"):
@@ -356,21 +447,34 @@ class ExGRPOTrainer(PPOTrainerSync):
             folder = ckpt.step_dir(self._checkpoint_root(), self.global_steps)
         state = ckpt.load_plugin_state(folder, self.exgrpo_cfg)
         if state.step != self.global_steps:
-            raise ValueError(f"{folder}: plug-in state is for step {state.step}, verl resumes at {self.global_steps}")
+            raise ValueError(
+                f"{folder}: plug-in state is for step {state.step}, verl resumes at {self.global_steps}"
+            )
         self.manager = state.manager
         self.data_order = DataOrder.from_state(state.data_order)
         self.prompt_cache = state.prompt_cache
         self.select_generator.set_state(state.select_rng_state)
-        logger.info("ExGRPO state restored from %s: %d buffered questions, replay active=%s", folder,
-                    len(self.manager.buffer), self.manager.replay_active)
+        logger.info(
+            "ExGRPO state restored from %s: %d buffered questions, replay active=%s",
+            folder,
+            len(self.manager.buffer),
+            self.manager.replay_active,
+        )
         if (dump := debug_dir()) is not None:  # tests: write back what was restored (cpu/debug.py)
-            ckpt.save_plugin_state(dump / f"resumed_step_{self.global_steps}", step=self.global_steps,
-                                   cfg=self.exgrpo_cfg, manager=self.manager, data_order=self.data_order.state_dict(),
-                                   prompt_cache=self.prompt_cache, select_rng_state=self.select_generator.get_state())
+            ckpt.save_plugin_state(
+                dump / f"resumed_step_{self.global_steps}",
+                step=self.global_steps,
+                cfg=self.exgrpo_cfg,
+                manager=self.manager,
+                data_order=self.data_order.state_dict(),
+                prompt_cache=self.prompt_cache,
+                select_rng_state=self.select_generator.get_state(),
+            )
 
 
-def _fresh_response_stats(rows: core_step.StepRows, entropy: torch.Tensor,
-                          response_mask: torch.Tensor) -> dict[str, float]:
+def _fresh_response_stats(
+    rows: core_step.StepRows, entropy: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
     """Token-mean entropy and mean length of the FRESH responses (replayed and padding rows left out), the
     CPU trainer's `entropy` and `response_length` (exgrpo.metrics). Args: nested [B, response] entropy (the
     old-policy recomputation) and response mask."""
@@ -378,13 +482,19 @@ def _fresh_response_stats(rows: core_step.StepRows, entropy: torch.Tensor,
     ent, mask = entropy.unbind(), response_mask.unbind()
     tokens = sum(int(mask[i].sum()) for i in fresh)
     total = sum(float((ent[i].double() * mask[i]).sum()) for i in fresh)
-    return {M.ENTROPY.verl_key: total / tokens if tokens else 0.0,
-            M.RESPONSE_LENGTH.verl_key: tokens / len(fresh) if fresh else 0.0}
+    return {
+        M.ENTROPY.verl_key: total / tokens if tokens else 0.0,
+        M.RESPONSE_LENGTH.verl_key: tokens / len(fresh) if fresh else 0.0,
+    }
 
 
 def _nested(values: torch.Tensor) -> torch.Tensor:
     """A per-row field as a jagged nested tensor (the TransferQueue returns equal-length rows stacked)."""
-    return values if values.is_nested else torch.nested.as_nested_tensor(list(values.unbind()), layout=torch.jagged)
+    return (
+        values
+        if values.is_nested
+        else torch.nested.as_nested_tensor(list(values.unbind()), layout=torch.jagged)
+    )
 
 
 def _as_list(values: Any) -> list:

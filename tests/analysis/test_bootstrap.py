@@ -13,9 +13,20 @@ def _samples(scores: np.ndarray, bench: str = "b", seeds: list[int] | None = Non
     """scores [S, P, K] -> per-sample records."""
     n_seeds, n_problems, k = scores.shape
     seeds = seeds or list(range(n_seeds))
-    return pd.DataFrame([{"benchmark": bench, "seed": seeds[s], "problem_id": f"p{p:03d}", "sample_index": j,
-                          "score": float(scores[s, p, j])}
-                         for s in range(n_seeds) for p in range(n_problems) for j in range(k)])
+    return pd.DataFrame(
+        [
+            {
+                "benchmark": bench,
+                "seed": seeds[s],
+                "problem_id": f"p{p:03d}",
+                "sample_index": j,
+                "score": float(scores[s, p, j]),
+            }
+            for s in range(n_seeds)
+            for p in range(n_problems)
+            for j in range(k)
+        ]
+    )
 
 
 def test_point_estimate_is_mean_of_problem_means():
@@ -88,11 +99,15 @@ def test_seed_bootstrap_single_and_several():
 
 
 def test_ledger_sums_and_gpu_hours():
-    bench = pd.DataFrame({"rule": ["train", "train", "eval", "analysis"],
-                          "job": ["qwen2.5-math-7b/exgrpo/s0", "tiny-math/exgrpo/s0", "qwen2.5-math-1.5b/base/s0",
-                                  "paper"],
-                          "s": [7200.0, 1800.0, 3600.0, 36.0], "cpu_time": [100.0, 1800.0, 50.0, 30.0],
-                          "max_rss": [1000.0, 200.0, 300.0, 50.0]})
+    bench = pd.DataFrame(
+        {
+            "rule": ["train", "train", "eval", "analysis"],
+            "job": ["qwen2.5-math-7b/exgrpo/s0", "tiny-math/exgrpo/s0", "qwen2.5-math-1.5b/base/s0", "paper"],
+            "s": [7200.0, 1800.0, 3600.0, 36.0],
+            "cpu_time": [100.0, 1800.0, 50.0, 30.0],
+            "max_rss": [1000.0, 200.0, 300.0, 50.0],
+        }
+    )
     registry = loader.load_backbones()
     jobs = ledger.jobs(bench, registry)
     # each stage's own size (config/backbones.yaml): training on 8 GPUs, the 1.5B's eval on its one-GPU vLLM

@@ -47,8 +47,12 @@ def test_extension_command_writes_only_its_tables(tmp_path):
     results = _tree(tmp_path)
     tables = results / "tiny" / "tables"
     assert main(["extension", "--results", str(results), "--source", "tiny", "-q"]) == 0
-    assert sorted(p.name for p in tables.iterdir()) == ["table2_continuous.md", "table2_continuous.tex",
-                                                        "table6_plugins.md", "table6_plugins.tex"]
+    assert sorted(p.name for p in tables.iterdir()) == [
+        "table2_continuous.md",
+        "table2_continuous.tex",
+        "table6_plugins.md",
+        "table6_plugins.tex",
+    ]
 
 
 def test_without_the_arms_there_is_no_table(tmp_path):

@@ -17,8 +17,14 @@ def published() -> loader.Results:
     return loader.load(RESULTS, "paper")
 
 
-def cell(res: loader.Results, table: str, variant: str, benchmark: str, split: str | None = None,
-         backbone: str | None = None) -> float:
+def cell(
+    res: loader.Results,
+    table: str,
+    variant: str,
+    benchmark: str,
+    split: str | None = None,
+    backbone: str | None = None,
+) -> float:
     s = res.scores
     hit = s[(s["table"] == table) & (s["variant"] == variant) & (s["benchmark"] == benchmark)]
     if split:
@@ -99,8 +105,12 @@ HAND_AVERAGES = [
 @pytest.mark.parametrize(("table", "variant", "backbone", "split", "expected"), HAND_AVERAGES)
 def test_recomputed_averages(published, table, variant, backbone, split, expected):
     avg = paper.averages(published.scores)
-    hit = avg[(avg["table"] == table) & (avg["variant"] == variant) & (avg["backbone"] == backbone)
-              & (avg["split"] == split)]
+    hit = avg[
+        (avg["table"] == table)
+        & (avg["variant"] == variant)
+        & (avg["backbone"] == backbone)
+        & (avg["split"] == split)
+    ]
     assert hit["recomputed"].iloc[0] == pytest.approx(expected, abs=1e-9)
 
 
@@ -116,8 +126,12 @@ def test_gpg_zero_flag_is_rendered(published):
 
 def test_table1_vs_table3_exgrpo_average_is_rounding_not_a_flag(published):
     avg = paper.averages(published.scores)
-    ex = avg[(avg["variant"] == "exgrpo") & (avg["split"] == "id") & (avg["backbone"] == "qwen2.5-math-7b")
-             & avg["table"].isin(["T1", "T3"])].set_index("table")
+    ex = avg[
+        (avg["variant"] == "exgrpo")
+        & (avg["split"] == "id")
+        & (avg["backbone"] == "qwen2.5-math-7b")
+        & avg["table"].isin(["T1", "T3"])
+    ].set_index("table")
     assert ex.loc["T1", "printed"] == 48.3 and ex.loc["T3", "printed"] == 48.4
     assert ex.loc["T1", "recomputed"] == ex.loc["T3", "recomputed"] == pytest.approx(48.35)
     assert ex["consistent"].tolist() == [True, True]
@@ -126,15 +140,25 @@ def test_table1_vs_table3_exgrpo_average_is_rounding_not_a_flag(published):
 def test_headline_gain_over_on_policy(published):
     frame, summary = paper.headline(published.scores)
     assert summary["n_settings"] == 6
-    assert set(frame["backbone"]) == {"qwen2.5-math-7b", "luffy-qwen-math-7b", "qwen2.5-math-1.5b",
-                                      "qwen2.5-7b-instruct", "llama3.1-8b", "llama3.1-8b-instruct"}
+    assert set(frame["backbone"]) == {
+        "qwen2.5-math-7b",
+        "luffy-qwen-math-7b",
+        "qwen2.5-math-1.5b",
+        "qwen2.5-7b-instruct",
+        "llama3.1-8b",
+        "llama3.1-8b-instruct",
+    }
     # From the printed averages: 3.48 / 7.60.
     assert round(summary["id_printed"], 2) == 3.48 and round(summary["ood_printed"], 2) == 7.60
     # From averages recomputed from cells: 20.7/6 and 45.5333/6 (hand sums of per-setting gains).
     assert summary["id"] == pytest.approx(20.7 / 6) and summary["ood"] == pytest.approx(136.6 / 18)
     # Both are the paper's "+3.5 / +7.6".
-    for value, headline in ((summary["id"], 3.5), (summary["id_printed"], 3.5), (summary["ood"], 7.6),
-                            (summary["ood_printed"], 7.6)):
+    for value, headline in (
+        (summary["id"], 3.5),
+        (summary["id_printed"], 3.5),
+        (summary["ood"], 7.6),
+        (summary["ood_printed"], 7.6),
+    ):
         assert round(value, 1) == headline
 
 

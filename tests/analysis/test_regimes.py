@@ -17,8 +17,13 @@ from tests.analysis.conftest import REGIME_STEPS, build_tree, write_regime
 def regime_tree(tmp_path: Path) -> Path:
     results = tmp_path / "results"
     source = build_tree(results)  # holds the fresh_anchored regime
-    write_regime(source, "long_horizon", {"exgrpo": (0.30, 16, 8), "on_policy": (0.70, 16, 0)},
-            [("exgrpo", "on_policy")], 8)
+    write_regime(
+        source,
+        "long_horizon",
+        {"exgrpo": (0.30, 16, 8), "on_policy": (0.70, 16, 0)},
+        [("exgrpo", "on_policy")],
+        8,
+    )
     return results
 
 
@@ -29,19 +34,27 @@ def test_verdicts_follow_the_preregistered_rule(regime_tree: Path):
     assert got[("fresh_anchored", "on_policy-b24", "id")] == "helps"
     assert got[("long_horizon", "on_policy", "id")] == "hurts"
     # equal success probabilities and identical per-problem difficulties: the interval covers 0
-    same = frame[(frame.regime == "fresh_anchored") & (frame.control == "on_policy") & (frame.split == "id")].iloc[0]
+    same = frame[
+        (frame.regime == "fresh_anchored") & (frame.control == "on_policy") & (frame.split == "id")
+    ].iloc[0]
     assert same.lo <= 0.0 <= same.hi and same.verdict == "inconclusive"
     for r in frame.itertuples():
         assert r.lo <= r.diff <= r.hi and r.seeds == "0,1,2"
         assert (r.verdict == "helps") == (r.lo > 0) and (r.verdict == "hurts") == (r.hi < 0)
     primary = frame[frame.primary]
-    assert set(zip(primary.regime, primary.control)) == {("fresh_anchored", "on_policy-b24"), ("long_horizon", "on_policy")}
+    assert set(zip(primary.regime, primary.control)) == {
+        ("fresh_anchored", "on_policy-b24"),
+        ("long_horizon", "on_policy"),
+    }
 
 
 def test_per_run_totals_count_fresh_questions_and_generated_tokens(regime_tree: Path):
     frame = regimes.rows(load(regime_tree, "tiny").regimes)
     row = frame[(frame.regime == "fresh_anchored") & (frame.control == "on_policy-b24")].iloc[0]
-    assert row.fresh_questions == (8 * REGIME_STEPS, 24 * REGIME_STEPS)  # 16 groups, 8 of them replayed / 24 fresh groups
+    assert row.fresh_questions == (
+        8 * REGIME_STEPS,
+        24 * REGIME_STEPS,
+    )  # 16 groups, 8 of them replayed / 24 fresh groups
     assert row.rollout_tokens == ((8 * 16 - 8) * 20.0 * REGIME_STEPS, 8 * 24 * 20.0 * REGIME_STEPS)
 
 
@@ -51,15 +64,21 @@ def test_the_table_and_forest_plot_are_rendered(regime_tree: Path):
     text = (source / "tables" / "regimes.md").read_text(encoding="utf-8")
     assert "exgrpo-anchored − on_policy-b24 (primary)" in text and "helps" in text and "hurts" in text
     assert (source / "tables" / "regimes.tex").exists()
-    assert "figures/regimes_forest.png" in rendering.figures or (source / "figures" / "regimes_forest.png").exists()
+    assert (
+        "figures/regimes_forest.png" in rendering.figures
+        or (source / "figures" / "regimes_forest.png").exists()
+    )
 
 
-@pytest.mark.parametrize(("edit", "field"), [
-    (lambda s: s.update(name="other"), "name"),
-    (lambda s: s["arms"].update({"nonsense-x": {}}), "arms.nonsense-x"),
-    (lambda s: s.update(comparisons=[{"treatment": "exgrpo", "control": "missing"}]), "comparisons[0]"),
-    (lambda s: s.pop("backbone"), "backbone"),
-])
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda s: s.update(name="other"), "name"),
+        (lambda s: s["arms"].update({"nonsense-x": {}}), "arms.nonsense-x"),
+        (lambda s: s.update(comparisons=[{"treatment": "exgrpo", "control": "missing"}]), "comparisons[0]"),
+        (lambda s: s.pop("backbone"), "backbone"),
+    ],
+)
 def test_a_bad_regime_spec_is_named(regime_tree: Path, edit, field):
     path = regime_tree / "tiny" / "regimes" / "long_horizon" / regimes.REGIME_FILE
     spec = json.loads(path.read_text(encoding="utf-8"))
@@ -81,13 +100,21 @@ def test_reused_arms_are_read_from_the_source_tree(regime_tree: Path):
     # an arm that is a run of the base study (exgrpo.regimes) has no folder of its own: regime.json says `../..`
     root = regime_tree / "tiny" / "regimes" / "default"
     root.mkdir(parents=True)
-    spec = {"name": "default", "title": "default", "backbone": "tiny-math", "tests": "the reference",
-            "arms": {"exgrpo": {}, "on_policy": {}}, "comparisons": [{"treatment": "exgrpo", "control": "on_policy"}],
-            "reused": {"exgrpo": "../..", "on_policy": "../.."}}
+    spec = {
+        "name": "default",
+        "title": "default",
+        "backbone": "tiny-math",
+        "tests": "the reference",
+        "arms": {"exgrpo": {}, "on_policy": {}},
+        "comparisons": [{"treatment": "exgrpo", "control": "on_policy"}],
+        "reused": {"exgrpo": "../..", "on_policy": "../.."},
+    }
     (root / "regime.json").write_text(json.dumps(spec), encoding="utf-8")
     results = load(regime_tree, "tiny")
     (regime,) = [r for r in results.regimes if r.spec["name"] == "default"]
-    base = results.samples[(results.samples.backbone == "tiny-math") & results.samples.variant.isin(["exgrpo", "on_policy"])]
+    base = results.samples[
+        (results.samples.backbone == "tiny-math") & results.samples.variant.isin(["exgrpo", "on_policy"])
+    ]
     assert len(regime.samples) == len(base) > 0
     frame = regimes.rows([regime])
     assert set(frame.split) == {"id", "ood"} and (frame.treatment == "exgrpo").all()
@@ -100,7 +127,8 @@ def test_reused_arms_are_read_from_the_source_tree(regime_tree: Path):
 
 def test_deviations_are_listed_under_the_table(regime_tree: Path):
     (regime_tree / "tiny" / "regimes" / "deviations.json").write_text(
-        json.dumps({"deviations": ["R4 long_horizon was not run (compute budget)."]}), encoding="utf-8")
+        json.dumps({"deviations": ["R4 long_horizon was not run (compute budget)."]}), encoding="utf-8"
+    )
     render(regime_tree, "tiny")
     text = (regime_tree / "tiny" / "tables" / "regimes.md").read_text(encoding="utf-8")
     assert "Deviation from the protocol: R4 long_horizon was not run (compute budget)." in text

@@ -13,9 +13,21 @@ from analysis.__main__ import main
 from analysis.tables import Table, write
 
 HAVE_CODE_RULES = importlib.util.find_spec("exgrpo.prelim.code_rules") is not None
-EXPECTED_TABLES = {"table1_main", "table4_hparams", "table5_backbones", "table6_ablations", "table8_overhead",
-                   "table9_masked", "table10_questions", "table12_code", "comparisons", "reproduced_vs_published",
-                   "regimes", "ledger_rules", "ledger_jobs"}
+EXPECTED_TABLES = {
+    "table1_main",
+    "table4_hparams",
+    "table5_backbones",
+    "table6_ablations",
+    "table8_overhead",
+    "table9_masked",
+    "table10_questions",
+    "table12_code",
+    "comparisons",
+    "reproduced_vs_published",
+    "regimes",
+    "ledger_rules",
+    "ledger_jobs",
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +61,11 @@ def test_reproduced_numbers_carry_intervals_and_comparisons_say_if_zero_is_exclu
     t1 = (results / "tiny" / "tables" / "table1_main.md").read_text()
     assert "±" in t1 and "| Seeds" in t1
     comp = (results / "tiny" / "tables" / "comparisons.md").read_text()
-    line = next(row for row in comp.splitlines() if "Tiny-Math (Qwen2, d96L3)" in row and "| ExGRPO" in row
-                and "On-Policy" in row and "| ID" in row)
+    line = next(
+        row
+        for row in comp.splitlines()
+        if "Tiny-Math (Qwen2, d96L3)" in row and "| ExGRPO" in row and "On-Policy" in row and "| ID" in row
+    )
     assert "| yes" in line  # synthetic ExGRPO succeeds at 0.75 vs 0.45: the paired interval excludes 0
     vs = (results / "tiny" / "tables" / "reproduced_vs_published.md").read_text()
     assert "qwen2.5-math-7b" in vs and "llama3.1-8b" in vs and "gain vs On-Policy" in vs
@@ -77,19 +92,39 @@ def test_paper_source_renders_what_the_published_numbers_allow(rendered):
     assert not (paper / "figures").exists()  # the module fixture rendered only tiny
     assert main(["render", "--results", str(results), "--source", "paper", "-q"]) == 0
     assert {p.stem for p in (paper / "figures").glob("*.png")} == {
-        "fig1a_masked_scores", "fig1b_entropy_validity", "fig3_backbones", "fig10_ppl_entropy"}
+        "fig1a_masked_scores",
+        "fig1b_entropy_validity",
+        "fig3_backbones",
+        "fig10_ppl_entropy",
+    }
     tables = {p.stem for p in (paper / "tables").glob("*.md")}
-    assert {"table1_main", "table2_continuous", "table3_sampler", "table5_backbones", "table6_ablations",
-            "table7_retired_review", "table8_overhead", "table9_masked", "table10_questions", "table12_code",
-            "table4_hparams", "headline_gain", "averages_check"} <= tables
+    assert {
+        "table1_main",
+        "table2_continuous",
+        "table3_sampler",
+        "table5_backbones",
+        "table6_ablations",
+        "table7_retired_review",
+        "table8_overhead",
+        "table9_masked",
+        "table10_questions",
+        "table12_code",
+        "table4_hparams",
+        "headline_gain",
+        "averages_check",
+    } <= tables
     headline = (paper / "tables" / "headline_gain.md").read_text()
     assert "3.48" in headline and "7.60" in headline
     assert "fig4_dynamics: no data" in (paper / "index.md").read_text()
     committed = Path(__file__).resolve().parents[2] / "results" / "paper"
     if (committed / "index.md").exists():  # the rendering left in the tree is this code's, byte for byte
         for path in paper.rglob("*"):  # (Table 11 and the index embedding it follow another module: skipped)
-            if (path.is_file() and path.suffix in (".png", ".pdf", ".md", ".tex", ".rst")
-                    and "table11" not in path.name and path.name != "index.md"):
+            if (
+                path.is_file()
+                and path.suffix in (".png", ".pdf", ".md", ".tex", ".rst")
+                and "table11" not in path.name
+                and path.name != "index.md"
+            ):
                 assert path.read_bytes() == (committed / path.relative_to(paper)).read_bytes(), path.name
 
 
@@ -131,10 +166,14 @@ def test_split_averages_are_means_of_benchmark_scores_and_exclude_probes(rendere
     results, _ = rendered
     res = loader.load(results, "tiny")
     est = estimates.reproduced(res, estimates.choose_profile(res, None))
-    arm = est[(est["backbone"] == "tiny-math") & (est["variant"] == "exgrpo")].set_index(["metric", "split"])["value"]
+    arm = est[(est["backbone"] == "tiny-math") & (est["variant"] == "exgrpo")].set_index(["metric", "split"])[
+        "value"
+    ]
     # per-sample means by hand: mean over seeds of mean over problems of mean over samples
     s = res.samples[(res.samples["backbone"] == "tiny-math") & (res.samples["variant"] == "exgrpo")]
-    by_bench = s.groupby(["benchmark", "seed", "problem_id"])["score"].mean().groupby(["benchmark", "seed"]).mean()
+    by_bench = (
+        s.groupby(["benchmark", "seed", "problem_id"])["score"].mean().groupby(["benchmark", "seed"]).mean()
+    )
     bench_means = by_bench.groupby("benchmark").mean() * 100
     assert arm[("arith_probe", "probe")] == pytest.approx(bench_means["arith_probe"])
     assert arm[("avg", "id")] == pytest.approx((bench_means["arith_d1"] + bench_means["arith_d2"]) / 2)

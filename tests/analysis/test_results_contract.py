@@ -14,10 +14,22 @@ REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "results" / "README.md").read_text(encoding="utf-8")
 
 DOCUMENTED = sorted(
-    {*schema.SCORE_COLUMNS, *schema.TRAIN_REQUIRED, *schema.TRAIN_KEYS, *schema.RUN_REQUIRED, *schema.RUN_OPTIONAL,
-     *schema.EVAL_REQUIRED, *schema.EVAL_METRICS, *schema.EVAL_OPTIONAL, *schema.SAMPLE_COLUMNS,
-     *schema.TRAJECTORY_COLUMNS, *schema.BENCHMARK_COLUMNS, *schema.PAPER_FILES,
-     *(col for cols in schema.PAPER_FILES.values() for col in cols)})
+    {
+        *schema.SCORE_COLUMNS,
+        *schema.TRAIN_REQUIRED,
+        *schema.TRAIN_KEYS,
+        *schema.RUN_REQUIRED,
+        *schema.RUN_OPTIONAL,
+        *schema.EVAL_REQUIRED,
+        *schema.EVAL_METRICS,
+        *schema.EVAL_OPTIONAL,
+        *schema.SAMPLE_COLUMNS,
+        *schema.TRAJECTORY_COLUMNS,
+        *schema.BENCHMARK_COLUMNS,
+        *schema.PAPER_FILES,
+        *(col for cols in schema.PAPER_FILES.values() for col in cols),
+    }
+)
 
 
 @pytest.mark.parametrize("name", DOCUMENTED)
@@ -36,8 +48,10 @@ def test_committed_cache_is_small():
 
 
 def test_analysis_imports_no_training_runtime():
-    code = ("import sys, analysis.report, analysis.__main__, analysis.extra_tables\n"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'verl', 'vllm')"
-            " or m.startswith('exgrpo.tiny') or m.startswith('exgrpo.core'))\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys, analysis.report, analysis.__main__, analysis.extra_tables\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'verl', 'vllm')"
+        " or m.startswith('exgrpo.tiny') or m.startswith('exgrpo.core'))\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)

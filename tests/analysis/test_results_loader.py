@@ -50,8 +50,9 @@ def test_missing_parquet_column_is_named(tiny_tree: Path):
 def test_wrong_parquet_dtype_is_named(tiny_tree: Path):
     path = tiny_tree / "tiny" / SAMPLES
     table = pq.read_table(path)
-    pq.write_table(table.set_column(table.schema.get_field_index("truncated"), "truncated",
-                                    table["n_tokens"]), path)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("truncated"), "truncated", table["n_tokens"]), path
+    )
     err = _expect(tiny_tree, SAMPLES, "truncated")
     assert "bool" in str(err)
 
@@ -103,7 +104,9 @@ def test_run_json_must_match_its_directory(tiny_tree: Path):
 
 
 def test_run_in_flight_is_left_out_with_a_note_but_half_a_run_is_an_error(tiny_tree: Path):
-    in_flight = tiny_tree / "tiny" / "train" / "tiny-math" / "exgrpo" / "s9"  # what Snakemake makes at job start
+    in_flight = (
+        tiny_tree / "tiny" / "train" / "tiny-math" / "exgrpo" / "s9"
+    )  # what Snakemake makes at job start
     in_flight.mkdir(parents=True)
     res = loader.load(tiny_tree, "tiny")
     assert len(res.runs) == 15 and 9 not in set(res.train["seed"])
@@ -120,7 +123,9 @@ def test_unknown_variant_directory_is_named(tiny_tree: Path):
 def test_paper_csv_missing_column_and_bad_value(tiny_tree: Path):
     path = tiny_tree / "paper" / "table5.csv"
     text = path.read_text()
-    path.write_text(text.replace("\n", "\nBAD\n", 1).replace("BAD\n", "T5,1,x,y,z,id,aime24,not-a-number,s\n"))
+    path.write_text(
+        text.replace("\n", "\nBAD\n", 1).replace("BAD\n", "T5,1,x,y,z,id,aime24,not-a-number,s\n")
+    )
     with pytest.raises(loader.ResultsError) as info:
         loader.load(tiny_tree, "paper")
     assert info.value.field == "value" and "line 2" in str(info.value) and "table5.csv" in info.value.path
@@ -138,11 +143,18 @@ def test_corrupt_input_renders_nothing_and_keeps_previous_outputs(tiny_tree: Pat
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "arith_d2.t0.6.json" in err and "corrupt JSON" in err
     root = tiny_tree / "tiny"
-    assert not (root / "figures").exists() and not (root / "tables").exists() and not (root / "index.md").exists()
+    assert (
+        not (root / "figures").exists()
+        and not (root / "tables").exists()
+        and not (root / "index.md").exists()
+    )
     assert not (root / ".render").exists()
     # A previous rendering survives a later failed one untouched.
-    for name, data in (("tables/table1_main.md", b"old table"), ("figures/fig3_backbones.png", b"old png"),
-                       ("index.md", b"old index")):
+    for name, data in (
+        ("tables/table1_main.md", b"old table"),
+        ("figures/fig3_backbones.png", b"old png"),
+        ("index.md", b"old index"),
+    ):
         (root / name).parent.mkdir(exist_ok=True)
         (root / name).write_bytes(data)
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}

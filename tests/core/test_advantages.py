@@ -23,8 +23,12 @@ def test_mixed_group_dr_grpo_by_hand():
 
 
 def test_mixed_group_std_norm_is_unbiased_by_hand():
-    adv = group_advantages(torch.tensor(MIXED_REWARDS, dtype=torch.float64), torch.zeros(8, dtype=torch.long),
-                           std_norm=True, eps=1e-6)
+    adv = group_advantages(
+        torch.tensor(MIXED_REWARDS, dtype=torch.float64),
+        torch.zeros(8, dtype=torch.long),
+        std_norm=True,
+        eps=1e-6,
+    )
     # unbiased variance: (3·0.625² + 5·0.375²) / 7 = 1.875 / 7
     std = math.sqrt(1.875 / 7)
     assert std == pytest.approx(0.5175491695, abs=1e-9)
@@ -65,9 +69,9 @@ ACCS = torch.tensor([0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0])
 @pytest.mark.parametrize(
     ("bucket", "want"),
     [
-        ("hard", [0, 1, 1, 0, 0, 0, 0, 0, 0]),     # (0, 0.25]
-        ("medium", [0, 0, 0, 1, 1, 1, 0, 0, 0]),   # (0.25, 0.75)
-        ("easy", [0, 0, 0, 0, 0, 0, 1, 1, 0]),     # [0.75, 1)
+        ("hard", [0, 1, 1, 0, 0, 0, 0, 0, 0]),  # (0, 0.25]
+        ("medium", [0, 0, 0, 1, 1, 1, 0, 0, 0]),  # (0.25, 0.75)
+        ("easy", [0, 0, 0, 0, 0, 0, 1, 1, 0]),  # [0.75, 1)
         ("none", [1, 1, 1, 1, 1, 1, 1, 1, 1]),
     ],
 )
@@ -81,8 +85,9 @@ def test_buckets_partition_the_open_interval_and_use_config_bounds():
     inside = (acc > 0) & (acc < 1)
     assert torch.equal(hits, inside.int())
     c = ExGRPOConfig(mask_hard_high=0.4, mask_easy_low=0.6)
-    assert difficulty_mask(torch.tensor([0.4, 0.5, 0.6]), "medium", c.mask_hard_high, c.mask_easy_low).tolist() == \
-        [False, True, False]
+    assert difficulty_mask(
+        torch.tensor([0.4, 0.5, 0.6]), "medium", c.mask_hard_high, c.mask_easy_low
+    ).tolist() == [False, True, False]
 
 
 def test_group_accuracy_hits_the_boundary_exactly():

@@ -62,15 +62,18 @@ def test_remove_and_insertion_order():
     assert buf.qids() == ["b", "c", "a"]  # re-added questions go to the end, like the released dict
 
 
-@pytest.mark.parametrize(("traj", "match"), [
-    (Trajectory(np.zeros(0, np.int64), np.zeros(0, np.float32), 1), "non-empty"),
-    (Trajectory(np.zeros((2, 2), np.int64), np.zeros((2, 2), np.float32), 1), "1-D"),
-    (Trajectory(np.zeros(3, np.float32), np.zeros(3, np.float32), 1), "integers"),
-    (Trajectory(np.array([1, -2, 3]), np.zeros(3, np.float32), 1), r"\[0, 2\^31\)"),
-    (Trajectory(np.array([1, 2**31]), np.zeros(2, np.float32), 1), r"\[0, 2\^31\)"),
-    (Trajectory(np.array([1, 2, 3]), np.zeros(2, np.float32), 1), "shape"),
-    (Trajectory(np.array([1, 2]), np.array([0.0, np.nan]), 1), "finite"),
-])
+@pytest.mark.parametrize(
+    ("traj", "match"),
+    [
+        (Trajectory(np.zeros(0, np.int64), np.zeros(0, np.float32), 1), "non-empty"),
+        (Trajectory(np.zeros((2, 2), np.int64), np.zeros((2, 2), np.float32), 1), "1-D"),
+        (Trajectory(np.zeros(3, np.float32), np.zeros(3, np.float32), 1), "integers"),
+        (Trajectory(np.array([1, -2, 3]), np.zeros(3, np.float32), 1), r"\[0, 2\^31\)"),
+        (Trajectory(np.array([1, 2**31]), np.zeros(2, np.float32), 1), r"\[0, 2\^31\)"),
+        (Trajectory(np.array([1, 2, 3]), np.zeros(2, np.float32), 1), "shape"),
+        (Trajectory(np.array([1, 2]), np.array([0.0, np.nan]), 1), "finite"),
+    ],
+)
 def test_bad_trajectories_are_rejected_with_the_question_named(traj, match):
     buf = ExperienceBuffer()
     with pytest.raises(ValueError, match=match) as err:
@@ -128,7 +131,9 @@ def test_arrays_round_trip_is_exact(tmp_path):
     buf = ExperienceBuffer(chunk_tokens=50)
     for i in range(40):
         for _ in range(int(rng.integers(1, 4))):
-            buf.add(f"q{i % 13}", make_traj(rng, step=i, entropy=float(rng.random()) if i % 2 else float("nan")))
+            buf.add(
+                f"q{i % 13}", make_traj(rng, step=i, entropy=float(rng.random()) if i % 2 else float("nan"))
+            )
     buf.remove("q3")
     arrays, qids = buf.to_arrays()
     save_arrays(tmp_path / "a.safetensors", arrays, {"k": "v"})

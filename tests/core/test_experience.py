@@ -32,7 +32,9 @@ def rewards(k: int, n: int = K) -> np.ndarray:
     return np.array([1.0] * k + [0.0] * (n - k))
 
 
-def record(mgr: ExperienceManager, qid: str, k: int, step: int, *, replayed: bool = False) -> list[Trajectory]:
+def record(
+    mgr: ExperienceManager, qid: str, k: int, step: int, *, replayed: bool = False
+) -> list[Trajectory]:
     """Record an on-policy group with k correct of K (or a replayed group: replayed + K-1 fresh, k counts it)."""
     if replayed:
         fresh = rewards(k - 1, K - 1)
@@ -55,7 +57,9 @@ def test_eligibility_retirement_and_what_is_stored():
     assert mgr.retired == ["solved"]  # all-wrong is never retired
     assert mgr.buckets() == {3: ["mid"]}
     assert m["exp/buffer_bucket_3"] == 1 and m["exp/retired"] == 1 and m["exp/stored"] == 3
-    assert [k for k in m if k.startswith("exp/buffer_bucket_")] == [f"exp/buffer_bucket_{k}" for k in range(1, 8)]
+    assert [k for k in m if k.startswith("exp/buffer_bucket_")] == [
+        f"exp/buffer_bucket_{k}" for k in range(1, 8)
+    ]
 
 
 def test_custom_bounds():
@@ -109,10 +113,20 @@ def test_retire_from_buffer_switch():
         assert ("q" in mgr.buffer) is expect_kept and mgr.retired == ["q"]
 
 
-@pytest.mark.parametrize(("counts", "fresh_k", "with_replayed_reward", "expected_key"), [
-    (True, 3, True, 4), (True, 3, False, 4), (True, 7, True, 8), (True, 0, False, 1),
-    (False, 3, True, 3), (False, 3, False, 3), (False, 7, True, 8), (False, 4, False, 5), (False, 0, True, 0),
-])
+@pytest.mark.parametrize(
+    ("counts", "fresh_k", "with_replayed_reward", "expected_key"),
+    [
+        (True, 3, True, 4),
+        (True, 3, False, 4),
+        (True, 7, True, 8),
+        (True, 0, False, 1),
+        (False, 3, True, 3),
+        (False, 3, False, 3),
+        (False, 7, True, 8),
+        (False, 4, False, 5),
+        (False, 0, True, 0),
+    ],
+)
 def test_replay_counts_in_k(counts, fresh_k, with_replayed_reward, expected_key):
     # released: k counts the replayed success (1 + fresh); otherwise round_half_up(8·fresh/7): 3->3.43->3, 4->4.57->5
     mgr = ExperienceManager(cfg(replay_counts_in_k=counts), seed=0)
@@ -130,10 +144,17 @@ def test_delayed_start_is_one_way_and_replay_starts_after_collection():
     record(mgr, "early", 4, 1)
     record(mgr, "easy", 8, 1)
     mgr.end_step(1, 0.35)  # not strictly above the threshold
-    assert not mgr.replay_active and len(mgr.buffer) == 0 and mgr.retired == ["easy"]  # retirement from step 1
+    assert (
+        not mgr.replay_active and len(mgr.buffer) == 0 and mgr.retired == ["easy"]
+    )  # retirement from step 1
     record(mgr, "before", 4, 2)
     m = mgr.end_step(2, 0.36)
-    assert mgr.replay_active and mgr.activation_step == 2 and m["exp/active"] == 1.0 and m["exp/collecting"] == 0.0
+    assert (
+        mgr.replay_active
+        and mgr.activation_step == 2
+        and m["exp/active"] == 1.0
+        and m["exp/collecting"] == 0.0
+    )
     assert len(mgr.buffer) == 0  # the switch happens after the step: nothing collected in step 2
     assert mgr.plan_replay(128) == []  # step 3: buffer still empty
     record(mgr, "q3", 4, 3)
@@ -166,8 +187,10 @@ def test_plan_replay_size_and_distinctness():
 
 
 def test_sample_range_halves_follow_insertion_order():
-    for rng_name, allowed in (("first_half", {f"q{i}" for i in range(10)}),
-                              ("last_half", {f"q{i}" for i in range(10, 20)})):
+    for rng_name, allowed in (
+        ("first_half", {f"q{i}" for i in range(10)}),
+        ("last_half", {f"q{i}" for i in range(10, 20)}),
+    ):
         mgr = ExperienceManager(cfg(sample_range=rng_name, rho=0.9), seed=1)
         for i in range(20):
             record(mgr, f"q{i}", 4, 1)
@@ -183,14 +206,20 @@ def test_seeded_plans_are_reproducible():
             record(mgr, f"q{i}", 1 + i % 7, 1)
         mgr.end_step(1, 0.5)
         return [mgr.plan_replay(32) for _ in range(3)]
+
     assert run(5) == run(5) and run(5) != run(6)
 
 
 def test_continuous_reward_buckets_by_hand():
     # K=4 stds: A 0, B 0.5, C 0.25, D 0.1, E sqrt(1/8) -> σ̃ = 0, 1, .5, .2, .707 -> keys round(4σ̃) = 0, 4, 2, 1, 3
     mgr = ExperienceManager(cfg(n_rollouts=4, difficulty_signal="reward_std"), seed=0)
-    groups = {"A": [.5, .5, .5, .5], "B": [0, 1, 0, 1], "C": [0, .5, 0, .5], "D": [.2, .4, .2, .4],
-              "E": [0, .5, 1, .5]}
+    groups = {
+        "A": [0.5, 0.5, 0.5, 0.5],
+        "B": [0, 1, 0, 1],
+        "C": [0, 0.5, 0, 0.5],
+        "D": [0.2, 0.4, 0.2, 0.4],
+        "E": [0, 0.5, 1, 0.5],
+    }
     stored = {}
     for q, r in groups.items():
         t = trajs(4)
@@ -199,7 +228,12 @@ def test_continuous_reward_buckets_by_hand():
         mgr.record_group(q, np.array(r), t, replayed=False, step=1)
     m = mgr.end_step(1, 0.0)
     assert {q: mgr.latest_key(q) for q in groups} == {"A": 0, "B": 4, "C": 2, "D": 1, "E": 3}
-    assert mgr.buckets() == {1: ["D"], 2: ["C"], 3: ["E"], 4: ["B"]}  # key 4 is eligible: no solved end in §5.3
+    assert mgr.buckets() == {
+        1: ["D"],
+        2: ["C"],
+        3: ["E"],
+        4: ["B"],
+    }  # key 4 is eligible: no solved end in §5.3
     for q in "BCDE":
         assert mgr.candidates(q) == stored[q]
     assert mgr.retired == [] and m["exp/buffer_bucket_4"] == 1
@@ -213,6 +247,7 @@ def test_retired_review_unretires_a_seeded_fraction_every_period():
         reviewed = [mgr.end_step(1, 0.5)["exp/reviewed"]]
         reviewed += [mgr.end_step(step, 0.5)["exp/reviewed"] for step in range(2, 51)]
         return mgr, reviewed
+
     mgr, reviewed = run(0)
     back = mgr.drain_reviewed()
     # 10% of 30 = 3 at step 25, then round_half_up(0.1·27) = 3 at step 50; nothing in between
@@ -294,6 +329,7 @@ def test_save_load_round_trip_is_exact(tmp_path):
     sa.pop("save_id"), sb.pop("save_id")
     assert sa == sb  # keys, retired, buckets (order included), switch, RNG state
     from exgrpo.core.buffer import load_arrays
+
     aa, ab = load_arrays(tmp_path / "a" / ARRAYS_FILE)[0], load_arrays(tmp_path / "b" / ARRAYS_FILE)[0]
     assert aa.keys() == ab.keys() and all(np.array_equal(aa[k], ab[k], equal_nan=True) for k in aa)
     for q in mgr.buffer.qids():

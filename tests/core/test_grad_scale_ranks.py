@@ -22,7 +22,10 @@ from exgrpo.core.loss import exgrpo_policy_loss
 from exgrpo.verl_plugin.loss import micro_batch_loss
 
 B, T, NORM = 8, 6, 16
-MICRO = ((0, 1), (2, 3))  # per rank: two micro-batches of the rank's rows (uneven on purpose: 1 and 1..3 rows)
+MICRO = (
+    (0, 1),
+    (2, 3),
+)  # per rank: two micro-batches of the rank's rows (uneven on purpose: 1 and 1..3 rows)
 
 
 def _batch() -> dict[str, torch.Tensor]:
@@ -31,7 +34,8 @@ def _batch() -> dict[str, torch.Tensor]:
     lens = torch.tensor([6, 4, 5, 3, 2, 6, 1, 4])
     mask = torch.arange(T)[None, :] < lens[:, None]
     return {
-        "theta": torch.randn(B, T, generator=g), "mask": mask,
+        "theta": torch.randn(B, T, generator=g),
+        "mask": mask,
         "old": torch.where(mask, -torch.rand(B, T, generator=g) * 2, 0.0),
         "behav": torch.where(mask, -torch.rand(B, T, generator=g) * 2, 0.0),
         "adv": torch.tensor([1.5, -0.5, 0.75, -1.25, 2.0, -1.0, 0.5, -2.0]),
@@ -54,9 +58,18 @@ def _reference_grad() -> torch.Tensor:
     d = _batch()
     theta = d["theta"].clone().requires_grad_(True)
     logp, ent = _logp_entropy(theta)
-    loss, _ = exgrpo_policy_loss(logp, d["old"], d["adv"], d["mask"], is_replay=d["is_replay"],
-                                 behaviour_logp=d["behav"], replay_active=True, cfg=_cfg("whole_batch"),
-                                 norm_const=NORM, token_entropy=ent)
+    loss, _ = exgrpo_policy_loss(
+        logp,
+        d["old"],
+        d["adv"],
+        d["mask"],
+        is_replay=d["is_replay"],
+        behaviour_logp=d["behav"],
+        replay_active=True,
+        cfg=_cfg("whole_batch"),
+        norm_const=NORM,
+        token_entropy=ent,
+    )
     loss.backward()
     return theta.grad
 
@@ -71,10 +84,22 @@ def _rank_grad(rank: int, world: int, grad_scale: str) -> torch.Tensor:
     for idx in groups:
         logp, ent = _logp_entropy(theta[idx])
         loss, _ = micro_batch_loss(
-            logp, d["old"][idx], d["adv"][idx], d["mask"][idx], is_replay=d["is_replay"][idx],
-            behaviour_logp=d["behav"][idx], sample_mask=None, token_entropy=ent, ref_logp=None,
-            replay_active=True, cfg=_cfg(grad_scale), norm_const=NORM, dp_size=world,
-            batch_num_tokens=n_tok, global_batch_size=B)
+            logp,
+            d["old"][idx],
+            d["adv"][idx],
+            d["mask"][idx],
+            is_replay=d["is_replay"][idx],
+            behaviour_logp=d["behav"][idx],
+            sample_mask=None,
+            token_entropy=ent,
+            ref_logp=None,
+            replay_active=True,
+            cfg=_cfg(grad_scale),
+            norm_const=NORM,
+            dp_size=world,
+            batch_num_tokens=n_tok,
+            global_batch_size=B,
+        )
         loss.backward()
     grad = theta.grad.clone()
     if world > 1:
@@ -98,8 +123,10 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 def two_rank_grads(tmp_path_factory) -> dict[str, torch.Tensor]:
     out = tmp_path_factory.mktemp("ranks")
     # two processes started fresh (this file as a script: pytest's importlib mode leaves it unimportable by name)
-    procs = [subprocess.Popen([sys.executable, __file__, str(rank), "2", str(out / "init"), str(out)])
-             for rank in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, __file__, str(rank), "2", str(out / "init"), str(out)])
+        for rank in range(2)
+    ]
     assert [p.wait(timeout=300) for p in procs] == [0, 0]
     return {name: torch.load(out / f"{name}.pt") for name in ("whole_batch", "as_released")}
 

@@ -19,15 +19,30 @@ def cfg(**kw) -> ExGRPOConfig:
     return ExGRPOConfig(entropy_coef=0.0).replace(**kw)
 
 
-def one_token(logp: float, old: float, adv: float, *, replay: bool, behaviour: float | None = None,
-              active: bool = True, c: ExGRPOConfig | None = None):
+def one_token(
+    logp: float,
+    old: float,
+    adv: float,
+    *,
+    replay: bool,
+    behaviour: float | None = None,
+    active: bool = True,
+    c: ExGRPOConfig | None = None,
+):
     """Loss and d loss / d logp for a single-token batch, A given, seq_sum_const with norm 1."""
     x = torch.tensor([[logp]], dtype=torch.float64, requires_grad=True)
     beh = None if behaviour is None else torch.tensor([[behaviour]], dtype=torch.float64)
     loss, metrics = exgrpo_policy_loss(
-        x, torch.tensor([[old]], dtype=torch.float64), torch.tensor([adv], dtype=torch.float64),
-        torch.ones(1, 1, dtype=torch.bool), is_replay=torch.tensor([replay]), behaviour_logp=beh,
-        replay_active=active, cfg=c or cfg(), norm_const=1)
+        x,
+        torch.tensor([[old]], dtype=torch.float64),
+        torch.tensor([adv], dtype=torch.float64),
+        torch.ones(1, 1, dtype=torch.bool),
+        is_replay=torch.tensor([replay]),
+        behaviour_logp=beh,
+        replay_active=active,
+        cfg=c or cfg(),
+        norm_const=1,
+    )
     loss.backward()
     return loss.item(), x.grad.item(), metrics
 
@@ -47,7 +62,7 @@ def test_shaping_gradient_at_w2_and_unclipped():
     # w = 2 → f = 2/2.1, gradient 2·0.1/2.1^2; no clip even far outside [0.8, 1.2]
     loss, grad, _ = one_token(LN(0.5), LN(0.9), 1.0, replay=True, behaviour=LN(0.25))
     assert loss == pytest.approx(-2 / 2.1, abs=1e-12)
-    assert grad == pytest.approx(-0.2 / 2.1 ** 2, abs=1e-12)
+    assert grad == pytest.approx(-0.2 / 2.1**2, abs=1e-12)
 
 
 def test_shaping_registry_values():
@@ -60,8 +75,9 @@ def test_shaping_registry_values():
 @pytest.mark.parametrize(("is_correction", "w"), [(True, 2.0), (False, 1.0)])
 def test_is_correction_picks_the_denominator(is_correction, w):
     # π_θ = 0.5, π_θold = 0.5, π_past = 0.25: w = 2 with IS correction, 1 without ("w/o IS Correction")
-    loss, _, m = one_token(LN(0.5), LN(0.5), 1.0, replay=True, behaviour=LN(0.25),
-                           c=cfg(is_correction=is_correction))
+    loss, _, m = one_token(
+        LN(0.5), LN(0.5), 1.0, replay=True, behaviour=LN(0.25), c=cfg(is_correction=is_correction)
+    )
     assert loss == pytest.approx(-w / (w + 0.1), abs=1e-12)
     assert m["replay_ratio_mean"] == pytest.approx(w)
 
@@ -75,17 +91,18 @@ def test_behaviour_logp_ignored_on_fresh_rows():
 @pytest.mark.parametrize(
     ("w", "adv", "active", "keep", "want_loss", "want_grad"),
     [
-        (1.5, 1.0, False, False, -1.2, 0.0),   # before the switch: clipped at 1+ε, no gradient
-        (0.5, -1.0, False, False, 0.8, 0.0),   # clipped at 1−ε for negative advantage
-        (1.5, -1.0, False, False, 1.5, 1.5),   # pessimistic branch: unclipped
-        (1.5, 1.0, True, False, -1.5, -1.5),   # after the switch: clip removed for all tokens (released)
+        (1.5, 1.0, False, False, -1.2, 0.0),  # before the switch: clipped at 1+ε, no gradient
+        (0.5, -1.0, False, False, 0.8, 0.0),  # clipped at 1−ε for negative advantage
+        (1.5, -1.0, False, False, 1.5, 1.5),  # pessimistic branch: unclipped
+        (1.5, 1.0, True, False, -1.5, -1.5),  # after the switch: clip removed for all tokens (released)
         (0.5, -1.0, True, False, 0.5, 0.5),
-        (1.5, 1.0, True, True, -1.2, 0.0),     # keep_clip_after_activation restores PPO clip
+        (1.5, 1.0, True, True, -1.2, 0.0),  # keep_clip_after_activation restores PPO clip
     ],
 )
 def test_fresh_token_clip(w, adv, active, keep, want_loss, want_grad):
-    loss, grad, m = one_token(LN(0.5 * w), LN(0.5), adv, replay=False, active=active,
-                              c=cfg(keep_clip_after_activation=keep))
+    loss, grad, m = one_token(
+        LN(0.5 * w), LN(0.5), adv, replay=False, active=active, c=cfg(keep_clip_after_activation=keep)
+    )
     assert loss == pytest.approx(want_loss, abs=1e-12)
     assert grad == pytest.approx(want_grad, abs=1e-12)
     assert m["clipfrac"] == (1.0 if want_grad == 0.0 else 0.0)
@@ -94,8 +111,9 @@ def test_fresh_token_clip(w, adv, active, keep, want_loss, want_grad):
 @pytest.mark.parametrize(("adv", "want"), [(1.0, -1.2), (-1.0, 2.0)])
 def test_wo_shaping_uses_ppo_clipped_ratio(adv, want):
     # replay_shaping="clipped": w = 2 → max(−A w, −A clip(w)) = −1.2 for A=1, 2 for A=−1
-    loss, _, m = one_token(LN(0.5), LN(0.5), adv, replay=True, behaviour=LN(0.25),
-                           c=cfg(replay_shaping="clipped"))
+    loss, _, m = one_token(
+        LN(0.5), LN(0.5), adv, replay=True, behaviour=LN(0.25), c=cfg(replay_shaping="clipped")
+    )
     assert loss == pytest.approx(want, abs=1e-12)
     assert m["replay_clipfrac"] == (1.0 if adv > 0 else 0.0)
 
@@ -109,9 +127,17 @@ def test_released_wo_shaping_registry_entry_is_unclipped():
 def test_clipfrac_counts_on_policy_tokens_only():
     logp = torch.log(torch.tensor([[0.75, 0.75], [0.5, 0.5]]))
     old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
-    _, m = exgrpo_policy_loss(logp, old, torch.tensor([1.0, 1.0]), torch.ones(2, 2, dtype=torch.bool),
-                              is_replay=torch.tensor([False, False]), behaviour_logp=None, replay_active=False,
-                              cfg=cfg(), norm_const=1)
+    _, m = exgrpo_policy_loss(
+        logp,
+        old,
+        torch.tensor([1.0, 1.0]),
+        torch.ones(2, 2, dtype=torch.bool),
+        is_replay=torch.tensor([False, False]),
+        behaviour_logp=None,
+        replay_active=False,
+        cfg=cfg(),
+        norm_const=1,
+    )
     assert m["clipfrac"] == pytest.approx(0.5)  # row 0 (w=1.5, A>0) clipped, row 1 (w=1) not
     assert m["on_tokens"] == 4 and m["replay_tokens"] == 0
 
@@ -129,15 +155,16 @@ def _agg_batch():
     ("mode", "want", "want_masked"),
     [
         ("seq_sum_const", -5 / 10, -2 / 10),  # Σ = −1 −1 −3 over const 10; row 1 excluded → −2/10
-        ("token_mean", -5 / 3, -2 / 3),       # 3 tokens; excluded row stays in the denominator
+        ("token_mean", -5 / 3, -2 / 3),  # 3 tokens; excluded row stays in the denominator
         ("seq_mean", (-1 + -3) / 2, (-1 + 0) / 2),
     ],
 )
 def test_aggregation_modes(mode, want, want_masked):
     logp, old, adv, mask = _agg_batch()
     c = cfg(loss_agg=mode)
-    common = dict(is_replay=torch.tensor([False, False]), behaviour_logp=None, replay_active=True, cfg=c,
-                  norm_const=10)
+    common = dict(
+        is_replay=torch.tensor([False, False]), behaviour_logp=None, replay_active=True, cfg=c, norm_const=10
+    )
     loss, _ = exgrpo_policy_loss(logp, old, adv, mask, **common)
     assert loss.item() == pytest.approx(want, abs=1e-6)
     masked, _ = exgrpo_policy_loss(logp, old, adv, mask, sample_mask=torch.tensor([True, False]), **common)
@@ -145,8 +172,9 @@ def test_aggregation_modes(mode, want, want_masked):
     masked.backward()
     assert torch.all(logp.grad[1] == 0)  # excluded row gets no gradient
     assert torch.all(logp.grad[0, 2] == 0)  # nor does padding
-    assert AGGREGATIONS[mode](torch.tensor([[-1.0, -1.0, 7.0], [-3.0, 7.0, 7.0]]), mask, norm_const=10).item() == \
-        pytest.approx(want, abs=1e-6)
+    assert AGGREGATIONS[mode](
+        torch.tensor([[-1.0, -1.0, 7.0], [-3.0, 7.0, 7.0]]), mask, norm_const=10
+    ).item() == pytest.approx(want, abs=1e-6)
 
 
 def test_seq_sum_const_needs_positive_constant():
@@ -164,9 +192,19 @@ def test_entropy_bonus_and_kl_terms():
     ent = torch.tensor([[0.2, 0.6]], requires_grad=True)
     ref = logp + LN(2.0)  # k3 with r = ln 2: 2 − ln 2 − 1
     c = cfg(entropy_coef=0.01, kl_coef=0.1, loss_agg="token_mean")
-    loss, m = exgrpo_policy_loss(logp, logp.clone(), torch.tensor([1.0]), torch.ones(1, 2, dtype=torch.bool),
-                                 is_replay=torch.tensor([False]), behaviour_logp=None, replay_active=True, cfg=c,
-                                 norm_const=1, token_entropy=ent, ref_logp=ref)
+    loss, m = exgrpo_policy_loss(
+        logp,
+        logp.clone(),
+        torch.tensor([1.0]),
+        torch.ones(1, 2, dtype=torch.bool),
+        is_replay=torch.tensor([False]),
+        behaviour_logp=None,
+        replay_active=True,
+        cfg=c,
+        norm_const=1,
+        token_entropy=ent,
+        ref_logp=ref,
+    )
     k3 = 2 - LN(2) - 1
     assert loss.item() == pytest.approx(-1.0 - 0.01 * 0.4 + 0.1 * k3, abs=1e-6)
     assert m["entropy"] == pytest.approx(0.4) and m["kl"] == pytest.approx(k3, abs=1e-6)
@@ -180,20 +218,60 @@ def test_bad_input_errors():
     one = torch.zeros(1, 1)
     base = dict(behaviour_logp=None, norm_const=1)
     with pytest.raises(ValueError, match="replay_active"):
-        exgrpo_policy_loss(one, one, torch.ones(1), one.bool(), is_replay=torch.tensor([True]),
-                           replay_active=False, cfg=cfg(is_correction=False), **base)
+        exgrpo_policy_loss(
+            one,
+            one,
+            torch.ones(1),
+            one.bool(),
+            is_replay=torch.tensor([True]),
+            replay_active=False,
+            cfg=cfg(is_correction=False),
+            **base,
+        )
     with pytest.raises(ValueError, match="behaviour_logp"):
-        exgrpo_policy_loss(one, one, torch.ones(1), one.bool(), is_replay=torch.tensor([True]),
-                           replay_active=True, cfg=cfg(), **base)
+        exgrpo_policy_loss(
+            one,
+            one,
+            torch.ones(1),
+            one.bool(),
+            is_replay=torch.tensor([True]),
+            replay_active=True,
+            cfg=cfg(),
+            **base,
+        )
     with pytest.raises(ConfigError, match="entropy_coef"):
-        exgrpo_policy_loss(one, one, torch.ones(1), one.bool(), is_replay=torch.tensor([False]),
-                           replay_active=False, cfg=ExGRPOConfig(), **base)
+        exgrpo_policy_loss(
+            one,
+            one,
+            torch.ones(1),
+            one.bool(),
+            is_replay=torch.tensor([False]),
+            replay_active=False,
+            cfg=ExGRPOConfig(),
+            **base,
+        )
     with pytest.raises(ConfigError, match="kl_coef"):
-        exgrpo_policy_loss(one, one, torch.ones(1), one.bool(), is_replay=torch.tensor([False]),
-                           replay_active=False, cfg=cfg(kl_coef=0.1), **base)
+        exgrpo_policy_loss(
+            one,
+            one,
+            torch.ones(1),
+            one.bool(),
+            is_replay=torch.tensor([False]),
+            replay_active=False,
+            cfg=cfg(kl_coef=0.1),
+            **base,
+        )
     with pytest.raises(ValueError, match="old_logp"):
-        exgrpo_policy_loss(one, torch.zeros(1, 2), torch.ones(1), one.bool(), is_replay=torch.tensor([False]),
-                           replay_active=False, cfg=cfg(), **base)
+        exgrpo_policy_loss(
+            one,
+            torch.zeros(1, 2),
+            torch.ones(1),
+            one.bool(),
+            is_replay=torch.tensor([False]),
+            replay_active=False,
+            cfg=cfg(),
+            **base,
+        )
 
 
 # ----------------------------------------------------------------------------- scalar reference, all switches
@@ -228,8 +306,11 @@ def _reference(logp, old, beh, adv, mask, replay, keep, active, c: ExGRPOConfig,
 
 @pytest.mark.parametrize(
     ("keep_clip", "shaping", "is_corr", "agg"),
-    list(itertools.product([False, True], ["shaped", "clipped"], [True, False],
-                           ["seq_sum_const", "token_mean", "seq_mean"])),
+    list(
+        itertools.product(
+            [False, True], ["shaped", "clipped"], [True, False], ["seq_sum_const", "token_mean", "seq_mean"]
+        )
+    ),
 )
 def test_matches_scalar_reference(keep_clip, shaping, is_corr, agg):
     g = torch.Generator().manual_seed(7)
@@ -243,8 +324,28 @@ def test_matches_scalar_reference(keep_clip, shaping, is_corr, agg):
     replay = torch.tensor([True, False, False, True, False, False])
     keep = torch.tensor([True, True, False, True, True, True])
     c = cfg(keep_clip_after_activation=keep_clip, replay_shaping=shaping, is_correction=is_corr, loss_agg=agg)
-    loss, _ = exgrpo_policy_loss(logp, old, adv, mask, is_replay=replay, behaviour_logp=beh, replay_active=True,
-                                 cfg=c, norm_const=16, sample_mask=keep)
-    want = _reference(logp.tolist(), old.tolist(), beh.tolist(), adv.tolist(), mask.tolist(), replay.tolist(),
-                      keep.tolist(), True, c, 16)
+    loss, _ = exgrpo_policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        is_replay=replay,
+        behaviour_logp=beh,
+        replay_active=True,
+        cfg=c,
+        norm_const=16,
+        sample_mask=keep,
+    )
+    want = _reference(
+        logp.tolist(),
+        old.tolist(),
+        beh.tolist(),
+        adv.tolist(),
+        mask.tolist(),
+        replay.tolist(),
+        keep.tolist(),
+        True,
+        c,
+        16,
+    )
     assert loss.item() == pytest.approx(want, rel=1e-10, abs=1e-12)

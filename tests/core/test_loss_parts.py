@@ -19,8 +19,21 @@ from exgrpo.core.token_loss import low_var_kl, policy_token_losses
 CLAMP = 20.0
 
 
-def _composite_before(logp, old_logp, advantages, response_mask, *, is_replay, behaviour_logp, replay_active,
-                      cfg: ExGRPOConfig, norm_const, token_entropy=None, sample_mask=None, ref_logp=None):
+def _composite_before(
+    logp,
+    old_logp,
+    advantages,
+    response_mask,
+    *,
+    is_replay,
+    behaviour_logp,
+    replay_active,
+    cfg: ExGRPOConfig,
+    norm_const,
+    token_entropy=None,
+    sample_mask=None,
+    ref_logp=None,
+):
     """The pre-refactor composite loss (value only), arithmetic in its original order."""
     b = logp.shape[0]
     adv = advantages[:, None] if advantages.shape == (b,) else advantages
@@ -39,9 +52,11 @@ def _composite_before(logp, old_logp, advantages, response_mask, *, is_replay, b
     if any_replay:
         denom = torch.where(replay[:, None], behaviour_logp, old_logp) if cfg.is_correction else old_logp
         rep_ratio = torch.exp(torch.clamp(logp - denom, -CLAMP, CLAMP))
-        rep_loss = {"shaped": lambda: -adv * (rep_ratio / (rep_ratio + cfg.shaping_beta)),
-                    "clipped": lambda: clip(rep_ratio),
-                    "unclipped": lambda: -adv * rep_ratio}[cfg.replay_shaping]()
+        rep_loss = {
+            "shaped": lambda: -adv * (rep_ratio / (rep_ratio + cfg.shaping_beta)),
+            "clipped": lambda: clip(rep_ratio),
+            "unclipped": lambda: -adv * rep_ratio,
+        }[cfg.replay_shaping]()
         token_loss = torch.where(replay[:, None], rep_loss, on_loss)
     else:
         token_loss = on_loss
@@ -85,9 +100,15 @@ def _inputs(seed: int, b: int = 7, t: int = 9, dtype=torch.float32):
     }
 
 
-SWITCHES = list(itertools.product(
-    ["seq_sum_const", "token_mean", "seq_mean"], ["shaped", "clipped", "unclipped"], [True, False],
-    [False, True], [True, False]))
+SWITCHES = list(
+    itertools.product(
+        ["seq_sum_const", "token_mean", "seq_mean"],
+        ["shaped", "clipped", "unclipped"],
+        [True, False],
+        [False, True],
+        [True, False],
+    )
+)
 
 
 @pytest.mark.parametrize(("agg", "shaping", "is_corr", "keep_clip", "active"), SWITCHES)
@@ -95,15 +116,32 @@ SWITCHES = list(itertools.product(
 def test_parts_reproduce_the_composite_loss_exactly(agg, shaping, is_corr, keep_clip, active, seed):
     x = _inputs(seed)
     replay = x["replay"] if active else torch.zeros_like(x["replay"])
-    cfg = ExGRPOConfig(loss_agg=agg, replay_shaping=shaping, is_correction=is_corr,
-                       keep_clip_after_activation=keep_clip, entropy_coef=0.003, kl_coef=0.05).validate()
+    cfg = ExGRPOConfig(
+        loss_agg=agg,
+        replay_shaping=shaping,
+        is_correction=is_corr,
+        keep_clip_after_activation=keep_clip,
+        entropy_coef=0.003,
+        kl_coef=0.05,
+    ).validate()
     results = []
     for fn in (_composite_before, exgrpo_policy_loss):
         logp = x["logp"].clone().requires_grad_(True)
         ent = x["entropy"].clone().requires_grad_(True)
-        out = fn(logp, x["old"], x["adv"], x["mask"], is_replay=replay, behaviour_logp=x["behav"],
-                 replay_active=active, cfg=cfg, norm_const=12, token_entropy=ent, sample_mask=x["keep"],
-                 ref_logp=x["ref"])
+        out = fn(
+            logp,
+            x["old"],
+            x["adv"],
+            x["mask"],
+            is_replay=replay,
+            behaviour_logp=x["behav"],
+            replay_active=active,
+            cfg=cfg,
+            norm_const=12,
+            token_entropy=ent,
+            sample_mask=x["keep"],
+            ref_logp=x["ref"],
+        )
         loss = out[0] if isinstance(out, tuple) else out
         loss.backward()
         results.append((loss.detach(), logp.grad, ent.grad))
@@ -117,15 +155,40 @@ def test_parts_compose_to_the_loss():
     """pg from `policy_token_losses` + `agg_loss`, minus `entropy_bonus`, plus kl_coef · `kl_term`."""
     x = _inputs(3)
     cfg = ExGRPOConfig(entropy_coef=0.01, kl_coef=0.1).validate()
-    tl = policy_token_losses(x["logp"], x["old"], x["adv"][:, None], x["mask"], x["replay"], x["behav"],
-                             replay_active=True, clip_eps=0.2, keep_clip_after_activation=False,
-                             replay_shaping="shaped", shaping_beta=0.1, is_correction=True, sample_mask=x["keep"])
-    by_parts = (agg_loss(tl.loss, x["mask"], "seq_sum_const", norm_const=12)
-                - entropy_bonus(x["entropy"], x["mask"], 0.01, tl.keep)
-                + 0.1 * kl_term(x["logp"], x["ref"], x["mask"], tl.keep))
-    loss, _ = exgrpo_policy_loss(x["logp"], x["old"], x["adv"], x["mask"], is_replay=x["replay"],
-                                 behaviour_logp=x["behav"], replay_active=True, cfg=cfg, norm_const=12,
-                                 token_entropy=x["entropy"], sample_mask=x["keep"], ref_logp=x["ref"])
+    tl = policy_token_losses(
+        x["logp"],
+        x["old"],
+        x["adv"][:, None],
+        x["mask"],
+        x["replay"],
+        x["behav"],
+        replay_active=True,
+        clip_eps=0.2,
+        keep_clip_after_activation=False,
+        replay_shaping="shaped",
+        shaping_beta=0.1,
+        is_correction=True,
+        sample_mask=x["keep"],
+    )
+    by_parts = (
+        agg_loss(tl.loss, x["mask"], "seq_sum_const", norm_const=12)
+        - entropy_bonus(x["entropy"], x["mask"], 0.01, tl.keep)
+        + 0.1 * kl_term(x["logp"], x["ref"], x["mask"], tl.keep)
+    )
+    loss, _ = exgrpo_policy_loss(
+        x["logp"],
+        x["old"],
+        x["adv"],
+        x["mask"],
+        is_replay=x["replay"],
+        behaviour_logp=x["behav"],
+        replay_active=True,
+        cfg=cfg,
+        norm_const=12,
+        token_entropy=x["entropy"],
+        sample_mask=x["keep"],
+        ref_logp=x["ref"],
+    )
     assert torch.equal(loss, by_parts)
     assert not tl.loss[~tl.keep].any()  # excluded rows and padding carry no loss
 
@@ -138,8 +201,22 @@ def test_agg_loss_shares_over_ranks_and_micro_batches_add_up(mode):
     whole = agg_loss(loss_mat, mask, mode, norm_const=12)
     n_tok, n_seq = int(mask.sum()), int((mask.sum(-1) > 0).sum())
     ranks = [[slice(0, 1), slice(1, 4)], [slice(4, 6), slice(6, 8)]]
-    total = sum(agg_loss(loss_mat[rows], mask[rows], mode, norm_const=12, dp_size=2, batch_num_tokens=n_tok,
-                         global_batch_size=n_seq) for rank in ranks for rows in rank) / 2
+    total = (
+        sum(
+            agg_loss(
+                loss_mat[rows],
+                mask[rows],
+                mode,
+                norm_const=12,
+                dp_size=2,
+                batch_num_tokens=n_tok,
+                global_batch_size=n_seq,
+            )
+            for rank in ranks
+            for rows in rank
+        )
+        / 2
+    )
     torch.testing.assert_close(total, whole, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="ranks needs"):
         agg_loss(loss_mat, mask, "token_mean", dp_size=2)
@@ -162,20 +239,26 @@ def test_entropy_scales_on_a_two_rank_two_micro_batch_split_by_hand():
     def padded(name):
         vals = rows[name]
         ent = torch.zeros(1, width)
-        ent[0, :len(vals)] = torch.tensor(vals)
+        ent[0, : len(vals)] = torch.tensor(vals)
         return ent, torch.arange(width)[None, :] < len(vals)
 
     def objective(scale):
         """What FSDP optimises: the rank average of each rank's summed micro-batch values."""
-        per_rank = [sum(entropy_term(*padded(m), scale=scale, dp_size=2, batch_num_tokens=8) for m in rank)
-                    for rank in split]
+        per_rank = [
+            sum(entropy_term(*padded(m), scale=scale, dp_size=2, batch_num_tokens=8) for m in rank)
+            for rank in split
+        ]
         return float(sum(per_rank) / 2)
 
     assert objective("token_mean") == 3.0
     assert objective("per_micro_batch") == 16.0
     # one micro-batch on one rank: both scales are the token mean
     ent, mask = padded("c")
-    assert float(entropy_term(ent, mask, scale="token_mean")) == float(entropy_term(ent, mask, scale="per_micro_batch")) == 2.0
+    assert (
+        float(entropy_term(ent, mask, scale="token_mean"))
+        == float(entropy_term(ent, mask, scale="per_micro_batch"))
+        == 2.0
+    )
     # the bonus is coef x the term; the default coefficient is the paper's
     assert ExGRPOConfig().entropy_coef == 0.001 and ExGRPOConfig().entropy_scale == "token_mean"
     assert float(entropy_bonus(ent, mask, 0.5)) == 1.0

@@ -40,7 +40,9 @@ def group(mgr: ExperienceManager, qid: str, k: int, step: int, *, replayed: bool
     fresh_k = k - 1 if replayed else k
     trajs = [Trajectory(np.array([next(_ids), 1, 2]), np.full(3, -0.5, np.float32), step) for _ in range(n)]
     rewards = [1.0] * fresh_k + [0.0] * (n - fresh_k)
-    mgr.record_group(qid, np.array(([1.0] if replayed else []) + rewards), trajs, replayed=replayed, step=step)
+    mgr.record_group(
+        qid, np.array(([1.0] if replayed else []) + rewards), trajs, replayed=replayed, step=step
+    )
 
 
 # ------------------------------------------------------------------------------------------ hand-made cases
@@ -94,11 +96,15 @@ def test_epoch_pruning_guard_200_questions_190_retired_b16(guard, kept):
     assert len(pruned) == kept and (guard == "after" or pruned == data[190:])
     # 46 questions (> 16 + 20) of which 10 unretired: the release prunes to 10, the project keeps 46
     assert len(mgr.prune_training_data(data[154:], 16)) == (10 if guard == "before" else 46)
-    assert mgr.prune_training_data(data[164:], 16) == data[164:]  # 36 is not more than 16 + 20: neither prunes
+    assert (
+        mgr.prune_training_data(data[164:], 16) == data[164:]
+    )  # 36 is not more than 16 + 20: neither prunes
 
 
-@pytest.mark.parametrize("rho, b, floor_value, int_value", [(0.58, 50, 29, 28), (0.29, 100, 29, 28),
-                                                            (0.5, 128, 64, 64), (0.25, 128, 32, 32)])
+@pytest.mark.parametrize(
+    "rho, b, floor_value, int_value",
+    [(0.58, 50, 29, 28), (0.29, 100, 29, 28), (0.5, 128, 64, 64), (0.25, 128, 32, 32)],
+)
 def test_n_exp_int_cast_as_released(rho, b, floor_value, int_value):
     assert n_replay(rho, b, 10_000, rounding="floor") == floor_value
     assert n_replay(rho, b, 10_000, rounding="int") == int_value
@@ -135,9 +141,17 @@ def _one_token(log_ratio: float, clamp: float, *, replay: bool):
     x = torch.tensor([[0.0]], dtype=torch.float64, requires_grad=True)
     old = torch.tensor([[-log_ratio]], dtype=torch.float64)
     c = ExGRPOConfig(entropy_coef=0.0, log_ratio_clamp=clamp).validate()
-    loss, _ = exgrpo_policy_loss(x, old, torch.tensor([0.5], dtype=torch.float64), torch.ones(1, 1, dtype=torch.bool),
-                                 is_replay=torch.tensor([replay]), behaviour_logp=old if replay else None,
-                                 replay_active=True, cfg=c, norm_const=1)
+    loss, _ = exgrpo_policy_loss(
+        x,
+        old,
+        torch.tensor([0.5], dtype=torch.float64),
+        torch.ones(1, 1, dtype=torch.bool),
+        is_replay=torch.tensor([replay]),
+        behaviour_logp=old if replay else None,
+        replay_active=True,
+        cfg=c,
+        norm_const=1,
+    )
     loss.backward()
     return loss.item(), x.grad.item()
 
@@ -149,7 +163,9 @@ def test_log_ratio_25_unclamped_as_released_and_clamped_by_default():
     assert loss == pytest.approx(-0.5 * math.exp(20)) and grad == 0.0
     # replayed tokens: −A·w/(w+β), gradient −A·wβ/(w+β)² at w = e^25 (released p_div_p_0.1, no clamp)
     w = math.exp(25)
-    assert _one_token(25.0, 0.0, replay=True) == pytest.approx((-0.5 * w / (w + 0.1), -0.5 * w * 0.1 / (w + 0.1) ** 2))
+    assert _one_token(25.0, 0.0, replay=True) == pytest.approx(
+        (-0.5 * w / (w + 0.1), -0.5 * w * 0.1 / (w + 0.1) ** 2)
+    )
     assert _one_token(25.0, 20.0, replay=True)[1] == 0.0
     # inside ±20 the switch changes nothing
     assert _one_token(3.0, 0.0, replay=False) == _one_token(3.0, 20.0, replay=False)
@@ -160,8 +176,18 @@ def test_unclamped_padding_cannot_make_nan():
     old = torch.tensor([[-1.2, -200.0]])  # the padding slot's log-ratio 200 would overflow exp in float32
     mask = torch.tensor([[True, False]])
     c = ExGRPOConfig(entropy_coef=0.0, log_ratio_clamp=0.0, kl_coef=0.1).validate()
-    loss, _ = exgrpo_policy_loss(logp, old, torch.tensor([1.0]), mask, is_replay=torch.tensor([False]),
-                                 behaviour_logp=None, replay_active=True, cfg=c, norm_const=1, ref_logp=old)
+    loss, _ = exgrpo_policy_loss(
+        logp,
+        old,
+        torch.tensor([1.0]),
+        mask,
+        is_replay=torch.tensor([False]),
+        behaviour_logp=None,
+        replay_active=True,
+        cfg=c,
+        norm_const=1,
+        ref_logp=old,
+    )
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and logp.grad[0, 1] == 0.0
     r = 0.2  # the valid token: −A·e^r plus 0.1 · KL k3 at ref − logp = −0.2
@@ -231,7 +257,7 @@ def _run(overrides: dict, seed: int, steps: int = 30, batch: int = 24):
         yield len(plan), oracle.n_exp(batch), mgr.buckets(), oracle.buckets(), data_mgr, data_oracle
         assert set(plan) <= set(oracle.pool)
         groups = []
-        fresh = [q for q in rng.permutation(data_mgr).tolist() if q not in plan][:batch - len(plan)]
+        fresh = [q for q in rng.permutation(data_mgr).tolist() if q not in plan][: batch - len(plan)]
         for qid in plan + fresh:
             replayed = qid in plan
             p = rng.choice([0.0, 0.15, 0.5, 0.85, 1.0])  # many 0/8 and 8/8 groups
@@ -239,7 +265,9 @@ def _run(overrides: dict, seed: int, steps: int = 30, batch: int = 24):
             responses = [(int(rng.integers(0, 6)), int(rng.integers(0, 6))) for _ in range(K)]
             if replayed:
                 rewards[0], responses[0] = 1.0, oracle.pool[qid][0]
-            fresh_trajs = [Trajectory(np.array(r), np.zeros(2, np.float32), step) for r in responses[int(replayed):]]
+            fresh_trajs = [
+                Trajectory(np.array(r), np.zeros(2, np.float32), step) for r in responses[int(replayed) :]
+            ]
             mgr.record_group(qid, np.array(rewards), fresh_trajs, replayed=replayed, step=step)
             groups.append((qid, rewards, responses))
         mgr.end_step(step, 0.5)

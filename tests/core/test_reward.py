@@ -135,18 +135,21 @@ def test_find_boxes_balances_braces_and_skips_unclosed():
     assert find_boxes("no box") == []
 
 
-@pytest.mark.parametrize("text, letter", [
-    ("\\boxed{C}", "C"),
-    ("\\boxed{\\text{(B)}}", "B"),
-    ("ANSWER: C", "C"),
-    ("**Answer:** (D)", "D"),
-    ("The answer is (C).", "C"),
-    ("The answer is (B). On reflection, ANSWER: D", "D"),
-    ("ANSWER: D ... so the final answer is \\boxed{A}", "A"),
-    ("(J)", "J"),
-    ("The answer is Clearly wrong", None),
-    ("no letter here", None),
-])
+@pytest.mark.parametrize(
+    "text, letter",
+    [
+        ("\\boxed{C}", "C"),
+        ("\\boxed{\\text{(B)}}", "B"),
+        ("ANSWER: C", "C"),
+        ("**Answer:** (D)", "D"),
+        ("The answer is (C).", "C"),
+        ("The answer is (B). On reflection, ANSWER: D", "D"),
+        ("ANSWER: D ... so the final answer is \\boxed{A}", "A"),
+        ("(J)", "J"),
+        ("The answer is Clearly wrong", None),
+        ("no letter here", None),
+    ],
+)
 def test_extract_choice_last_one_wins(text, letter):
     assert extract_choice(text) == letter
 
@@ -161,10 +164,21 @@ def test_choice_grading():
 
 
 # (boxed integer, gold integer): all must agree with math-verify run on the same box
-INT_PAIRS = [("5", "5"), ("5", "6"), ("-3", "-3"), ("-3", "3"), ("007", "7"), ("0", "-0"), ("+5", "5"),
-             ("00", "0"), (" 12 ", "12"), ("1000000", "1000000"), ("123456789012345", "123456789012346"),
-             ("12345678901234567890123", "12345678901234567890123"),
-             ("12345678901234567890123", "12345678901234567890124")]
+INT_PAIRS = [
+    ("5", "5"),
+    ("5", "6"),
+    ("-3", "-3"),
+    ("-3", "3"),
+    ("007", "7"),
+    ("0", "-0"),
+    ("+5", "5"),
+    ("00", "0"),
+    (" 12 ", "12"),
+    ("1000000", "1000000"),
+    ("123456789012345", "123456789012346"),
+    ("12345678901234567890123", "12345678901234567890123"),
+    ("12345678901234567890123", "12345678901234567890124"),
+]
 
 
 @pytest.mark.parametrize("rule", ["release", "last_box"])
@@ -176,7 +190,9 @@ def test_integer_fast_path_agrees_with_math_verify(rule):
             slow = _grade_prepared("\\boxed{" + boxed + "}", boxed, gold, 5)
             assert (fast.score, fast.status) == (slow.score, slow.status), (boxed, gold)
     for boxed, gold in [("1,000", "1000"), ("5.0", "5"), ("10^3", "1000"), ("5", "\\frac{10}{2}")]:
-        assert not isinstance(_prepare(answer(boxed), gold, "math", "after_think", True, 4000, rule), GradeResult)
+        assert not isinstance(
+            _prepare(answer(boxed), gold, "math", "after_think", True, 4000, rule), GradeResult
+        )
     # `release` reads the whole region: text around the box goes to math-verify, never the fast path
     prepared = _prepare(answer("12"), "12", "math", "after_think", True, 4000, "release")
     assert not isinstance(prepared, GradeResult)
@@ -202,13 +218,21 @@ def test_counters_and_rates(verifier):
         ("</think>\\boxed{12}", "12", "math"),  # correct, fast path
         ("</think>\\boxed{13}", "12", "math"),  # wrong, fast path
         (answer("\\frac{2}{4}"), "0.5", "math"),  # correct, math-verify
-        ("<think>\\boxed{12}", "12", "math"),    # no </think>
-        ("</think>no idea", "12", "math"),       # no answer
-        (answer("???"), "12", "math"),           # parse error
-        ("</think>ANSWER: A", "A", "choice"),    # correct letter
+        ("<think>\\boxed{12}", "12", "math"),  # no </think>
+        ("</think>no idea", "12", "math"),  # no answer
+        (answer("???"), "12", "math"),  # parse error
+        ("</think>ANSWER: A", "A", "choice"),  # correct letter
     ]
     results = verifier.grade(*map(list, zip(*batch)))
-    assert [r.status for r in results] == ["ok", "ok", "ok", "no_think_close", "no_answer", "parse_error", "ok"]
+    assert [r.status for r in results] == [
+        "ok",
+        "ok",
+        "ok",
+        "no_think_close",
+        "no_answer",
+        "parse_error",
+        "ok",
+    ]
     m = verifier.metrics()
     assert m["reward/graded"] == 7 and m["reward/correct"] == 3
     assert m["reward/correct_rate"] == pytest.approx(3 / 7)
@@ -223,8 +247,9 @@ def test_counters_and_rates(verifier):
 
 
 def test_scores_array(verifier):
-    scores = verifier.scores([answer("2"), answer("3"), "</think>ANSWER: B"], ["2", "2", "B"],
-                             ["math", "math", "choice"])
+    scores = verifier.scores(
+        [answer("2"), answer("3"), "</think>ANSWER: B"], ["2", "2", "B"], ["math", "math", "choice"]
+    )
     assert scores.dtype == np.float32 and scores.shape == (3,)
     np.testing.assert_array_equal(scores, [1.0, 0.0, 1.0])
 
@@ -298,10 +323,21 @@ def test_bad_input_errors_name_the_field(verifier):
 
 
 def test_from_config_and_in_process_mode():
-    cfg = ExGRPOConfig(reward_timeout_s=3.0, reward_workers=2, reward_region="full",
-                       reward_require_think_close=False, reward_max_chars=100)
+    cfg = ExGRPOConfig(
+        reward_timeout_s=3.0,
+        reward_workers=2,
+        reward_region="full",
+        reward_require_think_close=False,
+        reward_max_chars=100,
+    )
     v = Verifier.from_config(cfg)
-    assert (v.timeout_s, v.workers, v.region, v.require_think_close, v.max_chars) == (3.0, 2, "full", False, 100)
+    assert (v.timeout_s, v.workers, v.region, v.require_think_close, v.max_chars) == (
+        3.0,
+        2,
+        "full",
+        False,
+        100,
+    )
     with Verifier(workers=0) as local:  # no pool is ever started
         assert local.grade([answer("\\frac{1}{2}")], ["0.5"])[0].score == 1.0
         assert local._pool is None

@@ -76,8 +76,11 @@ def test_last_box_rule_is_a_named_stricter_switch():
     for case in CASES:
         assert _score(case, "last_box") == case["last_box"], case["id"]
     # several boxes read as a set: release 1, last_box 0
-    for case_id in ("test_open_thoughts.py::test_open_thoughts[18]", "test_open_thoughts.py::test_open_thoughts[19]",
-                    "test_numina_cases.py::test_numina_cases[12]"):
+    for case_id in (
+        "test_open_thoughts.py::test_open_thoughts[18]",
+        "test_open_thoughts.py::test_open_thoughts[19]",
+        "test_numina_cases.py::test_numina_cases[12]",
+    ):
         assert (_score(by_id[case_id]), _score(by_id[case_id], "last_box")) == (1, 0)
     # a final answer after the last box: release 1, last_box 0
     after = "</think>We get \\boxed{3} for part one. The final answer is 7."
@@ -87,7 +90,11 @@ def test_last_box_rule_is_a_named_stricter_switch():
 @pytest.mark.parametrize("gold", ["1", "2"])
 def test_hedged_boxes_get_no_credit(gold):
     # 0.6.0 reads `\boxed{1} or \boxed{2}` as the set {1, 2}, which equals neither single gold
-    for text in ("\\boxed{1} or \\boxed{2}", "\\boxed{1}, \\boxed{2}", "The answer is $\\boxed{1}$ or $\\boxed{2}$."):
+    for text in (
+        "\\boxed{1} or \\boxed{2}",
+        "\\boxed{1}, \\boxed{2}",
+        "The answer is $\\boxed{1}$ or $\\boxed{2}$.",
+    ):
         assert grade_one("</think>" + text, gold).score == 0.0
     # the stricter rule credits the last of the hedged boxes
     assert grade_one("</think>\\boxed{1} or \\boxed{2}", "2", rule="last_box").score == 1.0
@@ -95,9 +102,13 @@ def test_hedged_boxes_get_no_credit(gold):
 
 def test_release_box_view_rewrites_only_separated_bare_boxes():
     assert release_box_view("Step: \\boxed{3}. Final: \\boxed{5}") == "Step: 3. Final: \\boxed{5}"
-    assert release_box_view("\\boxed{1}, \\boxed{2} and \\boxed{3}") == "\\boxed{1}, \\boxed{2} and \\boxed{3}"
+    assert (
+        release_box_view("\\boxed{1}, \\boxed{2} and \\boxed{3}") == "\\boxed{1}, \\boxed{2} and \\boxed{3}"
+    )
     assert release_box_view("\\boxed{1}. Then \\boxed{3}, \\boxed{7}") == "1. Then \\boxed{3}, \\boxed{7}"
-    assert release_box_view("$\\boxed{3} \\quad \\boxed{7}$") == "$\\boxed{3} \\quad \\boxed{7}$"  # one environment
+    assert (
+        release_box_view("$\\boxed{3} \\quad \\boxed{7}$") == "$\\boxed{3} \\quad \\boxed{7}$"
+    )  # one environment
     assert release_box_view("\\boxed{\\boxed{2}}") == "\\boxed{\\boxed{2}}"
     assert release_box_view("no box") == "no box"
 

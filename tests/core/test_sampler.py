@@ -55,18 +55,29 @@ def test_narrow_sigma_does_not_underflow():
     assert p == pytest.approx([0.5, 0.5])
 
 
-@pytest.mark.parametrize(("kind", "expected"), [
-    ("linear", [2 / 12, 4 / 12, 6 / 12]),
-    ("sqrt", [math.sqrt(x) / (math.sqrt(.25) + math.sqrt(.5) + math.sqrt(.75)) for x in (.25, .5, .75)]),
-    ("linear_clip", [0.25 / 1.25, 0.5 / 1.25, 0.5 / 1.25]),
-])
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("linear", [2 / 12, 4 / 12, 6 / 12]),
+        (
+            "sqrt",
+            [math.sqrt(x) / (math.sqrt(0.25) + math.sqrt(0.5) + math.sqrt(0.75)) for x in (0.25, 0.5, 0.75)],
+        ),
+        ("linear_clip", [0.25 / 1.25, 0.5 / 1.25, 0.5 / 1.25]),
+    ],
+)
 def test_released_alternative_weightings(kind, expected):
     assert bucket_weights([2, 4, 6], 8, kind, 0.5, 1.0) == pytest.approx(expected)
 
 
 def test_weight_registry_and_bad_kinds():
     # the sampler registry holds the bucket weightings and the question-level `uniform`
-    assert {k for k in WEIGHT_FNS if not is_question_level(k)} == {"gaussian", "linear", "sqrt", "linear_clip"}
+    assert {k for k in WEIGHT_FNS if not is_question_level(k)} == {
+        "gaussian",
+        "linear",
+        "sqrt",
+        "linear_clip",
+    }
     assert is_question_level("uniform") and "uniform" in WEIGHT_FNS
     with pytest.raises(ValueError, match="question-level"):
         bucket_weights(KEYS, 8, "uniform", 0.5, 1.0)
@@ -162,10 +173,18 @@ def test_restrict_range_follows_released_halving():
         restrict_range(items, "middle")
 
 
-@pytest.mark.parametrize(("rho", "batch", "eligible", "expected"), [
-    (0.5, 128, 1000, 64), (0.5, 128, 10, 10), (0.25, 128, 1000, 32), (0.75, 128, 1000, 96),
-    (0.29, 100, 1000, 29), (0.0, 128, 1000, 0), (0.5, 1, 5, 0),
-])
+@pytest.mark.parametrize(
+    ("rho", "batch", "eligible", "expected"),
+    [
+        (0.5, 128, 1000, 64),
+        (0.5, 128, 10, 10),
+        (0.25, 128, 1000, 32),
+        (0.75, 128, 1000, 96),
+        (0.29, 100, 1000, 29),
+        (0.0, 128, 1000, 0),
+        (0.5, 1, 5, 0),
+    ],
+)
 def test_n_replay(rho, batch, eligible, expected):
     assert n_replay(rho, batch, eligible) == expected
 

@@ -36,7 +36,9 @@ def test_entropy_of_known_distributions():
 
 def test_entropy_temperature_and_bf16():
     logits = torch.randn(2, 4, 11, generator=torch.Generator().manual_seed(0))
-    assert torch.allclose(token_entropy_from_logits(logits, temperature=2.0), token_entropy_from_logits(logits / 2))
+    assert torch.allclose(
+        token_entropy_from_logits(logits, temperature=2.0), token_entropy_from_logits(logits / 2)
+    )
     assert token_entropy_from_logits(logits.bfloat16()).dtype == torch.float32
     with pytest.raises(ValueError, match="temperature"):
         token_entropy_from_logits(logits, temperature=0.0)
@@ -70,8 +72,12 @@ PAD = 0
 # T = 6. Candidate A has 3 response tokens, B has 5 (EOS included); right-padded ids as in the release.
 IDS = torch.tensor([[5, 6, 2, PAD, PAD, PAD], [5, 6, 7, 8, 2, PAD]])
 RESP_MASK = IDS != PAD
-ENT = torch.tensor([[1.0, 1.0, 1.0, 0.0, 0.0, 0.0],    # A: flat 1.0 → clean mean 1.0
-                    [0.1, 0.1, 0.1, 0.1, 2.0, 0.0]])   # B: confident until a spike at EOS → clean mean 0.48
+ENT = torch.tensor(
+    [
+        [1.0, 1.0, 1.0, 0.0, 0.0, 0.0],  # A: flat 1.0 → clean mean 1.0
+        [0.1, 0.1, 0.1, 0.1, 2.0, 0.0],
+    ]
+)  # B: confident until a spike at EOS → clean mean 0.48
 
 
 def test_left_padded_window_by_hand():
@@ -118,13 +124,16 @@ def test_released_mask_uses_the_last_chunk_of_eight():
 def test_candidate_scores_follow_the_switch():
     clean_cfg = ExGRPOConfig()
     released_cfg = ExGRPOConfig(entropy_mask="as_released")
-    assert candidate_scores(clean_cfg, mask=RESP_MASK, token_entropy=ENT).tolist() == pytest.approx([1.0, 0.48])
+    assert candidate_scores(clean_cfg, mask=RESP_MASK, token_entropy=ENT).tolist() == pytest.approx(
+        [1.0, 0.48]
+    )
     got = candidate_scores(released_cfg, mask=RESP_MASK, token_entropy=ENT, response_ids=IDS, pad_id=PAD)
     assert got.tolist() == pytest.approx([1.0, 2.0])
     logp = -ENT  # the release masks PPL scores the same way: −logp window, same positions
     nll_cfg = ExGRPOConfig(entropy_mask="as_released", selection_metric="nll")
-    assert candidate_scores(nll_cfg, mask=RESP_MASK, token_logp=logp, response_ids=IDS, pad_id=PAD).tolist() == \
-        pytest.approx([1.0, 2.0])
+    assert candidate_scores(
+        nll_cfg, mask=RESP_MASK, token_logp=logp, response_ids=IDS, pad_id=PAD
+    ).tolist() == pytest.approx([1.0, 2.0])
     with pytest.raises(ValueError, match="response_ids"):
         candidate_scores(released_cfg, mask=RESP_MASK, token_entropy=ENT)
 

@@ -14,10 +14,16 @@ from exgrpo.core.experience import ExperienceManager
 
 
 def _traj(tok: int, entropy: float = float("nan")) -> Trajectory:
-    return Trajectory(np.asarray([tok, 1], dtype=np.int32), np.asarray([-0.5, -0.5], dtype=np.float32), 1, entropy)
+    return Trajectory(
+        np.asarray([tok, 1], dtype=np.int32), np.asarray([-0.5, -0.5], dtype=np.float32), 1, entropy
+    )
 
 
-CANDS = {"q1": [_traj(1, 0.9), _traj(2, 0.2), _traj(3, 0.5)], "q2": [_traj(4, 0.1)], "q3": [_traj(5, 0.7), _traj(6, 0.3)]}
+CANDS = {
+    "q1": [_traj(1, 0.9), _traj(2, 0.2), _traj(3, 0.5)],
+    "q2": [_traj(4, 0.1)],
+    "q3": [_traj(5, 0.7), _traj(6, 0.3)],
+}
 PLAN = ["q1", "q2", "q3"]
 
 
@@ -81,8 +87,10 @@ def test_a_question_fresh_and_replayed_in_one_step_is_two_groups():
     assert cs.batch_pass1(rows) == pytest.approx(6 / 11)  # fresh rows only
     recs = cs.group_records(rows)
     assert [(r.qid, r.rewards.tolist(), r.fresh_rows, r.replayed) for r in recs] == [
-        ("q1", [1, 0, 0, 0], [0, 1, 2, 3], False), ("q2", [1, 1, 0, 0], [4, 5, 6, 7], False),
-        ("q1", [1, 1, 1, 1], [8, 9, 10], True)]
+        ("q1", [1, 0, 0, 0], [0, 1, 2, 3], False),
+        ("q2", [1, 1, 0, 0], [4, 5, 6, 7], False),
+        ("q1", [1, 1, 1, 1], [8, 9, 10], True),
+    ]
     _, hard = cs.advantages_and_mask(rows, config_for("masked_hard", n_rollouts=k))
     assert hard.tolist() == [True] * 4 + [False] * 8 and cs.kept_groups(rows, hard) == 1
     stats = cs.step_stats(rows, mask, cfg)
@@ -104,8 +112,14 @@ def test_the_manager_takes_both_groups_of_one_question_in_one_step():
 
 def test_short_groups_and_filler_rows():
     k = 4
-    rows = cs.step_rows(["a", "a", "a", "b", "b", "b", "b", "a"], ["u", "u", "u", "v", "v", "v", "v", "pad"],
-                        [False] * 8, [1, 0, 0, 1, 1, 1, 0, 1], k, real=[True] * 7 + [False])
+    rows = cs.step_rows(
+        ["a", "a", "a", "b", "b", "b", "b", "a"],
+        ["u", "u", "u", "v", "v", "v", "v", "pad"],
+        [False] * 8,
+        [1, 0, 0, 1, 1, 1, 0, 1],
+        k,
+        real=[True] * 7 + [False],
+    )
     adv, mask = cs.advantages_and_mask(rows, config_for("exgrpo", n_rollouts=k))
     np.testing.assert_allclose(adv.numpy(), [2 / 3, -1 / 3, -1 / 3, 0.25, 0.25, 0.25, -0.75, 0.0], rtol=1e-6)
     assert mask.tolist() == [True] * 7 + [False]

@@ -33,8 +33,14 @@ def token_logp(first_logits: torch.Tensor, second_logits: torch.Tensor) -> torch
     return torch.stack([lp1, lp2], dim=-1)
 
 
-THETA = (torch.tensor([0.3, -0.2], dtype=torch.float64), torch.tensor([[0.5, -0.5], [-1.0, 0.8]], dtype=torch.float64))
-PAST = (torch.tensor([-0.6, 0.4], dtype=torch.float64), torch.tensor([[-0.2, 0.9], [0.7, -0.3]], dtype=torch.float64))
+THETA = (
+    torch.tensor([0.3, -0.2], dtype=torch.float64),
+    torch.tensor([[0.5, -0.5], [-1.0, 0.8]], dtype=torch.float64),
+)
+PAST = (
+    torch.tensor([-0.6, 0.4], dtype=torch.float64),
+    torch.tensor([[-0.2, 0.9], [0.7, -0.3]], dtype=torch.float64),
+)
 LOGP_THETA = token_logp(*THETA)
 LOGP_PAST = token_logp(*PAST)
 P_THETA = LOGP_THETA.sum(-1).exp()
@@ -81,7 +87,7 @@ def mc_mean(values: torch.Tensor) -> tuple[float, float]:
 def test_importance_weighted_replay_is_unbiased(std_norm):
     n = 60_000
     g = torch.Generator().manual_seed(1234)
-    o_star = torch.multinomial(P_PAST, n, replacement=True, generator=g)          # replay: o* ~ π_past
+    o_star = torch.multinomial(P_PAST, n, replacement=True, generator=g)  # replay: o* ~ π_past
     fresh = torch.multinomial(P_THETA, n * (K - 1), replacement=True, generator=g).view(n, K - 1)
     contrib = replay_contribution(o_star, fresh, std_norm)
     exact = exact_on_policy(std_norm)

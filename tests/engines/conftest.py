@@ -40,8 +40,12 @@ def engine_env() -> None:
 
 def prompt_ids(tokenizer: Any) -> list[list[int]]:
     """The chat-formatted questions as token ids (the model's own chat template)."""
-    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                          tokenize=True, return_dict=False) for q in QUESTIONS]
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for q in QUESTIONS
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +65,15 @@ def llm() -> Any:
 
     from exgrpo.engines.weight_sync import WORKER_EXTENSION
 
-    engine = LLM(model=str(MODEL), dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
-                 enable_prefix_caching=False, worker_extension_cls=WORKER_EXTENSION)
+    engine = LLM(
+        model=str(MODEL),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=256,
+        seed=0,
+        enable_prefix_caching=False,
+        worker_extension_cls=WORKER_EXTENSION,
+    )
     yield engine
     del engine
     gc.collect()

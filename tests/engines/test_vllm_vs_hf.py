@@ -31,12 +31,14 @@ def hf_logprobs(model: Any, prompt: list[int], ids: list[int]) -> tuple[Any, Any
     import torch
 
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float()
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
     logp = torch.log_softmax(logits, dim=-1)
     return logp, logp.gather(1, torch.tensor(ids)[:, None])[:, 0]
 
 
-def check_against_hf(model: Any, prompts: list[list[int]], outs: list[tuple[list[int], list[float]]]) -> float:
+def check_against_hf(
+    model: Any, prompts: list[list[int]], outs: list[tuple[list[int], list[float]]]
+) -> float:
     """Assert vLLM's log-probs equal transformers' within LOGPROB_ATOL and each greedy token is transformers'
     argmax (or within LOGPROB_ATOL of it: a near-tie); return the largest log-prob difference."""
     import torch
@@ -47,7 +49,9 @@ def check_against_hf(model: Any, prompts: list[list[int]], outs: list[tuple[list
         logp, ref = hf_logprobs(model, prompt, ids)
         diff = (torch.tensor(lps) - ref).abs()
         worst = max(worst, float(diff.max()))
-        assert float(diff.max()) <= LOGPROB_ATOL, f"log-prob gap {float(diff.max()):.2e} at {int(diff.argmax())}"
+        assert float(diff.max()) <= LOGPROB_ATOL, (
+            f"log-prob gap {float(diff.max()):.2e} at {int(diff.argmax())}"
+        )
         gap_to_best = logp.max(dim=-1).values - ref
         assert float(gap_to_best.max()) <= LOGPROB_ATOL, "vLLM's greedy token is not transformers' argmax"
     return worst
@@ -63,8 +67,11 @@ def test_logprobs_and_greedy_tokens_match_transformers(llm, hf_model):
     # loglikelihood does).
     from vllm import SamplingParams, TokensPrompt
 
-    out = llm.generate([TokensPrompt(prompt_token_ids=prompts[0])],
-                       SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0), use_tqdm=False)[0]
+    out = llm.generate(
+        [TokensPrompt(prompt_token_ids=prompts[0])],
+        SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0),
+        use_tqdm=False,
+    )[0]
     import torch
 
     with torch.no_grad():
@@ -102,7 +109,9 @@ def test_weight_reload_changes_outputs_and_restore_is_bit_identical(llm, hf_mode
     n_tensors = len(model.state_dict())
     assert reload_into(llm, perturbed) == [n_tensors]
     after = greedy(llm, prompts)
-    assert [ids for ids, _ in after] != [ids for ids, _ in before], "new weights left every greedy output unchanged"
+    assert [ids for ids, _ in after] != [ids for ids, _ in before], (
+        "new weights left every greedy output unchanged"
+    )
     # The engine now runs exactly the perturbed weights: transformers with them agrees within the tolerance.
     moved = AutoModelForCausalLM.from_pretrained(MODEL, dtype="float32").eval()
     from safetensors.torch import load_file
@@ -115,8 +124,10 @@ def test_weight_reload_changes_outputs_and_restore_is_bit_identical(llm, hf_mode
     assert reload_into(llm, original) == [n_tensors]
     restored = greedy(llm, prompts)
     assert [ids for ids, _ in restored] == [ids for ids, _ in before]
-    assert torch.equal(torch.tensor([lp for _, lps in restored for lp in lps]),
-                       torch.tensor([lp for _, lps in before for lp in lps])), "restore is not bit-identical"
+    assert torch.equal(
+        torch.tensor([lp for _, lps in restored for lp in lps]),
+        torch.tensor([lp for _, lps in before for lp in lps]),
+    ), "restore is not bit-identical"
 
 
 def test_missing_weights_file_is_a_clear_error(llm, tmp_path):

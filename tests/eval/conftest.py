@@ -14,46 +14,138 @@ import pytest
 
 # Two problems per paper benchmark, in the hub dataset's own columns (gold as the grader must read it).
 PAPER_ROWS: dict[str, list[dict]] = {
-    "aime24": [{"id": 60, "problem": "Find the number of widgets w.", "solution": "...", "answer": "204", "url": "u", "year": "2024"},
-               {"id": 61, "problem": "Find the remainder r.", "solution": "...", "answer": "25", "url": "u", "year": "2024"}],
-    "aime25": [{"id": "0", "problem": "Find the sum of all bases b.", "answer": "70"},
-               {"id": "1", "problem": "Find the area of the heptagon.", "answer": "588"}],
-    "amc": [{"id": 0, "problem": "What is the value of the expression?", "answer": 142.0, "url": "u"},
-            {"id": 1, "problem": "How many positive divisors?", "answer": 36.0, "url": "u"}],
-    "math500": [{"problem": "Convert the point to polar coordinates.", "solution": "...", "answer": "\\frac{14}{3}",
-                 "subject": "Precalculus", "level": 2, "unique_id": "test/precalculus/807.json"},
-                {"problem": "Solve for x in the equation.", "solution": "...", "answer": "\\sqrt{2}",
-                 "subject": "Algebra", "level": 1, "unique_id": "test/algebra/1.json"}],
-    "minerva": [{"question": "Compute the luminosity ratio.", "answer": "7.5"},
-                {"question": "Find the wavelength in nm.", "answer": "400"}],
-    "olympiadbench": [{"id": 1606, "question": "Determine the probability p.", "final_answer": ["$\\frac{1}{2}$"],
-                       "solution": ["..."], "context": None},
-                      {"id": 1607, "question": "Find the smallest n.", "final_answer": ["$12$"], "solution": ["..."],
-                       "context": None}],
-    "arc_c": [{"id": "Mercury_1", "question": "Which gas do plants absorb?",
-               "choices": {"text": ["oxygen", "nitrogen", "carbon dioxide", "helium"], "label": ["A", "B", "C", "D"]},
-               "answerKey": "C"},
-              {"id": "Mercury_2", "question": "Which is a mammal?",
-               "choices": {"text": ["shark", "whale", "trout", "eel"], "label": ["1", "2", "3", "4"]},
-               "answerKey": "2"}],
-    "gpqa_diamond": [{"Record ID": "rec1", "Question": "Which particle mediates the strong force?",
-                      "Correct Answer": "gluon", "Incorrect Answer 1": "photon", "Incorrect Answer 2": "W boson",
-                      "Incorrect Answer 3": "graviton"},
-                     {"Record ID": "rec2", "Question": "What is the ground-state spin of the deuteron?",
-                      "Correct Answer": "1", "Incorrect Answer 1": "0", "Incorrect Answer 2": "1/2",
-                      "Incorrect Answer 3": "3/2"}],
-    "mmlu_pro": [{"question_id": 70, "question": "Find the characteristic of the ring 2Z.",
-                  "options": ["0", "30", "3", "10", "12", "50", "2", "100", "20", "5"], "answer": "A", "answer_index": 0,
-                  "cot_content": "", "category": "math", "src": "ori_mmlu"},
-                 {"question_id": 71, "question": "Which statement is true?",
-                  "options": ["a", "b", "c", "d"], "answer": "D", "answer_index": 3, "cot_content": "",
-                  "category": "math", "src": "ori_mmlu"}],
+    "aime24": [
+        {
+            "id": 60,
+            "problem": "Find the number of widgets w.",
+            "solution": "...",
+            "answer": "204",
+            "url": "u",
+            "year": "2024",
+        },
+        {
+            "id": 61,
+            "problem": "Find the remainder r.",
+            "solution": "...",
+            "answer": "25",
+            "url": "u",
+            "year": "2024",
+        },
+    ],
+    "aime25": [
+        {"id": "0", "problem": "Find the sum of all bases b.", "answer": "70"},
+        {"id": "1", "problem": "Find the area of the heptagon.", "answer": "588"},
+    ],
+    "amc": [
+        {"id": 0, "problem": "What is the value of the expression?", "answer": 142.0, "url": "u"},
+        {"id": 1, "problem": "How many positive divisors?", "answer": 36.0, "url": "u"},
+    ],
+    "math500": [
+        {
+            "problem": "Convert the point to polar coordinates.",
+            "solution": "...",
+            "answer": "\\frac{14}{3}",
+            "subject": "Precalculus",
+            "level": 2,
+            "unique_id": "test/precalculus/807.json",
+        },
+        {
+            "problem": "Solve for x in the equation.",
+            "solution": "...",
+            "answer": "\\sqrt{2}",
+            "subject": "Algebra",
+            "level": 1,
+            "unique_id": "test/algebra/1.json",
+        },
+    ],
+    "minerva": [
+        {"question": "Compute the luminosity ratio.", "answer": "7.5"},
+        {"question": "Find the wavelength in nm.", "answer": "400"},
+    ],
+    "olympiadbench": [
+        {
+            "id": 1606,
+            "question": "Determine the probability p.",
+            "final_answer": ["$\\frac{1}{2}$"],
+            "solution": ["..."],
+            "context": None,
+        },
+        {
+            "id": 1607,
+            "question": "Find the smallest n.",
+            "final_answer": ["$12$"],
+            "solution": ["..."],
+            "context": None,
+        },
+    ],
+    "arc_c": [
+        {
+            "id": "Mercury_1",
+            "question": "Which gas do plants absorb?",
+            "choices": {
+                "text": ["oxygen", "nitrogen", "carbon dioxide", "helium"],
+                "label": ["A", "B", "C", "D"],
+            },
+            "answerKey": "C",
+        },
+        {
+            "id": "Mercury_2",
+            "question": "Which is a mammal?",
+            "choices": {"text": ["shark", "whale", "trout", "eel"], "label": ["1", "2", "3", "4"]},
+            "answerKey": "2",
+        },
+    ],
+    "gpqa_diamond": [
+        {
+            "Record ID": "rec1",
+            "Question": "Which particle mediates the strong force?",
+            "Correct Answer": "gluon",
+            "Incorrect Answer 1": "photon",
+            "Incorrect Answer 2": "W boson",
+            "Incorrect Answer 3": "graviton",
+        },
+        {
+            "Record ID": "rec2",
+            "Question": "What is the ground-state spin of the deuteron?",
+            "Correct Answer": "1",
+            "Incorrect Answer 1": "0",
+            "Incorrect Answer 2": "1/2",
+            "Incorrect Answer 3": "3/2",
+        },
+    ],
+    "mmlu_pro": [
+        {
+            "question_id": 70,
+            "question": "Find the characteristic of the ring 2Z.",
+            "options": ["0", "30", "3", "10", "12", "50", "2", "100", "20", "5"],
+            "answer": "A",
+            "answer_index": 0,
+            "cot_content": "",
+            "category": "math",
+            "src": "ori_mmlu",
+        },
+        {
+            "question_id": 71,
+            "question": "Which statement is true?",
+            "options": ["a", "b", "c", "d"],
+            "answer": "D",
+            "answer_index": 3,
+            "cot_content": "",
+            "category": "math",
+            "src": "ori_mmlu",
+        },
+    ],
 }
 
 # Gold answers as the documents must carry them (independent of the loader code).
 PAPER_GOLDS: dict[str, list[str]] = {
-    "aime24": ["204", "25"], "aime25": ["70", "588"], "amc": ["142", "36"], "math500": ["\\frac{14}{3}", "\\sqrt{2}"],
-    "minerva": ["7.5", "400"], "olympiadbench": ["\\frac{1}{2}", "12"], "arc_c": ["C", "B"],
+    "aime24": ["204", "25"],
+    "aime25": ["70", "588"],
+    "amc": ["142", "36"],
+    "math500": ["\\frac{14}{3}", "\\sqrt{2}"],
+    "minerva": ["7.5", "400"],
+    "olympiadbench": ["\\frac{1}{2}", "12"],
+    "arc_c": ["C", "B"],
     "mmlu_pro": ["A", "D"],
 }
 
@@ -73,12 +165,16 @@ def completion(kind: str, gold: str, role: str, max_tokens: int) -> str:
         return ("I keep thinking " * (max_tokens // 16 + 1))[:max_tokens]
     if kind == "choice":
         wrong = "A" if gold != "A" else "B"
-        return {"correct": f"Reasoning.</think>\nThe answer is \\boxed{{{gold}}}.",
-                "wrong": f"Reasoning.</think>\nThe answer is \\boxed{{{wrong}}}.",
-                "unboxed": f"Reasoning.</think>\nANSWER: {gold}"}[role]
-    return {"correct": f"Let me compute.</think>\nSo the answer is \\boxed{{{gold}}}.",
-            "wrong": "Let me compute.</think>\nSo the answer is \\boxed{99991}.",
-            "unboxed": f"Let me compute.</think>\nThe final answer is ${gold}$."}[role]
+        return {
+            "correct": f"Reasoning.</think>\nThe answer is \\boxed{{{gold}}}.",
+            "wrong": f"Reasoning.</think>\nThe answer is \\boxed{{{wrong}}}.",
+            "unboxed": f"Reasoning.</think>\nANSWER: {gold}",
+        }[role]
+    return {
+        "correct": f"Let me compute.</think>\nSo the answer is \\boxed{{{gold}}}.",
+        "wrong": "Let me compute.</think>\nSo the answer is \\boxed{99991}.",
+        "unboxed": f"Let me compute.</think>\nThe final answer is ${gold}$.",
+    }[role]
 
 
 def make_fake_lm(golds_by_question: dict[str, tuple[str, str]], max_tokens: int, script=SCRIPT):
@@ -93,7 +189,10 @@ def make_fake_lm(golds_by_question: dict[str, tuple[str, str]], max_tokens: int,
 
         def apply_chat_template(self, chat_history, add_generation_prompt=True):
             self.chats.append(chat_history)
-            return "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in chat_history) + "<|assistant|><think>\n"
+            return (
+                "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in chat_history)
+                + "<|assistant|><think>\n"
+            )
 
         @property
         def tokenizer_name(self) -> str:

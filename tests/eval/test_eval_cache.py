@@ -12,25 +12,61 @@ import pytest
 from exgrpo.eval import cache
 from exgrpo.io import write_json
 
-META = {"benchmark": "aime24", "split": "id", "kind": "math", "profile": "tiny", "k": 2, "seed": 3, "limit": None,
-        "model": "/m", "prompt_format": "chat", "grading": {"region": "after_think"}, "data": {"rows": 2}}
+META = {
+    "benchmark": "aime24",
+    "split": "id",
+    "kind": "math",
+    "profile": "tiny",
+    "k": 2,
+    "seed": 3,
+    "limit": None,
+    "model": "/m",
+    "prompt_format": "chat",
+    "grading": {"region": "after_think"},
+    "data": {"rows": 2},
+}
 
 
 def sample_records() -> pd.DataFrame:
     rows = []
     for p, scores in (("p1", (1.0, 0.0)), ("p2", (0.0, 0.0))):
         for i, s in enumerate(scores):
-            rows.append({"problem_id": p, "sample_index": i, "seed": 3, "prompt_hash": "h" + p, "completion": f"c{i}",
-                         "n_tokens": 5, "truncated": i == 1, "extracted": "7" if s else None, "label": "7",
-                         "score": s, "status": "ok" if i == 0 else "no_think_close", "grader": "math-verify",
-                         "grader_version": "v1"})
+            rows.append(
+                {
+                    "problem_id": p,
+                    "sample_index": i,
+                    "seed": 3,
+                    "prompt_hash": "h" + p,
+                    "completion": f"c{i}",
+                    "n_tokens": 5,
+                    "truncated": i == 1,
+                    "extracted": "7" if s else None,
+                    "label": "7",
+                    "score": s,
+                    "status": "ok" if i == 0 else "no_think_close",
+                    "grader": "math-verify",
+                    "grader_version": "v1",
+                }
+            )
     return cache.records_table(rows)
 
 
 def test_contract_columns_and_types():
-    assert cache.SAMPLE_SCHEMA.names == ["problem_id", "sample_index", "seed", "prompt_hash", "completion",
-                                         "n_tokens", "truncated", "extracted", "label", "score", "status",
-                                         "grader", "grader_version"]
+    assert cache.SAMPLE_SCHEMA.names == [
+        "problem_id",
+        "sample_index",
+        "seed",
+        "prompt_hash",
+        "completion",
+        "n_tokens",
+        "truncated",
+        "extracted",
+        "label",
+        "score",
+        "status",
+        "grader",
+        "grader_version",
+    ]
 
 
 def test_round_trip_is_zstd_with_metadata(tmp_path: Path):
@@ -79,8 +115,10 @@ def test_find_caches(tmp_path: Path):
         cache.write_samples(tmp_path / rel, sample_records(), META)
     (tmp_path / "m1/s0/aime24.tiny.json").write_text("{}")
     found = cache.find_caches(tmp_path)
-    assert [p.relative_to(tmp_path).as_posix() for p in found] == ["m1/s0/aime24.tiny.samples.parquet",
-                                                                  "m2/s0/amc.tiny.samples.parquet"]
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == [
+        "m1/s0/aime24.tiny.samples.parquet",
+        "m2/s0/amc.tiny.samples.parquet",
+    ]
     assert cache.find_caches(found[0]) == [found[0]]
     with pytest.raises(cache.CacheError, match="not a samples cache"):
         cache.find_caches(tmp_path / "m1/s0/aime24.tiny.json")
@@ -98,7 +136,7 @@ def test_cache_state_follows_the_write_order(tmp_path: Path):
     assert cache.cache_state(tmp_path, "aime24", "tiny", expect) == "samples_only"
     write_json(cache.aggregate_path(tmp_path, "aime24", "tiny"), {"k": 2})
     assert cache.cache_state(tmp_path, "aime24", "tiny", expect) == "complete"
-    assert cache.cache_state(tmp_path, "aime24", "tiny", {**expect, "seed": 4}) == "missing"   # other settings
+    assert cache.cache_state(tmp_path, "aime24", "tiny", {**expect, "seed": 4}) == "missing"  # other settings
     assert cache.cache_state(tmp_path, "aime24", "tiny", {**expect, "limit": 10}) == "missing"
     cache.aggregate_path(tmp_path, "aime24", "tiny").write_text("{trunc")
     assert cache.cache_state(tmp_path, "aime24", "tiny", expect) == "samples_only"
@@ -106,7 +144,9 @@ def test_cache_state_follows_the_write_order(tmp_path: Path):
 
 def test_build_aggregate_is_computed_from_records():
     agg = cache.build_aggregate(sample_records(), META, {"seed": 3}, n_boot=100)
-    assert agg["benchmark"] == "aime24" and agg["split"] == "id" and agg["profile"] == "tiny" and agg["k"] == 2
+    assert (
+        agg["benchmark"] == "aime24" and agg["split"] == "id" and agg["profile"] == "tiny" and agg["k"] == 2
+    )
     assert agg["n_problems"] == 2
     assert agg["metrics"] == {"avg_at_k": 0.25, "pass_at_k": 0.5, "maj_at_k": 0.5}
     assert agg["status_counts"] == {"no_think_close": 2, "ok": 2}

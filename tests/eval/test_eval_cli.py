@@ -24,7 +24,10 @@ def eval_args(model: Path, out: Path, *extra: str) -> list[str]:
 
 
 def test_wrong_benchmark_name(model_dir, tmp_path, capsys):
-    assert cli(eval_args(model_dir, tmp_path / "o", "--benchmarks", "math500,aime2024", "--profile", "paper")) == 2
+    assert (
+        cli(eval_args(model_dir, tmp_path / "o", "--benchmarks", "math500,aime2024", "--profile", "paper"))
+        == 2
+    )
     err = capsys.readouterr().err
     assert "unknown benchmark 'aime2024'" in err and "math500" in err and "Traceback" not in err
 
@@ -34,18 +37,24 @@ def test_missing_model_folder(tmp_path, capsys):
     assert cli(eval_args(missing, tmp_path / "o", "--benchmarks", "math500", "--profile", "paper")) == 2
     assert f"{missing}: model folder not found" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert cli(eval_args(tmp_path / "empty", tmp_path / "o", "--benchmarks", "math500", "--profile", "paper")) == 2
+    assert (
+        cli(eval_args(tmp_path / "empty", tmp_path / "o", "--benchmarks", "math500", "--profile", "paper"))
+        == 2
+    )
     assert "no config.json" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--profile", "greedy"], "unknown decoding profile 'greedy'"),
-    (["--profile", "paper", "--k", "4"], "fixes k"),
-    (["--profile", "community", "--k", "0"], "'k': must be >= 1"),
-    (["--profile", "tiny", "--backend", "sglang"], "unknown backend 'sglang'"),
-    (["--profile", "tiny", "--limit", "0"], "'limit'"),
-    (["--profile", "tiny", "--batch-size", "big"], "batch_size"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--profile", "greedy"], "unknown decoding profile 'greedy'"),
+        (["--profile", "paper", "--k", "4"], "fixes k"),
+        (["--profile", "community", "--k", "0"], "'k': must be >= 1"),
+        (["--profile", "tiny", "--backend", "sglang"], "unknown backend 'sglang'"),
+        (["--profile", "tiny", "--limit", "0"], "'limit'"),
+        (["--profile", "tiny", "--batch-size", "big"], "batch_size"),
+    ],
+)
 def test_bad_settings(model_dir, tmp_path, capsys, extra, message):
     assert cli(eval_args(model_dir, tmp_path / "o", "--benchmarks", "math500", *extra)) == 2
     assert message in capsys.readouterr().err
@@ -85,23 +94,66 @@ CASES = [
 
 def write_stale_cache(path: Path) -> None:
     """A cache whose stored grades are all wrong (as if made by a broken grader)."""
-    rows = [{"problem_id": pid, "sample_index": 0, "seed": 0, "prompt_hash": "h", "completion": text,
-             "n_tokens": len(text), "truncated": False, "extracted": None, "label": gold, "score": 1.0 - score,
-             "status": "stale", "grader": "math-verify", "grader_version": "math-verify==0.6.0"}
-            for pid, text, gold, _, score, _ in CASES]
+    rows = [
+        {
+            "problem_id": pid,
+            "sample_index": 0,
+            "seed": 0,
+            "prompt_hash": "h",
+            "completion": text,
+            "n_tokens": len(text),
+            "truncated": False,
+            "extracted": None,
+            "label": gold,
+            "score": 1.0 - score,
+            "status": "stale",
+            "grader": "math-verify",
+            "grader_version": "math-verify==0.6.0",
+        }
+        for pid, text, gold, _, score, _ in CASES
+    ]
     regions = {pid: region for pid, _, _, region, _, _ in CASES}
-    meta = {"benchmark": "math500", "split": "id", "kind": "math", "profile": "paper", "k": 1, "seed": 0,
-            "limit": None, "model": "/m", "prompt_format": "chat", "provenance": {"git_commit": "abc"},
-            "grading": {"grader": "math-verify", "region": "mixed", "region_by_problem": regions,
-                        "require_think_close": True, "max_chars": 4000, "timeout_s": 5.0, "workers": 1}}
+    meta = {
+        "benchmark": "math500",
+        "split": "id",
+        "kind": "math",
+        "profile": "paper",
+        "k": 1,
+        "seed": 0,
+        "limit": None,
+        "model": "/m",
+        "prompt_format": "chat",
+        "provenance": {"git_commit": "abc"},
+        "grading": {
+            "grader": "math-verify",
+            "region": "mixed",
+            "region_by_problem": regions,
+            "require_think_close": True,
+            "max_chars": 4000,
+            "timeout_s": 5.0,
+            "workers": 1,
+        },
+    }
     cache.write_samples(path, cache.records_table(rows), meta)
 
 
 def test_regrade_to_a_new_folder(tmp_path, capsys):
     src = tmp_path / "results" / "m" / "s0" / "math500.paper.samples.parquet"
     write_stale_cache(src)
-    assert cli(["regrade", "--cache", str(tmp_path / "results"), "--out", str(tmp_path / "new"),
-                "--workers", "1"]) == 0
+    assert (
+        cli(
+            [
+                "regrade",
+                "--cache",
+                str(tmp_path / "results"),
+                "--out",
+                str(tmp_path / "new"),
+                "--workers",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert "5 of 5 scores changed" in capsys.readouterr().out
     dest = tmp_path / "new" / "m" / "s0" / "math500.paper.samples.parquet"
     records, meta = cache.read_samples(dest)
@@ -114,7 +166,7 @@ def test_regrade_to_a_new_folder(tmp_path, capsys):
     assert agg["metrics"]["avg_at_k"] == pytest.approx(3 / 5)
     assert agg["provenance"]["regraded_from"] == str(src.resolve())
     assert agg["provenance"]["generation"] == {"git_commit": "abc"}
-    assert cache.read_samples(src)[0]["status"].eq("stale").all()      # the original is untouched
+    assert cache.read_samples(src)[0]["status"].eq("stale").all()  # the original is untouched
 
 
 def test_regrade_in_place_with_other_settings(tmp_path):

@@ -27,7 +27,10 @@ CONTEXT = PROFILE.max_new_tokens + 1000  # room for SHORT's prompt, not for LONG
 def long_data(tmp_path: Path) -> Path:
     folder = tmp_path / "data"
     folder.mkdir()
-    rows = [{"problem": LONG, "answer": "3", "unique_id": "long"}, {"problem": SHORT, "answer": "4", "unique_id": "short"}]
+    rows = [
+        {"problem": LONG, "answer": "3", "unique_id": "long"},
+        {"problem": SHORT, "answer": "4", "unique_id": "short"},
+    ]
     (folder / "math500.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
@@ -50,8 +53,9 @@ def _lm(fake_lm, data: Path, context: int | None):
 
 
 def _evaluate(lm, benches, data, out, **settings):
-    s = harness.EvalSettings(profile=PROFILE, k=2, data_dir=str(data), n_boot=10, grading=GradingSettings(workers=1),
-                             **settings)
+    s = harness.EvalSettings(
+        profile=PROFILE, k=2, data_dir=str(data), n_boot=10, grading=GradingSettings(workers=1), **settings
+    )
     (agg,) = harness.evaluate_model(lambda: lm, benches, s, out, "fake-model", progress=False)
     records, meta = cache.read_samples(cache.samples_path(out, "math500", PROFILE.name))
     return agg, records, meta
@@ -63,19 +67,33 @@ def test_overlong_prompts_are_filtered_and_counted_on_vllm(tmp_path, long_data, 
     assert sorted(set(records["problem_id"])) == ["short"] and agg["n_problems"] == 1  # LONG never generated
     # The fake chat template by hand, around the question (hub-schema questions are stripped by the normaliser).
     prompt_len = len("<|user|>" + LONG.strip() + "<|end|><|assistant|><think>\n")
-    assert agg["data"]["overlong"] == {"policy": "filter", "max_model_len": CONTEXT, "max_new_tokens": 8192,
-                                       "max_prompt_tokens": prompt_len, "filtered": 1, "filtered_ids": ["long"]}
+    assert agg["data"]["overlong"] == {
+        "policy": "filter",
+        "max_model_len": CONTEXT,
+        "max_new_tokens": 8192,
+        "max_prompt_tokens": prompt_len,
+        "filtered": 1,
+        "filtered_ids": ["long"],
+    }
     assert meta["data"]["overlong"]["filtered"] == 1 and agg["data"]["rows"] == 2  # the set had 2 problems
     # vLLM decodes with its own defaults, as the release's engine did (lm-eval would keep special tokens).
-    assert lm.gen_kwargs_seen and all(kw["skip_special_tokens"] is True and kw["spaces_between_special_tokens"]
-                                      is True for kw in lm.gen_kwargs_seen)
-    assert meta["generation"] == {"max_model_len": None, "overlong_prompts": "filter", "skip_special_tokens": True,
-                                  "spaces_between_special_tokens": True}
+    assert lm.gen_kwargs_seen and all(
+        kw["skip_special_tokens"] is True and kw["spaces_between_special_tokens"] is True
+        for kw in lm.gen_kwargs_seen
+    )
+    assert meta["generation"] == {
+        "max_model_len": None,
+        "overlong_prompts": "filter",
+        "skip_special_tokens": True,
+        "spaces_between_special_tokens": True,
+    }
 
 
 def test_truncate_keeps_lm_evals_behaviour_and_counts_the_cut_prompts(tmp_path, long_data, fake_lm):
     benches, lm = _lm(fake_lm, long_data, CONTEXT)
-    agg, records, _ = _evaluate(lm, benches, long_data, tmp_path / "out", backend="vllm", overlong_prompts="truncate")
+    agg, records, _ = _evaluate(
+        lm, benches, long_data, tmp_path / "out", backend="vllm", overlong_prompts="truncate"
+    )
     assert sorted(set(records["problem_id"])) == ["long", "short"]
     assert (agg["data"]["overlong"]["filtered"], agg["data"]["overlong"]["truncated_prompts"]) == (0, 1)
 
@@ -83,7 +101,10 @@ def test_truncate_keeps_lm_evals_behaviour_and_counts_the_cut_prompts(tmp_path, 
 def test_cpu_backends_keep_their_decoding_and_truncation(tmp_path, long_data, fake_lm):
     benches, lm = _lm(fake_lm, long_data, CONTEXT)
     agg, records, meta = _evaluate(lm, benches, long_data, tmp_path / "out", backend="hf")
-    assert sorted(set(records["problem_id"])) == ["long", "short"] and agg["data"]["overlong"]["policy"] == "truncate"
+    assert (
+        sorted(set(records["problem_id"])) == ["long", "short"]
+        and agg["data"]["overlong"]["policy"] == "truncate"
+    )
     assert all("skip_special_tokens" not in kw for kw in lm.gen_kwargs_seen)
     assert meta["generation"] is None  # the CPU caches' identity is unchanged
     with pytest.raises(ConfigError, match="overlong_prompts"):
@@ -112,10 +133,16 @@ def test_a_different_context_or_policy_is_a_different_cache(tmp_path, long_data,
 def test_vllm_context_is_the_models_own_unless_set():
     args = backends.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2)
     assert "max_model_len" not in args  # vLLM then takes the model's own, as the release's engine
-    assert backends.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2,
-                                   max_model_len=16384)["max_model_len"] == 16384
+    assert (
+        backends.vllm_model_args(
+            "/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2, max_model_len=16384
+        )["max_model_len"]
+        == 16384
+    )
     with pytest.raises(ConfigError, match="max_model_len"):
-        backends.vllm_model_args("/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2, max_model_len=8192)
+        backends.vllm_model_args(
+            "/m", seed=0, profile=get_profile("paper"), tensor_parallel_size=2, max_model_len=8192
+        )
 
 
 def test_lm_evals_vllm_backend_lets_task_kwargs_override_its_decoding_defaults():

@@ -41,10 +41,18 @@ def evaluated(tmp_path_factory, request):
         (data_dir / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in items))
     benches = parse_benchmarks("paper")
     lm = request.getfixturevalue("fake_lm")(golds_by_question(benches, data_dir), PROFILE.max_new_tokens)
-    settings = harness.EvalSettings(profile=PROFILE, k=4, data_dir=str(data_dir), n_boot=50,
-                                    grading=GradingSettings(workers=1))
+    settings = harness.EvalSettings(
+        profile=PROFILE, k=4, data_dir=str(data_dir), n_boot=50, grading=GradingSettings(workers=1)
+    )
     aggs = harness.evaluate_model(lambda: lm, benches, settings, tmp / "out", "fake-model", progress=False)
-    return {"aggs": aggs, "lm": lm, "out": tmp / "out", "data": data_dir, "settings": settings, "benches": benches}
+    return {
+        "aggs": aggs,
+        "lm": lm,
+        "out": tmp / "out",
+        "data": data_dir,
+        "settings": settings,
+        "benches": benches,
+    }
 
 
 def test_every_paper_benchmark_is_graded_as_expected(evaluated, paper_golds):
@@ -76,8 +84,10 @@ def test_prompts_use_the_chat_template_without_a_system_prompt(evaluated):
     assert lm.chats and all([m["role"] for m in chat] == ["user"] for chat in lm.chats)
     records, _ = cache.read_samples(cache.samples_path(evaluated["out"], "math500", "community"))
     rendered = f"<|user|>{lm.chats[0][0]['content']}<|end|><|assistant|><think>\n"
-    hashes = {hashlib.sha256(f"<|user|>{c[0]['content']}<|end|><|assistant|><think>\n".encode()).hexdigest()
-              for c in lm.chats}
+    hashes = {
+        hashlib.sha256(f"<|user|>{c[0]['content']}<|end|><|assistant|><think>\n".encode()).hexdigest()
+        for c in lm.chats
+    }
     assert set(records["prompt_hash"]) <= hashes
     assert hashlib.sha256(rendered.encode()).hexdigest() in hashes
     # k copies of one prompt share one prompt hash; problems differ
@@ -89,7 +99,9 @@ def test_aggregate_provenance(evaluated):
     agg = evaluated["aggs"][0]
     prov = agg["provenance"]
     assert prov["seed"] == 0 and prov["profile"]["name"] == "community" and prov["profile"]["top_p"] == 0.95
-    assert prov["grader"] == "strict" and prov["grader_version"].startswith("math-verify==")  # community: strict
+    assert prov["grader"] == "strict" and prov["grader_version"].startswith(
+        "math-verify=="
+    )  # community: strict
     assert {"lm-eval", "math-verify", "transformers", "vllm", "torch"} <= set(prov["versions"])
     assert "git_commit" in prov and prov["model"] == {"path": "fake-model"}
     assert agg["data"]["source"].startswith("file:") and agg["data"]["rows"] == 2
@@ -137,7 +149,9 @@ def test_other_library_versions_make_the_cache_miss(evaluated, monkeypatch, tmp_
     stored, now = agg["reused_with_other_versions"]["grader_version"].values()
     assert "sympy==0.0.1" in now and "sympy==0.0.1" not in stored
     assert agg["metrics"] == {"avg_at_k": 0.5, "pass_at_k": 1.0, "maj_at_k": 1.0}
-    assert "reused_with_other_versions" in json.loads(cache.aggregate_path(out, "aime24", "community").read_text())
+    assert "reused_with_other_versions" in json.loads(
+        cache.aggregate_path(out, "aime24", "community").read_text()
+    )
     monkeypatch.setattr(importlib.metadata, "version", real_version)
     engines = cache.engine_versions()
     monkeypatch.setattr(cache, "engine_versions", lambda: {**engines, "torch": "0.0"})

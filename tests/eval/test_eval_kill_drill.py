@@ -29,15 +29,48 @@ def data(tmp_path_factory) -> Path:
     from exgrpo.tiny.splits import make_splits, write_dataset
 
     out = tmp_path_factory.mktemp("killdata")
-    write_dataset(out, make_splits(0, {"train": 4, "validation": 2, "test": 200, "ood_words": 200,
-                                       "ood_choice4": 200, "ood_choice10": 200, "probe_length": 2}))
+    write_dataset(
+        out,
+        make_splits(
+            0,
+            {
+                "train": 4,
+                "validation": 2,
+                "test": 200,
+                "ood_words": 200,
+                "ood_choice4": 200,
+                "ood_choice10": 200,
+                "probe_length": 2,
+            },
+        ),
+    )
     return out
 
 
 def _cmd(data: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "exgrpo.cli", "eval", "--backend", "tiny", "--model", str(FIXTURE),
-            "--benchmarks", ",".join(BENCHMARKS), "--profile", "tiny", "--data-dir", str(data), "--out", str(out),
-            "--seed", "0", "--threads", "1", "--no-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "exgrpo.cli",
+        "eval",
+        "--backend",
+        "tiny",
+        "--model",
+        str(FIXTURE),
+        "--benchmarks",
+        ",".join(BENCHMARKS),
+        "--profile",
+        "tiny",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(out),
+        "--seed",
+        "0",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
 
 
 def _check_whole(out: Path) -> list[str]:
@@ -55,8 +88,9 @@ def _check_whole(out: Path) -> list[str]:
 
 def test_killed_eval_leaves_no_half_file_and_rerun_completes(data, tmp_path):
     out = tmp_path / "eval"
-    proc = subprocess.Popen(_cmd(data, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        _cmd(data, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     first = cache.aggregate_path(out, BENCHMARKS[0], "tiny")
     deadline = time.time() + 300
     while not first.exists():

@@ -21,16 +21,19 @@ from exgrpo.eval.metrics import (
 
 def records(spec: dict[str, list[tuple[float, str | None]]]) -> pd.DataFrame:
     """problem id -> [(score, extracted), ...] in sample order."""
-    rows = [{"problem_id": pid, "sample_index": i, "score": s, "extracted": e}
-            for pid, samples in spec.items() for i, (s, e) in enumerate(samples)]
+    rows = [
+        {"problem_id": pid, "sample_index": i, "score": s, "extracted": e}
+        for pid, samples in spec.items()
+        for i, (s, e) in enumerate(samples)
+    ]
     return pd.DataFrame(rows)
 
 
 def test_pass_at_k_hand_values():
     assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
-    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)       # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
     assert pass_at_k(5, 0, 3) == 0.0
-    assert pass_at_k(5, 3, 3) == 1.0                             # n - c < k: some sample must be right
+    assert pass_at_k(5, 3, 3) == 1.0  # n - c < k: some sample must be right
     assert pass_at_k(1, 1, 1) == 1.0
 
 
@@ -51,18 +54,20 @@ def test_pass_at_k_rejects_bad_arguments():
 
 def test_majority_vote_ties_and_missing_answers():
     assert majority_correct(["7", "8", "7", None], [1, 0, 1, 0]) == 1.0
-    assert majority_correct(["8", "8", "7", "7"], [0, 0, 1, 1]) == 0.0      # tie: first-reached answer wins
+    assert majority_correct(["8", "8", "7", "7"], [0, 0, 1, 1]) == 0.0  # tie: first-reached answer wins
     assert majority_correct(["7", "8", "8", "7"], [1, 0, 0, 1]) == 1.0
     assert majority_correct([None, None], [0, 0]) == 0.0
-    assert majority_correct([" 7", "7 ", "9"], [1, 1, 0]) == 1.0            # votes compare stripped strings
+    assert majority_correct([" 7", "7 ", "9"], [1, 1, 0]) == 1.0  # votes compare stripped strings
 
 
 def test_compute_metrics_hand_example():
-    table = records({
-        "p1": [(1, "7"), (0, "8"), (0, None), (1, "7")],   # c=2 -> acc 0.5, pass@4 1, maj 1
-        "p2": [(0, "3"), (0, "3"), (0, "4"), (0, None)],   # c=0
-        "p3": [(1, "x"), (1, "x"), (1, "x"), (1, "x")],    # c=4
-    })
+    table = records(
+        {
+            "p1": [(1, "7"), (0, "8"), (0, None), (1, "7")],  # c=2 -> acc 0.5, pass@4 1, maj 1
+            "p2": [(0, "3"), (0, "3"), (0, "4"), (0, None)],  # c=0
+            "p3": [(1, "x"), (1, "x"), (1, "x"), (1, "x")],  # c=4
+        }
+    )
     out = compute_metrics(table, k=4, n_boot=200)
     assert out["n_problems"] == 3 and out["n_samples"] == 12
     assert out["metrics"]["avg_at_k"] == pytest.approx((0.5 + 0 + 1) / 3)
@@ -71,7 +76,9 @@ def test_compute_metrics_hand_example():
     lo, hi = out["ci95"]["avg_at_k"]
     assert 0.0 <= lo <= out["metrics"]["avg_at_k"] <= hi <= 1.0
     # pass@2 from the same 4 samples: p1 1 - C(2,2)/C(4,2) = 5/6, p2 0, p3 1
-    assert compute_metrics(table, k=2, n_boot=10)["metrics"]["pass_at_k"] == pytest.approx((5 / 6 + 0 + 1) / 3)
+    assert compute_metrics(table, k=2, n_boot=10)["metrics"]["pass_at_k"] == pytest.approx(
+        (5 / 6 + 0 + 1) / 3
+    )
 
 
 def test_compute_metrics_needs_k_samples_per_problem():
@@ -103,9 +110,19 @@ def test_duplicated_rows_and_k_samples_give_the_same_avg_at_k():
     rng = np.random.default_rng(7)
     k, problems = 32, 30
     scores = rng.integers(0, 2, size=(problems, k)).astype(float)
-    explicit = pd.DataFrame([{"problem_id": f"p{p}", "sample_index": i, "score": scores[p, i],
-                              "extracted": str(int(scores[p, i])), "prompt_hash": f"h{p}"}
-                             for p in range(problems) for i in range(k)])
+    explicit = pd.DataFrame(
+        [
+            {
+                "problem_id": f"p{p}",
+                "sample_index": i,
+                "score": scores[p, i],
+                "extracted": str(int(scores[p, i])),
+                "prompt_hash": f"h{p}",
+            }
+            for p in range(problems)
+            for i in range(k)
+        ]
+    )
     # duplicated-row form: every row its own "problem" (row id), same prompt repeated k times, shuffled
     duplicated = explicit.assign(problem_id=[f"row{i}" for i in range(len(explicit))], sample_index=0)
     duplicated = duplicated.sample(frac=1.0, random_state=0).reset_index(drop=True)
@@ -120,10 +137,12 @@ def test_duplicated_rows_and_k_samples_give_the_same_avg_at_k():
 
 
 def test_split_averages_are_unweighted_over_benchmarks():
-    aggs = [{"benchmark": "aime24", "split": "id", "metrics": {"avg_at_k": 0.2}, "n_problems": 30},
-            {"benchmark": "math500", "split": "id", "metrics": {"avg_at_k": 0.6}, "n_problems": 500},
-            {"benchmark": "arc_c", "split": "ood", "metrics": {"avg_at_k": 0.9}, "n_problems": 1172}]
+    aggs = [
+        {"benchmark": "aime24", "split": "id", "metrics": {"avg_at_k": 0.2}, "n_problems": 30},
+        {"benchmark": "math500", "split": "id", "metrics": {"avg_at_k": 0.6}, "n_problems": 500},
+        {"benchmark": "arc_c", "split": "ood", "metrics": {"avg_at_k": 0.9}, "n_problems": 1172},
+    ]
     out = split_averages(aggs)
-    assert out["id"] == pytest.approx(0.4)            # not the problem-weighted 0.5774
+    assert out["id"] == pytest.approx(0.4)  # not the problem-weighted 0.5774
     assert out["ood"] == pytest.approx(0.9)
     assert out["benchmarks"]["id"] == ["aime24", "math500"]

@@ -19,8 +19,15 @@ from exgrpo.config import ConfigError
 from exgrpo.eval import backends, cache
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-sft"
-SIZES = {"train": 4, "validation": 2, "test": 100, "ood_words": 4, "ood_choice4": 4, "ood_choice10": 4,
-         "probe_length": 2}
+SIZES = {
+    "train": 4,
+    "validation": 2,
+    "test": 100,
+    "ood_words": 4,
+    "ood_choice4": 4,
+    "ood_choice10": 4,
+    "probe_length": 2,
+}
 GREEDY = {"do_sample": False, "temperature": 0.0, "max_gen_toks": 80, "until": []}
 SAMPLED = {"do_sample": True, "temperature": 0.6, "top_p": 1.0, "max_gen_toks": 80, "until": []}
 
@@ -55,13 +62,32 @@ def requests(lm, questions: list[str], gen_kwargs: dict, copies: int = 1) -> lis
     from lm_eval.api.instance import Instance
 
     prompts = [lm.apply_chat_template([{"role": "user", "content": q}]) for q in questions]
-    return [Instance("generate_until", {}, (p, dict(gen_kwargs)), i)
-            for i, p in enumerate(p for p in prompts for _ in range(copies))]
+    return [
+        Instance("generate_until", {}, (p, dict(gen_kwargs)), i)
+        for i, p in enumerate(p for p in prompts for _ in range(copies))
+    ]
 
 
 def run_eval(tiny, out: Path, benchmarks: str, *extra: str) -> int:
-    return cli(["eval", "--model", str(FIXTURE), "--benchmarks", benchmarks, "--profile", "tiny", "--out", str(out),
-                "--data-dir", str(tiny["data"]), "--threads", "1", "--no-progress", *extra])
+    return cli(
+        [
+            "eval",
+            "--model",
+            str(FIXTURE),
+            "--benchmarks",
+            benchmarks,
+            "--profile",
+            "tiny",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(tiny["data"]),
+            "--threads",
+            "1",
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def test_end_to_end_records_follow_the_contract_and_score_plausibly(tiny, capsys):
@@ -74,11 +100,17 @@ def test_end_to_end_records_follow_the_contract_and_score_plausibly(tiny, capsys
         rows = tiny["splits"][split]
         assert list(records.columns) == cache.SAMPLE_SCHEMA.names
         assert list(dict.fromkeys(records["problem_id"])) == [r["qid"] for r in rows]
-        assert records.groupby("problem_id")["sample_index"].apply(list).tolist() == [[0, 1, 2, 3]] * len(rows)
+        assert records.groupby("problem_id")["sample_index"].apply(list).tolist() == [[0, 1, 2, 3]] * len(
+            rows
+        )
         assert dict(zip(records["problem_id"], records["label"])) == {r["qid"]: r["answer"] for r in rows}
         assert meta["backend"] == "tiny" and meta["k"] == 4 and meta["seed"] == 0
         model = agg["provenance"]["model"]
-        assert model["backend"] == "tiny" and model["model_args"]["seed"] == 0 and model["model_args"]["threads"] == 1
+        assert (
+            model["backend"] == "tiny"
+            and model["model_args"]["seed"] == 0
+            and model["model_args"]["threads"] == 1
+        )
         assert records["n_tokens"].between(1, 80).all()
         assert (records["truncated"] == (records["n_tokens"] >= 80)).all()
         assert not records["completion"].str.contains("<|end|>", regex=False).any()  # eos ends, never shown
@@ -97,23 +129,36 @@ def test_backend_is_part_of_the_cache_identity_and_prompt_hashes_match_hf(tiny):
     assert meta["backend"] == "tiny"
     stamp = path.stat().st_mtime_ns
     assert run_eval(tiny, out, "tiny_test", "--backend", "tiny", *args) == 0
-    assert path.stat().st_mtime_ns == stamp                      # same settings: skipped
+    assert path.stat().st_mtime_ns == stamp  # same settings: skipped
     assert run_eval(tiny, out, "tiny_test", "--backend", "hf", *args) == 0
     hf_records, meta = cache.read_samples(path)
-    assert meta["backend"] == "hf"                               # other backend: regenerated, not reused
+    assert meta["backend"] == "hf"  # other backend: regenerated, not reused
     assert tiny_records["prompt_hash"].tolist() == hf_records["prompt_hash"].tolist()
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(FIXTURE)
-    expected = [hashlib.sha256(tok.apply_chat_template([{"role": "user", "content": r["question"]}], tokenize=False,
-                                                       add_generation_prompt=True).encode()).hexdigest()
-                for r in tiny["splits"]["test"][:3] for _ in range(2)]
+    expected = [
+        hashlib.sha256(
+            tok.apply_chat_template(
+                [{"role": "user", "content": r["question"]}], tokenize=False, add_generation_prompt=True
+            ).encode()
+        ).hexdigest()
+        for r in tiny["splits"]["test"][:3]
+        for _ in range(2)
+    ]
     assert tiny_records["prompt_hash"].tolist() == expected
 
 
-@pytest.mark.parametrize("gen_kwargs", [GREEDY, {**GREEDY, "until": ["</think>"]}, {**GREEDY, "max_gen_toks": 6},
-                                        {**GREEDY, "until": [";", "\\boxed"]}],
-                         ids=["eos", "until-think", "budget-6", "until-two"])
+@pytest.mark.parametrize(
+    "gen_kwargs",
+    [
+        GREEDY,
+        {**GREEDY, "until": ["</think>"]},
+        {**GREEDY, "max_gen_toks": 6},
+        {**GREEDY, "until": [";", "\\boxed"]},
+    ],
+    ids=["eos", "until-think", "budget-6", "until-two"],
+)
 def test_greedy_completions_equal_the_hf_backend(tiny, lm, hf_lm, gen_kwargs):
     """Greedy decoding removes sampling noise: eos, `until` and `max_gen_toks` must act exactly as in HF."""
     questions = [r["question"] for r in tiny["splits"]["test"][:30]]
@@ -130,8 +175,9 @@ def test_stop_strings_cut_the_same_samples_at_their_first_occurrence(tiny, lm):
     """`until` only post-processes: with one seed the samples are the same, cut at the first stop string."""
     questions = [r["question"] for r in tiny["splits"]["test"][:20]]
     full = lm.generate_until(requests(lm, questions, SAMPLED, copies=2), disable_tqdm=True)
-    cut = lm.generate_until(requests(lm, questions, {**SAMPLED, "until": ["=", "</think>"]}, copies=2),
-                            disable_tqdm=True)
+    cut = lm.generate_until(
+        requests(lm, questions, {**SAMPLED, "until": ["=", "</think>"]}, copies=2), disable_tqdm=True
+    )
     assert any("=" in text for text in full)
     assert cut == [text.split("=")[0].split("</think>")[0] for text in full]
 
@@ -139,9 +185,11 @@ def test_stop_strings_cut_the_same_samples_at_their_first_occurrence(tiny, lm):
 def test_sampling_is_deterministic_per_call_and_seed(tiny, lm):
     questions = [r["question"] for r in tiny["splits"]["test"][:16]]
     first = lm.generate_until(requests(lm, questions, SAMPLED, copies=4), disable_tqdm=True)
-    lm.generate_until(requests(lm, questions[:5], SAMPLED), disable_tqdm=True)  # a call in between changes nothing
+    lm.generate_until(
+        requests(lm, questions[:5], SAMPLED), disable_tqdm=True
+    )  # a call in between changes nothing
     assert lm.generate_until(requests(lm, questions, SAMPLED, copies=4), disable_tqdm=True) == first
-    assert len(set(first)) > len(questions)          # k copies of a prompt are sampled independently
+    assert len(set(first)) > len(questions)  # k copies of a prompt are sampled independently
     lm.seed = 1
     try:
         other = lm.generate_until(requests(lm, questions, SAMPLED, copies=4), disable_tqdm=True)
@@ -151,7 +199,9 @@ def test_sampling_is_deterministic_per_call_and_seed(tiny, lm):
     greedy = lm.generate_until(requests(lm, questions, GREEDY), disable_tqdm=True)
     lm.seed = 7
     try:
-        assert lm.generate_until(requests(lm, questions, GREEDY), disable_tqdm=True) == greedy  # greedy: seed-free
+        assert (
+            lm.generate_until(requests(lm, questions, GREEDY), disable_tqdm=True) == greedy
+        )  # greedy: seed-free
     finally:
         lm.seed = 0
 
@@ -159,7 +209,9 @@ def test_sampling_is_deterministic_per_call_and_seed(tiny, lm):
 def test_results_come_back_in_request_order(tiny, lm):
     """The backend sorts by prompt length internally; answers must still line up with their requests
     (the HF comparison above checks the same against an independent implementation)."""
-    reqs = requests(lm, [r["question"] for r in tiny["splits"]["test"][:12]], {**GREEDY, "until": ["</think>"]})
+    reqs = requests(
+        lm, [r["question"] for r in tiny["splits"]["test"][:12]], {**GREEDY, "until": ["</think>"]}
+    )
     forward = lm.generate_until(reqs, disable_tqdm=True)
     assert len(set(forward)) > 6
     assert lm.generate_until(reqs[::-1], disable_tqdm=True)[::-1] == forward
@@ -187,8 +239,29 @@ def test_bad_input_is_refused_with_a_clear_error(tmp_path, lm, capsys):
 def test_eval_command_passes_these_arguments_to_the_tiny_backend(tmp_path, captured_build_lm, tiny):
     seen, Stop = captured_build_lm
     with pytest.raises(Stop):
-        cli(["eval", "--model", str(FIXTURE), "--benchmarks", "tiny_test", "--profile", "tiny", "--out",
-             str(tmp_path / "out"), "--backend", "tiny", "--seed", "5", "--data-dir", str(tiny["data"]),
-             "--no-progress"])
-    assert seen == {"backend": "tiny", "batch_size": 512, "device": "cpu", "model_args": {
-        "pretrained": str(FIXTURE.resolve()), "dtype": "float32", "seed": 5, "threads": 1}}
+        cli(
+            [
+                "eval",
+                "--model",
+                str(FIXTURE),
+                "--benchmarks",
+                "tiny_test",
+                "--profile",
+                "tiny",
+                "--out",
+                str(tmp_path / "out"),
+                "--backend",
+                "tiny",
+                "--seed",
+                "5",
+                "--data-dir",
+                str(tiny["data"]),
+                "--no-progress",
+            ]
+        )
+    assert seen == {
+        "backend": "tiny",
+        "batch_size": 512,
+        "device": "cpu",
+        "model_args": {"pretrained": str(FIXTURE.resolve()), "dtype": "float32", "seed": 5, "threads": 1},
+    }

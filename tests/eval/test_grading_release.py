@@ -31,8 +31,12 @@ def pooled_labels() -> dict[str, float]:
     with get_grader(GradingSettings(grader="release", workers=2, timeout_s=30.0)) as grader:
         for opens in (True, False):
             batch = [c for c in CASES if c["prompt_opens_think"] is opens]
-            results = grader.grade([c["response"] for c in batch], [c["gold"] for c in batch],
-                                   ["math"] * len(batch), "after_think" if opens else "full")
+            results = grader.grade(
+                [c["response"] for c in batch],
+                [c["gold"] for c in batch],
+                ["math"] * len(batch),
+                "after_think" if opens else "full",
+            )
             out.update({c["id"]: r.score for c, r in zip(batch, results)})
     return out
 
@@ -40,7 +44,11 @@ def pooled_labels() -> dict[str, float]:
 def test_case_set_covers_what_the_release_graded():
     groups = Counter(c["id"].split("[")[0] for c in CASES)
     assert groups["released_gold_boxed"] == 1054  # every distinct released math gold
-    assert groups["choice_arc_c"] > 0 and groups["choice_gpqa_diamond"] > 0 and groups["choice_arc_numeric_letter"] == 22
+    assert (
+        groups["choice_arc_c"] > 0
+        and groups["choice_gpqa_diamond"] > 0
+        and groups["choice_arc_numeric_letter"] == 22
+    )
     labels = Counter(c["release_label"] for c in CASES)
     assert labels[0] > 400 and labels[1] > 1500  # both outcomes are well represented
 
@@ -81,15 +89,18 @@ def test_region_and_box_extraction_follow_the_release():
     assert last_boxed("\\boxed{6") is None and last_boxed("\\boxed 6") is None and last_boxed("6") is None
 
 
-@pytest.mark.parametrize(("raw", "mathd", "prm"), [
-    ("\\text{Evelyn}", "Evelyn", "evelyn"),
-    ("\\dfrac12", "\\frac{1}{2}", "1/2"),
-    ("90^\\circ", "90", "90"),
-    ("10\\%", "10", "10"),
-    ("x = 3", "3", "x=3"),
-    ("1,000", "1,000", "1000"),
-    ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})", "(3,pi/2)"),
-])
+@pytest.mark.parametrize(
+    ("raw", "mathd", "prm"),
+    [
+        ("\\text{Evelyn}", "Evelyn", "evelyn"),
+        ("\\dfrac12", "\\frac{1}{2}", "1/2"),
+        ("90^\\circ", "90", "90"),
+        ("10\\%", "10", "10"),
+        ("x = 3", "3", "x=3"),
+        ("1,000", "1,000", "1000"),
+        ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})", "(3,pi/2)"),
+    ],
+)
 def test_normalisers_on_hand_values(raw, mathd, prm):
     assert mathd_normalise(raw) == mathd
     assert prm_normalise(raw) == prm
@@ -97,7 +108,9 @@ def test_normalisers_on_hand_values(raw, mathd, prm):
 
 def test_repetition_guard():
     assert is_repetitive("ab" * 100)
-    assert not is_repetitive("The quick brown fox jumps over the lazy dog while 12 zebras sing loudly nearby.")
+    assert not is_repetitive(
+        "The quick brown fox jumps over the lazy dog while 12 zebras sing loudly nearby."
+    )
     assert not is_repetitive("a")
 
 

@@ -18,7 +18,9 @@ from exgrpo.core.math_verify_060 import numeric_rule_060, percent_as_fraction
 from exgrpo.eval.grading import GradingSettings, get_grader
 from exgrpo.eval.release_grader import release_label
 
-DATA = json.loads((Path(__file__).parents[1] / "data" / "release_grader_percent_decimal_cases.json").read_text())
+DATA = json.loads(
+    (Path(__file__).parents[1] / "data" / "release_grader_percent_decimal_cases.json").read_text()
+)
 CASES = DATA["cases"]
 
 
@@ -35,21 +37,30 @@ def test_release_grader_equals_the_releases_label_on_every_case():
     with get_grader(GradingSettings(grader="release", workers=2, timeout_s=30.0)) as grader:
         for opens in (True, False):
             batch = [c for c in CASES if c["prompt_opens_think"] is opens]
-            graded = grader.grade([c["response"] for c in batch], [c["gold"] for c in batch],
-                                  ["math"] * len(batch), "after_think" if opens else "full")
+            graded = grader.grade(
+                [c["response"] for c in batch],
+                [c["gold"] for c in batch],
+                ["math"] * len(batch),
+                "after_think" if opens else "full",
+            )
             results.update({c["id"]: r.score for c, r in zip(batch, graded)})
-    wrong = [(c["id"], c["gold"], c["release_label"]) for c in CASES if results[c["id"]] != c["release_label"]]
+    wrong = [
+        (c["id"], c["gold"], c["release_label"]) for c in CASES if results[c["id"]] != c["release_label"]
+    ]
     assert wrong == []
 
 
-@pytest.mark.parametrize(("gold", "answer", "label"), [
-    ("\\frac{3}{4}", "75\\%", 1.0),   # 0.6.0 reads 75\% as 3/4
-    ("\\frac{1}{8}", "12.5 \\%", 1.0),
-    ("\\sqrt{2}", "1.414214", 0.0),   # a float never equals an irrational in 0.6.0
-    ("\\pi", "3.14159265", 0.0),
-    ("\\frac{1}{3}", "0.333333", 1.0),  # against an exact number, rounded to 6 places
-    ("\\frac{1}{3}", "0.3333", 0.0),
-])
+@pytest.mark.parametrize(
+    ("gold", "answer", "label"),
+    [
+        ("\\frac{3}{4}", "75\\%", 1.0),  # 0.6.0 reads 75\% as 3/4
+        ("\\frac{1}{8}", "12.5 \\%", 1.0),
+        ("\\sqrt{2}", "1.414214", 0.0),  # a float never equals an irrational in 0.6.0
+        ("\\pi", "3.14159265", 0.0),
+        ("\\frac{1}{3}", "0.333333", 1.0),  # against an exact number, rounded to 6 places
+        ("\\frac{1}{3}", "0.3333", 0.0),
+    ],
+)
 def test_hand_values(gold, answer, label):
     assert release_label(f"so \\boxed{{{answer}}}", gold, False).score == label
 

@@ -12,8 +12,15 @@ from exgrpo.tiny import models
 from exgrpo.tiny import splits as tiny_splits
 from exgrpo.tiny.tokenizer import build_tokenizer
 
-SIZES = {"train": 60, "validation": 8, "test": 16, "ood_words": 4, "ood_choice4": 4, "ood_choice10": 4,
-         "probe_length": 2}
+SIZES = {
+    "train": 60,
+    "validation": 8,
+    "test": 16,
+    "ood_words": 4,
+    "ood_choice4": 4,
+    "ood_choice10": 4,
+    "probe_length": 2,
+}
 ARCH = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 
 
@@ -64,14 +71,22 @@ def fake_vllm(monkeypatch):
 
         def chat(self, conversations, params, **kwargs):
             record["chat"] = (conversations, params, kwargs)
-            return [types.SimpleNamespace(outputs=[completion(f"\\boxed{{{'yes' if i % 2 == 0 else 'no'}}}")])
-                    for i in range(len(conversations))]
+            return [
+                types.SimpleNamespace(outputs=[completion(f"\\boxed{{{'yes' if i % 2 == 0 else 'no'}}}")])
+                for i in range(len(conversations))
+            ]
 
         def generate(self, prompts, params, **kwargs):
             record["generate"] = (prompts, params, kwargs)
             n = params.kwargs["n"]
-            return [types.SimpleNamespace(outputs=[completion(f"p{i}s{j}", [i, j, 2], "length" if j == 0 else "stop")
-                                                   for j in range(n)]) for i in range(len(prompts))]
+            return [
+                types.SimpleNamespace(
+                    outputs=[
+                        completion(f"p{i}s{j}", [i, j, 2], "length" if j == 0 else "stop") for j in range(n)
+                    ]
+                )
+                for i in range(len(prompts))
+            ]
 
     module = types.ModuleType("vllm")
     module.LLM, module.SamplingParams = LLM, SamplingParams

@@ -10,7 +10,17 @@ from exgrpo.core.advantages import difficulty_mask
 from exgrpo.prelim.trajectories import BUCKETS, BucketBounds, bucket_of
 
 # Eq. 14 / Fig. 10: Hard (0, 0.25], Medium (0.25, 0.75), Easy [0.75, 1); 0 and K successes are in no bucket.
-HAND_K8 = {0: None, 1: "hard", 2: "hard", 3: "medium", 4: "medium", 5: "medium", 6: "easy", 7: "easy", 8: None}
+HAND_K8 = {
+    0: None,
+    1: "hard",
+    2: "hard",
+    3: "medium",
+    4: "medium",
+    5: "medium",
+    6: "easy",
+    7: "easy",
+    8: None,
+}
 HAND_K4 = {0: None, 1: "hard", 2: "medium", 3: "easy", 4: None}  # both boundaries hit exactly: 1/4 and 3/4
 
 
@@ -22,8 +32,19 @@ def test_hand_computed_buckets():
 
 def test_custom_bounds():
     bounds = BucketBounds(hard_high=0.4, easy_low=0.6)
-    assert [bucket_of(k, 10, bounds) for k in range(11)] == [None, "hard", "hard", "hard", "hard", "medium",
-                                                             "easy", "easy", "easy", "easy", None]
+    assert [bucket_of(k, 10, bounds) for k in range(11)] == [
+        None,
+        "hard",
+        "hard",
+        "hard",
+        "hard",
+        "medium",
+        "easy",
+        "easy",
+        "easy",
+        "easy",
+        None,
+    ]
     assert BucketBounds.from_config(ExGRPOConfig(mask_hard_high=0.4, mask_easy_low=0.6)) == bounds
     with pytest.raises(ConfigError, match="mask_hard_high"):
         BucketBounds(0.8, 0.6)
@@ -31,8 +52,9 @@ def test_custom_bounds():
         bucket_of(9, 8)
 
 
-@pytest.mark.parametrize("variant, bucket", [("masked_hard", "hard"), ("masked_medium", "medium"),
-                                             ("masked_easy", "easy")])
+@pytest.mark.parametrize(
+    "variant, bucket", [("masked_hard", "hard"), ("masked_medium", "medium"), ("masked_easy", "easy")]
+)
 def test_masked_variants_train_on_the_analysis_buckets(variant, bucket):
     """The masked-GRPO variants (Table 9) give gradient exactly to the questions this analysis puts in
     their bucket, for every K and k (Eq. 14's indicator)."""

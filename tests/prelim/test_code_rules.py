@@ -63,27 +63,32 @@ def test_plain_math_with_latex_fires_nothing():
     assert not has_code(PLAIN_MATH)
 
 
-@pytest.mark.parametrize("text", [
-    r"the set \{1,2\} has two elements",        # LaTeX set braces (R16)
-    r"$\{x: x \in \mathbb{R}\}$",               # set-builder (R16)
-    "f(x) = g(x) + h(2x)",                      # function notation (R17)
-    "the interval [0, 1] and [a, b]",           # intervals (R15)
-    "For x in S:",                              # capitalised prose (R10)
-    "If this holds:",                           # capitalised prose (R11)
-    r"for $x$ in $S$:",                         # LaTeX in a for-like line (R10)
-    r"\text{if } x > 0:",                       # cases (R11)
-    "e.g. f(x), i.e. g(y)",                     # abbreviations before calls (R17)
-    "3.5(x + 1)",                               # decimal times a bracket (R17)
-    r"\operatorname{len}(S) = 3",               # LaTeX operator, not len( (R8)
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        r"the set \{1,2\} has two elements",  # LaTeX set braces (R16)
+        r"$\{x: x \in \mathbb{R}\}$",  # set-builder (R16)
+        "f(x) = g(x) + h(2x)",  # function notation (R17)
+        "the interval [0, 1] and [a, b]",  # intervals (R15)
+        "For x in S:",  # capitalised prose (R10)
+        "If this holds:",  # capitalised prose (R11)
+        r"for $x$ in $S$:",  # LaTeX in a for-like line (R10)
+        r"\text{if } x > 0:",  # cases (R11)
+        "e.g. f(x), i.e. g(y)",  # abbreviations before calls (R17)
+        "3.5(x + 1)",  # decimal times a bracket (R17)
+        r"\operatorname{len}(S) = 3",  # LaTeX operator, not len( (R8)
+    ],
+)
 def test_near_misses_do_not_fire(text):
     assert detect(text) == []
 
 
 def test_realistic_code_answer_fires_the_expected_rules():
-    answer = ("To verify, I'll compute it in Python.\n```python\nimport math\n\ndef f(n):\n"
-              "    return math.comb(n, 2)\n\nprint(f(10))\n```\n```output\n45\n```\n"
-              "</think>The answer is \\boxed{45}.")
+    answer = (
+        "To verify, I'll compute it in Python.\n```python\nimport math\n\ndef f(n):\n"
+        "    return math.comb(n, 2)\n\nprint(f(10))\n```\n```output\n45\n```\n"
+        "</think>The answer is \\boxed{45}."
+    )
     assert detect(answer) == ["R1", "R2", "R3", "R5", "R7", "R14", "R17"]
 
 

@@ -13,25 +13,35 @@ from exgrpo.prelim import policies
 from exgrpo.tiny import splits as tiny_splits
 from exgrpo.tiny import task
 
-SMALL = {"train": 60, "validation": 8, "test": 16, "ood_words": 4, "ood_choice4": 4, "ood_choice10": 4,
-         "probe_length": 2}
+SMALL = {
+    "train": 60,
+    "validation": 8,
+    "test": 16,
+    "ood_words": 4,
+    "ood_choice4": 4,
+    "ood_choice10": 4,
+    "probe_length": 2,
+}
 
 
 # ------------------------------------------------------------------------------------------ verdicts
-@pytest.mark.parametrize("output, expected", [
-    ("The steps are fine.\n\\boxed{yes}", True),
-    ("Issue (Calculation): 3*4 is not 11.\n\\boxed{no}", False),
-    ("\\boxed{ Yes. }", True),
-    ("\\boxed{\\text{No}}", False),
-    ("<think>maybe \\boxed{no}... no, it is fine</think>\nAll steps hold. \\boxed{yes}", True),
-    ("<think>\\boxed{yes} hmm, step 2 is wrong</think> \\boxed{no}", False),
-    ("<think>I was cut off before finishing \\boxed{yes}", None),      # unclosed thinking
-    ("The reasoning looks sound.", None),                             # no box
-    ("\\boxed{maybe}", None),                                         # not yes/no
-    ("\\boxed{yes} at first, but finally \\boxed{42}", None),         # last box wins, and it is garbage
-    ("\\boxed{yes", None),                                            # unbalanced
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("The steps are fine.\n\\boxed{yes}", True),
+        ("Issue (Calculation): 3*4 is not 11.\n\\boxed{no}", False),
+        ("\\boxed{ Yes. }", True),
+        ("\\boxed{\\text{No}}", False),
+        ("<think>maybe \\boxed{no}... no, it is fine</think>\nAll steps hold. \\boxed{yes}", True),
+        ("<think>\\boxed{yes} hmm, step 2 is wrong</think> \\boxed{no}", False),
+        ("<think>I was cut off before finishing \\boxed{yes}", None),  # unclosed thinking
+        ("The reasoning looks sound.", None),  # no box
+        ("\\boxed{maybe}", None),  # not yes/no
+        ("\\boxed{yes} at first, but finally \\boxed{42}", None),  # last box wins, and it is garbage
+        ("\\boxed{yes", None),  # unbalanced
+        ("", None),
+    ],
+)
 def test_parse_verdict(output, expected):
     assert J.parse_verdict(output) is expected
 
@@ -45,7 +55,9 @@ def test_step_checker_judge_matches_the_task_checker():
         items.append(J.JudgeItem(p["question"], task.target_response(p), p))
         expected.append(True)
         if p["difficulty"] >= 2:  # a slip in step 1: wrong value written, right value carried
-            steps, value = task.reduce_steps(task.expression_of(p), [(1, False)] + [(0, True)] * (p["difficulty"] - 1))
+            steps, value = task.reduce_steps(
+                task.expression_of(p), [(1, False)] + [(0, True)] * (p["difficulty"] - 1)
+            )
             lucky = task.target_response(p, steps, value)
             assert task.answer_correct(p, lucky)  # a lucky hit: right answer ...
             items.append(J.JudgeItem(p["question"], lucky, p))
@@ -81,15 +93,22 @@ class FakeBackend:
         out = []
         for conv in conversations:
             solution = conv[0]["content"].split("## Solution", 1)[1]
-            out.append("<think>checking</think>\\boxed{yes}" if "GOOD" in solution
-                       else "\\boxed{no}" if "BAD" in solution else "I cannot decide.")
+            out.append(
+                "<think>checking</think>\\boxed{yes}"
+                if "GOOD" in solution
+                else "\\boxed{no}"
+                if "BAD" in solution
+                else "I cannot decide."
+            )
         return out
 
 
-ITEMS = [J.JudgeItem("Compute $\\{1,2\\}$ sum", "GOOD: 1+2=3 \\boxed{3}"),
-         J.JudgeItem("Compute 2+2", "BAD: 2+2=5-1 \\boxed{4}"),
-         J.JudgeItem("Compute 3+3", "??? \\boxed{6}"),
-         J.JudgeItem("Compute $\\{1,2\\}$ sum", "GOOD: 1+2=3 \\boxed{3}")]  # duplicate of item 0
+ITEMS = [
+    J.JudgeItem("Compute $\\{1,2\\}$ sum", "GOOD: 1+2=3 \\boxed{3}"),
+    J.JudgeItem("Compute 2+2", "BAD: 2+2=5-1 \\boxed{4}"),
+    J.JudgeItem("Compute 3+3", "??? \\boxed{6}"),
+    J.JudgeItem("Compute $\\{1,2\\}$ sum", "GOOD: 1+2=3 \\boxed{3}"),
+]  # duplicate of item 0
 
 
 def test_llm_judge_verdicts_prompt_and_cache(tmp_path):
@@ -109,8 +128,12 @@ def test_llm_judge_verdicts_prompt_and_cache(tmp_path):
     assert len(backend.calls) == 1
     # a new judge over the same cache file does not call its backend either
     other = FakeBackend()
-    assert J.LLMJudge(J.JudgeSettings(model="judge-a"), backend=other, cache_path=cache).judge(ITEMS) == \
-        [True, False, None, True]
+    assert J.LLMJudge(J.JudgeSettings(model="judge-a"), backend=other, cache_path=cache).judge(ITEMS) == [
+        True,
+        False,
+        None,
+        True,
+    ]
     assert other.calls == []
     rows = [json.loads(line) for line in cache.read_text().splitlines()]
     assert len(rows) == 3 and {r["model"] for r in rows} == {"judge-a"}
@@ -141,9 +164,20 @@ def test_vllm_judge_call_arguments(fake_vllm):
     settings = J.JudgeSettings(tensor_parallel_size=4, seed=7, max_tokens=12000)
     judge = J.LLMJudge(settings)  # default backend: vLLM
     assert judge.judge(ITEMS[:3]) == [True, False, True]
-    assert fake_vllm["llm"] == {"model": "Qwen/Qwen3-32B", "tensor_parallel_size": 4, "max_model_len": 32768,
-                                "gpu_memory_utilization": 0.9, "seed": 7}
-    assert fake_vllm["sampling"] == {"n": 1, "temperature": 0.6, "top_p": 0.95, "max_tokens": 12000, "seed": 7}
+    assert fake_vllm["llm"] == {
+        "model": "Qwen/Qwen3-32B",
+        "tensor_parallel_size": 4,
+        "max_model_len": 32768,
+        "gpu_memory_utilization": 0.9,
+        "seed": 7,
+    }
+    assert fake_vllm["sampling"] == {
+        "n": 1,
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "max_tokens": 12000,
+        "seed": 7,
+    }
     conversations, params, kwargs = fake_vllm["chat"]
     assert conversations == [judge.prompt(item) for item in ITEMS[:3]]
     assert params.kwargs is fake_vllm["sampling"]
@@ -151,11 +185,20 @@ def test_vllm_judge_call_arguments(fake_vllm):
 
 
 def test_vllm_policy_sampling_arguments(fake_vllm):
-    settings = policies.SamplerSettings(model="/ckpt/step700", tensor_parallel_size=2, max_tokens=8192, seed=3)
+    settings = policies.SamplerSettings(
+        model="/ckpt/step700", tensor_parallel_size=2, max_tokens=8192, seed=3
+    )
     out = policies.vllm_sample([[5, 6], [7]], 3, settings)
-    assert fake_vllm["llm"] == {"model": "/ckpt/step700", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.85,
-                                "max_model_len": None, "seed": 3}
+    assert fake_vllm["llm"] == {
+        "model": "/ckpt/step700",
+        "tensor_parallel_size": 2,
+        "gpu_memory_utilization": 0.85,
+        "max_model_len": None,
+        "seed": 3,
+    }
     assert fake_vllm["sampling"] == {"n": 3, "temperature": 1.0, "top_p": 1.0, "max_tokens": 8192, "seed": 3}
     prompts, _, kwargs = fake_vllm["generate"]
-    assert prompts == [{"prompt_token_ids": [5, 6]}, {"prompt_token_ids": [7]}] and kwargs == {"use_tqdm": True}
+    assert prompts == [{"prompt_token_ids": [5, 6]}, {"prompt_token_ids": [7]}] and kwargs == {
+        "use_tqdm": True
+    }
     assert out[1] == [("p1s0", [1, 0, 2], True), ("p1s1", [1, 1, 2], False), ("p1s2", [1, 2, 2], False)]

@@ -10,8 +10,9 @@ from exgrpo.prelim.policies import SamplerSettings, TinyPolicy, VLLMPolicy, hf_t
 from exgrpo.tiny.tokenizer import encode_prompt
 
 
-def test_vllm_policy_samples_prompt_ids_and_measures_with_transformers(fake_vllm, ckpt_dir, tiny_model, tok,
-                                                                       data_dir):
+def test_vllm_policy_samples_prompt_ids_and_measures_with_transformers(
+    fake_vllm, ckpt_dir, tiny_model, tok, data_dir
+):
     qs = T.load_questions(data_dir, "train")[:5]
     policy = VLLMPolicy(SamplerSettings(model=str(ckpt_dir), max_tokens=64, seed=1))
     # prompts rendered as verl does (chat template text, no extra special tokens) = the tiny encoder's ids
@@ -34,7 +35,10 @@ def test_vllm_policy_samples_prompt_ids_and_measures_with_transformers(fake_vllm
 def test_analyze_with_the_vllm_policy(fake_vllm, ckpt_dir, data_dir):
     qs = T.load_questions(data_dir, "train")[:5]
     policy = VLLMPolicy(SamplerSettings(model=str(ckpt_dir)))
-    grader = lambda responses, golds, kinds: [1.0 if i % 4 < (i // 4) % 5 else 0.0 for i in range(len(responses))]  # noqa: E731
+
+    def grader(responses, golds, kinds):
+        return [1.0 if i % 4 < (i // 4) % 5 else 0.0 for i in range(len(responses))]
+
     records, summary = T.analyze(policy, qs, k=4, judge=NoJudge(), seed=0, grader=grader)
     assert summary["questions_per_bucket"] == {"hard": 1, "medium": 1, "easy": 1}
     assert [r["response"] for r in records] == ["p1s0", "p2s0", "p2s1", "p3s0", "p3s1", "p3s2"]

@@ -34,8 +34,10 @@ class ScriptedPolicy:
 
     def sample(self, messages, k):
         assert k == K and len(messages) == len(self.texts)
-        return [[Sample(qi, si, text, [1], [7] * (si + 2), False) for si, text in enumerate(texts)]
-                for qi, texts in enumerate(self.texts)]
+        return [
+            [Sample(qi, si, text, [1], [7] * (si + 2), False) for si, text in enumerate(texts)]
+            for qi, texts in enumerate(self.texts)
+        ]
 
     def measure(self, samples):
         self.measured = [(s.question_index, s.sample_index) for s in samples]
@@ -55,7 +57,9 @@ class ClosedCheckJudge(StepCheckerJudge):
 
 
 def _lucky(p):
-    steps, value = task.reduce_steps(task.expression_of(p), [(1, False)] + [(0, True)] * (p["difficulty"] - 1))
+    steps, value = task.reduce_steps(
+        task.expression_of(p), [(1, False)] + [(0, True)] * (p["difficulty"] - 1)
+    )
     return task.target_response(p, steps, value)
 
 
@@ -64,22 +68,40 @@ def test_analyze_scripted_rollouts_hand_computed(data_dir):
     good = [task.target_response(q.row) for q in qs]
     wrong = "1+1=2</think>\\boxed{-1000}"
     coded = ";".join(qs[4].row["steps"]) + ";print(x)</think>\\boxed{" + qs[4].answer + "}"
-    texts = [[good[0], good[0], _lucky(qs[0].row), wrong],   # 3/4 -> easy; verdicts T, T, F
-             [wrong, good[1], wrong, wrong],                 # 1/4 -> hard; T
-             [wrong] * 4,                                    # 0/4 -> no bucket
-             [good[3]] * 4,                                  # 4/4 -> no bucket
-             [coded, wrong, _lucky(qs[4].row), wrong]]       # 2/4 -> medium; code (R7), F, F
+    texts = [
+        [good[0], good[0], _lucky(qs[0].row), wrong],  # 3/4 -> easy; verdicts T, T, F
+        [wrong, good[1], wrong, wrong],  # 1/4 -> hard; T
+        [wrong] * 4,  # 0/4 -> no bucket
+        [good[3]] * 4,  # 4/4 -> no bucket
+        [coded, wrong, _lucky(qs[4].row), wrong],
+    ]  # 2/4 -> medium; code (R7), F, F
     policy = ScriptedPolicy(texts)
     records, summary = T.analyze(policy, qs, k=K, judge=ClosedCheckJudge(policy), seed=3)
-    got = [(r["problem_id"], r["sample_index"], r["bucket"], r["n_correct"], r["reasoning_correct"], r["has_code"],
-            r["code_rules"]) for r in records]
-    assert got == [(qs[0].problem_id, 0, "easy", 3, True, False, ""), (qs[0].problem_id, 1, "easy", 3, True, False, ""),
-                   (qs[0].problem_id, 2, "easy", 3, False, False, ""), (qs[1].problem_id, 1, "hard", 1, True, False, ""),
-                   (qs[4].problem_id, 0, "medium", 2, False, True, "R7"),
-                   (qs[4].problem_id, 2, "medium", 2, False, False, "")]
+    got = [
+        (
+            r["problem_id"],
+            r["sample_index"],
+            r["bucket"],
+            r["n_correct"],
+            r["reasoning_correct"],
+            r["has_code"],
+            r["code_rules"],
+        )
+        for r in records
+    ]
+    assert got == [
+        (qs[0].problem_id, 0, "easy", 3, True, False, ""),
+        (qs[0].problem_id, 1, "easy", 3, True, False, ""),
+        (qs[0].problem_id, 2, "easy", 3, False, False, ""),
+        (qs[1].problem_id, 1, "hard", 1, True, False, ""),
+        (qs[4].problem_id, 0, "medium", 2, False, True, "R7"),
+        (qs[4].problem_id, 2, "medium", 2, False, False, ""),
+    ]
     assert policy.measured == [(0, 0), (0, 1), (0, 2), (1, 1), (4, 0), (4, 2)]  # correct answers only
     assert [r["entropy"] for r in records] == pytest.approx([0.0, 0.1, 0.2, 1.1, 4.0, 4.2])
-    assert all(r["ppl"] == pytest.approx(math.exp(0.5)) and r["seed"] == 3 and r["judge"] == "step" for r in records)
+    assert all(
+        r["ppl"] == pytest.approx(math.exp(0.5)) and r["seed"] == 3 and r["judge"] == "step" for r in records
+    )
     assert [r["n_tokens"] for r in records] == [2, 3, 4, 3, 2, 4]
     assert summary["questions_per_bucket"] == {"hard": 1, "medium": 1, "easy": 1}
     assert (summary["all_wrong"], summary["all_correct"], summary["trajectories"]) == (1, 1, 6)
@@ -97,8 +119,10 @@ def test_analyze_input_errors(data_dir):
 # ------------------------------------------------------------------------------------------ tiny HF model
 def _positional_grader(k):
     """Question qi gets min(qi % 5, k) correct rollouts (its first ones): buckets None/hard/medium/easy/None."""
+
     def grade(responses, golds, kinds):
         return [1.0 if i % k < (i // k) % 5 else 0.0 for i in range(len(responses))]
+
     return grade
 
 
@@ -112,7 +136,14 @@ class CyclingJudge:
 def test_token_stats_agree_with_the_sampler(tiny_model, tok):
     """hf_token_stats (one full forward) reproduces the KV-cache sampler's own per-token entropy and log-probs."""
     prompts = [encode_prompt(tok, [{"role": "user", "content": q}]) for q in ("3+4*2", "9-8", "5*5-1")]
-    batch = generate(tiny_model, tok, prompts, max_new_tokens=20, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    batch = generate(
+        tiny_model,
+        tok,
+        prompts,
+        max_new_tokens=20,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(1),
+    )
     for i, prompt in enumerate(prompts):
         mask = batch.response_mask[i]
         stats = hf_token_stats(tiny_model, prompt, batch.response_ids[i][mask].tolist(), position_chunk=7)
@@ -128,13 +159,17 @@ def test_analyze_tiny_model_records_pass_the_results_loader(tiny_model, tok, dat
     assert len(records) == 2 * (1 + 2 + 3)
     assert [r["reasoning_correct"] for r in records[:4]] == [True, None, False, True]
     # independent re-measurement: same seed -> same samples; a full forward gives the same statistics
-    again = TinyPolicy(tiny_model, tok, max_new_tokens=24, batch_size=16, seed=5).sample([q.messages for q in qs], K)
+    again = TinyPolicy(tiny_model, tok, max_new_tokens=24, batch_size=16, seed=5).sample(
+        [q.messages for q in qs], K
+    )
     by_id = {(qs[s.question_index].problem_id, s.sample_index): s for group in again for s in group}
     for r in records:
         s = by_id[(r["problem_id"], r["sample_index"])]
         assert r["response"] == s.text and r["n_tokens"] == len(s.response_ids)
         stats = hf_token_stats(tiny_model, s.prompt_ids, s.response_ids)
-        assert r["entropy"] == pytest.approx(stats.entropy, abs=1e-4) and r["nll"] == pytest.approx(stats.nll, abs=1e-4)
+        assert r["entropy"] == pytest.approx(stats.entropy, abs=1e-4) and r["nll"] == pytest.approx(
+            stats.nll, abs=1e-4
+        )
         assert r["ppl"] == pytest.approx(math.exp(r["nll"]))
         assert 0 < r["entropy"] < math.log(len(tok)) and r["ppl"] > 1
     # the results contract: results/<source>/prelim/<backbone>/trajectories*.parquet
@@ -160,11 +195,22 @@ def test_load_questions_formats_and_errors(data_dir, tmp_path):
         T.load_questions(data_dir, "nonexistent")
     with pytest.raises(FileNotFoundError, match="manifest.json"):
         T.load_questions(tmp_path / "missing", "train")
-    rows = [{"prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": "What is 1+1?"}],
-             "reward_model": {"ground_truth": "2", "style": "rule"}, "extra_info": {"index": 17}}]
+    rows = [
+        {
+            "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": "What is 1+1?"}],
+            "reward_model": {"ground_truth": "2", "style": "rule"},
+            "extra_info": {"index": 17},
+        }
+    ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
     (q,) = T.load_questions(tmp_path, "train")
-    assert (q.problem_id, q.question, q.answer, q.row, len(q.messages)) == ("17", "What is 1+1?", "2", None, 2)
+    assert (q.problem_id, q.question, q.answer, q.row, len(q.messages)) == (
+        "17",
+        "What is 1+1?",
+        "2",
+        None,
+        2,
+    )
     pq.write_table(pa.Table.from_pylist([{"question": "x"}]), tmp_path / "bad.parquet")
     with pytest.raises(ConfigError, match="verl format"):
         T.load_questions(tmp_path / "bad.parquet", "train")
@@ -184,12 +230,37 @@ def test_cli_end_to_end(ckpt_dir, data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(T, "default_grader", lambda: _positional_grader(K))
     out = tmp_path / "results" / "tiny" / "prelim" / "tiny-math" / "trajectories.parquet"
     texts = tmp_path / "texts.jsonl"
-    rc = main(["prelim-analyze", "--model", str(ckpt_dir), "--data", str(data_dir), "--questions", "5",
-               "--k", str(K), "--judge", "step", "--out", str(out), "--seed", "2", "--max-new-tokens", "16",
-               "--texts", str(texts), "--backbone", "tiny-math", "--no-progress"])
+    rc = main(
+        [
+            "prelim-analyze",
+            "--model",
+            str(ckpt_dir),
+            "--data",
+            str(data_dir),
+            "--questions",
+            "5",
+            "--k",
+            str(K),
+            "--judge",
+            "step",
+            "--out",
+            str(out),
+            "--seed",
+            "2",
+            "--max-new-tokens",
+            "16",
+            "--texts",
+            str(texts),
+            "--backbone",
+            "tiny-math",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     frame = loader.load(tmp_path / "results", "tiny").trajectories
-    assert len(frame) == 1 + 2 + 3 and set(frame["reasoning_correct"]) == {False}  # random model: no valid steps
+    assert len(frame) == 1 + 2 + 3 and set(frame["reasoning_correct"]) == {
+        False
+    }  # random model: no valid steps
     meta = T.read_metadata(out)
     assert meta["provenance"]["config"]["k"] == K and meta["provenance"]["seed"] == 2
     assert meta["summary"]["questions_per_bucket"] == {"hard": 1, "medium": 1, "easy": 1}
@@ -197,14 +268,23 @@ def test_cli_end_to_end(ckpt_dir, data_dir, tmp_path, monkeypatch, capsys):
     assert '"trajectories": 6' in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("change, message", [({"--out": "x.csv"}, "'out'"), ({"--k": "1"}, "'k'"),
-                                             ({"--data": "/nonexistent"}, "/nonexistent")])
+@pytest.mark.parametrize(
+    "change, message",
+    [({"--out": "x.csv"}, "'out'"), ({"--k": "1"}, "'k'"), ({"--data": "/nonexistent"}, "/nonexistent")],
+)
 def test_cli_bad_input_is_one_clean_line(ckpt_dir, data_dir, tmp_path, capsys, change, message):
-    args = {"--model": str(ckpt_dir), "--data": str(data_dir), "--out": str(tmp_path / "t.parquet"), "--k": "4"}
+    args = {
+        "--model": str(ckpt_dir),
+        "--data": str(data_dir),
+        "--out": str(tmp_path / "t.parquet"),
+        "--k": "4",
+    }
     args.update(change)
     rc = main(["prelim-analyze", *[x for kv in args.items() for x in kv], "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and message in err[0] and err[0].startswith("exgrpo prelim-analyze: error:")
+    assert (
+        rc == 2 and len(err) == 1 and message in err[0] and err[0].startswith("exgrpo prelim-analyze: error:")
+    )
 
 
 def test_step_judge_item_from_question_row(data_dir):

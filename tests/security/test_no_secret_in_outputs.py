@@ -37,7 +37,9 @@ RUN_TIMEOUT_S = 1500
 
 
 def _files(*roots: Path) -> list[Path]:
-    return [p for root in roots if root.exists() for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
+    return [
+        p for root in roots if root.exists() for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+    ]
 
 
 def _contents(path: Path) -> bytes:
@@ -56,21 +58,40 @@ def cpu_route(tmp_path_factory):
     paths = demo.write_demo(root / "demo", steps=2)
     run = paths["run"]
     ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    env = {**os.environ, **PLANTED, "HOME": str(root / "home"), "RAY_TMPDIR": str(ray_tmp),
-           "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin", "HYDRA_FULL_ERROR": "1"}
+    env = {
+        **os.environ,
+        **PLANTED,
+        "HOME": str(root / "home"),
+        "RAY_TMPDIR": str(ray_tmp),
+        "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin",
+        "HYDRA_FULL_ERROR": "1",
+    }
     env.pop("RAY_ADDRESS", None)
     log = root / "job.log"
     cli = [sys.executable, "-m", "exgrpo.cli"]
     try:
         with open(log, "w") as out:
-            for cmd in ([*cli, "verl-launch", "--run-dir", str(run)],
-                        ["bash", str(run / "launch_single_node.sh"), *demo.SMALL_OVERRIDES, "trainer.save_freq=2"],
-                        [*cli, "verl-collect", "--run-dir", str(run), "--out", str(root / "results"),
-                         "--export-hf", str(run / "final")]):
-                for _attempt in range(2):  # Ray's own start-up can time out on a loaded machine: retried once,
+            for cmd in (
+                [*cli, "verl-launch", "--run-dir", str(run)],
+                ["bash", str(run / "launch_single_node.sh"), *demo.SMALL_OVERRIDES, "trainer.save_freq=2"],
+                [
+                    *cli,
+                    "verl-collect",
+                    "--run-dir",
+                    str(run),
+                    "--out",
+                    str(root / "results"),
+                    "--export-hf",
+                    str(run / "final"),
+                ],
+            ):
+                for _attempt in range(
+                    2
+                ):  # Ray's own start-up can time out on a loaded machine: retried once,
                     start = log.stat().st_size  # as a requeued job would be (it resumes from its checkpoint)
-                    done = subprocess.run(cmd, cwd=run, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                          timeout=RUN_TIMEOUT_S)
+                    done = subprocess.run(
+                        cmd, cwd=run, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S
+                    )
                     out.flush()
                     if done.returncode == 0 or "timed out during startup" not in log.read_text()[start:]:
                         break
@@ -92,11 +113,19 @@ def test_the_route_ran_and_wrote_what_is_searched(cpu_route):
 def test_no_planted_secret_in_any_written_file(cpu_route):
     files = _files(cpu_route["root"], cpu_route["ray_tmp"])
     assert len(files) > 50, len(files)
-    hits = [(str(path), name) for path in files for name, value in PLANTED.items()
-            if value.encode() in _contents(path)]
+    hits = [
+        (str(path), name)
+        for path in files
+        for name, value in PLANTED.items()
+        if value.encode() in _contents(path)
+    ]
     assert not hits, f"planted secrets found in written files: {hits}"
 
 
 def test_the_job_started_its_own_ray_and_wrote_no_token_file(cpu_route):
-    assert not (cpu_route["root"] / "home" / ".ray" / "auth_token").exists()  # the token stays in the environment
-    assert "Started a local Ray instance" in cpu_route["log"].read_text()  # RAY_ADDRESS=local: never another job's
+    assert not (
+        cpu_route["root"] / "home" / ".ray" / "auth_token"
+    ).exists()  # the token stays in the environment
+    assert (
+        "Started a local Ray instance" in cpu_route["log"].read_text()
+    )  # RAY_ADDRESS=local: never another job's

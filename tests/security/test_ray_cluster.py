@@ -27,8 +27,13 @@ from exgrpo.verl_plugin.launch import launch_values, render_multi_node, render_s
 
 pytestmark = pytest.mark.security
 
-META = {"backbone": "qwen2.5-math-7b", "variant": "exgrpo", "seed": 1, "run_dir": "/runs/q7",
-        "resources": {"nodes": 2, "gpus_per_node": 8, "cpus_per_task": 64, "mem_mb": 800000, "runtime_min": 4320}}
+META = {
+    "backbone": "qwen2.5-math-7b",
+    "variant": "exgrpo",
+    "seed": 1,
+    "run_dir": "/runs/q7",
+    "resources": {"nodes": 2, "gpus_per_node": 8, "cpus_per_task": 64, "mem_mb": 800000, "runtime_min": 4320},
+}
 SLOW_RAY_ENV = {"RAY_agent_register_timeout_ms": "300000", "RAY_raylet_start_wait_time_s": "300"}
 """Ray's start-up waits, raised: on a loaded 2-core machine the dashboard agent can take over 30 s to come up."""
 START_TIMEOUT_S = 420
@@ -42,7 +47,9 @@ def test_job_auth_makes_a_fresh_token_keeps_an_existing_one_and_refuses_other_mo
     assert rc.ensure_job_auth(env) is True
     assert env["RAY_AUTH_MODE"] == "token" and len(env["RAY_AUTH_TOKEN"]) == 64
     assert len(env["VLLM_API_KEY"]) == 64 and env["VLLM_API_KEY"] != env["RAY_AUTH_TOKEN"]
-    assert env["RAY_ADDRESS"] == "local"  # ray.init() starts the job's own cluster, never attaches to another's
+    assert (
+        env["RAY_ADDRESS"] == "local"
+    )  # ray.init() starts the job's own cluster, never attaches to another's
     other: dict[str, str] = {}
     rc.ensure_job_auth(other)
     assert other["RAY_AUTH_TOKEN"] != env["RAY_AUTH_TOKEN"]  # fresh per job
@@ -65,9 +72,15 @@ def test_ports_are_derived_from_the_job_id_and_disjoint_between_jobs():
     assert not {a[n] for n in services} & {b[n] for n in services}
     assert (a["min_worker_port"], a["max_worker_port"]) != (b["min_worker_port"], b["max_worker_port"])
     top = rc.SERVICE_BASE + rc.SERVICE_SLOTS * rc.SERVICE_BLOCK
-    assert top <= rc.WORKER_BASE and rc.WORKER_BASE + rc.WORKER_SLOTS * rc.WORKER_SPAN <= 32768  # below ephemeral
-    assert len(set(rc.job_ports(None).values())) == len(rc.job_ports(None))  # outside SLURM: OS-chosen, distinct
-    worker = rc.job_ports(1001, "127.0.0.1", node_rank=1)  # another node of the job: OS-chosen, above the heads'
+    assert (
+        top <= rc.WORKER_BASE and rc.WORKER_BASE + rc.WORKER_SLOTS * rc.WORKER_SPAN <= 32768
+    )  # below ephemeral
+    assert len(set(rc.job_ports(None).values())) == len(
+        rc.job_ports(None)
+    )  # outside SLURM: OS-chosen, distinct
+    worker = rc.job_ports(
+        1001, "127.0.0.1", node_rank=1
+    )  # another node of the job: OS-chosen, above the heads'
     assert all(worker[n] >= 32768 for n in services) and worker["min_worker_port"] != a["min_worker_port"]
 
 
@@ -86,11 +99,18 @@ def test_ray_start_command_line():
     ports = rc.job_ports(3003, "127.0.0.1")
     head = rc.start_argv(head=True, node_ip="10.1.2.3", ports=ports, num_cpus=4, num_gpus=8)
     assert head[:3] == ["ray", "start", "--head"] and "--include-dashboard=false" in head
-    assert f"--port={ports['port']}" in head and f"--ray-client-server-port={ports['ray_client_server_port']}" in head
+    assert (
+        f"--port={ports['port']}" in head
+        and f"--ray-client-server-port={ports['ray_client_server_port']}" in head
+    )
     assert "--disable-usage-stats" in head and head[-1] == "--block"
     assert not any(a.startswith("--dashboard-port") or a.startswith("--dashboard-host") for a in head)
-    worker = rc.start_argv(head=False, node_ip="10.1.2.4", ports=ports, num_cpus=4, num_gpus=8, address="10.1.2.3:1")
-    assert "--address=10.1.2.3:1" in worker and not any(a.startswith(("--port=", "--ray-client")) for a in worker)
+    worker = rc.start_argv(
+        head=False, node_ip="10.1.2.4", ports=ports, num_cpus=4, num_gpus=8, address="10.1.2.3:1"
+    )
+    assert "--address=10.1.2.3:1" in worker and not any(
+        a.startswith(("--port=", "--ray-client")) for a in worker
+    )
     assert f"--min-worker-port={ports['min_worker_port']}" in worker
     dash = rc.start_argv(head=True, node_ip="10.1.2.3", ports=ports, num_cpus=4, num_gpus=8, dashboard=True)
     assert "--dashboard-host=127.0.0.1" in dash and f"--dashboard-port={ports['dashboard_port']}" in dash
@@ -145,7 +165,12 @@ class Job:
 
     def __init__(self, root: Path, job_id: int, ip: str) -> None:
         self.job_id, self.ip, self.root, self.proc = job_id, ip, root, None
-        self.env = {**os.environ, **SLOW_RAY_ENV, "SLURM_JOB_ID": str(job_id), "HOME": str(root / f"home{job_id}")}
+        self.env = {
+            **os.environ,
+            **SLOW_RAY_ENV,
+            "SLURM_JOB_ID": str(job_id),
+            "HOME": str(root / f"home{job_id}"),
+        }
         for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS", "RAY_AUTH_MODE"):
             self.env.pop(key, None)
         rc.ensure_job_auth(self.env)
@@ -158,11 +183,21 @@ class Job:
         for attempt in range(attempts):
             self.ports = rc.job_ports(self.job_id, self.ip)
             self.address = f"{self.ip}:{self.ports['port']}"
-            cmd = [sys.executable, "-m", "exgrpo.verl_plugin.ray_cluster", "start", "--head",
-                   f"--port={self.ports['port']}", f"--node-ip-address={self.ip}", "--num-cpus=1", "--num-gpus=0"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "exgrpo.verl_plugin.ray_cluster",
+                "start",
+                "--head",
+                f"--port={self.ports['port']}",
+                f"--node-ip-address={self.ip}",
+                "--num-cpus=1",
+                "--num-gpus=0",
+            ]
             with open(self.log, "w") as fh:
-                self.proc = subprocess.Popen(cmd, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
-                                             start_new_session=True)
+                self.proc = subprocess.Popen(
+                    cmd, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+                )
             t0 = time.monotonic()
             while "Ray runtime started" not in self.log.read_text():
                 if self.proc.poll() is not None or time.monotonic() - t0 > START_TIMEOUT_S:
@@ -215,8 +250,10 @@ def two_jobs(tmp_path_factory):
 
 
 def _connect(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    code = (f"import ray; ray.init(address={address!r}); r = ray.cluster_resources(); "
-            "print('CONNECTED', r.get('CPU')); ray.shutdown()")
+    code = (
+        f"import ray; ray.init(address={address!r}); r = ray.cluster_resources(); "
+        "print('CONNECTED', r.get('CPU')); ray.shutdown()"
+    )
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -266,14 +303,20 @@ def test_every_listening_socket_is_planned_and_the_open_ones_refuse_strangers(tw
     stray = {p: a for p, a in got.items() if p not in planned and p not in workers}
     assert not stray, f"sockets outside the job's port plan: {stray}"
     assert job.ports["port"] in got
-    metrics = {job.ports["autoscaler_metric_port"], job.ports["dashboard_metric_port"], job.ports["metrics_export_port"]}
+    metrics = {
+        job.ports["autoscaler_metric_port"],
+        job.ports["dashboard_metric_port"],
+        job.ports["metrics_export_port"],
+    }
     for port, addrs in got.items():
         if addrs <= {"127.0.0.1", "::1", job.ip}:
             continue  # loopback or the node's own address only
         status = _http_status("127.0.0.1", port)
         if port in metrics:
             continue  # Prometheus text, read-only and unauthenticated in Ray (docs/security.md)
-        assert status in (401, 403) or isinstance(status, str), f"port {port} ({addrs}) answered {status} without a token"
+        assert status in (401, 403) or isinstance(status, str), (
+            f"port {port} ({addrs}) answered {status} without a token"
+        )
     # the agent's HTTP API (job submission lives there) refuses a request without the token
     agent = job.ports["dashboard_agent_listen_port"]
     assert agent in got, f"the dashboard agent's HTTP port {agent} is not up: {sorted(got)}"

@@ -30,9 +30,17 @@ def _save(root: Path, step: int) -> Path:
     opt = torch.optim.AdamW([param])
     param.grad = torch.ones(3)
     opt.step()
-    return save_checkpoint(root, step, model=_Saves("model.safetensors", b"w%d" % step), tokenizer=_Saves("tok.json", b"t"),
-                           optimizer=opt, generators={"rollout": torch.Generator().manual_seed(step)},
-                           manager=_Saves("buffer.json", b"{}"), trainer_state={"data_pos": step}, keep=3)
+    return save_checkpoint(
+        root,
+        step,
+        model=_Saves("model.safetensors", b"w%d" % step),
+        tokenizer=_Saves("tok.json", b"t"),
+        optimizer=opt,
+        generators={"rollout": torch.Generator().manual_seed(step)},
+        manager=_Saves("buffer.json", b"{}"),
+        trainer_state={"data_pos": step},
+        keep=3,
+    )
 
 
 def test_corrupt_latest_is_skipped_for_the_one_before(tmp_path, capsys):
@@ -41,8 +49,10 @@ def test_corrupt_latest_is_skipped_for_the_one_before(tmp_path, capsys):
     assert latest_checkpoint(tmp_path) == tmp_path / "step_3"
     (tmp_path / "step_3" / "model" / "model.safetensors").write_bytes(b"w9")  # same size, other bytes
     assert latest_checkpoint(tmp_path) == tmp_path / "step_2"
-    assert "skipping checkpoint " + str(tmp_path / "step_3") + ": model/model.safetensors: sha256 differs" in \
-        capsys.readouterr().out
+    assert (
+        "skipping checkpoint " + str(tmp_path / "step_3") + ": model/model.safetensors: sha256 differs"
+        in capsys.readouterr().out
+    )
     for step in (1, 2):
         (tmp_path / f"step_{step}" / "trainer.json").write_text("{}\n")
     with pytest.raises(RuntimeError, match="no checkpoint passes its checks"):

@@ -36,9 +36,10 @@ def test_registry_errors_name_the_field(tmp_path):
     import yaml
 
     registry = yaml.safe_load(models.default_backbones_path().read_text())
-    registry["backbones"]["t"] = {**registry["backbones"]["tiny-math"],
-                                  "arch": {"hidden_size": 30, "num_hidden_layers": 1, "num_attention_heads": 4,
-                                           "intermediate_size": 8}}
+    registry["backbones"]["t"] = {
+        **registry["backbones"]["tiny-math"],
+        "arch": {"hidden_size": 30, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 8},
+    }
     bad = tmp_path / "b.yaml"
     bad.write_text(yaml.safe_dump(registry))
     with pytest.raises(ConfigError, match="backbones.t.arch.num_attention_heads"):

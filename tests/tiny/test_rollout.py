@@ -42,21 +42,30 @@ def _eos_bias(model, tok, value):
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9), (1.3, 1.0)])
 def test_generate_logprobs_match_score(model, tok, prompts, temperature, top_p):
     g = torch.Generator().manual_seed(1)
-    batch = rollout.generate(model, tok, prompts, max_new_tokens=20, temperature=temperature, top_p=top_p, generator=g)
-    logp, ent = rollout.score(model, prompts, batch.response_ids, batch.response_mask, temperature=temperature)
+    batch = rollout.generate(
+        model, tok, prompts, max_new_tokens=20, temperature=temperature, top_p=top_p, generator=g
+    )
+    logp, ent = rollout.score(
+        model, prompts, batch.response_ids, batch.response_mask, temperature=temperature
+    )
     assert torch.allclose(logp, batch.logprobs, atol=1e-4)
     assert torch.allclose(ent, batch.entropy, atol=1e-4)
-    assert (batch.logprobs[batch.response_mask] < 0).all() and (batch.logprobs[~batch.response_mask] == 0).all()
+    assert (batch.logprobs[batch.response_mask] < 0).all() and (
+        batch.logprobs[~batch.response_mask] == 0
+    ).all()
     vocab = model.config.vocab_size
     assert (batch.entropy[batch.response_mask] <= torch.log(torch.tensor(float(vocab))) + 1e-5).all()
-    logp_only, none = rollout.score(model, prompts, batch.response_ids, batch.response_mask,
-                                    temperature=temperature, with_entropy=False)
+    logp_only, none = rollout.score(
+        model, prompts, batch.response_ids, batch.response_mask, temperature=temperature, with_entropy=False
+    )
     assert none is None and torch.equal(logp_only, logp)
 
 
 def test_deterministic_given_generator(model, tok, prompts):
-    runs = [rollout.generate(model, tok, prompts, max_new_tokens=16, generator=torch.Generator().manual_seed(s))
-            for s in (5, 5, 6)]
+    runs = [
+        rollout.generate(model, tok, prompts, max_new_tokens=16, generator=torch.Generator().manual_seed(s))
+        for s in (5, 5, 6)
+    ]
     assert torch.equal(runs[0].response_ids, runs[1].response_ids) and runs[0].texts == runs[1].texts
     assert torch.equal(runs[0].logprobs, runs[1].logprobs)
     assert not torch.equal(runs[0].response_ids, runs[2].response_ids)
@@ -69,7 +78,7 @@ def test_mixed_prompt_lengths_equal_one_at_a_time(model, tok, prompts):
     for i, p in enumerate(prompts):
         alone = rollout.generate(model, tok, [p], max_new_tokens=12, temperature=0.0, generator=g)
         n = int(batch.lengths[i])
-        assert alone.response_ids[0, :int(alone.lengths[0])].tolist() == batch.response_ids[i, :n].tolist()
+        assert alone.response_ids[0, : int(alone.lengths[0])].tolist() == batch.response_ids[i, :n].tolist()
         assert torch.allclose(alone.logprobs[0, :n], batch.logprobs[i, :n], atol=1e-5)
     # a vanishing nucleus keeps only the top token: the same as greedy
     nucleus = rollout.generate(model, tok, prompts, max_new_tokens=12, top_p=1e-6, generator=g)
@@ -79,12 +88,19 @@ def test_mixed_prompt_lengths_equal_one_at_a_time(model, tok, prompts):
 def test_rows_stop_at_eos_and_layout_invariants(model, tok, prompts):
     hook = _eos_bias(model, tok, 3.0)  # eos likely but not certain: rows end at different steps
     try:
-        batch = rollout.generate(model, tok, prompts * 4, max_new_tokens=10, generator=torch.Generator().manual_seed(2))
+        batch = rollout.generate(
+            model, tok, prompts * 4, max_new_tokens=10, generator=torch.Generator().manual_seed(2)
+        )
     finally:
         hook.remove()
     eos, pad = tok.eos_token_id, tok.pad_token_id
     assert batch.response_ids.dtype == torch.long and batch.response_mask.dtype == torch.bool
-    assert batch.response_ids.shape == batch.logprobs.shape == batch.entropy.shape == (24, batch.response_ids.shape[1])
+    assert (
+        batch.response_ids.shape
+        == batch.logprobs.shape
+        == batch.entropy.shape
+        == (24, batch.response_ids.shape[1])
+    )
     assert batch.truncated.any() and not batch.truncated.all()
     for i in range(24):
         n = int(batch.lengths[i])
@@ -94,15 +110,17 @@ def test_rows_stop_at_eos_and_layout_invariants(model, tok, prompts):
         if batch.truncated[i]:
             assert n == 10 and eos not in row[:n]
         else:
-            assert row[n - 1] == eos and eos not in row[:n - 1]
+            assert row[n - 1] == eos and eos not in row[: n - 1]
         assert "<|end|>" not in batch.texts[i]
-        assert batch.texts[i] == tok.decode(row[:n - int(not batch.truncated[i])])
+        assert batch.texts[i] == tok.decode(row[: n - int(not batch.truncated[i])])
 
 
 def test_certain_eos_gives_empty_texts(model, tok, prompts):
     hook = _eos_bias(model, tok, 1e4)
     try:
-        batch = rollout.generate(model, tok, prompts, max_new_tokens=8, generator=torch.Generator().manual_seed(0))
+        batch = rollout.generate(
+            model, tok, prompts, max_new_tokens=8, generator=torch.Generator().manual_seed(0)
+        )
     finally:
         hook.remove()
     assert batch.response_ids.shape == (len(prompts), 1) and batch.texts == [""] * len(prompts)
@@ -110,7 +128,9 @@ def test_certain_eos_gives_empty_texts(model, tok, prompts):
 
 
 def test_score_carries_gradients(model, tok, prompts):
-    batch = rollout.generate(model, tok, prompts, max_new_tokens=8, generator=torch.Generator().manual_seed(3))
+    batch = rollout.generate(
+        model, tok, prompts, max_new_tokens=8, generator=torch.Generator().manual_seed(3)
+    )
     logp, ent = rollout.score(model, prompts, batch.response_ids, batch.response_mask)
     (logp.sum() + ent.sum()).backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -125,7 +145,9 @@ def test_bad_arguments(model, tok, prompts):
     with pytest.raises(ValueError, match="prompts"):
         rollout.generate(model, tok, [], max_new_tokens=4, generator=g)
     with pytest.raises(ValueError, match="shape mismatch"):
-        rollout.score(model, prompts[:2], torch.zeros(3, 4, dtype=torch.long), torch.ones(3, 4, dtype=torch.bool))
+        rollout.score(
+            model, prompts[:2], torch.zeros(3, 4, dtype=torch.long), torch.ones(3, 4, dtype=torch.bool)
+        )
 
 
 @pytest.mark.parametrize("compact_below", [0.0, 1.0])
@@ -134,11 +156,13 @@ def test_dropping_finished_rows_changes_nothing(model, tok, prompts, monkeypatch
     # as soon as one ends (1.0) must give the default's tokens and log-probs
     hook = _eos_bias(model, tok, 1.5)
     try:
-        default = rollout.generate(model, tok, prompts * 3, max_new_tokens=12, temperature=0.0,
-                                   generator=torch.Generator())
+        default = rollout.generate(
+            model, tok, prompts * 3, max_new_tokens=12, temperature=0.0, generator=torch.Generator()
+        )
         monkeypatch.setattr(rollout, "COMPACT_BELOW", compact_below)
-        other = rollout.generate(model, tok, prompts * 3, max_new_tokens=12, temperature=0.0,
-                                 generator=torch.Generator())
+        other = rollout.generate(
+            model, tok, prompts * 3, max_new_tokens=12, temperature=0.0, generator=torch.Generator()
+        )
     finally:
         hook.remove()
     assert len(set(default.lengths.tolist())) > 2  # rows end at different steps
@@ -165,8 +189,9 @@ def test_repeated_prompts_prefilled_once_sample_as_if_each_was_prefilled(model, 
     batch = [prompts[i] for i in (0, 1, 0, 2, 1, 0, 3, 3, 0)]
 
     def sample():
-        return rollout.generate(model, tok, batch, max_new_tokens=12, temperature=1.0,
-                                generator=torch.Generator().manual_seed(3))
+        return rollout.generate(
+            model, tok, batch, max_new_tokens=12, temperature=1.0, generator=torch.Generator().manual_seed(3)
+        )
 
     once = sample()
     monkeypatch.setattr(rollout, "PREFILL_REPEATS_ONCE", False)
@@ -183,14 +208,17 @@ def test_unwritten_cache_slots_are_never_read(model, tok, prompts, monkeypatch):
     batch = [prompts[i] for i in (0, 1, 0, 2, 1, 0, 3, 3, 0)] * 2  # repeats: the prefill's cache copy
 
     def sample():
-        return rollout.generate(model, tok, batch, max_new_tokens=12, temperature=1.0,
-                                generator=torch.Generator().manual_seed(5))
+        return rollout.generate(
+            model, tok, batch, max_new_tokens=12, temperature=1.0, generator=torch.Generator().manual_seed(5)
+        )
 
     hook = _eos_bias(model, tok, 1.5)  # rows end at different steps, so finished rows are dropped
     try:
         plain = sample()
         allocate = rollout.StaticDecoder._cache
-        monkeypatch.setattr(rollout.StaticDecoder, "_cache", lambda self, rows: allocate(self, rows).fill_(float("nan")))
+        monkeypatch.setattr(
+            rollout.StaticDecoder, "_cache", lambda self, rows: allocate(self, rows).fill_(float("nan"))
+        )
         poisoned = sample()
     finally:
         hook.remove()

@@ -19,8 +19,15 @@ from exgrpo.tiny.tokenizer import build_tokenizer
 ROOT = Path(__file__).resolve().parents[2]
 
 ARCH = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
-SIZES = {"train": 60, "validation": 20, "test": 40, "ood_words": 20, "ood_choice4": 20, "ood_choice10": 20,
-         "probe_length": 8}
+SIZES = {
+    "train": 60,
+    "validation": 20,
+    "test": 40,
+    "ood_words": 20,
+    "ood_choice4": 20,
+    "ood_choice10": 20,
+    "probe_length": 8,
+}
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +107,10 @@ def test_cli_base_then_instruct_continuation(tmp_path, data, capsys):
     # two small entries next to the real registry (their `mirrors` must name a registered paper backbone)
     config = yaml.safe_load((ROOT / "config" / "backbones.yaml").read_text())
     arch = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
-    for name, sft in (("base", {"steps": 3, "lr": 1.0e-3, "init": None}),
-                      ("inst", {"steps": 2, "lr": 1.0e-4, "init": "base"})):
+    for name, sft in (
+        ("base", {"steps": 3, "lr": 1.0e-3, "init": None}),
+        ("inst", {"steps": 2, "lr": 1.0e-4, "init": "base"}),
+    ):
         config["backbones"][name] = {**config["backbones"]["tiny-math"], "arch": arch, "sft": sft}
     registry = tmp_path / "backbones.yaml"
     registry.write_text(yaml.safe_dump(config))
@@ -119,9 +128,36 @@ def test_cli_base_then_instruct_continuation(tmp_path, data, capsys):
     inst_w = models.load_checkpoint(tmp_path / "ck" / "inst")[0].lm_head.weight
     assert (base_w - inst_w).abs().max() < 0.01  # continued, not re-initialised
     # wrong init checkpoint and missing data are one-line errors
-    assert main(["sft", "--backbone", "inst", "--init", str(tmp_path / "ck" / "inst"),
-                 "--out", str(tmp_path / "x"), *common]) == 2
+    assert (
+        main(
+            [
+                "sft",
+                "--backbone",
+                "inst",
+                "--init",
+                str(tmp_path / "ck" / "inst"),
+                "--out",
+                str(tmp_path / "x"),
+                *common,
+            ]
+        )
+        == 2
+    )
     assert "expected 'base'" in capsys.readouterr().err
-    assert main(["sft", "--backbone", "base", "--out", str(tmp_path / "y"), "--data", str(tmp_path / "nodata"),
-                 "--backbones", str(registry)]) == 2
+    assert (
+        main(
+            [
+                "sft",
+                "--backbone",
+                "base",
+                "--out",
+                str(tmp_path / "y"),
+                "--data",
+                str(tmp_path / "nodata"),
+                "--backbones",
+                str(registry),
+            ]
+        )
+        == 2
+    )
     assert "manifest.json" in capsys.readouterr().err

@@ -38,8 +38,18 @@ def test_bad_training_difficulties_are_refused(bad):
 
 def test_make_data_records_the_mix_and_names_a_bad_flag(tmp_path):
     out = tmp_path / "data"
-    cmd = [sys.executable, "-m", "exgrpo.cli", "make-data", "--out", str(out), "--train-size", "40",
-           "--train-difficulties", "3,4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "exgrpo.cli",
+        "make-data",
+        "--out",
+        str(out),
+        "--train-size",
+        "40",
+        "--train-difficulties",
+        "3,4",
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
     manifest = tiny_splits.load_manifest(out)
     assert manifest["train_difficulties"] == [3, 4] and manifest["splits"]["train"]["rows"] == 40

@@ -10,14 +10,21 @@ from exgrpo.tiny.task import step_credit, step_matches
 STEPS = ("7*1=7", "7-7=0")
 
 
-@pytest.mark.parametrize(("response", "answer_reward", "expected"), [
-    ("7*1=7;7-7=0</think>\\boxed{0}", 1.0, 1.0),          # all steps and the answer: (2 + 1) / 3
-    ("7*1=7;7-7=1</think>\\boxed{1}", 0.0, 1 / 3),        # first step right only
-    ("7*1=8;8-7=1</think>\\boxed{0}", 1.0, 1 / 3),        # lucky answer, no step right
-    ("7*1=7;7-7=0;0+0=0</think>\\boxed{0}", 1.0, 1.0),    # an extra step costs nothing; the canonical ones match
-    ("7-7=0;7*1=7</think>\\boxed{0}", 1.0, 1 / 3),        # steps count at their position
-    ("7*1=7;7-7=0 \\boxed{0}", 0.0, 0.0),                 # no </think>: nothing is graded, as the binary reward
-])
+@pytest.mark.parametrize(
+    ("response", "answer_reward", "expected"),
+    [
+        ("7*1=7;7-7=0</think>\\boxed{0}", 1.0, 1.0),  # all steps and the answer: (2 + 1) / 3
+        ("7*1=7;7-7=1</think>\\boxed{1}", 0.0, 1 / 3),  # first step right only
+        ("7*1=8;8-7=1</think>\\boxed{0}", 1.0, 1 / 3),  # lucky answer, no step right
+        (
+            "7*1=7;7-7=0;0+0=0</think>\\boxed{0}",
+            1.0,
+            1.0,
+        ),  # an extra step costs nothing; the canonical ones match
+        ("7-7=0;7*1=7</think>\\boxed{0}", 1.0, 1 / 3),  # steps count at their position
+        ("7*1=7;7-7=0 \\boxed{0}", 0.0, 0.0),  # no </think>: nothing is graded, as the binary reward
+    ],
+)
 def test_step_credit_by_hand(response, answer_reward, expected):
     assert step_credit(STEPS, "math", "0", response, answer_reward) == pytest.approx(expected)
 

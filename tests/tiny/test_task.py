@@ -11,8 +11,15 @@ from exgrpo.cli import main
 from exgrpo.tiny import splits as tiny_splits
 from exgrpo.tiny import task
 
-SMALL = {"train": 120, "validation": 40, "test": 80, "ood_words": 40, "ood_choice4": 40, "ood_choice10": 40,
-         "probe_length": 20}
+SMALL = {
+    "train": 120,
+    "validation": 40,
+    "test": 80,
+    "ood_words": 40,
+    "ood_choice4": 40,
+    "ood_choice10": 40,
+    "probe_length": 20,
+}
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +31,10 @@ def test_canonical_steps_hand_examples():
     expr = task.Expression((3, 4, 2, 5), ("+", "*", "-"))
     assert task.reduce_steps(expr) == (["4*2=8", "3+8=11", "11-5=6"], 6)
     assert task.reduce_steps(task.Expression((9, 3, 2), ("-", "-"))) == (["9-3=6", "6-2=4"], 4)
-    assert task.reduce_steps(task.Expression((2, 3, 4, 5), ("*", "*", "-"))) == (["2*3=6", "6*4=24", "24-5=19"], 19)
+    assert task.reduce_steps(task.Expression((2, 3, 4, 5), ("*", "*", "-"))) == (
+        ["2*3=6", "6*4=24", "24-5=19"],
+        19,
+    )
     assert task.reduce_steps(task.Expression((1, 8, 3), ("-", "+"))) == (["1-8=-7", "-7+3=-4"], -4)
     assert expr.symbolic() == "3+4*2-5" and expr.words() == "3 plus 4 times 2 minus 5"
 
@@ -82,7 +92,9 @@ def test_rows_are_self_consistent(splits):
                 # the letter is a fixed function of the final digit (documented departure)
                 n = len(r["choices"])
                 assert [task.option_slot(v, n) for v in r["choices"]] == list(range(n))
-                assert "ABCDEFGHIJ".index(r["answer"]) == (abs(value) % 10 if n == 10 else abs(value) % 10 % 4)
+                assert "ABCDEFGHIJ".index(r["answer"]) == (
+                    abs(value) % 10 if n == 10 else abs(value) % 10 % 4
+                )
                 assert f"{value}({r['answer']})" in r["question"]
                 assert r["choices"]["ABCDEFGHIJ".index(r["answer"])] == value
             else:
@@ -93,7 +105,9 @@ def test_rows_are_self_consistent(splits):
 
 
 def test_check_reasoning_correct_lucky_wrong():
-    problem = task.make_problem(task.Expression((3, 4, 2, 5), ("+", "*", "-")), "symbolic", "test", random.Random(0))
+    problem = task.make_problem(
+        task.Expression((3, 4, 2, 5), ("+", "*", "-")), "symbolic", "test", random.Random(0)
+    )
     right = "4*2=8;3+8=11;11-5=6</think>\\boxed{6}"
     lucky = "4*2=9;3+8=11;11-5=6</think>\\boxed{6}"  # a slip: wrong value written, right one carried
     wrong = "4*2=9;3+9=12;12-5=7</think>\\boxed{7}"
@@ -116,7 +130,9 @@ def test_choice_grading_uses_letters():
     assert task.classify(problem, f"7-6=1</think>\\boxed{{{gold}}}") == "lucky"  # no lookup step
     other = next(c for c in "ABCD" if c != gold)
     assert task.classify(problem, f"7-6=1({other})</think>\\boxed{{{other}}}") == "wrong"
-    assert task.classify(problem, f"7-6=1({gold})</think>\\boxed{{1}}") == "wrong"  # the value is not the answer
+    assert (
+        task.classify(problem, f"7-6=1({gold})</think>\\boxed{{1}}") == "wrong"
+    )  # the value is not the answer
 
 
 def test_noisy_teacher_rates_match_hand_computation():
@@ -146,15 +162,49 @@ def test_files_round_trip_with_checksums(tmp_path, fmt):
 
 def test_make_data_cli(tmp_path, capsys):
     out = tmp_path / "data"
-    args = ["make-data", "--out", str(out), "--seed", "2", "--train-size", "100", "--validation-size", "20",
-            "--test-size", "40", "--ood-words-size", "20", "--ood-choice4-size", "20", "--ood-choice10-size", "20",
-            "--probe-size", "8"]
+    args = [
+        "make-data",
+        "--out",
+        str(out),
+        "--seed",
+        "2",
+        "--train-size",
+        "100",
+        "--validation-size",
+        "20",
+        "--test-size",
+        "40",
+        "--ood-words-size",
+        "20",
+        "--ood-choice4-size",
+        "20",
+        "--ood-choice10-size",
+        "20",
+        "--probe-size",
+        "8",
+    ]
     assert main(args) == 0
     manifest = tiny_splits.load_manifest(out)
     assert manifest["splits"]["probe_length"]["rows"] == 8 and manifest["seed"] == 2
-    assert tiny_splits.load_split(out, "ood_words") == tiny_splits.make_splits(2, {**SMALL, "train": 100, "validation": 20,
-                                                                        "test": 40, "ood_words": 20, "ood_choice4": 20,
-                                                                        "ood_choice10": 20, "probe_length": 8})["ood_words"]
+    assert (
+        tiny_splits.load_split(out, "ood_words")
+        == tiny_splits.make_splits(
+            2,
+            {
+                **SMALL,
+                "train": 100,
+                "validation": 20,
+                "test": 40,
+                "ood_words": 20,
+                "ood_choice4": 20,
+                "ood_choice10": 20,
+                "probe_length": 8,
+            },
+        )["ood_words"]
+    )
     # an OOD set larger than the test set it re-renders is a clean error naming the flag
-    assert main(["make-data", "--out", str(tmp_path / "bad"), "--test-size", "40", "--ood-words-size", "80"]) == 2
+    assert (
+        main(["make-data", "--out", str(tmp_path / "bad"), "--test-size", "40", "--ood-words-size", "80"])
+        == 2
+    )
     assert "ood-words-size" in capsys.readouterr().err

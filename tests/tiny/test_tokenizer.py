@@ -20,16 +20,22 @@ def test_vocabulary_layout(tok):
     for tag in T.TAG_TOKENS + T.SPECIAL_TOKENS:
         ids = tok.encode(tag, add_special_tokens=False)
         assert len(ids) == 1 and tok.convert_ids_to_tokens(ids) == [tag]
-    assert tok.encode("ab", add_special_tokens=False) == [tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("b")]
+    assert tok.encode("ab", add_special_tokens=False) == [
+        tok.convert_tokens_to_ids("a"),
+        tok.convert_tokens_to_ids("b"),
+    ]
 
 
-@pytest.mark.parametrize("text", [
-    "4*2=8;3+8=11;11-5=6</think>\\boxed{6}",
-    "3 plus 4 times 2 minus 5",
-    "7-6*1 A)-40 B)-43 C)-47 D)-48",
-    string.printable.replace("\t", "").replace("\r", "").replace("\x0b", "").replace("\x0c", ""),
-    "  leading and trailing spaces  \n\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "4*2=8;3+8=11;11-5=6</think>\\boxed{6}",
+        "3 plus 4 times 2 minus 5",
+        "7-6*1 A)-40 B)-43 C)-47 D)-48",
+        string.printable.replace("\t", "").replace("\r", "").replace("\x0b", "").replace("\x0c", ""),
+        "  leading and trailing spaces  \n\n",
+    ],
+)
 def test_round_trip(tok, text):
     assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
 
@@ -47,8 +53,9 @@ def test_chat_template_renders_paper_turn_structure(tok):
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "3+4"}]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert text == "<|bos|><|system|>be brief<|end|><|user|>3+4<|end|><|assistant|><think>"
-    full = tok.apply_chat_template([{"role": "user", "content": "3+4"}, {"role": "assistant", "content": "x"}],
-                                   tokenize=False)
+    full = tok.apply_chat_template(
+        [{"role": "user", "content": "3+4"}, {"role": "assistant", "content": "x"}], tokenize=False
+    )
     assert full == "<|bos|><|user|>3+4<|end|><|assistant|>x<|end|>"
     with pytest.raises(Exception, match="unknown chat role"):
         tok.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
@@ -73,8 +80,9 @@ def test_save_load_round_trip(tok, tmp_path):
     assert loaded.encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
     assert loaded.chat_template == tok.chat_template
     assert (loaded.eos_token, loaded.pad_token, loaded.bos_token) == ("<|end|>", "<|pad|>", "<|bos|>")
-    assert T.encode_prompt(loaded, [{"role": "user", "content": "1+1"}]) == T.encode_prompt(tok, [
-        {"role": "user", "content": "1+1"}])
+    assert T.encode_prompt(loaded, [{"role": "user", "content": "1+1"}]) == T.encode_prompt(
+        tok, [{"role": "user", "content": "1+1"}]
+    )
 
 
 TASK_TEXT = "<|bos|><|user|>What is 3 plus 4 times 2?\nA) 11 B) 14<|end|><|assistant|><think> 4*2=8; 3+8=11 </think> \\boxed{11}"
@@ -103,8 +111,12 @@ def test_every_shipped_checkpoint_loads_the_same_tokenizer(tok):
     from transformers import AutoTokenizer
 
     root = Path(__file__).resolve().parents[2]
-    folders = [p.parent for p in (root / "models" / "tiny").glob("*/config.json")] + [root / "tests/fixtures/tiny-sft"]
+    folders = [p.parent for p in (root / "models" / "tiny").glob("*/config.json")] + [
+        root / "tests/fixtures/tiny-sft"
+    ]
     assert len(folders) == 6
     for folder in folders:
         loaded = AutoTokenizer.from_pretrained(folder)
-        assert loaded.encode(TASK_TEXT, add_special_tokens=False) == tok.encode(TASK_TEXT, add_special_tokens=False), folder
+        assert loaded.encode(TASK_TEXT, add_special_tokens=False) == tok.encode(
+            TASK_TEXT, add_special_tokens=False
+        ), folder

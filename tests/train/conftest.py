@@ -17,10 +17,32 @@ SFT_FIXTURE = ROOT / "tests" / "fixtures" / "tiny-sft"
 def tiny_data(tmp_path_factory) -> Path:
     """A small dataset: 40 training questions, so a run of a dozen steps crosses an epoch boundary."""
     out = tmp_path_factory.mktemp("data")
-    subprocess.run([sys.executable, "-m", "exgrpo.cli", "make-data", "--out", str(out), "--train-size", "40",
-                    "--validation-size", "16", "--test-size", "40", "--ood-words-size", "8",
-                    "--ood-choice4-size", "8", "--ood-choice10-size", "8", "--probe-size", "8"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exgrpo.cli",
+            "make-data",
+            "--out",
+            str(out),
+            "--train-size",
+            "40",
+            "--validation-size",
+            "16",
+            "--test-size",
+            "40",
+            "--ood-words-size",
+            "8",
+            "--ood-choice4-size",
+            "8",
+            "--ood-choice10-size",
+            "8",
+            "--probe-size",
+            "8",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -36,11 +58,36 @@ def train_cmd(tiny_data: Path, sft_fixture: Path) -> Callable[..., list[str]]:
     """The `exgrpo train` command line of the drills: smoke budget, 12 steps, a checkpoint every step."""
 
     def build(out: Path, ckpt: Path, method: str = "exgrpo", *extra: str) -> list[str]:
-        cmd = [sys.executable, "-m", "exgrpo.cli", "train", "--backbone", "tiny-math-small", "--method", method,
-               "--data", str(tiny_data), "--init", str(sft_fixture), "--out", str(out), "--ckpt", str(ckpt),
-               "--backbones", str(ROOT / "config" / "backbones.yaml"),
-               "--budget", "smoke", "--set", "steps=12", "--set", "ckpt_every=1", "--set", "val_every=4",
-               "--set", "val_size=8"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "exgrpo.cli",
+            "train",
+            "--backbone",
+            "tiny-math-small",
+            "--method",
+            method,
+            "--data",
+            str(tiny_data),
+            "--init",
+            str(sft_fixture),
+            "--out",
+            str(out),
+            "--ckpt",
+            str(ckpt),
+            "--backbones",
+            str(ROOT / "config" / "backbones.yaml"),
+            "--budget",
+            "smoke",
+            "--set",
+            "steps=12",
+            "--set",
+            "ckpt_every=1",
+            "--set",
+            "val_every=4",
+            "--set",
+            "val_size=8",
+        ]
         return cmd + [a for e in extra for a in ("--set", e)]
 
     return build

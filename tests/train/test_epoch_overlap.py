@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("seed", [1, 3, 5, 8])
-def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_questions(seed, tiny_data, sft_fixture,
-                                                                                     tmp_path, monkeypatch):
+def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_questions(
+    seed, tiny_data, sft_fixture, tmp_path, monkeypatch
+):
     overlaps: list[int] = []
     slots: list[float] = []
     groups: list[float] = []
@@ -31,12 +32,39 @@ def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_ques
         return metrics
 
     monkeypatch.setattr(tiny.CPUTrainer, "step", watched)
-    rc = main(["train", "--backbone", "tiny-math-small", "--method", "exgrpo", "--data", str(tiny_data),
-               "--init", str(sft_fixture), "--out", str(tmp_path / "out"), "--ckpt", str(tmp_path / "ckpt"),
-               "--backbones", str(ROOT / "config" / "backbones.yaml"), "--budget", "smoke", "--seed", str(seed),
-               "--set", "steps=12", "--set", "ckpt_every=12", "--set", "val_every=0"])
+    rc = main(
+        [
+            "train",
+            "--backbone",
+            "tiny-math-small",
+            "--method",
+            "exgrpo",
+            "--data",
+            str(tiny_data),
+            "--init",
+            str(sft_fixture),
+            "--out",
+            str(tmp_path / "out"),
+            "--ckpt",
+            str(tmp_path / "ckpt"),
+            "--backbones",
+            str(ROOT / "config" / "backbones.yaml"),
+            "--budget",
+            "smoke",
+            "--seed",
+            str(seed),
+            "--set",
+            "steps=12",
+            "--set",
+            "ckpt_every=12",
+            "--set",
+            "val_every=0",
+        ]
+    )
     assert rc == 0 and (tmp_path / "out" / "run.json").exists()
     assert len(overlaps) == 12
     # every prompt slot is one recorded group, a question fresh and replayed in one step included
     assert groups == slots
-    assert sum(overlaps) > 0, overlaps  # these seeds reach the overlap (re-pick them if the sampler's draws change)
+    assert sum(overlaps) > 0, (
+        overlaps
+    )  # these seeds reach the overlap (re-pick them if the sampler's draws change)

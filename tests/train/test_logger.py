@@ -30,5 +30,7 @@ def test_tensorboard_events_mirror_the_log(train_cmd, tmp_path):
     logged = {r["step"]: r[M.PASS1.name] for r in rows if M.PASS1.name in r}
     assert {e.step: e.value for e in acc.Scalars(M.PASS1.name)} == pytest.approx(logged)
     replayed = [r for r in rows if r.get(M.REPLAY_QUESTIONS.name)]
-    assert replayed and all(r[M.REWARD_BATCH_MEAN.name] >= r[M.PASS1.name] for r in replayed)  # o* have reward 1
+    assert replayed and all(
+        r[M.REWARD_BATCH_MEAN.name] >= r[M.PASS1.name] for r in replayed
+    )  # o* have reward 1
     assert len(_read_log(out / TRAIN_LOG)) == len(rows)  # the results loader accepts every key

@@ -10,8 +10,9 @@ import subprocess
 
 def test_median_entropy_plugin_trains_and_replays(tmp_path, train_cmd):
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    done = subprocess.run(train_cmd(out, ckpt, "median_entropy", "steps=6"), capture_output=True, text=True,
-                          timeout=1200)
+    done = subprocess.run(
+        train_cmd(out, ckpt, "median_entropy", "steps=6"), capture_output=True, text=True, timeout=1200
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((out / "run.json").read_text())
     assert record["config"]["method"]["selection_mode"] == "median"

@@ -34,7 +34,10 @@ def two_runs(train_cmd, tmp_path_factory):
 
 def test_two_runs_of_one_seed_are_bit_identical(two_runs):
     (rows_a, run_a, _), (rows_b, run_b, _) = two_runs
-    stable = [[{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows] for rows in (rows_a, rows_b)]
+    stable = [
+        [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+        for rows in (rows_a, rows_b)
+    ]
     assert stable[0] == stable[1]
     train = [r for r in rows_a if "pass1" in r]
     assert len(train) == 6 and any("val/acc" in r for r in rows_a)
@@ -84,7 +87,13 @@ def test_maybe_save_best_rule(tmp_path):
             self.saves += 1
 
     model, tok = Fake(), Fake()
-    for step, acc, saved in [(1, 0.2, True), (2, 0.2, False), (3, 0.1, False), (4, 0.5, True), (5, float("nan"), False)]:
+    for step, acc, saved in [
+        (1, 0.2, True),
+        (2, 0.2, False),
+        (3, 0.1, False),
+        (4, 0.5, True),
+        (5, float("nan"), False),
+    ]:
         assert maybe_save_best(tmp_path, step, acc, model=model, tokenizer=tok) is saved
     assert best_so_far(tmp_path) == {"val_acc": 0.5, "step": 4} and model.saves == 2
     clear_best(tmp_path)

@@ -36,10 +36,15 @@ def _run_and_kill(cmd: list[str], live_log: Path, kill_step: int, timeout: float
     try:
         while time.time() < deadline:
             if proc.poll() is not None:
-                pytest.fail(f"job finished before kill step {kill_step}: {proc.stderr.read().decode()[-2000:]}")
+                pytest.fail(
+                    f"job finished before kill step {kill_step}: {proc.stderr.read().decode()[-2000:]}"
+                )
             if live_log.exists():
-                steps = [json.loads(ln).get("step", 0) for ln in live_log.read_text().splitlines()
-                         if ln.strip().endswith("}")]
+                steps = [
+                    json.loads(ln).get("step", 0)
+                    for ln in live_log.read_text().splitlines()
+                    if ln.strip().endswith("}")
+                ]
                 if steps and max(steps) >= kill_step:
                     os.killpg(proc.pid, signal.SIGKILL)  # the job and its verifier workers
                     proc.wait()

@@ -10,8 +10,19 @@ from pathlib import Path
 
 import pytest
 
-WORDS = ["<pad>", "<eos>", "<|im_start|>", "<|im_end|>", "system", "user", "assistant", "what", "is", "?",
-         *[str(i) for i in range(100)]]
+WORDS = [
+    "<pad>",
+    "<eos>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "system",
+    "user",
+    "assistant",
+    "what",
+    "is",
+    "?",
+    *[str(i) for i in range(100)],
+]
 
 TOY_REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -28,12 +39,24 @@ def _tiny_model(path: Path) -> None:
     tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(WORDS)}, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
-    fast.chat_template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
-                          "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+    fast.chat_template = (
+        "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
+    )
     fast.save_pretrained(path)
-    config = Qwen2Config(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                         bos_token_id=1, eos_token_id=1, pad_token_id=0, tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=128,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=1,
+        pad_token_id=0,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).save_pretrained(path, safe_serialization=True)
 
@@ -42,9 +65,17 @@ def _toy_parquet(path: Path, n: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"data_source": "toy", "prompt": [{"role": "user", "content": f"what is {i} ?"}], "ability": "math",
-             "reward_model": {"style": "rule", "ground_truth": str(i)}, "extra_info": {"index": i}, "qid": f"q{i}"}
-            for i in range(n)]
+    rows = [
+        {
+            "data_source": "toy",
+            "prompt": [{"role": "user", "content": f"what is {i} ?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(i)},
+            "extra_info": {"index": i},
+            "qid": f"q{i}",
+        }
+        for i in range(n)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
@@ -59,23 +90,43 @@ def toy_run(tmp_path):
     _toy_parquet(tmp_path / "train.parquet", 64)
     _toy_parquet(tmp_path / "valid.parquet", 8)
     reward.write_text(TOY_REWARD)
-    backbone = {"scale": "paper", "hf_id": str(model), "steps": 4, "max_prompt_length": 32,
-                "max_response_length": 16, "resources": {"train": {"nodes": 1, "gpus_per_node": 1}}}
+    backbone = {
+        "scale": "paper",
+        "hf_id": str(model),
+        "steps": 4,
+        "max_prompt_length": 32,
+        "max_response_length": 16,
+        "resources": {"train": {"nodes": 1, "gpus_per_node": 1}},
+    }
     cfg = hc.variant_config("exgrpo", backbone, {"n_rollouts": 4, "delayed_start": False})
-    flat = hc.verl_overrides("toy", backbone, cfg, variant="exgrpo", seed=0, run_dir=run,
-                             train_files=str(tmp_path / "train.parquet"), val_files=str(tmp_path / "valid.parquet"))
+    flat = hc.verl_overrides(
+        "toy",
+        backbone,
+        cfg,
+        variant="exgrpo",
+        seed=0,
+        run_dir=run,
+        train_files=str(tmp_path / "train.parquet"),
+        val_files=str(tmp_path / "valid.parquet"),
+    )
     hc.write_run_config(run, flat)
     return {"root": tmp_path, "model": model, "run": run, "reward": reward}
 
 
 SMALL_OVERRIDES = [
-    "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2048",
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
-    "actor_rollout_ref.rollout.agent.num_workers=1", "actor_rollout_ref.rollout.max_model_len=64",
-    "reward.num_workers=1", "trainer.save_freq=2", "trainer.test_freq=-1",
-    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1", "ray_kwargs.ray_init.num_cpus=8",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "actor_rollout_ref.rollout.max_model_len=64",
+    "reward.num_workers=1",
+    "trainer.save_freq=2",
+    "trainer.test_freq=-1",
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "ray_kwargs.ray_init.num_cpus=8",
 ]
 """Command-line overrides that shrink a toy run to one GPU and a few seconds per step."""
 
@@ -86,12 +137,26 @@ def small_overrides(toy_run) -> list[str]:
     return [*SMALL_OVERRIDES, f"reward.custom_reward_function.path={toy_run['reward']}"]
 
 
-def run_entry_point(run_dir: Path, overrides: list[str], log: Path, timeout: int) -> subprocess.CompletedProcess:
+def run_entry_point(
+    run_dir: Path, overrides: list[str], log: Path, timeout: int
+) -> subprocess.CompletedProcess:
     """`python -m exgrpo.verl_plugin.main` on a run directory, as the launch scripts start it."""
-    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin", "VERL_FILE_LOGGER_PATH": str(log),
-           "HYDRA_FULL_ERROR": "1"}
-    cmd = [sys.executable, "-m", "exgrpo.verl_plugin.main", "--config-path", str(run_dir), "--config-name",
-           "exgrpo_run", *overrides]
+    env = {
+        **os.environ,
+        "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin",
+        "VERL_FILE_LOGGER_PATH": str(log),
+        "HYDRA_FULL_ERROR": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "exgrpo.verl_plugin.main",
+        "--config-path",
+        str(run_dir),
+        "--config-name",
+        "exgrpo_run",
+        *overrides,
+    ]
     return subprocess.run(cmd, cwd=run_dir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -148,9 +213,15 @@ class FakeTQ:
         rm[-1] = reward
         key = f"{row['uid']}_{sample}_0"
         self.rows[("train", key)] = {
-            "uid": row["uid"], vb.EXGRPO_QID: row[vb.EXGRPO_QID], "prompts": torch.tensor([3, 4, 5]),
-            "responses": responses, "response_mask": torch.ones(len(responses), dtype=torch.long), "rm_scores": rm,
-            "old_log_probs": old_log_probs, "entropy": entropy}
+            "uid": row["uid"],
+            vb.EXGRPO_QID: row[vb.EXGRPO_QID],
+            "prompts": torch.tensor([3, 4, 5]),
+            "responses": responses,
+            "response_mask": torch.ones(len(responses), dtype=torch.long),
+            "rm_scores": rm,
+            "old_log_probs": old_log_probs,
+            "entropy": entropy,
+        }
         return key
 
     def kv_put(self, key, partition_id, fields=None, tag=None):
@@ -200,9 +271,15 @@ class FakeDataset:
     def __getitem__(self, i):
         import torch
 
-        return {"data_source": "math", "qid": self.qids[i], "raw_prompt": [{"role": "user", "content": self.qids[i]}],
-                "reward_model": {"ground_truth": "1"}, "extra_info": {"index": i}, "index": i,
-                "dummy_tensor": torch.tensor([0], dtype=torch.uint8)}
+        return {
+            "data_source": "math",
+            "qid": self.qids[i],
+            "raw_prompt": [{"role": "user", "content": self.qids[i]}],
+            "reward_model": {"ground_truth": "1"},
+            "extra_info": {"index": i},
+            "index": i,
+            "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
+        }
 
 
 @pytest.fixture(scope="module")
@@ -214,10 +291,20 @@ def trainer_config(tmp_path_factory):
     from exgrpo.verl_plugin import hydra_config as hc
 
     run = tmp_path_factory.mktemp("run")
-    bb = load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml")["qwen2.5-math-1.5b"]
+    bb = load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml")[
+        "qwen2.5-math-1.5b"
+    ]
     cfg = hc.variant_config("exgrpo", bb, {"n_rollouts": TRAINER_K, "delayed_start": False})
-    flat = hc.verl_overrides("qwen2.5-math-1.5b", bb, cfg, variant="exgrpo", seed=3, run_dir=run,
-                             train_files="t.parquet", val_files="v.parquet")
+    flat = hc.verl_overrides(
+        "qwen2.5-math-1.5b",
+        bb,
+        cfg,
+        variant="exgrpo",
+        seed=3,
+        run_dir=run,
+        train_files="t.parquet",
+        val_files="v.parquet",
+    )
     hc.write_run_config(run, flat)
     composed = hc.compose_run_config(run)
     OmegaConf.set_struct(composed, False)
@@ -266,12 +353,17 @@ def prompt_rows(batch) -> list[dict]:
     """The rows of a prompt batch as dicts."""
     import torch
 
-    return [{k: (v[i] if isinstance(v, torch.Tensor) else v[i].data if hasattr(v[i], "data") else v[i])
-             for k, v in batch.items() if k != "global_steps"} for i in range(len(batch))]
+    return [
+        {
+            k: (v[i] if isinstance(v, torch.Tensor) else v[i].data if hasattr(v[i], "data") else v[i])
+            for k, v in batch.items()
+            if k != "global_steps"
+        }
+        for i in range(len(batch))
+    ]
 
 
 @pytest.fixture
 def make_trainer():
     """`new_trainer(config, fake_tq, tmp_path)`."""
     return new_trainer
-

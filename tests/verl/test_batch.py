@@ -29,9 +29,15 @@ from exgrpo.verl_plugin.agent_loop import ReplayAgentLoop  # noqa: E402
 
 def _item(qid: str, question: str = "what is 1+1 ?") -> dict:
     """A dataset item as RLHFDataset.__getitem__ returns it."""
-    return {"data_source": "math", "qid": qid, "raw_prompt": [{"role": "user", "content": question}],
-            "reward_model": {"ground_truth": "2"}, "extra_info": {"index": 0}, "index": 0,
-            "dummy_tensor": torch.tensor([0], dtype=torch.uint8)}
+    return {
+        "data_source": "math",
+        "qid": qid,
+        "raw_prompt": [{"role": "user", "content": question}],
+        "reward_model": {"ground_truth": "2"},
+        "extra_info": {"index": 0},
+        "index": 0,
+        "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
+    }
 
 
 def _traj(ids, logp, step=3, entropy=float("nan")) -> Trajectory:
@@ -58,7 +64,9 @@ def test_prompt_rows_survive_collate_tensordict_and_worker_chunking():
     rows = vb.prompt_rows([_item("q0"), _item("q1"), _item("q2")], [_item("q7"), _item("q9")])
     batch = tu.get_tensordict(collate_fn(rows))
     assert len(batch) == 5
-    seen = [r for chunk in batch.chunk(2) for r in _worker_rows(chunk)]  # AgentLoopManagerTQ chunks per worker
+    seen = [
+        r for chunk in batch.chunk(2) for r in _worker_rows(chunk)
+    ]  # AgentLoopManagerTQ chunks per worker
     assert [r[vb.EXGRPO_QID] for r in seen] == ["q0", "q1", "q2", "q7", "q9"]
     assert [r[vb.AGENT_NAME] for r in seen] == [vb.FRESH_AGENT] * 3 + [vb.REPLAY_AGENT] * 2
     uids = [r["uid"] for r in seen]
@@ -99,8 +107,23 @@ def test_question_ids_and_positions():
 
 
 # --------------------------------------------------------------------------- the replay agent loop
-WORDS = ["<pad>", "<eos>", "<|im_start|>", "<|im_end|>", "system", "user", "assistant", "what", "is", "1+1", "?",
-         "2", "a", "b", "c"]
+WORDS = [
+    "<pad>",
+    "<eos>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "system",
+    "user",
+    "assistant",
+    "what",
+    "is",
+    "1+1",
+    "?",
+    "2",
+    "a",
+    "b",
+    "c",
+]
 
 
 def _tokenizer():
@@ -110,8 +133,10 @@ def _tokenizer():
     tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(WORDS)}, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
-    fast.chat_template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
-                          "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+    fast.chat_template = (
+        "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
+    )
     return fast
 
 
@@ -123,8 +148,11 @@ class _Server:
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
         self.calls += 1
-        return TokenOutput(token_ids=[11, 12, 1], log_probs=[-0.1, -0.2, -0.3],
-                           extra_fields={"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4})
+        return TokenOutput(
+            token_ids=[11, 12, 1],
+            log_probs=[-0.1, -0.2, -0.3],
+            extra_fields={"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4},
+        )
 
 
 class _ReplayTQ:
@@ -142,8 +170,9 @@ class _ReplayTQ:
 
 def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_only(monkeypatch):
     k = 4
-    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": 8, "n": k}},
-                            "data": {}})
+    cfg = OmegaConf.create(
+        {"actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": 8, "n": k}}, "data": {}}
+    )
     server = _Server()
     row = vb.prompt_rows([], [_item("q7")])[0]
     fake = _ReplayTQ(*vb.replay_payload([row["uid"]], [_traj([13, 14, 1], [-1.0, -2.0, -0.5])]))
@@ -153,9 +182,15 @@ def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_on
     async def run_all():
         outs = []
         for session in range(k):
-            loop = ReplayAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=_tokenizer(),
-                                   processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data),
-                                   hf_model_type=None)
+            loop = ReplayAgentLoop(
+                trainer_config=DictConfigWrap(cfg),
+                server_manager=server,
+                tokenizer=_tokenizer(),
+                processor=None,
+                dataset_cls=RLHFDataset,
+                data_config=DictConfigWrap(cfg.data),
+                hf_model_type=None,
+            )
             outs.append(await loop.run({"temperature": 1.0}, session_id=session, global_steps=5, **row))
         return outs
 
@@ -181,11 +216,34 @@ K = 4
 def _sampled_batch():
     """Three groups of K (uid 'ua' fresh, 'ub' replayed, 'uc' fresh) in verl's balanced (shuffled) order,
     plus two synthetic padding rows."""
-    rewards = {("ua", 0): 1, ("ua", 1): 0, ("ua", 2): 0, ("ua", 3): 1,
-               ("ub", 0): 1, ("ub", 1): 0, ("ub", 2): 0, ("ub", 3): 1,
-               ("uc", 0): 0, ("uc", 1): 0, ("uc", 2): 0, ("uc", 3): 0}
-    order = [("ub", 3), ("ua", 0), ("uc", 2), ("ub", 0), ("ua", 3), ("uc", 0), ("ub", 1), ("ua", 1),
-             ("uc", 3), ("ub", 2), ("ua", 2), ("uc", 1)]
+    rewards = {
+        ("ua", 0): 1,
+        ("ua", 1): 0,
+        ("ua", 2): 0,
+        ("ua", 3): 1,
+        ("ub", 0): 1,
+        ("ub", 1): 0,
+        ("ub", 2): 0,
+        ("ub", 3): 1,
+        ("uc", 0): 0,
+        ("uc", 1): 0,
+        ("uc", 2): 0,
+        ("uc", 3): 0,
+    }
+    order = [
+        ("ub", 3),
+        ("ua", 0),
+        ("uc", 2),
+        ("ub", 0),
+        ("ua", 3),
+        ("uc", 0),
+        ("ub", 1),
+        ("ua", 1),
+        ("uc", 3),
+        ("ub", 2),
+        ("ua", 2),
+        ("uc", 1),
+    ]
     keys = [f"{u}_{s}_0" for u, s in order] + ["padx_0_0", "padx_1_0"]
     tags = [{} for _ in order] + [{"is_padding": True}] * 2
     qid = {"ua": "qa", "ub": "qb", "uc": "qc"}
@@ -215,8 +273,15 @@ def test_a_short_group_is_trained_as_grpo_counted_and_not_recorded():
     keys, tags, qids, rewards = _sampled_batch()
     drop = {keys.index("ub_3_0"), keys.index("uc_0_0")}
     keep = [i for i in range(len(keys)) if i not in drop]
-    rows, uids = vb.step_rows([keys[i] for i in keep], [tags[i] for i in keep], [qids[i] for i in keep],
-                              rewards[keep], {"ub"}, K, submitted=["ua", "ub", "uc", "ud"])
+    rows, uids = vb.step_rows(
+        [keys[i] for i in keep],
+        [tags[i] for i in keep],
+        [qids[i] for i in keep],
+        rewards[keep],
+        {"ub"},
+        K,
+        submitted=["ua", "ub", "uc", "ud"],
+    )
     cfg = config_for("exgrpo", n_rollouts=K)
     adv, mask = core_step.advantages_and_mask(rows, cfg)
     by_uid = {u: [float(a) for a, uu in zip(adv, uids) if uu == u] for u in ("ub", "uc")}
@@ -250,13 +315,28 @@ def test_group_stats_by_hand():
     cfg = config_for("exgrpo", n_rollouts=K)
     _, mask = core_step.advantages_and_mask(rows, cfg)
     stats = vb.group_stats(rows, mask, cfg)
-    assert stats == {"exgrpo/mixed_fraction": 2 / 3, "exgrpo/masked_questions": 3.0, "exgrpo/short_groups": 0.0,
-                     "exgrpo/missing_rollouts": 0.0, "exp/bucket_0": 1.0, "exp/bucket_1": 0.0, "exp/bucket_2": 2.0,
-                     "exp/bucket_3": 0.0, "exp/bucket_4": 0.0}
-    released = config_for("exgrpo", n_rollouts=K, replay_counts_in_k=False)  # ub counts its fresh success only
+    assert stats == {
+        "exgrpo/mixed_fraction": 2 / 3,
+        "exgrpo/masked_questions": 3.0,
+        "exgrpo/short_groups": 0.0,
+        "exgrpo/missing_rollouts": 0.0,
+        "exp/bucket_0": 1.0,
+        "exp/bucket_1": 0.0,
+        "exp/bucket_2": 2.0,
+        "exp/bucket_3": 0.0,
+        "exp/bucket_4": 0.0,
+    }
+    released = config_for(
+        "exgrpo", n_rollouts=K, replay_counts_in_k=False
+    )  # ub counts its fresh success only
     assert vb.group_stats(rows, mask, released)["exp/bucket_1"] == 1.0
     medium = config_for("masked_medium", n_rollouts=K)
-    assert vb.group_stats(rows, core_step.advantages_and_mask(rows, medium)[1], medium)["exgrpo/masked_questions"] == 2.0
+    assert (
+        vb.group_stats(rows, core_step.advantages_and_mask(rows, medium)[1], medium)[
+            "exgrpo/masked_questions"
+        ]
+        == 2.0
+    )
 
 
 def test_behaviour_log_probs_go_to_the_replayed_row_only():
@@ -292,7 +372,12 @@ def test_group_records_hand_fresh_rows_to_the_manager_in_session_order():
     assert [c[0] for c in manager.calls] == ["qa", "qb", "qc"]  # submission order; padding rows are no group
     _, r_b, t_b, rep_b, step = manager.calls[1]
     assert rep_b and step == 9 and len(t_b) == K - 1
-    assert r_b == [1.0, 1.0, 0.0, 0.0]  # the group as trained: the replayed success first, then sessions 0, 1, 2
+    assert r_b == [
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+    ]  # the group as trained: the replayed success first, then sessions 0, 1, 2
     assert [int(t.token_ids[0]) for t in t_b] == [103, 106, 109]
     assert t_b[0].step == 9 and t_b[0].entropy == pytest.approx(1.0)
     np.testing.assert_allclose(t_b[0].logprobs, [-0.3, -0.2], rtol=1e-6)

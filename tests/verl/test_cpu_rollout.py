@@ -23,7 +23,9 @@ def model_dir(tmp_path_factory):
 
 
 def _server(model_dir, load_format="auto"):
-    config = SimpleNamespace(load_format=load_format, seed=0, prompt_length=32, response_length=12, max_model_len=None)
+    config = SimpleNamespace(
+        load_format=load_format, seed=0, prompt_length=32, response_length=12, max_model_len=None
+    )
     model = SimpleNamespace(path=str(model_dir), local_path=str(model_dir), local_tokenizer_path=None)
     return HFRolloutServer(config, model, replica_rank=0)
 
@@ -31,9 +33,23 @@ def _server(model_dir, load_format="auto"):
 def _generate(server, n=6, step=5):
     async def go():
         await server.set_global_steps(step)
-        return await asyncio.gather(*[server.generate(f"r{i}", prompt_ids=PROMPT, sampling_params={
-            "temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True})
-            for i in range(n)])
+        return await asyncio.gather(
+            *[
+                server.generate(
+                    f"r{i}",
+                    prompt_ids=PROMPT,
+                    sampling_params={
+                        "temperature": 1.0,
+                        "top_p": 1.0,
+                        "top_k": -1,
+                        "repetition_penalty": 1.0,
+                        "logprobs": True,
+                    },
+                )
+                for i in range(n)
+            ]
+        )
+
     return asyncio.run(go())
 
 

@@ -25,8 +25,9 @@ def test_share_at_the_limit_goes_on_above_it_stops_with_the_last_error():
     assert b.check(2, 0, 8, []) == {"exgrpo/failed_sessions": 0.0, "exgrpo/failed_session_share": 0.0}
     with pytest.raises(RolloutFailureError) as err:
         b.check(3, 3, 8, [])  # no report this step: the last one seen is named
-    assert str(err.value) == ("step 3: 3 of 8 rollout sessions failed (38% > max_failed_share 25%); "
-                              "the engine's last error: E1")
+    assert str(err.value) == (
+        "step 3: 3 of 8 rollout sessions failed (38% > max_failed_share 25%); the engine's last error: E1"
+    )
 
 
 def test_a_streak_of_failing_steps_stops_and_a_clean_step_resets_it():

@@ -97,10 +97,14 @@ class Attempt:
         self.log = self.run / f"metrics.attempt{i}.{int(time.time())}.jsonl"
         self._fh = open(self.out, "w")  # noqa: SIM115 (closed in kill / wait)
         # RAY_ADDRESS=local: a Ray cluster of its own, never one that other jobs on this machine started
-        self.proc = subprocess.Popen(demo.launch_command(self.run, overrides), cwd=self.run,
-                                     env=demo.launch_env(self.log, {DEBUG_ENV: str(self.debug), "RAY_ADDRESS": "local",
-                                                                    **env}),
-                                     stdout=self._fh, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            demo.launch_command(self.run, overrides),
+            cwd=self.run,
+            env=demo.launch_env(self.log, {DEBUG_ENV: str(self.debug), "RAY_ADDRESS": "local", **env}),
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.t0 = time.monotonic()
 
     def text(self) -> str:
@@ -109,7 +113,9 @@ class Attempt:
     def until(self, done, what: str) -> None:
         while not done():
             if self.proc.poll() is not None:
-                pytest.fail(f"attempt {self.i} ended (rc {self.proc.returncode}) before {what}:\n{self.text()[-5000:]}")
+                pytest.fail(
+                    f"attempt {self.i} ended (rc {self.proc.returncode}) before {what}:\n{self.text()[-5000:]}"
+                )
             if time.monotonic() - self.t0 > TIMEOUT_S:
                 _kill_tree(self.proc)
                 pytest.fail(f"attempt {self.i}: no {what} within {TIMEOUT_S} s:\n{self.text()[-3000:]}")
@@ -162,7 +168,9 @@ def drills(tmp_path_factory):
     a[2].kill()
     ckpt = a[2].ckpt
     on_disk["after_checkpoint_kill"] = sorted(p.name for p in ckpt.glob("global_step_*"))
-    on_disk["staged_after_checkpoint_kill"] = sorted(p.name for p in (ckpt / ".staging").glob("global_step_*"))
+    on_disk["staged_after_checkpoint_kill"] = sorted(
+        p.name for p in (ckpt / ".staging").glob("global_step_*")
+    )
     on_disk["tracker_after_checkpoint_kill"] = _tracker(ckpt)
 
     a[3] = Attempt(paths, root, 3, {}, common)
@@ -170,14 +178,20 @@ def drills(tmp_path_factory):
     t_term = time.monotonic()
     procs = _signal_tree(a[3].proc, signal.SIGTERM)
     gone, alive = psutil.wait_procs(procs, timeout=SIGTERM_GRACE_S)
-    on_disk["sigterm"] = {"exit_s": time.monotonic() - t_term, "alive": len(alive), "rc": a[3].proc.poll(),
-                          "logged": max(_logged(a[3].log), default=0), "tracker": _tracker(ckpt)}
+    on_disk["sigterm"] = {
+        "exit_s": time.monotonic() - t_term,
+        "alive": len(alive),
+        "rc": a[3].proc.poll(),
+        "logged": max(_logged(a[3].log), default=0),
+        "tracker": _tracker(ckpt),
+    }
     a[3].kill()
 
     latest = _tracker(ckpt)
     on_disk["corrupted"] = latest
-    weights = sorted((ckpt / f"global_step_{latest}" / "actor").rglob("*.pt")) or \
-        sorted(p for p in (ckpt / f"global_step_{latest}" / "actor").rglob("*") if p.is_file())
+    weights = sorted((ckpt / f"global_step_{latest}" / "actor").rglob("*.pt")) or sorted(
+        p for p in (ckpt / f"global_step_{latest}" / "actor").rglob("*") if p.is_file()
+    )
     data = bytearray(weights[0].read_bytes())
     data[len(data) // 2] ^= 0xFF
     weights[0].write_bytes(bytes(data))
@@ -224,7 +238,10 @@ def test_failures_below_the_budget_are_counted_and_the_run_goes_on(drills):
     failed = {s: d["exgrpo/failed_sessions"] for s, d in steps.items()}
     assert sum(failed.values()) > 0, failed  # 10% of 32 sessions a step were made to fail
     for s, d in steps.items():
-        assert 0 <= d["exgrpo/failed_session_share"] <= 0.5 and d["exgrpo/failed_session_share"] == failed[s] / 32
+        assert (
+            0 <= d["exgrpo/failed_session_share"] <= 0.5
+            and d["exgrpo/failed_session_share"] == failed[s] / 32
+        )
 
 
 def test_kill_during_rollout_resumes_from_the_last_checkpoint(drills):
@@ -235,7 +252,9 @@ def test_kill_during_rollout_resumes_from_the_last_checkpoint(drills):
 
 def test_kill_during_update_resumes_from_the_last_checkpoint(drills):
     assert drills["a"][1].held()["phase"] == "update"
-    assert sorted(_logged(drills["a"][1].log)) == [3]  # step 3 trained and checkpointed, step 4 killed in its update
+    assert sorted(_logged(drills["a"][1].log)) == [
+        3
+    ]  # step 3 trained and checkpointed, step 4 killed in its update
     _resumed(drills["a"][2], 3, drills["ckpt"])
 
 
@@ -266,5 +285,10 @@ def test_failures_above_the_budget_stop_the_run_naming_the_error(drills):
     assert drills["on_disk"]["failed_rc"] != 0
     text = a4.text()
     assert "RolloutFailureError" in text and f"step {latest}: " in text
-    assert "rollout sessions failed" in text and "the engine's last error: RuntimeError: injected rollout failure" in text
-    assert _logged(a4.log) == {}  # stopped before the update of its first step: nothing trained, nothing logged
+    assert (
+        "rollout sessions failed" in text
+        and "the engine's last error: RuntimeError: injected rollout failure" in text
+    )
+    assert (
+        _logged(a4.log) == {}
+    )  # stopped before the update of its first step: nothing trained, nothing logged

@@ -31,7 +31,9 @@ def test_exgrpo_steps_with_replay_then_resume(toy_run, small_overrides, entry_po
     overrides = [*small_overrides, "trainer.logger=[console,file]", f"trainer.total_training_steps={STEPS}"]
     first = entry_point(run, overrides, root / "log1.jsonl", timeout=1500)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-    state = json.loads((run / "checkpoints" / f"global_step_{STEPS}" / "exgrpo" / "plugin_state.json").read_text())
+    state = json.loads(
+        (run / "checkpoints" / f"global_step_{STEPS}" / "exgrpo" / "plugin_state.json").read_text()
+    )
     assert state["step"] == STEPS
     steps = {r["step"]: r["data"] for r in _log(root / "log1.jsonl")}
     assert sorted(steps) == list(range(1, STEPS + 1))
@@ -42,5 +44,7 @@ def test_exgrpo_steps_with_replay_then_resume(toy_run, small_overrides, entry_po
     overrides[-1] = f"trainer.total_training_steps={RESUMED_STEPS}"
     second = entry_point(run, overrides, root / "log2.jsonl", timeout=1500)
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-    assert [r["step"] for r in _log(root / "log2.jsonl")] == list(range(STEPS + 1, RESUMED_STEPS + 1))  # resumed
+    assert [r["step"] for r in _log(root / "log2.jsonl")] == list(
+        range(STEPS + 1, RESUMED_STEPS + 1)
+    )  # resumed
     assert (run / "checkpoints" / f"global_step_{RESUMED_STEPS}" / "exgrpo" / "plugin_state.json").exists()

@@ -20,9 +20,19 @@ from exgrpo.config import ABLATIONS, ConfigError  # noqa: E402
 from exgrpo.core.loss import resolve_norm_const  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
-BACKBONES = {k: v for k, v in load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml").items() if v["scale"] == "paper"}
-PAPER_STEPS = {"qwen2.5-math-7b": 700, "qwen2.5-math-1.5b": 500, "qwen2.5-7b-instruct": 500, "llama3.1-8b": 500,
-               "llama3.1-8b-instruct": 500, "luffy-qwen-math-7b": 500}
+BACKBONES = {
+    k: v
+    for k, v in load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml").items()
+    if v["scale"] == "paper"
+}
+PAPER_STEPS = {
+    "qwen2.5-math-7b": 700,
+    "qwen2.5-math-1.5b": 500,
+    "qwen2.5-7b-instruct": 500,
+    "llama3.1-8b": 500,
+    "llama3.1-8b-instruct": 500,
+    "luffy-qwen-math-7b": 500,
+}
 """paper §3.3: 700 steps for Qwen2.5-Math-7B, 500 for the other models."""
 
 
@@ -30,8 +40,16 @@ def _compose(tmp_path, backbone, variant, seed=0):
     bb = BACKBONES[backbone]
     cfg = hc.variant_config(variant, bb)
     run = tmp_path / f"{backbone}-{variant}"
-    flat = hc.verl_overrides(backbone, bb, cfg, variant=variant, seed=seed, run_dir=run,
-                             train_files="/data/train.parquet", val_files="/data/valid.parquet")
+    flat = hc.verl_overrides(
+        backbone,
+        bb,
+        cfg,
+        variant=variant,
+        seed=seed,
+        run_dir=run,
+        train_files="/data/train.parquet",
+        val_files="/data/valid.parquet",
+    )
     hc.write_run_config(run, flat)
     return run, hc.compose_run_config(run)
 
@@ -45,31 +63,56 @@ def test_paper_backbones_compose_with_table4_values(tmp_path):
         assert not need_critic(c) and not need_reference_policy(c)
         r = OmegaConf.to_container(c, resolve=True)
         t4 = hc.table4(r)
-        assert t4 == {**t4, "rollout_batch_prompts": 128, "update_batch_prompts": 64, "rollouts_per_prompt": 8,
-                      "train_temperature": 1.0, "val_temperature": 0.6, "val_samples": 1, "learning_rate": 1e-6,
-                      "entropy_coef": 0.001, "kl": "none", "max_prompt_length": 1024, "max_response_length": 8192,
-                      "training_steps": PAPER_STEPS[name], "save_freq": 50, "test_freq": 10, "gpus": 8,
-                      "rollout_tp": 2, "gpu_memory_utilization": 0.8, "adv_std_norm": False,
-                      "loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": 8192, "rho": 0.5,
-                      "shaping_beta": 0.1}
-        assert t4["start_threshold"] == (None if name == "llama3.1-8b" else 0.35)  # no delayed start for Llama base
+        assert t4 == {
+            **t4,
+            "rollout_batch_prompts": 128,
+            "update_batch_prompts": 64,
+            "rollouts_per_prompt": 8,
+            "train_temperature": 1.0,
+            "val_temperature": 0.6,
+            "val_samples": 1,
+            "learning_rate": 1e-6,
+            "entropy_coef": 0.001,
+            "kl": "none",
+            "max_prompt_length": 1024,
+            "max_response_length": 8192,
+            "training_steps": PAPER_STEPS[name],
+            "save_freq": 50,
+            "test_freq": 10,
+            "gpus": 8,
+            "rollout_tp": 2,
+            "gpu_memory_utilization": 0.8,
+            "adv_std_norm": False,
+            "loss_agg_mode": "seq-mean-token-sum-norm",
+            "loss_scale_factor": 8192,
+            "rho": 0.5,
+            "shaping_beta": 0.1,
+        }
+        assert t4["start_threshold"] == (
+            None if name == "llama3.1-8b" else 0.35
+        )  # no delayed start for Llama base
         assert cfg.delayed_start is (name != "llama3.1-8b")
-        assert r["reward"]["custom_reward_function"]["reward_kwargs"]["region"] == \
-            ("full" if name == "llama3.1-8b" else "after_think")
+        assert r["reward"]["custom_reward_function"]["reward_kwargs"]["region"] == (
+            "full" if name == "llama3.1-8b" else "after_think"
+        )
         a = r["actor_rollout_ref"]
         assert a["model"]["path"] == BACKBONES[name]["hf_id"]
         assert a["actor"]["optim"]["weight_decay"] == 0.01 and a["actor"]["optim"]["clip_grad"] == 1.0
         assert a["actor"]["use_dynamic_bsz"] and a["actor"]["ppo_max_token_len_per_gpu"] == 32768
         assert a["actor"]["calculate_entropy"] and not a["actor"]["use_kl_loss"]
         assert a["rollout"]["top_p"] == 1.0 and a["rollout"]["val_kwargs"]["do_sample"]
-        assert a["rollout"]["agent"]["agent_loop_config_path"] is None  # the loop registers itself (@register)
+        assert (
+            a["rollout"]["agent"]["agent_loop_config_path"] is None
+        )  # the loop registers itself (@register)
         assert r["algorithm"]["adv_estimator"] == "grpo"
         assert r["reward"]["custom_reward_function"]["path"] == "pkg://exgrpo.verl_plugin.reward"
         tr = r["trainer"]
         assert tr["v1"]["trainer_mode"] == "exgrpo" and tr["use_v1"] and tr["resume_mode"] == "auto"
         assert tr["default_local_dir"] == f"{run.resolve()}/checkpoints" and not tr["val_before_train"]
-        assert r["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"] == \
-            "exgrpo.verl_plugin"
+        assert (
+            r["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VERL_USE_EXTERNAL_MODULES"]
+            == "exgrpo.verl_plugin"
+        )
         assert r["exgrpo"]["seed"] == 2 and r["data"]["seed"] == 2
     path = hc.write_resolved(run, r)
     written = json.loads(path.read_text())
@@ -89,12 +132,18 @@ def test_every_variant_composes_and_round_trips_its_exgrpo_config(tmp_path):
 
 def test_verl_keys_that_contradict_the_method_config_are_refused(tmp_path):
     run, composed = _compose(tmp_path, "qwen2.5-math-1.5b", "exgrpo")
-    with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.n"):  # a command-line override, via Hydra
+    with pytest.raises(
+        ConfigError, match="actor_rollout_ref.rollout.n"
+    ):  # a command-line override, via Hydra
         hc.check_verl_config(hc.compose_run_config(run, ["actor_rollout_ref.rollout.n=4"]))
-    for key, value in [("algorithm.norm_adv_by_std_in_grpo", True), ("actor_rollout_ref.actor.entropy_coeff", 0.0),
-                       ("actor_rollout_ref.actor.use_kl_loss", True), ("trainer.v1.trainer_mode", "sync"),
-                       ("algorithm.rollout_correction.bypass_mode", True),
-                       ("ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES", "other")]:
+    for key, value in [
+        ("algorithm.norm_adv_by_std_in_grpo", True),
+        ("actor_rollout_ref.actor.entropy_coeff", 0.0),
+        ("actor_rollout_ref.actor.use_kl_loss", True),
+        ("trainer.v1.trainer_mode", "sync"),
+        ("algorithm.rollout_correction.bypass_mode", True),
+        ("ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES", "other"),
+    ]:
         changed = composed.copy()
         OmegaConf.update(changed, key, value)
         with pytest.raises(ConfigError, match=key.split(".")[-1]):
@@ -106,12 +155,24 @@ def test_overrides_for_all_backbone_variant_pairs_are_consistent(tmp_path):
     for name, bb in BACKBONES.items():
         for variant in ABLATIONS:
             cfg = hc.variant_config(variant, bb)
-            flat = hc.verl_overrides(name, bb, cfg, variant=variant, seed=0, run_dir=tmp_path, train_files="a",
-                                     val_files="b")
-            assert flat["actor_rollout_ref.actor.loss_scale_factor"] == resolve_norm_const(cfg.loss_norm_const, 8192) == 8192
+            flat = hc.verl_overrides(
+                name, bb, cfg, variant=variant, seed=0, run_dir=tmp_path, train_files="a", val_files="b"
+            )
+            assert (
+                flat["actor_rollout_ref.actor.loss_scale_factor"]
+                == resolve_norm_const(cfg.loss_norm_const, 8192)
+                == 8192
+            )
             assert flat["exgrpo.config"] == cfg.to_dict()
             assert flat["trainer.experiment_name"] == f"{name}-{variant}-s0"
     with pytest.raises(ConfigError, match="scale"):
-        hc.verl_overrides("tiny-math", {"hf_id": "x", "steps": 1, "max_prompt_length": 1, "max_response_length": 1,
-                                        "scale": "tiny"}, cfg, variant="exgrpo", seed=0, run_dir=tmp_path,
-                          train_files="a", val_files="b")
+        hc.verl_overrides(
+            "tiny-math",
+            {"hf_id": "x", "steps": 1, "max_prompt_length": 1, "max_response_length": 1, "scale": "tiny"},
+            cfg,
+            variant="exgrpo",
+            seed=0,
+            run_dir=tmp_path,
+            train_files="a",
+            val_files="b",
+        )

@@ -35,10 +35,10 @@ def _padded_batch(seed: int = 0) -> tuple[TensorDict, dict[str, torch.Tensor]]:
     attn = torch.zeros(b, p + r, dtype=torch.long)
     resp_mask = torch.zeros(b, r, dtype=torch.long)
     for i, (pl, rl) in enumerate(zip(PROMPT_LENS, RESP_LENS)):
-        prompts[i, p - pl:] = torch.randint(1, 50, (pl,), generator=g)
+        prompts[i, p - pl :] = torch.randint(1, 50, (pl,), generator=g)
         responses[i, :rl] = torch.randint(1, 50, (rl,), generator=g)
-        attn[i, p - pl:p] = 1
-        attn[i, p:p + rl] = 1
+        attn[i, p - pl : p] = 1
+        attn[i, p : p + rl] = 1
         resp_mask[i, :rl] = 1
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)
     m = resp_mask.bool()
@@ -47,17 +47,28 @@ def _padded_batch(seed: int = 0) -> tuple[TensorDict, dict[str, torch.Tensor]]:
         "entropy": torch.where(m, torch.rand(b, r, generator=g) * 2, 0.0),
     }
     old = torch.where(m, true["logp"] + 0.3 * torch.randn(b, r, generator=g), 0.0)
-    behav = torch.where(m & torch.tensor(IS_REPLAY)[:, None], true["logp"] - 0.5 * torch.rand(b, r, generator=g), 0.0)
+    behav = torch.where(
+        m & torch.tensor(IS_REPLAY)[:, None], true["logp"] - 0.5 * torch.rand(b, r, generator=g), 0.0
+    )
     adv_seq = torch.tensor([0.5, -0.5, 0.25, 1.0, -0.75, 0.25])
     ref = torch.where(m, true["logp"] + 0.2 * torch.randn(b, r, generator=g), 0.0)
-    td = TensorDict({
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-        "attention_mask": attn, "position_ids": position_ids, "response_mask": resp_mask,
-        "old_log_probs": old, "advantages": adv_seq[:, None] * resp_mask,
-        vb.IS_REPLAY_FIELD: torch.tensor(IS_REPLAY, dtype=torch.float32),
-        vb.BEHAV_FIELD: behav, vb.SAMPLE_MASK_FIELD: torch.tensor(SAMPLE_MASK, dtype=torch.float32),
-        "ref_log_prob": ref,
-    }, batch_size=b)
+    td = TensorDict(
+        {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": attn,
+            "position_ids": position_ids,
+            "response_mask": resp_mask,
+            "old_log_probs": old,
+            "advantages": adv_seq[:, None] * resp_mask,
+            vb.IS_REPLAY_FIELD: torch.tensor(IS_REPLAY, dtype=torch.float32),
+            vb.BEHAV_FIELD: behav,
+            vb.SAMPLE_MASK_FIELD: torch.tensor(SAMPLE_MASK, dtype=torch.float32),
+            "ref_log_prob": ref,
+        },
+        batch_size=b,
+    )
     return td, {**true, "old": old, "behav": behav, "adv": adv_seq, "mask": m, "ref": ref}
 
 
@@ -67,17 +78,26 @@ def _model_output(values: torch.Tensor, prompt_lens: list[int], resp_lens: list[
     rows = []
     for i, (pl, rl) in enumerate(zip(prompt_lens, resp_lens)):
         row = torch.zeros(pl + rl)
-        row[pl - 1: pl - 1 + rl] = values[i, :rl]
+        row[pl - 1 : pl - 1 + rl] = values[i, :rl]
         rows.append(row)
     return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
 
 
 def _core(cfg, t, logp, entropy, rows=slice(None)):
     return exgrpo_policy_loss(
-        logp[rows], t["old"][rows], t["adv"][rows], t["mask"][rows], is_replay=torch.tensor(IS_REPLAY)[rows],
-        behaviour_logp=t["behav"][rows], replay_active=True, cfg=cfg, norm_const=NORM,
-        token_entropy=entropy[rows], sample_mask=torch.tensor(SAMPLE_MASK)[rows],
-        ref_logp=t["ref"][rows] if cfg.kl_coef > 0 else None)
+        logp[rows],
+        t["old"][rows],
+        t["adv"][rows],
+        t["mask"][rows],
+        is_replay=torch.tensor(IS_REPLAY)[rows],
+        behaviour_logp=t["behav"][rows],
+        replay_active=True,
+        cfg=cfg,
+        norm_const=NORM,
+        token_entropy=entropy[rows],
+        sample_mask=torch.tensor(SAMPLE_MASK)[rows],
+        ref_logp=t["ref"][rows] if cfg.kl_coef > 0 else None,
+    )
 
 
 def _assert_core_value_and_grads(cfg, t, loss, logp, ent, rtol):
@@ -93,8 +113,13 @@ def _assert_core_value_and_grads(cfg, t, loss, logp, ent, rtol):
     return core_metrics
 
 
-LOSS_SWITCHES = [{}, {"replay_shaping": "clipped"}, {"is_correction": False},
-                 {"keep_clip_after_activation": True}, {"kl_coef": 0.05}]
+LOSS_SWITCHES = [
+    {},
+    {"replay_shaping": "clipped"},
+    {"is_correction": False},
+    {"keep_clip_after_activation": True},
+    {"kl_coef": 0.05},
+]
 
 
 @pytest.mark.parametrize("switches", LOSS_SWITCHES, ids=lambda d: ",".join(d) or "paper")
@@ -104,12 +129,16 @@ def test_installed_loss_equals_core_loss_on_padded_batch(switches, loss_agg):
     td, t = _padded_batch()
     data = left_right_2_no_padding(td)
     assert data["input_ids"].is_nested and not data[vb.BEHAV_FIELD].is_nested
-    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(t["mask"].sum()), global_batch_size=len(PROMPT_LENS))
+    tu.assign_non_tensor(
+        data, dp_size=1, batch_num_tokens=int(t["mask"].sum()), global_batch_size=len(PROMPT_LENS)
+    )
     tu.assign_non_tensor(data, **{vb.REPLAY_ACTIVE_KEY: True})
     logp = t["logp"].clone().requires_grad_(True)
     ent = t["entropy"].clone().requires_grad_(True)
-    out = {"log_probs": _model_output(logp, PROMPT_LENS, RESP_LENS),
-           "entropy": _model_output(ent, PROMPT_LENS, RESP_LENS)}
+    out = {
+        "log_probs": _model_output(logp, PROMPT_LENS, RESP_LENS),
+        "entropy": _model_output(ent, PROMPT_LENS, RESP_LENS),
+    }
     # the model output really is in the no-padding layout verl slices
     assert torch.equal(no_padding_2_padding(out["log_probs"], data), logp.detach())
     loss, metrics = exgrpo_actor_loss(out, data, cfg=cfg, norm_const=NORM)
@@ -124,21 +153,35 @@ def test_loss_on_transfer_queue_layout_matches_hand_computation():
     cfg = config_for("exgrpo", entropy_coef=0.0)
     prompt_lens, resp_lens = [2, 3], [2, 1]
     logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]])
-    old = [torch.tensor([-1.0, -2.0 - 0.1]), torch.tensor([-9.0])]  # replayed row's old logp is ignored (IS on)
+    old = [
+        torch.tensor([-1.0, -2.0 - 0.1]),
+        torch.tensor([-9.0]),
+    ]  # replayed row's old logp is ignored (IS on)
     behav = [torch.zeros(2), torch.tensor([-0.5 - 0.2])]
-    td = TensorDict({
-        "prompts": torch.nested.as_nested_tensor([torch.ones(2, dtype=torch.long), torch.ones(3, dtype=torch.long)],
-                                                 layout=torch.jagged),
-        "responses": torch.nested.as_nested_tensor([torch.ones(2, dtype=torch.long), torch.ones(1, dtype=torch.long)],
-                                                   layout=torch.jagged),
-        "response_mask": torch.nested.as_nested_tensor([torch.ones(2, dtype=torch.long), torch.ones(1, dtype=torch.long)],
-                                                       layout=torch.jagged),
-        "old_log_probs": torch.nested.as_nested_tensor(old, layout=torch.jagged),
-        "advantages": torch.nested.as_nested_tensor([torch.full((2,), 0.5), torch.full((1,), 0.5)], layout=torch.jagged),
-        vb.BEHAV_FIELD: torch.nested.as_nested_tensor(behav, layout=torch.jagged),
-        vb.IS_REPLAY_FIELD: torch.tensor([0.0, 1.0]), vb.SAMPLE_MASK_FIELD: torch.tensor([1.0, 1.0]),
-    }, batch_size=2)
-    tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=3, global_batch_size=2, **{vb.REPLAY_ACTIVE_KEY: True})
+    td = TensorDict(
+        {
+            "prompts": torch.nested.as_nested_tensor(
+                [torch.ones(2, dtype=torch.long), torch.ones(3, dtype=torch.long)], layout=torch.jagged
+            ),
+            "responses": torch.nested.as_nested_tensor(
+                [torch.ones(2, dtype=torch.long), torch.ones(1, dtype=torch.long)], layout=torch.jagged
+            ),
+            "response_mask": torch.nested.as_nested_tensor(
+                [torch.ones(2, dtype=torch.long), torch.ones(1, dtype=torch.long)], layout=torch.jagged
+            ),
+            "old_log_probs": torch.nested.as_nested_tensor(old, layout=torch.jagged),
+            "advantages": torch.nested.as_nested_tensor(
+                [torch.full((2,), 0.5), torch.full((1,), 0.5)], layout=torch.jagged
+            ),
+            vb.BEHAV_FIELD: torch.nested.as_nested_tensor(behav, layout=torch.jagged),
+            vb.IS_REPLAY_FIELD: torch.tensor([0.0, 1.0]),
+            vb.SAMPLE_MASK_FIELD: torch.tensor([1.0, 1.0]),
+        },
+        batch_size=2,
+    )
+    tu.assign_non_tensor(
+        td, dp_size=1, batch_num_tokens=3, global_batch_size=2, **{vb.REPLAY_ACTIVE_KEY: True}
+    )
     out = {"log_probs": _model_output(logp, prompt_lens, resp_lens)}
     loss, _ = exgrpo_actor_loss(out, td, cfg=cfg, norm_const=4)
     # fresh row, replay active -> unclipped -A*w: w = [1, e^0.1]; replayed: w* = e^0.2, f = w/(w+0.1)
@@ -160,10 +203,22 @@ def test_micro_batches_and_ranks_sum_to_the_core_loss_of_the_mini_batch(loss_agg
     total = 0.0
     for rows in (slice(0, 2), slice(2, 3), slice(3, 6)):  # uneven micro-batches, as dynamic bsz makes them
         part, _ = micro_batch_loss(
-            logp[rows], t["old"][rows], t["adv"][rows], t["mask"][rows], is_replay=torch.tensor(IS_REPLAY)[rows],
-            behaviour_logp=t["behav"][rows], sample_mask=torch.tensor(SAMPLE_MASK)[rows], token_entropy=ent[rows],
-            ref_logp=t["ref"][rows], replay_active=True, cfg=cfg, norm_const=NORM, dp_size=dp_size,
-            batch_num_tokens=n_tok, global_batch_size=n_seq)
+            logp[rows],
+            t["old"][rows],
+            t["adv"][rows],
+            t["mask"][rows],
+            is_replay=torch.tensor(IS_REPLAY)[rows],
+            behaviour_logp=t["behav"][rows],
+            sample_mask=torch.tensor(SAMPLE_MASK)[rows],
+            token_entropy=ent[rows],
+            ref_logp=t["ref"][rows],
+            replay_active=True,
+            cfg=cfg,
+            norm_const=NORM,
+            dp_size=dp_size,
+            batch_num_tokens=n_tok,
+            global_batch_size=n_seq,
+        )
         total = total + part / dp_size  # the dp average of this rank's contribution (other ranks add theirs)
     _assert_core_value_and_grads(cfg, t, total, logp, ent, rtol=1e-5)
 
@@ -172,9 +227,20 @@ def test_replay_free_batch_before_activation_is_ppo_clip():
     cfg = config_for("on_policy")
     _, t = _padded_batch(seed=5)
     no_replay = torch.zeros(len(PROMPT_LENS), dtype=torch.bool)
-    loss, m = micro_batch_loss(t["logp"], t["old"], t["adv"], t["mask"], is_replay=no_replay, behaviour_logp=None,
-                               sample_mask=None, token_entropy=t["entropy"], ref_logp=None, replay_active=False,
-                               cfg=cfg, norm_const=NORM)
+    loss, m = micro_batch_loss(
+        t["logp"],
+        t["old"],
+        t["adv"],
+        t["mask"],
+        is_replay=no_replay,
+        behaviour_logp=None,
+        sample_mask=None,
+        token_entropy=t["entropy"],
+        ref_logp=None,
+        replay_active=False,
+        cfg=cfg,
+        norm_const=NORM,
+    )
     ratio = torch.exp(t["logp"] - t["old"])
     a = t["adv"][:, None]
     pg = torch.maximum(-a * ratio, -a * ratio.clamp(0.8, 1.2))
@@ -188,8 +254,10 @@ def test_loss_refuses_a_batch_without_the_trainer_flag():
     td, t = _padded_batch()
     data = left_right_2_no_padding(td)
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(t["mask"].sum()), global_batch_size=6)
-    out = {"log_probs": _model_output(t["logp"], PROMPT_LENS, RESP_LENS),
-           "entropy": _model_output(t["entropy"], PROMPT_LENS, RESP_LENS)}
+    out = {
+        "log_probs": _model_output(t["logp"], PROMPT_LENS, RESP_LENS),
+        "entropy": _model_output(t["entropy"], PROMPT_LENS, RESP_LENS),
+    }
     with pytest.raises(KeyError, match=vb.REPLAY_ACTIVE_KEY):
         exgrpo_actor_loss(out, data, cfg=cfg, norm_const=NORM)
     tu.assign_non_tensor(data, **{vb.REPLAY_ACTIVE_KEY: True})
@@ -214,19 +282,42 @@ def test_released_entropy_scale_on_two_ranks_two_micro_batches():
         cfg = config_for("exgrpo", entropy_coef=coef, entropy_scale=scale)
         per_rank = []
         for rank in split:
-            per_rank.append(sum(micro_batch_loss(
-                t["logp"][rows], t["old"][rows], t["adv"][rows], t["mask"][rows],
-                is_replay=torch.tensor(IS_REPLAY)[rows], behaviour_logp=t["behav"][rows],
-                sample_mask=None, token_entropy=t["entropy"][rows], ref_logp=None, replay_active=True,
-                cfg=cfg, norm_const=NORM, dp_size=2, batch_num_tokens=n_tok, global_batch_size=n_seq)[0]
-                for rows in rank))
+            per_rank.append(
+                sum(
+                    micro_batch_loss(
+                        t["logp"][rows],
+                        t["old"][rows],
+                        t["adv"][rows],
+                        t["mask"][rows],
+                        is_replay=torch.tensor(IS_REPLAY)[rows],
+                        behaviour_logp=t["behav"][rows],
+                        sample_mask=None,
+                        token_entropy=t["entropy"][rows],
+                        ref_logp=None,
+                        replay_active=True,
+                        cfg=cfg,
+                        norm_const=NORM,
+                        dp_size=2,
+                        batch_num_tokens=n_tok,
+                        global_batch_size=n_seq,
+                    )[0]
+                    for rows in rank
+                )
+            )
         return sum(per_rank) / 2, cfg
 
     def pg(rows=slice(None)):  # the core's policy term of `rows` alone (Σ / const), no entropy bonus
-        return exgrpo_policy_loss(t["logp"][rows], t["old"][rows], t["adv"][rows], t["mask"][rows],
-                                  is_replay=torch.tensor(IS_REPLAY)[rows], behaviour_logp=t["behav"][rows],
-                                  replay_active=True, cfg=config_for("exgrpo", entropy_coef=0.0),
-                                  norm_const=NORM)[0]
+        return exgrpo_policy_loss(
+            t["logp"][rows],
+            t["old"][rows],
+            t["adv"][rows],
+            t["mask"][rows],
+            is_replay=torch.tensor(IS_REPLAY)[rows],
+            behaviour_logp=t["behav"][rows],
+            replay_active=True,
+            cfg=config_for("exgrpo", entropy_coef=0.0),
+            norm_const=NORM,
+        )[0]
 
     def mean(rows):
         return float(t["entropy"][rows][t["mask"][rows]].mean())

@@ -28,18 +28,33 @@ def test_concurrent_calls_are_spread_over_the_graders_and_score_as_alone(monkeyp
         return real(self, responses, golds, kinds)
 
     monkeypatch.setattr(Verifier, "grade", spy)
-    responses = [f"</think> so \\boxed{{{i}/{i + 1}}}" if i % 3 else f"</think> \\boxed{{{i}}}" for i in range(60)]
+    responses = [
+        f"</think> so \\boxed{{{i}/{i + 1}}}" if i % 3 else f"</think> \\boxed{{{i}}}" for i in range(60)
+    ]
     golds = [str(i) if i % 2 else f"\\frac{{{i}}}{{{i + 1}}}" for i in range(60)]
     got = asyncio.run(grade_like_verl(responses, golds, workers=2))
     calls = list(seen)  # the verl path's calls (the reference below goes through grade too)
     with Verifier(workers=0) as alone:  # in-process, one at a time
-        want = [{"score": r.score, "acc": r.score, "timeout": 0.0, "no_think_close": float(r.status == "no_think_close")}
-                for r in (alone.grade([a], [g])[0] for a, g in zip(responses, golds))]
+        want = [
+            {
+                "score": r.score,
+                "acc": r.score,
+                "timeout": 0.0,
+                "no_think_close": float(r.status == "no_think_close"),
+            }
+            for r in (alone.grade([a], [g])[0] for a, g in zip(responses, golds))
+        ]
     assert got == want
     assert [n for *_, n in calls] == [1] * len(responses)
     # two graders, each its own Verifier (one process each), both took answers
-    assert len({v for _, v, _ in calls}) == 2 and {t for t, *_ in calls} == {"exgrpo-grading-0", "exgrpo-grading-1"}
-    assert [v.workers for v in vr._grading_queue("after_think", True, 4000, 5.0, 2).verifiers] == [1, 1]  # concurrent calls shared batches
+    assert len({v for _, v, _ in calls}) == 2 and {t for t, *_ in calls} == {
+        "exgrpo-grading-0",
+        "exgrpo-grading-1",
+    }
+    assert [v.workers for v in vr._grading_queue("after_think", True, 4000, 5.0, 2).verifiers] == [
+        1,
+        1,
+    ]  # concurrent calls shared batches
 
 
 def test_a_malformed_answer_fails_alone(monkeypatch):

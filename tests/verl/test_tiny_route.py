@@ -25,9 +25,27 @@ BASE = ROOT / "models" / "tiny" / "tiny-math"
 @pytest.fixture(scope="module")
 def task_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("task")
-    args = ["make-data", "--out", str(out), "--seed", "0", "--train-size", "40", "--validation-size", "12",
-            "--test-size", "8", "--ood-words-size", "4", "--ood-choice4-size", "4", "--ood-choice10-size", "4",
-            "--probe-size", "4"]
+    args = [
+        "make-data",
+        "--out",
+        str(out),
+        "--seed",
+        "0",
+        "--train-size",
+        "40",
+        "--validation-size",
+        "12",
+        "--test-size",
+        "8",
+        "--ood-words-size",
+        "4",
+        "--ood-choice4-size",
+        "4",
+        "--ood-choice10-size",
+        "4",
+        "--probe-size",
+        "4",
+    ]
     assert cli(args) == 0
     return out
 
@@ -67,9 +85,14 @@ def test_cpu_trainer_settings_map_to_verl_keys():
     assert keys["actor_rollout_ref.rollout.val_kwargs.temperature"] == 0.6
 
 
-@pytest.mark.parametrize(("settings", "field"), [({"train_size": 200}, "trainer.train_size"),
-                                                 ({"train_difficulties": [3, 4]}, "trainer.train_difficulties"),
-                                                 ({"batch_size": 9}, "trainer.mini_batches")])
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"train_size": 200}, "trainer.train_size"),
+        ({"train_difficulties": [3, 4]}, "trainer.train_difficulties"),
+        ({"batch_size": 9}, "trainer.mini_batches"),
+    ],
+)
 def test_settings_verl_cannot_follow_are_refused_by_name(settings, field):
     with pytest.raises(ConfigError) as info:
         tiny_route.trainer_overrides(settings, max_prompt_length=96)
@@ -90,14 +113,31 @@ def test_a_tiny_backbone_trains_with_verl_only_in_the_cpu_mode_and_from_a_local_
 
 def _tiny_run_file(tmp_path: Path) -> Path:
     bb = load_backbone(BACKBONES, "tiny-math")
-    spec = run_spec("tiny-math", bb, "exgrpo", 0, budget="tiny", trainer_overrides={"steps": 8, "batch_size": 8})
+    spec = run_spec(
+        "tiny-math", bb, "exgrpo", 0, budget="tiny", trainer_overrides={"steps": 8, "batch_size": 8}
+    )
     return write_run_file(tmp_path / "method.json", spec)
 
 
 def test_verl_config_writes_a_cpu_run_of_the_tiny_task_and_base(task_dir, tmp_path):
     run = tmp_path / "run"
-    args = ["verl-config", "--run-file", str(_tiny_run_file(tmp_path)), "--out", str(run), "--backbones", BACKBONES,
-            "--device", "cpu", "--tiny-data", str(task_dir), "--model-path", str(BASE), "--resolve", "no"]
+    args = [
+        "verl-config",
+        "--run-file",
+        str(_tiny_run_file(tmp_path)),
+        "--out",
+        str(run),
+        "--backbones",
+        BACKBONES,
+        "--device",
+        "cpu",
+        "--tiny-data",
+        str(task_dir),
+        "--model-path",
+        str(BASE),
+        "--resolve",
+        "no",
+    ]
     assert cli(args) == 0
     config = yaml.safe_load((run / "exgrpo_run.yaml").read_text())
     assert config["defaults"] == ["exgrpo_cpu", "_self_"]
@@ -114,8 +154,23 @@ def test_a_changed_base_moves_old_checkpoints_aside(task_dir, tmp_path):
 
     base, run = tmp_path / "base", tmp_path / "run"
     shutil.copytree(BASE, base)
-    args = ["verl-config", "--run-file", str(_tiny_run_file(tmp_path)), "--out", str(run), "--backbones", BACKBONES,
-            "--device", "cpu", "--tiny-data", str(task_dir), "--model-path", str(base), "--resolve", "no"]
+    args = [
+        "verl-config",
+        "--run-file",
+        str(_tiny_run_file(tmp_path)),
+        "--out",
+        str(run),
+        "--backbones",
+        BACKBONES,
+        "--device",
+        "cpu",
+        "--tiny-data",
+        str(task_dir),
+        "--model-path",
+        str(base),
+        "--resolve",
+        "no",
+    ]
     assert cli(args) == 0
     (run / "checkpoints").mkdir()
     assert cli(args) == 0 and (run / "checkpoints").is_dir()  # same base: verl resumes
@@ -129,9 +184,28 @@ def test_a_changed_base_moves_old_checkpoints_aside(task_dir, tmp_path):
 def test_the_cpu_run_composes_with_verl(task_dir, tmp_path):
     pytest.importorskip("verl")
     run = tmp_path / "run"
-    assert cli(["verl-config", "--run-file", str(_tiny_run_file(tmp_path)), "--out", str(run), "--backbones",
-                BACKBONES, "--device", "cpu", "--tiny-data", str(task_dir), "--model-path", str(BASE),
-                "--resolve", "yes"]) == 0
+    assert (
+        cli(
+            [
+                "verl-config",
+                "--run-file",
+                str(_tiny_run_file(tmp_path)),
+                "--out",
+                str(run),
+                "--backbones",
+                BACKBONES,
+                "--device",
+                "cpu",
+                "--tiny-data",
+                str(task_dir),
+                "--model-path",
+                str(BASE),
+                "--resolve",
+                "yes",
+            ]
+        )
+        == 0
+    )
     resolved = json.loads((run / "resolved_config.json").read_text())["resolved"]
     assert resolved["actor_rollout_ref"]["rollout"]["name"] == "exgrpo_cpu"
     assert resolved["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 4

@@ -53,20 +53,30 @@ def rollout(tq, batch, step, failed=()):
             else:
                 resp = torch.randint(10, 60, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g)
                 reward = float(s < CORRECT[row[vb.EXGRPO_QID]])
-            key = tq.put_rollout(row, s, resp, reward, -torch.rand(len(resp), generator=g),
-                                 torch.rand(len(resp), generator=g))
+            key = tq.put_rollout(
+                row, s, resp, reward, -torch.rand(len(resp), generator=g), torch.rand(len(resp), generator=g)
+            )
             keys.append(key)
     order = torch.randperm(len(keys), generator=g).tolist()  # verl's balancing reorders rows
     # verl's synthetic padding rows copy a real row's fields (qid included) with a dummy prompt; put them first
     template = tq.rows[("train", keys[0])]
     pads = [f"pad{step}_{i}_0" for i in range(2)]
     for key in pads:
-        tq.rows[("train", key)] = {**template, "uid": key.split("_")[0], "prompts": torch.full((7,), 2),
-                                   "responses": torch.tensor([2]), "response_mask": torch.zeros(1, dtype=torch.long),
-                                   "rm_scores": torch.zeros(1), "old_log_probs": torch.zeros(1),
-                                   "entropy": torch.zeros(1)}
-    return KVBatchMeta(partition_id="train", keys=pads + [keys[i] for i in order],
-                       tags=[{"is_padding": True}] * 2 + [{} for _ in keys])
+        tq.rows[("train", key)] = {
+            **template,
+            "uid": key.split("_")[0],
+            "prompts": torch.full((7,), 2),
+            "responses": torch.tensor([2]),
+            "response_mask": torch.zeros(1, dtype=torch.long),
+            "rm_scores": torch.zeros(1),
+            "old_log_probs": torch.zeros(1),
+            "entropy": torch.zeros(1),
+        }
+    return KVBatchMeta(
+        partition_id="train",
+        keys=pads + [keys[i] for i in order],
+        tags=[{"is_padding": True}] * 2 + [{} for _ in keys],
+    )
 
 
 def run_step(t, tq, monkeypatch, failed=()):
@@ -90,7 +100,9 @@ def run_step(t, tq, monkeypatch, failed=()):
     return meta, metrics, seen
 
 
-def test_two_steps_collect_then_replay_into_mixed_groups(config, fake_tq, make_trainer, tmp_path, monkeypatch):
+def test_two_steps_collect_then_replay_into_mixed_groups(
+    config, fake_tq, make_trainer, tmp_path, monkeypatch
+):
     t = make_trainer(config, fake_tq, tmp_path)
     t._plan_next_step()  # step 1: empty buffer, nothing to replay
     meta1, m1, seen1 = run_step(t, fake_tq, monkeypatch)
@@ -112,7 +124,9 @@ def test_two_steps_collect_then_replay_into_mixed_groups(config, fake_tq, make_t
     assert m1["exgrpo/pass1"] == pytest.approx(np.mean([CORRECT[q] / K for q in q_step1]))
     assert m1["exgrpo/mixed_fraction"] == pytest.approx(np.mean([0 < CORRECT[q] < K for q in q_step1]))
     assert m1["exgrpo/masked_questions"] == len(q_step1)  # no difficulty mask
-    assert [m1[f"exp/bucket_{k}"] for k in range(K + 1)] == [sum(CORRECT[q] == k for q in q_step1) for k in range(K + 1)]
+    assert [m1[f"exp/bucket_{k}"] for k in range(K + 1)] == [
+        sum(CORRECT[q] == k for q in q_step1) for k in range(K + 1)
+    ]
 
     # end of step 1: plan step 2 and score candidates with one actor pass (padded to the dp size)
     t._plan_next_step()
@@ -133,7 +147,9 @@ def test_two_steps_collect_then_replay_into_mixed_groups(config, fake_tq, make_t
     assert t.data_order.pos - pos_before == B - n_exp  # |B_on| = B - n_exp, nothing dropped (paper)
     batch2 = t.submitted[1]
     assert [r[vb.AGENT_NAME] for r in batch2] == [vb.FRESH_AGENT] * (B - n_exp) + [vb.REPLAY_AGENT] * n_exp
-    replay_rows = [fake_tq.rows[("train", k)] for k in meta2.keys if fake_tq.rows[("train", k)][vb.IS_REPLAY_FIELD]]
+    replay_rows = [
+        fake_tq.rows[("train", k)] for k in meta2.keys if fake_tq.rows[("train", k)][vb.IS_REPLAY_FIELD]
+    ]
     assert len(replay_rows) == n_exp == m2["exgrpo/replay_rows"]
     for row in replay_rows:
         qid = row[vb.EXGRPO_QID]
@@ -146,8 +162,9 @@ def test_two_steps_collect_then_replay_into_mixed_groups(config, fake_tq, make_t
     assert m2["exgrpo/replay_reward_mean"] == 1.0 and m2["exgrpo/replay_questions"] == n_exp
 
 
-def test_failed_sessions_and_prompts_within_the_budget_do_not_stop_a_step(config, fake_tq, make_trainer, tmp_path,
-                                                                           monkeypatch):
+def test_failed_sessions_and_prompts_within_the_budget_do_not_stop_a_step(
+    config, fake_tq, make_trainer, tmp_path, monkeypatch
+):
     """verl's sync sampler hands over a group whose session failed (short) and a prompt whose sessions all
     failed (no rows): within the failure budget the step trains, records only the complete groups, and counts
     the rest."""
@@ -176,13 +193,18 @@ def test_failed_sessions_and_prompts_within_the_budget_do_not_stop_a_step(config
     assert not any(p == vb.REPLAY_PARTITION for p, _ in fake_tq.rows)  # the replay payloads were cleared
 
 
-def test_a_step_past_the_failure_budget_stops_before_the_update_naming_the_error(config, fake_tq, make_trainer,
-                                                                                 tmp_path, monkeypatch):
+def test_a_step_past_the_failure_budget_stops_before_the_update_naming_the_error(
+    config, fake_tq, make_trainer, tmp_path, monkeypatch
+):
     t = make_trainer(config, fake_tq, tmp_path)  # the default budget: 10%
     t._plan_next_step()
-    fake_tq.kv_put(key="u_1", partition_id=ERROR_PARTITION, tag={"error": "RuntimeError: CUDA error: boom", "step": 1})
+    fake_tq.kv_put(
+        key="u_1", partition_id=ERROR_PARTITION, tag={"error": "RuntimeError: CUDA error: boom", "step": 1}
+    )
     failed = {(0, 1), (2, 3)}  # 2 of 16 = 12.5% > 10%
-    with pytest.raises(RolloutFailureError, match=r"step 1: 2 of 16 rollout sessions failed .*CUDA error: boom"):
+    with pytest.raises(
+        RolloutFailureError, match=r"step 1: 2 of 16 rollout sessions failed .*CUDA error: boom"
+    ):
         run_step(t, fake_tq, monkeypatch, failed=failed)
     assert fake_tq.kv_list(ERROR_PARTITION) == {}  # the reports were read and cleared
 
@@ -203,6 +225,7 @@ def test_the_streak_of_failing_steps_stops_the_run(config, fake_tq, make_trainer
 def _fake_verl_checkpoint_io(monkeypatch, saves: list):
     """verl's own save and load, as far as the hooks see them: the save writes the actor's files and the tracker
     under the (staging) `default_local_dir` it is given; the load takes the folder its resume settings name."""
+
     def fake_save(self):
         root = Path(self.config.trainer.default_local_dir)
         saves.append((root, self.config.trainer.max_actor_ckpt_to_keep))
@@ -235,7 +258,9 @@ def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, make_trainer, tmp
     root = tmp_path / "ckpt"
     # verl wrote into the staging folder and deleted nothing itself; the published folder has a manifest
     assert saves == [(root / STAGING_DIR, None)] and a.config.trainer.default_local_dir == str(root)
-    assert (root / "global_step_1" / MANIFEST).exists() and not (root / STAGING_DIR / "global_step_1").exists()
+    assert (root / "global_step_1" / MANIFEST).exists() and not (
+        root / STAGING_DIR / "global_step_1"
+    ).exists()
     assert (root / TRACKER).read_text() == "1"
     b = make_trainer(config, fake_tq, tmp_path)
     b._load_checkpoint()
@@ -246,7 +271,9 @@ def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, make_trainer, tmp
         assert np.array_equal(a.prompt_cache[q], b.prompt_cache[q])
     a._plan_next_step()
     b._plan_next_step()  # same RNG states → the resumed run replays what the uninterrupted one would
-    assert a._plan == b._plan and all(np.array_equal(x.token_ids, y.token_ids) for x, y in zip(a._chosen, b._chosen))
+    assert a._plan == b._plan and all(
+        np.array_equal(x.token_ids, y.token_ids) for x, y in zip(a._chosen, b._chosen)
+    )
 
     other = config.copy()
     other.exgrpo.config.rho = 0.25
@@ -255,8 +282,9 @@ def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, make_trainer, tmp
         c._load_checkpoint()
 
 
-def test_a_corrupt_or_partial_latest_checkpoint_is_skipped_for_the_one_before(config, fake_tq, make_trainer,
-                                                                             tmp_path, monkeypatch, capsys):
+def test_a_corrupt_or_partial_latest_checkpoint_is_skipped_for_the_one_before(
+    config, fake_tq, make_trainer, tmp_path, monkeypatch, capsys
+):
     _fake_verl_checkpoint_io(monkeypatch, [])
     config = config.copy()
     config.trainer.max_actor_ckpt_to_keep = 2
@@ -303,7 +331,9 @@ def test_a_rerun_saving_the_same_step_replaces_it_whole(config, fake_tq, make_tr
     (tmp_path / "ckpt" / "global_step_1" / "stale.txt").write_text("from the first attempt")
     a._save_checkpoint()
     folder = tmp_path / "ckpt" / "global_step_1"
-    assert not (folder / "stale.txt").exists() and not (tmp_path / "ckpt" / ".global_step_1.replaced").exists()
+    assert (
+        not (folder / "stale.txt").exists() and not (tmp_path / "ckpt" / ".global_step_1.replaced").exists()
+    )
     from exgrpo.verl_plugin.checkpoint import checkpoint_problem
 
     assert checkpoint_problem(folder) is None

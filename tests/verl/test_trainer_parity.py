@@ -39,10 +39,18 @@ def _parity_data(n_fresh, n_rep):
     slots = []
     for p in range(n_fresh + n_rep):
         n = K if p < n_fresh else K - 1
-        resp = [torch.randint(10, 60, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g) for _ in range(n)]
-        slots.append({"ids": resp, "logp": [-torch.rand(len(r), generator=g) for r in resp],
-                      "ent": [torch.rand(len(r), generator=g) for r in resp],
-                      "reward": [float(x) for x in torch.randint(0, 2, (n,), generator=g)]})
+        resp = [
+            torch.randint(10, 60, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g)
+            for _ in range(n)
+        ]
+        slots.append(
+            {
+                "ids": resp,
+                "logp": [-torch.rand(len(r), generator=g) for r in resp],
+                "ent": [torch.rand(len(r), generator=g) for r in resp],
+                "reward": [float(x) for x in torch.randint(0, 2, (n,), generator=g)],
+            }
+        )
     return slots
 
 
@@ -59,8 +67,15 @@ class _PlanManager:
         return self.cands[qid]
 
     def record_group(self, qid, rewards, trajectories, *, replayed, step):
-        self.records.append((qid, rewards.tolist(), [t.token_ids.tolist() for t in trajectories],
-                             [t.logprobs.tolist() for t in trajectories], replayed))
+        self.records.append(
+            (
+                qid,
+                rewards.tolist(),
+                [t.token_ids.tolist() for t in trajectories],
+                [t.logprobs.tolist() for t in trajectories],
+                replayed,
+            )
+        )
 
     def end_step(self, step, pass1):
         self.pass1 = pass1
@@ -76,8 +91,9 @@ def _current_policy(ids, mask):
 
 
 @pytest.mark.parametrize("variant", ["exgrpo", "wo_t_selection", "highest_entropy", "masked_medium"])
-def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fake_tq, make_trainer, tmp_path,
-                                                            monkeypatch):
+def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
+    variant, config, fake_tq, make_trainer, tmp_path, monkeypatch
+):
     """The same questions, rewards and log-probs through the CPU trainer's adapter and the plug-in's give the
     same selections, groups, advantages, masks, records, pass@1 and loss, with a question (q1) fresh and
     replayed in the same step."""
@@ -88,9 +104,13 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
     from exgrpo.verl_plugin.loss import exgrpo_actor_loss
 
     fresh_q, plan = ["q0", "q1"], ["q1", "q3"]
-    cands = {"q1": [Trajectory(np.array([21, 22, 2], np.int32), np.array([-0.1, -0.2, -0.3], np.float32), 1, 0.4),
-                    Trajectory(np.array([11, 12], np.int32), np.array([-0.5, -0.6], np.float32), 1, 0.9)],
-             "q3": [Trajectory(np.array([31, 2], np.int32), np.array([-0.7, -0.8], np.float32), 1, 0.1)]}
+    cands = {
+        "q1": [
+            Trajectory(np.array([21, 22, 2], np.int32), np.array([-0.1, -0.2, -0.3], np.float32), 1, 0.4),
+            Trajectory(np.array([11, 12], np.int32), np.array([-0.5, -0.6], np.float32), 1, 0.9),
+        ],
+        "q3": [Trajectory(np.array([31, 2], np.int32), np.array([-0.7, -0.8], np.float32), 1, 0.1)],
+    }
     slots = _parity_data(len(fresh_q), len(plan))
     seed = 3
     base = hc.variant_config(variant, {}, {"n_rollouts": K, "delayed_start": False})
@@ -105,11 +125,19 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
     rollouts = [(s, j) for s in range(len(slots)) for j in range(len(slots[s]["ids"]))]
     pad = lambda rows: tiny._pad(rows, 0)[0]  # noqa: E731
     ids, mask = tiny._pad([slots[s]["ids"][j] for s, j in rollouts], 0)
-    roll = SimpleNamespace(response_ids=ids, response_mask=mask, logprobs=pad([slots[s]["logp"][j] for s, j in rollouts]),
-                           entropy=pad([slots[s]["ent"][j] for s, j in rollouts]), texts=[""] * len(rollouts),
-                           truncated=torch.zeros(len(rollouts), dtype=torch.bool))
-    cpu.verifier = SimpleNamespace(scores=lambda *a: np.array([slots[s]["reward"][j] for s, j in rollouts], np.float32),
-                                   metrics=dict, reset_metrics=lambda: None)
+    roll = SimpleNamespace(
+        response_ids=ids,
+        response_mask=mask,
+        logprobs=pad([slots[s]["logp"][j] for s, j in rollouts]),
+        entropy=pad([slots[s]["ent"][j] for s, j in rollouts]),
+        texts=[""] * len(rollouts),
+        truncated=torch.zeros(len(rollouts), dtype=torch.bool),
+    )
+    cpu.verifier = SimpleNamespace(
+        scores=lambda *a: np.array([slots[s]["reward"][j] for s, j in rollouts], np.float32),
+        metrics=dict,
+        reset_metrics=lambda: None,
+    )
     monkeypatch.setattr(tiny, "generate", lambda *a, **kw: roll)
     monkeypatch.setattr(tiny, "score", lambda model, prompts, ids, mask, **kw: _current_policy(ids, mask))
     captured = []
@@ -135,15 +163,21 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
             for s in range(K):
                 if p >= len(fresh_q) and s == K - 1:
                     resp = fake_tq.rows[(vb.REPLAY_PARTITION, row["uid"])][vb.REPLAY_IDS].clone()
-                    logp, ent, reward = _current_policy(resp, torch.ones_like(resp, dtype=torch.bool)) + (1.0,)
+                    logp, ent, reward = _current_policy(resp, torch.ones_like(resp, dtype=torch.bool)) + (
+                        1.0,
+                    )
                 else:
                     resp, logp, ent = (slots[p][f][s] for f in ("ids", "logp", "ent"))
                     reward = slots[p]["reward"][s]
                 key = fake_tq.put_rollout(row, s, resp, reward, logp, ent)
                 keys.append((key, p, s))
-        order = torch.randperm(len(keys), generator=torch.Generator().manual_seed(7)).tolist()  # verl's balancing
+        order = torch.randperm(
+            len(keys), generator=torch.Generator().manual_seed(7)
+        ).tolist()  # verl's balancing
         self.batch_keys = [keys[i] for i in order]
-        meta = KVBatchMeta(partition_id="train", keys=[k for k, _, _ in self.batch_keys], tags=[{} for _ in keys])
+        meta = KVBatchMeta(
+            partition_id="train", keys=[k for k, _, _ in self.batch_keys], tags=[{} for _ in keys]
+        )
         return self._compute_advantage(meta, metrics)
 
     monkeypatch.setattr(PPOTrainerSync, "step", parent_step)
@@ -180,7 +214,10 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
 
     live = M.live_names(dict(verl_metrics))
     both = {k for k in live if (m := M.lookup(k)) is not None and M.TINY in m.writers}
-    cpu_names = set(cpu_metrics) | {M.TRAINING_QUESTIONS.name, M.DATA_EPOCH.name}  # run_training adds these two
+    cpu_names = set(cpu_metrics) | {
+        M.TRAINING_QUESTIONS.name,
+        M.DATA_EPOCH.name,
+    }  # run_training adds these two
     assert both and both <= cpu_names, sorted(both - cpu_names)
     assert not set(live) & set(M.verl_key_map()), "a key left under its verl name"
     assert live["groups/mixed_fraction"] == cpu_metrics["groups/mixed_fraction"]
@@ -188,25 +225,55 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(variant, config, fak
     # ---- the loss: the CPU trainer's call on its whole batch vs the installed loss on verl's layout
     norm = 16
     cur_logp, cur_ent = _current_policy(cb["ids"], cb["mask"])
-    cpu_loss, _ = exgrpo_policy_loss(cur_logp, cb["old_logp"], cb["adv"], cb["mask"], is_replay=cb["is_replay"],
-                                     behaviour_logp=cb["blogp"], replay_active=True, cfg=base, norm_const=norm,
-                                     token_entropy=cur_ent, sample_mask=cb["sample_mask"])
+    cpu_loss, _ = exgrpo_policy_loss(
+        cur_logp,
+        cb["old_logp"],
+        cb["adv"],
+        cb["mask"],
+        is_replay=cb["is_replay"],
+        behaviour_logp=cb["blogp"],
+        replay_active=True,
+        cfg=base,
+        norm_const=norm,
+        token_entropy=cur_ent,
+        sample_mask=cb["sample_mask"],
+    )
     nested = lambda name: torch.nested.as_nested_tensor([r[name] for r in vrows], layout=torch.jagged)  # noqa: E731
-    td = TensorDict({name: nested(name) for name in ("prompts", "responses", "response_mask", "old_log_probs",
-                                                     "advantages", vb.BEHAV_FIELD)}, batch_size=len(vrows))
+    td = TensorDict(
+        {
+            name: nested(name)
+            for name in (
+                "prompts",
+                "responses",
+                "response_mask",
+                "old_log_probs",
+                "advantages",
+                vb.BEHAV_FIELD,
+            )
+        },
+        batch_size=len(vrows),
+    )
     td[vb.IS_REPLAY_FIELD] = torch.stack([r[vb.IS_REPLAY_FIELD] for r in vrows])
     td[vb.SAMPLE_MASK_FIELD] = torch.stack([r[vb.SAMPLE_MASK_FIELD] for r in vrows])
-    tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=int(cb["mask"].sum()), global_batch_size=len(vrows),
-                         **{vb.REPLAY_ACTIVE_KEY: True})
+    tu.assign_non_tensor(
+        td,
+        dp_size=1,
+        batch_num_tokens=int(cb["mask"].sum()),
+        global_batch_size=len(vrows),
+        **{vb.REPLAY_ACTIVE_KEY: True},
+    )
 
     def engine_layout(values):  # position t of the sequence holds token t+1's value (the engine's left shift)
         out = []
         for r in vrows:
             v = torch.zeros(3 + len(r["responses"]))
-            v[2:2 + len(r["responses"])] = values(r["responses"])
+            v[2 : 2 + len(r["responses"])] = values(r["responses"])
             out.append(v)
         return torch.nested.as_nested_tensor(out, layout=torch.jagged)
 
-    out = {"log_probs": engine_layout(lambda ids: -ids.float() / 100), "entropy": engine_layout(lambda ids: ids.float() / 100)}
+    out = {
+        "log_probs": engine_layout(lambda ids: -ids.float() / 100),
+        "entropy": engine_layout(lambda ids: ids.float() / 100),
+    }
     verl_loss, _ = exgrpo_actor_loss(out, td, cfg=base, norm_const=norm)
     torch.testing.assert_close(verl_loss, cpu_loss, rtol=1e-6, atol=1e-7)

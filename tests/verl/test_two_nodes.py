@@ -37,6 +37,8 @@ pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extr
 psutil = pytest.importorskip("psutil")
 
 STANDINS = Path(__file__).resolve().parents[1] / "workflow" / "slurm_standins"
+
+
 def _this_ip() -> str:
     """The address Ray sees for this machine: a driver here attaches to the raylet of that address, so the
     head's fake node gets it and the second fake node a loopback address of its own."""
@@ -99,20 +101,50 @@ def two_node_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("two_nodes")
     paths = demo.write_demo(root / "demo", steps=1)
     run = paths["run"]
-    subprocess.run([sys.executable, "-m", "exgrpo.cli", "verl-launch", "--run-dir", str(run), "--nodes", "2",
-                    "--gpus-per-node", "1"], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exgrpo.cli",
+            "verl-launch",
+            "--run-dir",
+            str(run),
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     script = run / "launch_multi_node.sbatch"
     ray_tmp = Path(tempfile.mkdtemp(prefix="r2", dir="/tmp"))  # Ray's socket paths must fit 107 bytes
     state = root / "slurm"
-    env = {**os.environ, "PATH": f"{STANDINS}{os.pathsep}{os.environ['PATH']}", "FAKE_SLURM_STATE": str(state),
-           "FAKE_SLURM_NODE_IPS": ",".join(f"{k}={v}" for k, v in NODE_IPS.items()), "RAY_TMPDIR": str(ray_tmp),
-           "HOME": str(root / "home"), "EXGRPO_VERL_DEBUG_DIR": str(root / "debug"),
-           "RAY_agent_register_timeout_ms": "300000", "RAY_raylet_start_wait_time_s": "300"}
+    env = {
+        **os.environ,
+        "PATH": f"{STANDINS}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_SLURM_STATE": str(state),
+        "FAKE_SLURM_NODE_IPS": ",".join(f"{k}={v}" for k, v in NODE_IPS.items()),
+        "RAY_TMPDIR": str(ray_tmp),
+        "HOME": str(root / "home"),
+        "EXGRPO_VERL_DEBUG_DIR": str(root / "debug"),
+        "RAY_agent_register_timeout_ms": "300000",
+        "RAY_raylet_start_wait_time_s": "300",
+    }
     for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
         env.pop(key, None)
     overrides = " ".join([*demo.SMALL_OVERRIDES, "trainer.save_freq=1"])
-    sbatch = ["sbatch", "--nodes=2", f"--cpus-per-task={CPUS_PER_NODE}", "--output=slurm-%j.out", "-D", str(run),
-              "--wrap", f"bash {script} {overrides}"]
+    sbatch = [
+        "sbatch",
+        "--nodes=2",
+        f"--cpus-per-task={CPUS_PER_NODE}",
+        "--output=slurm-%j.out",
+        "-D",
+        str(run),
+        "--wrap",
+        f"bash {script} {overrides}",
+    ]
     seen: dict[str, set[str]] = {ip: set() for ip in NODE_IPS.values()}
     t0 = time.monotonic()
     proc = subprocess.Popen(sbatch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -131,8 +163,16 @@ def two_node_run(tmp_path_factory):
         print(f"[two_nodes] wall {wall:.0f} s (under load)")
         jobs = (state / "jobs").read_text() if (state / "jobs").exists() else ""
         rc = 0 if jobs.strip().endswith("|COMPLETED") else 1  # the stand-in sbatch records the job's result
-        yield {"root": root, "run": run, "log": text, "rc": rc, "seen": seen, "left": left,
-               "state": state, "wall_s": wall}
+        yield {
+            "root": root,
+            "run": run,
+            "log": text,
+            "rc": rc,
+            "seen": seen,
+            "left": left,
+            "state": state,
+            "wall_s": wall,
+        }
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -149,18 +189,26 @@ def test_the_job_script_started_two_authenticated_nodes_and_trained(two_node_run
     assert "--head" in starts[0] and f"--node-ip-address={head_ip}" in starts[0]
     assert f"--address={head_ip}:" in starts[1] and "--node-ip-address=127.0.0.3" in starts[1]
     assert "6379" not in " ".join(starts)
-    calls = [json.loads(x)["argv"] for x in (two_node_run["state"] / "srun_calls.jsonl").read_text().splitlines()]
+    calls = [
+        json.loads(x)["argv"] for x in (two_node_run["state"] / "srun_calls.jsonl").read_text().splitlines()
+    ]
     assert any("-w" in c and "fakenode2" in c for c in calls)
     run = two_node_run["run"]
     assert (run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
-    steps = [json.loads(x)["step"] for f in run.glob("metrics.attempt0.*.jsonl") for x in f.read_text().splitlines()]
+    steps = [
+        json.loads(x)["step"]
+        for f in run.glob("metrics.attempt0.*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
     assert 1 in steps
 
 
 def test_the_actor_ranks_span_both_nodes(two_node_run):
     seen = two_node_run["seen"]
     for ip, names in seen.items():
-        assert any(n.startswith("ray::") and "IDLE" not in n for n in names), f"no busy Ray worker on {ip}: {names}"
+        assert any(n.startswith("ray::") and "IDLE" not in n for n in names), (
+            f"no busy Ray worker on {ip}: {names}"
+        )
     dumps = sorted((two_node_run["root"] / "debug" / "loss").glob("pid*_*.safetensors"))
     assert dumps
     from safetensors import safe_open

@@ -107,18 +107,28 @@ def cpu_run(tmp_path_factory):
     t0 = time.monotonic()
     log0 = run / f"metrics.attempt0.{int(time.time())}.jsonl"
     with open(root / "attempt0.out", "w") as out:
-        proc = subprocess.Popen(demo.launch_command(run, common), cwd=run,
-                                env=demo.launch_env(log0, env), stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            demo.launch_command(run, common),
+            cwd=run,
+            env=demo.launch_env(log0, env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             while True:
                 k = _tracker(ckpt)
                 if k >= SAVE_FREQ and max(_logged_steps(log0), default=0) >= k:
                     break
                 if proc.poll() is not None:
-                    pytest.fail(f"attempt 0 ended (rc {proc.returncode}) before it could be killed after a "
-                                f"checkpoint; see {root / 'attempt0.out'}:\n{(root / 'attempt0.out').read_text()[-4000:]}")
+                    pytest.fail(
+                        f"attempt 0 ended (rc {proc.returncode}) before it could be killed after a "
+                        f"checkpoint; see {root / 'attempt0.out'}:\n{(root / 'attempt0.out').read_text()[-4000:]}"
+                    )
                 if time.monotonic() - t0 > LAUNCH_TIMEOUT_S:
-                    pytest.fail(f"attempt 0 saved no checkpoint in {LAUNCH_TIMEOUT_S} s; see {root / 'attempt0.out'}")
+                    pytest.fail(
+                        f"attempt 0 saved no checkpoint in {LAUNCH_TIMEOUT_S} s; see {root / 'attempt0.out'}"
+                    )
                 time.sleep(POLL_S)
         finally:
             _kill_tree(proc)
@@ -129,31 +139,65 @@ def cpu_run(tmp_path_factory):
     t1 = time.monotonic()
     time.sleep(max(0.0, 1.0 - (time.time() % 1)))  # the attempt files are ordered by their unix-second stamp
     log1 = run / f"metrics.attempt1.{int(time.time())}.jsonl"
-    second = demo.launch(run, [*common, f"trainer.total_training_steps={k + 1}"],
-                         log=log1, env=env, timeout=LAUNCH_TIMEOUT_S, capture=True)
+    second = demo.launch(
+        run,
+        [*common, f"trainer.total_training_steps={k + 1}"],
+        log=log1,
+        env=env,
+        timeout=LAUNCH_TIMEOUT_S,
+        capture=True,
+    )
     (root / "attempt1.out").write_text(second.stdout + second.stderr)
     assert second.returncode == 0, (second.stdout + second.stderr)[-6000:]
     timings["attempt1_s"] = time.monotonic() - t1
 
     t2 = time.monotonic()
     results = root / "results" / "train" / "toy" / "exgrpo" / "s0"
-    collected = subprocess.run([sys.executable, "-m", "exgrpo.cli", "verl-collect", "--run-dir", str(run),
-                                "--out", str(results), "--export-hf", str(root / "hf_final")],
-                               capture_output=True, text=True, timeout=600, env=os.environ.copy())
+    collected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exgrpo.cli",
+            "verl-collect",
+            "--run-dir",
+            str(run),
+            "--out",
+            str(results),
+            "--export-hf",
+            str(root / "hf_final"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ.copy(),
+    )
     assert collected.returncode == 0, collected.stdout + collected.stderr
     timings["collect_s"] = time.monotonic() - t2
     timings["total_s"] = time.monotonic() - t0
     print(f"[verl_cpu_e2e] checkpoint k={k}, killed after logging step {killed_after}; timings {timings}")
     (root / "timings.json").write_text(json.dumps(timings))
-    return {"root": root, "paths": paths, "run": run, "ckpt": ckpt, "debug": debug, "k": k, "log0": log0,
-            "log1": log1, "results": results, "hf": root / "hf_final", "timings": timings,
-            "collect_out": collected.stdout}
+    return {
+        "root": root,
+        "paths": paths,
+        "run": run,
+        "ckpt": ckpt,
+        "debug": debug,
+        "k": k,
+        "log0": log0,
+        "log1": log1,
+        "results": results,
+        "hf": root / "hf_final",
+        "timings": timings,
+        "collect_out": collected.stdout,
+    }
 
 
 def test_replay_in_mixed_groups_and_finite_loss(cpu_run):
     steps = {**_read_log(cpu_run["log0"]), **_read_log(cpu_run["log1"])}
     replaying = {s: d for s, d in steps.items() if d.get("exgrpo/replay_rows", 0) > 0}
-    assert replaying, f"no step replayed a trajectory: {[(s, d.get('exgrpo/replay_rows')) for s, d in steps.items()]}"
+    assert replaying, (
+        f"no step replayed a trajectory: {[(s, d.get('exgrpo/replay_rows')) for s, d in steps.items()]}"
+    )
     for s, d in replaying.items():
         assert d["groups/mixed_fraction"] > 0, f"step {s}"  # logged live under the contract's name
         # a replayed trajectory is a stored correct one (binary reward), so its mean reward is exactly 1
@@ -186,14 +230,26 @@ def test_worker_loss_equals_core_loss_on_the_same_tensors(cpu_run):
         is_replay = t[IS_REPLAY_FIELD].reshape(-1).bool()
         with_replay += int(is_replay.any())
         want, _ = exgrpo_policy_loss(
-            t["log_probs"], t["old_log_probs"], t["advantages"], t["response_mask"], is_replay=is_replay,
-            behaviour_logp=t[BEHAV_FIELD], replay_active=bool(meta[REPLAY_ACTIVE_KEY]), cfg=cfg, norm_const=norm,
-            token_entropy=t.get("entropy"), sample_mask=t[SAMPLE_MASK_FIELD].reshape(-1).bool(),
-            dp_size=int(meta["dp_size"]), batch_num_tokens=int(meta["batch_num_tokens"]),
-            global_batch_size=int(meta["global_batch_size"]))
+            t["log_probs"],
+            t["old_log_probs"],
+            t["advantages"],
+            t["response_mask"],
+            is_replay=is_replay,
+            behaviour_logp=t[BEHAV_FIELD],
+            replay_active=bool(meta[REPLAY_ACTIVE_KEY]),
+            cfg=cfg,
+            norm_const=norm,
+            token_entropy=t.get("entropy"),
+            sample_mask=t[SAMPLE_MASK_FIELD].reshape(-1).bool(),
+            dp_size=int(meta["dp_size"]),
+            batch_num_tokens=int(meta["batch_num_tokens"]),
+            global_batch_size=int(meta["global_batch_size"]),
+        )
         got = t["loss"].reshape(())
         assert torch.isfinite(got), path.name
-        torch.testing.assert_close(got, want.detach().float(), rtol=1e-5, atol=1e-7, msg=lambda m, p=path: f"{p.name}: {m}")
+        torch.testing.assert_close(
+            got, want.detach().float(), rtol=1e-5, atol=1e-7, msg=lambda m, p=path: f"{p.name}: {m}"
+        )
     assert with_replay, "no dumped micro-batch held a replayed row"
     # independent of the loss code: a worker's first loss call comes before its first optimizer step, so the
     # log-probs it differentiates are the old ones verl recomputed (same weights, same tokens)
@@ -243,7 +299,9 @@ def test_rollout_gets_the_actors_weights_after_every_update_and_after_the_resume
     at start-up, then one after every update, each with new weights; the resumed attempt's start-up sync carries
     exactly the weights attempt 0 had after update k, i.e. verl restored the actor from the checkpoint."""
     k = cpu_run["k"]
-    records = [json.loads(line) for line in (cpu_run["root"] / "rollout_weights.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (cpu_run["root"] / "rollout_weights.jsonl").read_text().splitlines()
+    ]
     attempts: list[list[dict]] = []
     for r in records:
         if r["version"] == 1:
@@ -251,7 +309,7 @@ def test_rollout_gets_the_actors_weights_after_every_update_and_after_the_resume
         attempts[-1].append(r)
     assert len(attempts) == 2, [(r["version"], r["global_steps"]) for r in records]
     first, resumed = attempts
-    assert [r["global_steps"] for r in first[:k + 1]] == list(range(k + 1))
+    assert [r["global_steps"] for r in first[: k + 1]] == list(range(k + 1))
     assert [r["global_steps"] for r in resumed] == [k, k + 1]
     for attempt in attempts:
         prints = [r["fingerprint"] for r in attempt]
@@ -266,7 +324,9 @@ def test_verl_collect_writes_the_contract_and_an_hf_model_transformers_loads(cpu
     with gzip.open(results / "log.jsonl.gz", "rt") as fh:
         rows = [json.loads(line) for line in fh]
     train = [r for r in rows if "groups/mixed_fraction" in r]
-    assert [r["step"] for r in train] == list(range(1, k + 2))  # attempt 0's steps past k dropped, k+1 from attempt 1
+    assert [r["step"] for r in train] == list(
+        range(1, k + 2)
+    )  # attempt 0's steps past k dropped, k+1 from attempt 1
     assert any(r["groups/mixed_fraction"] > 0 and r.get("exgrpo/replay_rows", 0) > 0 for r in train)
     meta = json.loads((results / "run.json").read_text())
     assert (meta["backbone"], meta["variant"], meta["seed"], meta["steps"]) == ("toy", "exgrpo", 0, k + 1)
@@ -278,8 +338,11 @@ def test_verl_collect_writes_the_contract_and_an_hf_model_transformers_loads(cpu
     # verl's merger writes bfloat16: compare with the initial weights at that precision; training moved most
     # of the matrix entries (norm weights, initialised to 1, may not cross a bf16 step)
     start = dict(initial.named_parameters())
-    changed = [float((p.detach() != start[n].detach().bfloat16().float()).float().mean())
-               for n, p in model.named_parameters() if p.dim() == 2]
+    changed = [
+        float((p.detach() != start[n].detach().bfloat16().float()).float().mean())
+        for n, p in model.named_parameters()
+        if p.dim() == 2
+    ]
     assert min(changed) > 0.5, changed
     tok = AutoTokenizer.from_pretrained(cpu_run["hf"])
     ids = tok("what is 3 ?", return_tensors="pt").input_ids

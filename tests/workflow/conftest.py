@@ -16,8 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 STANDINS = Path(__file__).resolve().parent / "slurm_standins"
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles")
-SLURM_SITE = {"EXGRPO_SLURM_ACCOUNT": "acct-x", "EXGRPO_SLURM_PARTITION": "cpu-x",
-              "EXGRPO_SLURM_GPU_PARTITION": "gpu-x"}
+SLURM_SITE = {
+    "EXGRPO_SLURM_ACCOUNT": "acct-x",
+    "EXGRPO_SLURM_PARTITION": "cpu-x",
+    "EXGRPO_SLURM_GPU_PARTITION": "gpu-x",
+}
 """Site settings of the SLURM dry runs (what a user exports; never in tracked files)."""
 SITE_VARS = ("EXGRPO_SLURM_", "EXGRPO_HF_CACHE", "SNAKEMAKE_PROFILE", "SLURM_")
 
@@ -64,16 +67,28 @@ class Result:
     counts: dict[str, int]
 
 
-def run_snakemake(*args: str, cwd: Path, env: dict[str, str] | None = None, path_prefix: Path | None = None,
-                  timeout: int = 240) -> Result:
+def run_snakemake(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    path_prefix: Path | None = None,
+    timeout: int = 240,
+) -> Result:
     """`python -m snakemake ARGS` in `cwd`, without the caller's site settings (EXGRPO_SLURM_*, SLURM_*),
     with `env` added and `path_prefix` first on PATH."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(SITE_VARS)}
     full_env.update(env or {})
     if path_prefix is not None:
         full_env["PATH"] = f"{path_prefix}{os.pathsep}{full_env['PATH']}"
-    done = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=full_env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=cwd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
     return Result(done.returncode, done.stdout, parse_jobs(done.stdout), job_counts(done.stdout))
 
 
@@ -128,7 +143,7 @@ def job_counts(output: str) -> dict[str, int]:
     lines = output.splitlines()
     for i, line in enumerate(lines):
         if line.strip() == "Job stats:":
-            for row in lines[i + 3:]:
+            for row in lines[i + 3 :]:
                 parts = row.split()
                 if len(parts) != 2 or not parts[1].isdigit():
                     break

@@ -39,18 +39,33 @@ def test_job_resources_map_each_stage_of_the_backbone_entry():
         assert job_resources(entries["tiny-math"], stage) == {"mem_mb": 2000, "runtime": 30}
         assert stage_gpus(entries["tiny-math"], stage) == 0
     job = {"cpus_per_task": 32, "mem_mb": 1, "runtime_min": 5}
-    custom = {"resources": {"train": {"nodes": 2, "gpus_per_node": 4, **job},
-                            "eval": {"tensor_parallel": 2, "data_parallel": 3, **job},
-                            "judge": {"tensor_parallel": 1, **job}}}
+    custom = {
+        "resources": {
+            "train": {"nodes": 2, "gpus_per_node": 4, **job},
+            "eval": {"tensor_parallel": 2, "data_parallel": 3, **job},
+            "judge": {"tensor_parallel": 1, **job},
+        }
+    }
     # two nodes: the GPUs per node as SLURM's --gres (the plugin's `gpu` would be --gpus, a job total)
     assert job_resources(custom, "train") == {"gres": "gpu:4", "nodes": 2, "mem_mb": 1, "runtime": 5}
     assert job_gpus(job_resources(custom, "train")) == 8 == stage_gpus(custom, "train")
     assert job_gpus(job_resources(q7, "train")) == 8 and job_gpus({"mem_mb": 1}) == 0
     site = {"EXGRPO_SLURM_GPU_MODEL": "h100", "EXGRPO_SLURM_GPU_PARTITION": "gpu"}
-    assert slurm_job_resources(custom, "train", site) == {"gres": "gpu:h100:4", "nodes": 2, "mem_mb": 1, "runtime": 5,
-                                                          "slurm_partition": "gpu"}
-    assert slurm_job_resources(q7, "train", site) == {"gpu": 8, "nodes": 1, "mem_mb": 480000, "runtime": 2880,
-                                                      "slurm_partition": "gpu", "gpu_model": "h100"}
+    assert slurm_job_resources(custom, "train", site) == {
+        "gres": "gpu:h100:4",
+        "nodes": 2,
+        "mem_mb": 1,
+        "runtime": 5,
+        "slurm_partition": "gpu",
+    }
+    assert slurm_job_resources(q7, "train", site) == {
+        "gpu": 8,
+        "nodes": 1,
+        "mem_mb": 480000,
+        "runtime": 2880,
+        "slurm_partition": "gpu",
+        "gpu_model": "h100",
+    }
     assert vllm_parallel(custom, "eval") == (2, 3) and stage_gpus(custom, "eval") == 6
     assert stage_gpus(custom, "judge") == 2  # the policy's engine (eval TP 2) outsizes the judge's (TP 1)
     with pytest.raises(ValueError, match="unknown stage 'sft'"):
@@ -58,22 +73,33 @@ def test_job_resources_map_each_stage_of_the_backbone_entry():
 
 
 def test_site_resources_come_from_the_environment():
-    env = {"EXGRPO_SLURM_ACCOUNT": "acct", "EXGRPO_SLURM_PARTITION": "cpu", "EXGRPO_SLURM_QOS": "",
-           "EXGRPO_SLURM_GPU_PARTITION": "gpu", "EXGRPO_SLURM_GPU_MODEL": "h100"}
+    env = {
+        "EXGRPO_SLURM_ACCOUNT": "acct",
+        "EXGRPO_SLURM_PARTITION": "cpu",
+        "EXGRPO_SLURM_QOS": "",
+        "EXGRPO_SLURM_GPU_PARTITION": "gpu",
+        "EXGRPO_SLURM_GPU_MODEL": "h100",
+    }
     assert site_resources(gpu=False, environ=env) == {"slurm_account": "acct", "slurm_partition": "cpu"}
-    assert site_resources(gpu=True, environ=env) == {"slurm_account": "acct", "slurm_partition": "gpu",
-                                                     "gpu_model": "h100"}
+    assert site_resources(gpu=True, environ=env) == {
+        "slurm_account": "acct",
+        "slurm_partition": "gpu",
+        "gpu_model": "h100",
+    }
     assert site_resources(environ={}) == {}
 
 
-@pytest.mark.parametrize(("targets", "gpu_jobs", "local", "gpus", "allow", "refused"), [
-    (["all"], [], True, 0, False, True),          # the paper target on a CPU box
-    ([], ["train"], True, 0, False, True),        # a GPU job requested by file name
-    (["all"], ["train"], False, 0, False, False),  # SLURM: GPUs are on the compute nodes
-    (["all"], ["train"], True, 8, False, False),   # a local GPU box
-    (["all"], [], True, 0, True, False),          # explicit override
-    (["tiny"], [], True, 0, False, False),        # CPU work
-])
+@pytest.mark.parametrize(
+    ("targets", "gpu_jobs", "local", "gpus", "allow", "refused"),
+    [
+        (["all"], [], True, 0, False, True),  # the paper target on a CPU box
+        ([], ["train"], True, 0, False, True),  # a GPU job requested by file name
+        (["all"], ["train"], False, 0, False, False),  # SLURM: GPUs are on the compute nodes
+        (["all"], ["train"], True, 8, False, False),  # a local GPU box
+        (["all"], [], True, 0, True, False),  # explicit override
+        (["tiny"], [], True, 0, False, False),  # CPU work
+    ],
+)
 def test_gpu_refusal(targets, gpu_jobs, local, gpus, allow, refused):
     why = gpu_refusal(targets, gpu_jobs, local_exec=local, gpus=gpus, allow_no_gpu=allow)
     assert (why is not None) == refused

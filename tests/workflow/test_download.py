@@ -30,8 +30,11 @@ def fake_fetchers(monkeypatch):
     """Fetchers that write parquet files with the row count the registry expects (or 7); the registry's
     checksums are dropped for these tests (theirs are in the checksum tests below)."""
     calls: list[str] = []
-    monkeypatch.setattr(download, "SOURCES", tuple(dataclasses.replace(s, sha256=None, git_blob=None)
-                                                   for s in download.SOURCES))
+    monkeypatch.setattr(
+        download,
+        "SOURCES",
+        tuple(dataclasses.replace(s, sha256=None, git_blob=None) for s in download.SOURCES),
+    )
 
     def fake(source, out):
         calls.append(source.name)
@@ -65,8 +68,9 @@ def test_all_sources_by_default(tmp_path, fake_fetchers):
 
 
 def test_row_count_mismatch_fails_without_manifest(tmp_path, monkeypatch, capsys, fake_fetchers):
-    monkeypatch.setitem(download.FETCHERS, "url",
-                        lambda source, out: _write_parquet(out / "files" / "x.parquet", 5))
+    monkeypatch.setitem(
+        download.FETCHERS, "url", lambda source, out: _write_parquet(out / "files" / "x.parquet", 5)
+    )
     assert main(["download", "--out", str(tmp_path), "--only", "luffy_gpqa_diamond"]) == 1
     assert "luffy_gpqa_diamond: 5 rows, the released repo has 198" in capsys.readouterr().err
     assert not (tmp_path / "manifest.json").exists()
@@ -78,8 +82,11 @@ def test_a_git_lfs_pointer_is_not_taken_for_parquet(tmp_path, monkeypatch, capsy
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
         return path
+
     monkeypatch.setitem(download.FETCHERS, "url", pointer)
-    monkeypatch.setattr(download, "SOURCES", tuple(dataclasses.replace(s, git_blob=None) for s in download.SOURCES))
+    monkeypatch.setattr(
+        download, "SOURCES", tuple(dataclasses.replace(s, git_blob=None) for s in download.SOURCES)
+    )
     assert main(["download", "--out", str(tmp_path), "--only", "luffy_mmlu_pro"]) == 1
     assert "not a readable parquet file" in capsys.readouterr().err
 
@@ -90,8 +97,9 @@ def test_model_manifest(tmp_path, monkeypatch):
     (snapshot / "config.json").write_text("{}")
     (snapshot / "sub" / "model.safetensors").write_bytes(b"\0" * 10)
     seen = []
-    monkeypatch.setattr(download, "fetch_model",
-                        lambda hf_id, out, revision: seen.append((hf_id, out, revision)) or snapshot)
+    monkeypatch.setattr(
+        download, "fetch_model", lambda hf_id, out, revision: seen.append((hf_id, out, revision)) or snapshot
+    )
     out = tmp_path / "hf"
     assert main(["download", "--out", str(out), "--model", "Org/M", "--name", "my-backbone"]) == 0
     assert seen == [("Org/M", out, None)]
@@ -101,14 +109,17 @@ def test_model_manifest(tmp_path, monkeypatch):
     assert manifest["path"] == "hub/models--Org--M/snapshots/0123abcd"
 
 
-@pytest.mark.parametrize(("argv", "field"), [
-    (["--only", "openr1,bogus"], "--only"),
-    (["--only", ","], "--only"),
-    (["--model", "not-an-id"], "--model"),
-    (["--model", "Org/M", "--name", "a/b"], "--name"),
-    (["--model", "Org/M", "--only", "luffy_arc_c"], "--only"),
-    (["--name", "x"], "--name"),
-])
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--only", "openr1,bogus"], "--only"),
+        (["--only", ","], "--only"),
+        (["--model", "not-an-id"], "--model"),
+        (["--model", "Org/M", "--name", "a/b"], "--name"),
+        (["--model", "Org/M", "--only", "luffy_arc_c"], "--only"),
+        (["--name", "x"], "--name"),
+    ],
+)
 def test_bad_arguments_name_the_option(tmp_path, argv, field, capsys, fake_fetchers):
     assert main(["download", "--out", str(tmp_path), *argv]) == 2
     assert f"config field '{field}'" in capsys.readouterr().err
@@ -123,8 +134,10 @@ def test_dry_run_fetches_nothing(tmp_path, capsys, fake_fetchers):
 
 # ------------------------------------------------------------------------------------------ pinned data
 RELEASE_SHA256 = {  # the release's files at 01f4ae0, first and last characters as measured independently
-    "exgrpo_test_id": ("92503399", "e97617"), "exgrpo_valid": ("7828d704", "da49"),
-    "luffy_arc_c": ("7c3d1df8", "8fe5"), "luffy_gpqa_diamond": ("55bde394", "e58b"),
+    "exgrpo_test_id": ("92503399", "e97617"),
+    "exgrpo_valid": ("7828d704", "da49"),
+    "luffy_arc_c": ("7c3d1df8", "8fe5"),
+    "luffy_gpqa_diamond": ("55bde394", "e58b"),
 }
 
 
@@ -135,10 +148,14 @@ def test_every_released_file_is_pinned_to_a_commit_and_a_checksum():
     for source in urls:
         assert source.ref.startswith(f"https://raw.githubusercontent.com/ElliottYan/LUFFY/{commit}/"), source
         assert "/main/" not in source.ref and source.revision == commit
-        assert re.fullmatch(r"[0-9a-f]{40}", source.git_blob or ""), source  # every file has its tree's blob id
+        assert re.fullmatch(r"[0-9a-f]{40}", source.git_blob or ""), (
+            source
+        )  # every file has its tree's blob id
         if source.name in RELEASE_SHA256:
             head, tail = RELEASE_SHA256[source.name]
-            assert source.sha256.startswith(head) and source.sha256.endswith(tail) and len(source.sha256) == 64
+            assert (
+                source.sha256.startswith(head) and source.sha256.endswith(tail) and len(source.sha256) == 64
+            )
     mmlu = next(s for s in urls if s.name == "luffy_mmlu_pro")
     assert mmlu.sha256 is None and mmlu.expected_rows is None  # bytes and count unknown: checked by blob id
     (train,) = [s for s in download.SOURCES if s.kind == "hf_dataset"]
@@ -148,16 +165,25 @@ def test_every_released_file_is_pinned_to_a_commit_and_a_checksum():
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_git_blob_id_is_what_git_computes(tmp_path):
     path = _write_parquet(tmp_path / "x.parquet", 11)
-    want = subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+    want = subprocess.run(
+        ["git", "hash-object", str(path)], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert download.git_blob_id(path) == want
 
 
 def _pinned_local(tmp_path: Path, rows: int = 9) -> tuple[download.Source, Path]:
     """A local parquet file and a registry entry pinning it (file:// URL, its sha256 and blob id)."""
     origin = _write_parquet(tmp_path / "origin" / "valid.arc_c.parquet", rows)
-    source = download.Source("luffy_arc_c", "url", origin.as_uri(), "benchmark", expected_rows=rows,
-                             revision="0" * 40, sha256=hashlib.sha256(origin.read_bytes()).hexdigest(),
-                             git_blob=download.git_blob_id(origin))
+    source = download.Source(
+        "luffy_arc_c",
+        "url",
+        origin.as_uri(),
+        "benchmark",
+        expected_rows=rows,
+        revision="0" * 40,
+        sha256=hashlib.sha256(origin.read_bytes()).hexdigest(),
+        git_blob=download.git_blob_id(origin),
+    )
     return source, origin
 
 
@@ -191,14 +217,28 @@ def test_a_changed_file_stops_the_download_with_a_named_error(tmp_path, monkeypa
 def test_a_file_changed_after_the_download_stops_the_evaluation(tmp_path, monkeypatch):
     from exgrpo.eval.benchmarks import DataChangedError, get_benchmark, load_docs_with_info
 
-    rows = [{"data_source": "arc_c", "prompt": [{"role": "system", "content": "S"},
-                                                 {"role": "user", "content": " Which gas? \n\nA) x\nB) y "}],
-             "reward_model": {"ground_truth": "B", "style": "rule"}}]
+    rows = [
+        {
+            "data_source": "arc_c",
+            "prompt": [
+                {"role": "system", "content": "S"},
+                {"role": "user", "content": " Which gas? \n\nA) x\nB) y "},
+            ],
+            "reward_model": {"ground_truth": "B", "style": "rule"},
+        }
+    ]
     origin = tmp_path / "origin" / "valid.arc_c.parquet"
     origin.parent.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), origin)
-    source = download.Source("luffy_arc_c", "url", origin.as_uri(), "benchmark", expected_rows=1,
-                             revision="0" * 40, sha256=hashlib.sha256(origin.read_bytes()).hexdigest())
+    source = download.Source(
+        "luffy_arc_c",
+        "url",
+        origin.as_uri(),
+        "benchmark",
+        expected_rows=1,
+        revision="0" * 40,
+        sha256=hashlib.sha256(origin.read_bytes()).hexdigest(),
+    )
     monkeypatch.setattr(download, "SOURCES", (source,))
     out = tmp_path / "hf"
     assert main(["download", "--out", str(out)]) == 0
@@ -216,8 +256,12 @@ def test_a_gated_model_says_how_to_give_the_token(tmp_path, monkeypatch, capsys)
 
     def gated(**kwargs):
         raise GatedRepoError.__new__(GatedRepoError)  # its __init__ needs an HTTP response
+
     monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
-    assert main(["download", "--out", str(tmp_path), "--model", "meta-llama/Llama-3.1-8B", "--name", "llama"]) == 1
+    assert (
+        main(["download", "--out", str(tmp_path), "--model", "meta-llama/Llama-3.1-8B", "--name", "llama"])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "meta-llama/Llama-3.1-8B is gated" in err and "HF_TOKEN" in err and "Never put the token" in err
     assert not (tmp_path / "models").exists()
@@ -229,8 +273,12 @@ def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path
     waits: list[float] = []
     monkeypatch.setattr(download, "_sleep", waits.append)
     real = download.FETCHERS["url"]
-    failures = iter([ConnectionResetError("reset by peer"),
-                     urllib.error.HTTPError("u", 503, "Service Unavailable", {}, None)])
+    failures = iter(
+        [
+            ConnectionResetError("reset by peer"),
+            urllib.error.HTTPError("u", 503, "Service Unavailable", {}, None),
+        ]
+    )
 
     def flaky(source, out):
         err = next(failures, None)
@@ -248,8 +296,11 @@ def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path
 
     waits.clear()
     monkeypatch.setitem(download.FETCHERS, "url", down)
-    with pytest.raises(download.DownloadError, match=r"exgrpo_test_id \(https://.*\): download failed after 5 "
-                                                      r"attempts; last error: TimeoutError: timed out"):
+    with pytest.raises(
+        download.DownloadError,
+        match=r"exgrpo_test_id \(https://.*\): download failed after 5 "
+        r"attempts; last error: TimeoutError: timed out",
+    ):
         download.download_data(out, download.select_sources("exgrpo_test_id"))
     assert len(waits) == download.RETRIES
 
@@ -277,15 +328,29 @@ def test_a_changed_model_file_is_refused_by_name(tmp_path, monkeypatch, capsys):
     (snapshot / "config.json").write_text("{}")
     (snapshot / "sub" / "model.safetensors").write_bytes(b"\0" * 10)
     seen = []
-    monkeypatch.setattr(download, "fetch_model",
-                        lambda hf_id, out, revision: seen.append(revision) or snapshot)
+    monkeypatch.setattr(
+        download, "fetch_model", lambda hf_id, out, revision: seen.append(revision) or snapshot
+    )
     out, lock = tmp_path / "hf", tmp_path / "locks" / "m.json"
-    argv = ["download", "--out", str(out), "--model", "Org/M", "--name", "m", "--revision", "ab" * 20,
-            "--lock", str(lock)]
+    argv = [
+        "download",
+        "--out",
+        str(out),
+        "--model",
+        "Org/M",
+        "--name",
+        "m",
+        "--revision",
+        "ab" * 20,
+        "--lock",
+        str(lock),
+    ]
     assert main(argv) == 0 and seen == ["ab" * 20]
     locked = json.loads(lock.read_text())["files"]
-    assert locked == {"config.json": hashlib.sha256(b"{}").hexdigest(),
-                      "sub/model.safetensors": hashlib.sha256(b"\0" * 10).hexdigest()}
+    assert locked == {
+        "config.json": hashlib.sha256(b"{}").hexdigest(),
+        "sub/model.safetensors": hashlib.sha256(b"\0" * 10).hexdigest(),
+    }
     assert main(argv) == 0  # unchanged: the lock holds
     (out / "models" / "m.json").unlink()
     (snapshot / "sub" / "model.safetensors").write_bytes(b"\1" * 10)

@@ -22,14 +22,27 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "workflow/envs/gpu.lock"
 LOCK_INPUT = ROOT / "workflow/envs/gpu.in"
 KEY_PINS = {
-    "verl": "0.9.1", "vllm": "0.24.0", "torch": "2.11.0", "transformers": "5.9.0", "lm-eval": "0.4.13",
+    "verl": "0.9.1",
+    "vllm": "0.24.0",
+    "torch": "2.11.0",
+    "transformers": "5.9.0",
+    "lm-eval": "0.4.13",
     "math-verify": "0.9.0",
 }
 """Exact pins that must never move silently: verl 0.9.1's `vllm` extra (torch, vLLM, transformers) and the
 graders' libraries."""
-NETWORK_ERRORS = ("error sending request", "dns error", "failed to lookup address", "connection refused",
-                  "could not connect", "network is unreachable", "operation timed out", "timed out",
-                  "tcp connect error", "failed to fetch")
+NETWORK_ERRORS = (
+    "error sending request",
+    "dns error",
+    "failed to lookup address",
+    "connection refused",
+    "could not connect",
+    "network is unreachable",
+    "operation timed out",
+    "timed out",
+    "tcp connect error",
+    "failed to fetch",
+)
 
 
 def _pip(path: Path) -> list[str]:
@@ -61,6 +74,7 @@ def lock_command() -> list[str]:
 def _uv() -> str:
     try:
         from uv import find_uv_bin
+
         return find_uv_bin()
     except ImportError:
         found = shutil.which("uv")
@@ -71,8 +85,14 @@ def _uv() -> str:
 
 def run_uv(args: list[str]) -> str:
     """Run uv from the repository root; skip when it cannot reach the registry, fail on any other error."""
-    done = subprocess.run([_uv(), *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "UV_NO_PROGRESS": "1"})
+    done = subprocess.run(
+        [_uv(), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "UV_NO_PROGRESS": "1"},
+    )
     if done.returncode != 0:
         err = done.stderr.lower()
         if any(s in err for s in NETWORK_ERRORS):
@@ -113,21 +133,38 @@ def test_lock_re_resolves_and_no_key_pin_moved(tmp_path):
     """The header's command, run again, resolves and gives the same key pins (other drift is reported)."""
     cmd = lock_command()
     out = tmp_path / "gpu.lock"
-    run_uv([*cmd[1:cmd.index("-o")], "-o", str(out), *cmd[cmd.index("-o") + 2:], "--quiet"])
+    run_uv([*cmd[1 : cmd.index("-o")], "-o", str(out), *cmd[cmd.index("-o") + 2 :], "--quiet"])
     locked, fresh = parse_lock(LOCK.read_text()), parse_lock(out.read_text())
-    moved = {name: (locked.get(name), fresh.get(name)) for name in set(locked) | set(fresh)
-             if locked.get(name) != fresh.get(name)}
-    key = {n: v for n, v in moved.items() if n in {*KEY_PINS, "hydra-core", "antlr4-python3-runtime", "numpy",
-                                                   "snakemake", "snakemake-executor-plugin-slurm", "transferqueue"}}
+    moved = {
+        name: (locked.get(name), fresh.get(name))
+        for name in set(locked) | set(fresh)
+        if locked.get(name) != fresh.get(name)
+    }
+    key = {
+        n: v
+        for n, v in moved.items()
+        if n
+        in {
+            *KEY_PINS,
+            "hydra-core",
+            "antlr4-python3-runtime",
+            "numpy",
+            "snakemake",
+            "snakemake-executor-plugin-slurm",
+            "transferqueue",
+        }
+    }
     assert not key, f"key pins moved (locked, fresh): {key}; refresh the lock (docs/cluster.md)"
     if moved:
-        warnings.warn(f"{len(moved)} non-key pins differ from a fresh resolution: {sorted(moved)[:10]}", stacklevel=1)
+        warnings.warn(
+            f"{len(moved)} non-key pins differ from a fresh resolution: {sorted(moved)[:10]}", stacklevel=1
+        )
 
 
 def test_locked_set_is_consistent_and_complete(tmp_path):
     """The pins themselves, resolved together with the project, need nothing outside the lock."""
     cmd = lock_command()
-    opts = cmd[cmd.index("--python-platform"):cmd.index("-o")]
+    opts = cmd[cmd.index("--python-platform") : cmd.index("-o")]
     inp = tmp_path / "locked.in"
     inp.write_text(f"-r {LOCK}\n-e .[cpu,test,verl]\n")
     out = run_uv(["pip", "compile", str(inp), *opts, "--quiet", "--no-header", "--no-annotate"])
@@ -143,7 +180,10 @@ def test_environment_yml_and_the_rule_env_install_the_lock():
     assert _pip(ROOT / "environment.yml") == ["-r workflow/envs/gpu.lock", "-e .[cpu,test,verl]"]
     # Snakemake creates the rule env from a copy in .snakemake/conda/ and conda runs pip there: two levels
     # below the repository root, like workflow/envs/ itself.
-    assert _pip(ROOT / "workflow/envs/gpu.yaml") == ["-r ../../workflow/envs/gpu.lock", "-e ../..[cpu,test,verl]"]
+    assert _pip(ROOT / "workflow/envs/gpu.yaml") == [
+        "-r ../../workflow/envs/gpu.lock",
+        "-e ../..[cpu,test,verl]",
+    ]
     for folder in (ROOT / "workflow/envs", ROOT / ".snakemake/conda"):
         assert (folder / "../../workflow/envs/gpu.lock").resolve() == LOCK.resolve()
     # The lock input names the same project extras the env files install.
@@ -165,8 +205,10 @@ def test_cpu_env_has_no_gpu_stack():
 # ------------------------------------------------------------------------------------------ every env file resolves
 PLATFORM = ["--python-platform", "x86_64-manylinux_2_28", "--python-version", "3.11"]
 RESOLVED_SETS = {
-    "workflow/envs/cpu.yaml": None, "workflow/envs/verl-cpu.yaml": None,
-    "extra:core": [f"-e {ROOT}"], "extra:verl": [f"-e {ROOT}[verl]"],
+    "workflow/envs/cpu.yaml": None,
+    "workflow/envs/verl-cpu.yaml": None,
+    "extra:core": [f"-e {ROOT}"],
+    "extra:verl": [f"-e {ROOT}[verl]"],
 }
 """What is resolved besides the GPU lock (environment.yml and gpu.yaml install the lock plus `.[cpu,test,verl]`,
 which `test_locked_set_is_consistent_and_complete` resolves): the two CPU env files as written, and the extras
@@ -182,7 +224,7 @@ def _requirements(name: str) -> tuple[list[str], list[str]]:
         if item.startswith("--extra-index-url"):
             index += item.split()
         elif item.startswith("-e ../.."):
-            lines.append(f"-e {ROOT}{item[len('-e ../..'):]}")
+            lines.append(f"-e {ROOT}{item[len('-e ../..') :]}")
         else:
             lines.append(item)
     return lines, index
@@ -194,8 +236,14 @@ def resolve_set(name: str, tmp_path: Path) -> dict[str, str]:
     inp = tmp_path / "set.in"
     inp.write_text("\n".join(lines) + "\n")
     args = ["pip", "compile", str(inp), *PLATFORM, "--quiet", "--no-header", "--no-annotate"]
-    done = subprocess.run([_uv(), *args, *index], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "UV_NO_PROGRESS": "1"})
+    done = subprocess.run(
+        [_uv(), *args, *index],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "UV_NO_PROGRESS": "1"},
+    )
     if done.returncode != 0 and index and "download.pytorch.org" in done.stderr:
         # The CPU wheel index is unreachable here: PyPI serves the same torch version (CUDA build), which
         # resolves the same set apart from torch's own CUDA dependencies.
@@ -238,7 +286,14 @@ def test_slurm_profile_is_site_neutral_and_retries():
     assert profile["retries"] >= 1
     defaults = profile["default-resources"]
     assert "cpus_per_task" not in defaults  # it would override every rule's threads
-    site_keys = {"slurm_account", "slurm_partition", "qos", "constraint", "slurm-qos", "slurm-partition-config"}
+    site_keys = {
+        "slurm_account",
+        "slurm_partition",
+        "qos",
+        "constraint",
+        "slurm-qos",
+        "slurm-partition-config",
+    }
     assert not site_keys & (set(profile) | set(defaults) | set(profile.get("set-resources", {})))
 
 

@@ -42,22 +42,41 @@ def _config(mutate) -> dict[str, Any]:
 
 
 CASES = [
-    ("shared source, other trainer settings",
-     lambda c: c["studies"]["tiny_full"].update(trainer={"steps": 50}), r"studies\.tiny_full\.trainer"),
-    ("shared source, other runtime",
-     lambda c: c["studies"]["tiny_full"].update(runtime="verl", ablations=[], prelim=[]), r"studies\.tiny_full\.runtime"),
-    ("a verl-route study with a setting verl cannot follow",
-     lambda c: c["studies"]["paper_cpu"]["trainer"].update(train_size=200), r"studies\.paper_cpu\.trainer\.train_size"),
-    ("generated tokens beyond the context (CPU trainer)",
-     lambda c: c["studies"]["smoke"].update(trainer={"max_new_tokens": 200}), r"studies\.smoke\.trainer\.max_new_tokens"),
-    ("generated tokens beyond the context (verl route)",
-     lambda c: c["studies"]["paper_cpu"]["trainer"].update(max_new_tokens=200),
-     r"studies\.paper_cpu\.trainer\.max_new_tokens"),
-    ("a regime comparing an arm with itself",
-     lambda c: c["regimes"]["map"]["default"].update(compare=[["exgrpo", "exgrpo"]]),
-     r"regimes\.map\.default\.compare\[0\]"),
-    ("a regime with a negative data seed",
-     lambda c: c["regimes"]["map"]["default"].update(data_seed=-1), r"regimes\.map\.default\.data_seed"),
+    (
+        "shared source, other trainer settings",
+        lambda c: c["studies"]["tiny_full"].update(trainer={"steps": 50}),
+        r"studies\.tiny_full\.trainer",
+    ),
+    (
+        "shared source, other runtime",
+        lambda c: c["studies"]["tiny_full"].update(runtime="verl", ablations=[], prelim=[]),
+        r"studies\.tiny_full\.runtime",
+    ),
+    (
+        "a verl-route study with a setting verl cannot follow",
+        lambda c: c["studies"]["paper_cpu"]["trainer"].update(train_size=200),
+        r"studies\.paper_cpu\.trainer\.train_size",
+    ),
+    (
+        "generated tokens beyond the context (CPU trainer)",
+        lambda c: c["studies"]["smoke"].update(trainer={"max_new_tokens": 200}),
+        r"studies\.smoke\.trainer\.max_new_tokens",
+    ),
+    (
+        "generated tokens beyond the context (verl route)",
+        lambda c: c["studies"]["paper_cpu"]["trainer"].update(max_new_tokens=200),
+        r"studies\.paper_cpu\.trainer\.max_new_tokens",
+    ),
+    (
+        "a regime comparing an arm with itself",
+        lambda c: c["regimes"]["map"]["default"].update(compare=[["exgrpo", "exgrpo"]]),
+        r"regimes\.map\.default\.compare\[0\]",
+    ),
+    (
+        "a regime with a negative data seed",
+        lambda c: c["regimes"]["map"]["default"].update(data_seed=-1),
+        r"regimes\.map\.default\.data_seed",
+    ),
 ]
 
 

@@ -24,7 +24,9 @@ def job_inputs(output: str) -> list[tuple[str, dict[str, str], list[str]]]:
         elif jobs and line.startswith("    input: "):
             jobs[-1][2].extend(line.removeprefix("    input: ").split(", "))
         elif jobs and line.startswith("    wildcards: "):
-            jobs[-1][1].update(item.split("=", 1) for item in line.removeprefix("    wildcards: ").split(", "))
+            jobs[-1][1].update(
+                item.split("=", 1) for item in line.removeprefix("    wildcards: ").split(", ")
+            )
     return jobs
 
 
@@ -39,9 +41,11 @@ def test_retemplate_jobs_write_the_plain_prompt_copies_next_to_the_downloads(dry
     assert sorted(jobs) == ["exgrpo_valid", "openr1_math_46k"]
     for name, job in jobs.items():
         assert job.wildcards == {"name": name, "prompt_format": "llama_base"}
-        assert job.shell == (f"exgrpo retemplate --in work/hf/files/{name}.parquet"
-                             f" --out work/hf/files/{name}.llama_base.parquet --prompt-format llama_base"
-                             f" > logs/retemplate/{name}.llama_base.log 2>&1")
+        assert job.shell == (
+            f"exgrpo retemplate --in work/hf/files/{name}.parquet"
+            f" --out work/hf/files/{name}.llama_base.parquet --prompt-format llama_base"
+            f" > logs/retemplate/{name}.llama_base.log 2>&1"
+        )
         assert job.resources["slurm_partition"] == "cpu-x" and not job.resources.get("gpu")
     inputs = [ins for rule, _, ins in job_inputs(result.stdout) if rule == "retemplate"]
     assert inputs == [["work/hf/manifest.json"]] * 2  # the download's manifest stands for its files
@@ -50,20 +54,32 @@ def test_retemplate_jobs_write_the_plain_prompt_copies_next_to_the_downloads(dry
 def test_only_the_llama_base_training_jobs_depend_on_the_retemplated_files(dry_all):
     wf, result = dry_all
     files = f"{wf}/work/hf/files"
-    retemplated = ["work/hf/files/openr1_math_46k.llama_base.parquet", "work/hf/files/exgrpo_valid.llama_base.parquet"]
-    inputs = {(wc["backbone"], wc["variant"]): ins for rule, wc, ins in job_inputs(result.stdout)
-              if rule == "train_paper"}
-    shells = {(j.wildcards["backbone"], j.wildcards["variant"]): j.shell for j in result.jobs
-              if j.rule == "train_paper"}
+    retemplated = [
+        "work/hf/files/openr1_math_46k.llama_base.parquet",
+        "work/hf/files/exgrpo_valid.llama_base.parquet",
+    ]
+    inputs = {
+        (wc["backbone"], wc["variant"]): ins
+        for rule, wc, ins in job_inputs(result.stdout)
+        if rule == "train_paper"
+    }
+    shells = {
+        (j.wildcards["backbone"], j.wildcards["variant"]): j.shell
+        for j in result.jobs
+        if j.rule == "train_paper"
+    }
     assert set(inputs) == set(shells)
     assert {b for b, _ in inputs} >= {"llama3.1-8b", "qwen2.5-math-7b", "llama3.1-8b-instruct"}
     for (backbone, variant), ins in inputs.items():
         if backbone == "llama3.1-8b":
             assert set(retemplated) <= set(ins), (backbone, variant)
-            assert (f"--train-files {files}/openr1_math_46k.llama_base.parquet"
-                    f" --val-files {files}/exgrpo_valid.llama_base.parquet") in shells[backbone, variant]
+            assert (
+                f"--train-files {files}/openr1_math_46k.llama_base.parquet"
+                f" --val-files {files}/exgrpo_valid.llama_base.parquet"
+            ) in shells[backbone, variant]
         else:
             assert not any(".llama_base." in path for path in ins), (backbone, variant)
-            assert (f"--train-files {files}/openr1_math_46k.parquet"
-                    f" --val-files {files}/exgrpo_valid.parquet") in shells[backbone, variant]
+            assert (
+                f"--train-files {files}/openr1_math_46k.parquet --val-files {files}/exgrpo_valid.parquet"
+            ) in shells[backbone, variant]
     assert {v for b, v in inputs if b == "llama3.1-8b"} == {"on_policy", "exgrpo"}

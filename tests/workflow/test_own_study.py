@@ -28,8 +28,15 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny-sft"
 STUDY = {
     "description": "A researcher's own study (tests/workflow/test_own_study.py).",
-    "source": "mine", "scale": "tiny", "backbones": ["tiny-math-small"], "budget": "smoke", "data_seed": 0,
-    "seeds": [0], "methods": ["on_policy"], "ablations": [], "prelim": [],
+    "source": "mine",
+    "scale": "tiny",
+    "backbones": ["tiny-math-small"],
+    "budget": "smoke",
+    "data_seed": 0,
+    "seeds": [0],
+    "methods": ["on_policy"],
+    "ablations": [],
+    "prelim": [],
     "eval": {"benchmarks": ["tiny_id"], "profiles": ["tiny"]},
 }
 
@@ -79,8 +86,12 @@ def test_the_overlay_study_is_planned_by_its_own_target(wf, snakemake):
 
 
 def test_render_refuses_a_source_that_is_not_a_folder_name(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "analysis", "render", "--results", str(tmp_path),
-                           "--source", "../etc"], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis", "render", "--results", str(tmp_path), "--source", "../etc"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode == 2 and "not a source name" in done.stderr
 
 
@@ -102,8 +113,13 @@ def test_the_overlay_study_builds_and_renders(wf, snakemake):
     assert list((wf / "reruns/mine/tables").glob("*.md"))
     report = (wf / "reruns/mine/reproduction/my_study.md").read_text()
     assert "| tiny-math-small | on_policy | 0 | - | new |" in report
-    again = subprocess.run([sys.executable, "-m", "analysis", "render", "--results", "reruns", "--source", "mine"],
-                           capture_output=True, text=True, cwd=wf, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    again = subprocess.run(
+        [sys.executable, "-m", "analysis", "render", "--results", "reruns", "--source", "mine"],
+        capture_output=True,
+        text=True,
+        cwd=wf,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert again.returncode == 0, again.stderr
     _rerun_keeps_the_reference_and_reports(wf, snakemake, args)
 
@@ -116,8 +132,13 @@ def _rerun_keeps_the_reference_and_reports(wf: Path, snakemake, args: tuple[str,
     """Promote the first build to the committed reference, rerun the study from scratch: the reference's bytes
     are unchanged, and the report finds the rerun bit-identical (same code, seeds and machine)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    promoted = subprocess.run([sys.executable, "-m", "exgrpo.cli", "promote", "--source", "mine"],
-                              capture_output=True, text=True, cwd=wf, env=env)
+    promoted = subprocess.run(
+        [sys.executable, "-m", "exgrpo.cli", "promote", "--source", "mine"],
+        capture_output=True,
+        text=True,
+        cwd=wf,
+        env=env,
+    )
     assert promoted.returncode == 0, promoted.stderr
     assert (wf / "results/mine/train/tiny-math-small/on_policy/s0/run.json").is_file()
     assert not (wf / "results/mine/reproduction").exists()  # the rerun's report is not a result
@@ -129,7 +150,9 @@ def _rerun_keeps_the_reference_and_reports(wf: Path, snakemake, args: tuple[str,
     assert _tree_bytes(wf / "results/mine") == reference
     report = (wf / "reruns/mine/reproduction/my_study.md").read_text()
     assert "| tiny-math-small | on_policy | 0 | yes | bit-identical |" in report, report
-    cells = [line for line in report.split("## Evaluation cells")[1].splitlines() if line.startswith("| tiny-")]
+    cells = [
+        line for line in report.split("## Evaluation cells")[1].splitlines() if line.startswith("| tiny-")
+    ]
     assert cells and all(line.endswith("| bit-identical |") for line in cells), report
     assert (wf / "reruns/mine/reproduction/my_study.png").stat().st_size > 0
 
@@ -145,7 +168,10 @@ def _rerun_keeps_the_reference_and_reports(wf: Path, snakemake, args: tuple[str,
     flipped = new.samples.copy()
     half = flipped["problem_id"].isin(problems[: len(problems) // 2])
     flipped.loc[half, "score"] = 1.0 - flipped.loc[half, "score"]
-    verdicts = {c.benchmark + c.variant: c.verdict for c in compare_evals(ref, dataclasses.replace(new, samples=flipped))}
+    verdicts = {
+        c.benchmark + c.variant: c.verdict
+        for c in compare_evals(ref, dataclasses.replace(new, samples=flipped))
+    }
     assert "differs" in verdicts.values(), verdicts
     one = new.samples.copy()
     one.loc[one.index[0], "score"] = 1.0 - one.loc[one.index[0], "score"]

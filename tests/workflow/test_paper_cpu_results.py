@@ -31,7 +31,9 @@ def test_verl_trained_every_run_on_cpu_for_the_configured_steps(variant):
     assert run["steps"] == STUDY["trainer"]["steps"] and run["versions"]["verl"] == "0.9.1"
     assert run["verl_config"]["trainer"]["device"] == "cpu"
     assert run["verl_config"]["actor_rollout_ref"]["rollout"]["name"] == "exgrpo_cpu"
-    assert run["git_commit"] and run["machine"] and run["config"]["method"]["method"] in ("exgrpo", "on_policy")
+    assert (
+        run["git_commit"] and run["machine"] and run["config"]["method"]["method"] in ("exgrpo", "on_policy")
+    )
     steps = sorted({row["step"] for row in _log(variant)})
     assert steps == list(range(1, STUDY["trainer"]["steps"] + 1))
 
@@ -39,7 +41,9 @@ def test_verl_trained_every_run_on_cpu_for_the_configured_steps(variant):
 def test_exgrpo_replayed_into_mixed_groups_and_on_policy_never_did():
     replayed = [row for row in _log("exgrpo") if row.get("replay/n_trajectories", 0) > 0]
     assert replayed and all(row["groups/mixed_fraction"] > 0 for row in replayed)
-    assert all(row.get("exgrpo/replay_reward_mean", 1.0) == 1.0 for row in replayed)  # o* is a correct trajectory
+    assert all(
+        row.get("exgrpo/replay_reward_mean", 1.0) == 1.0 for row in replayed
+    )  # o* is a correct trajectory
     assert not any(row.get("replay/n_trajectories", 0) for row in _log("on_policy"))
 
 
@@ -48,7 +52,9 @@ def test_every_model_was_evaluated_on_every_benchmark(variant):
     names = [b for s in STUDY["eval"]["benchmarks"] for b in BENCHMARKS[s]]
     for name in names:
         for profile in STUDY["eval"]["profiles"]:
-            agg = json.loads((RESULTS / "eval" / BACKBONE / variant / f"s{SEED}" / f"{name}.{profile}.json").read_text())
+            agg = json.loads(
+                (RESULTS / "eval" / BACKBONE / variant / f"s{SEED}" / f"{name}.{profile}.json").read_text()
+            )
             assert 0.0 <= agg["metrics"]["avg_at_k"] <= 1.0 and agg["n_problems"] > 0
 
 

@@ -19,7 +19,17 @@ ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
 PAPER = sorted(n for n, e in REGISTRY.items() if e["scale"] == "paper")
-BENCHMARKS = ["aime24", "aime25", "amc", "math500", "minerva", "olympiadbench", "arc_c", "gpqa_diamond", "mmlu_pro"]
+BENCHMARKS = [
+    "aime24",
+    "aime25",
+    "amc",
+    "math500",
+    "minerva",
+    "olympiadbench",
+    "arc_c",
+    "gpqa_diamond",
+    "mmlu_pro",
+]
 """config.yaml: paper_repro evaluates math_id + ood (paper §5.1), profile `paper`."""
 
 
@@ -50,17 +60,26 @@ def test_all_lists_the_paper_jobs_with_the_right_counts(dry_all):
     # One evaluation job (one vLLM start) per model and profile, writing every benchmark's result.
     models = runs | {(b, "base") for b in PAPER}
     evals = _by_rule(result, "eval_paper")
-    assert {(j.wildcards["backbone"], j.wildcards["variant"], j.wildcards["profile"]) for j in evals} \
-        == {(b, v, "paper") for b, v in models}
+    assert {(j.wildcards["backbone"], j.wildcards["variant"], j.wildcards["profile"]) for j in evals} == {
+        (b, v, "paper") for b, v in models
+    }
     assert result.counts["eval_paper"] == 27 + 6 == 33
     outputs = {path for j in evals for path in j.output}
-    assert outputs == {f"reruns/paper-repro/eval/{b}/{v}/s0/{bench}.paper.json" for b, v in models
-                       for bench in BENCHMARKS}  # every model on all 9 benchmarks: 297 results
+    assert outputs == {
+        f"reruns/paper-repro/eval/{b}/{v}/s0/{bench}.paper.json" for b, v in models for bench in BENCHMARKS
+    }  # every model on all 9 benchmarks: 297 results
     for job in evals:
-        assert _norm(job.shell).count("exgrpo eval ") == 1 and f"--benchmarks {','.join(BENCHMARKS)} " in job.shell
+        assert (
+            _norm(job.shell).count("exgrpo eval ") == 1
+            and f"--benchmarks {','.join(BENCHMARKS)} " in job.shell
+        )
     (prelim,) = _by_rule(result, "prelim_paper")
-    assert prelim.wildcards == {"source": "paper-repro", "backbone": "qwen2.5-math-7b", "variant": "on_policy",
-                                "seed": "0"}
+    assert prelim.wildcards == {
+        "source": "paper-repro",
+        "backbone": "qwen2.5-math-7b",
+        "variant": "on_policy",
+        "seed": "0",
+    }
     assert result.counts["download_judge"] == 1 and result.counts["download_model"] == 6
     assert not {"sft", "make_data", "train_tiny", "eval_tiny", "prelim_tiny"} & set(result.counts)
 
@@ -71,11 +90,20 @@ def _gpus_used(job, registry: dict) -> int:
         return _flag(job.shell, "--tensor-parallel-size") * _flag(job.shell, "--data-parallel-size")
     if job.rule == "prelim_paper":  # the policy's engine is freed before the judge's starts
         return max(_flag(job.shell, "--tp"), _flag(job.shell, "--judge-tp"))
-    if job.rule == "train_paper":  # `exgrpo verl-config` writes trainer.nnodes x n_gpus_per_node from the registry
+    if (
+        job.rule == "train_paper"
+    ):  # `exgrpo verl-config` writes trainer.nnodes x n_gpus_per_node from the registry
         name = job.wildcards["backbone"]
-        flat = hc.verl_overrides(name, registry[name], hc.variant_config(job.wildcards["variant"], registry[name]),
-                                 variant=job.wildcards["variant"], seed=0, run_dir="/r", train_files="t",
-                                 val_files="v")
+        flat = hc.verl_overrides(
+            name,
+            registry[name],
+            hc.variant_config(job.wildcards["variant"], registry[name]),
+            variant=job.wildcards["variant"],
+            seed=0,
+            run_dir="/r",
+            train_files="t",
+            val_files="v",
+        )
         return flat["trainer.nnodes"] * flat["trainer.n_gpus_per_node"]
     assert "--backend vllm" not in job.shell and "verl" not in job.shell, job
     return 0
@@ -110,10 +138,19 @@ def test_paper_jobs_get_their_stage_resources(dry_all):
             continue
         name = job.wildcards["backbone"]
         small = name == "qwen2.5-math-1.5b"
-        want = {"train_paper": {"gpu": "8", "mem_mb": "480000",
-                                "runtime": "2880" if name == "qwen2.5-math-7b" else "2160"},
-                "eval_paper": {"gpu": "1" if small else "2", "mem_mb": "48000" if small else "96000", "runtime": "720"},
-                "prelim_paper": {"gpu": "4", "mem_mb": "192000", "runtime": "720"}}[job.rule]
+        want = {
+            "train_paper": {
+                "gpu": "8",
+                "mem_mb": "480000",
+                "runtime": "2880" if name == "qwen2.5-math-7b" else "2160",
+            },
+            "eval_paper": {
+                "gpu": "1" if small else "2",
+                "mem_mb": "48000" if small else "96000",
+                "runtime": "720",
+            },
+            "prelim_paper": {"gpu": "4", "mem_mb": "192000", "runtime": "720"},
+        }[job.rule]
         want.update(nodes="1", slurm_partition="gpu-x", slurm_account="acct-x")
         assert {k: job.resources.get(k) for k in want} == want, job
         assert int(job.resources["mem_mb"]) <= 60_000 * int(job.resources["gpu"])  # fits 512 GB 8-GPU nodes
@@ -127,25 +164,46 @@ config); Snakemake prints them as `rule`."""
 def test_every_submitted_job_gets_the_site_account(dry_all):
     _, result = dry_all
     submitted = [j for j in result.jobs if not j.local and j.rule not in LOCAL_RULES]
-    assert {"render_study", "retemplate", "train_paper", "eval_paper", "prelim_paper"} <= {j.rule for j in submitted}
+    assert {"render_study", "retemplate", "train_paper", "eval_paper", "prelim_paper"} <= {
+        j.rule for j in submitted
+    }
     for job in submitted:
         partition = "gpu-x" if job.resources.get("gpu") else "cpu-x"
-        assert (job.resources.get("slurm_account"), job.resources.get("slurm_partition")) == ("acct-x", partition), job
+        assert (job.resources.get("slurm_account"), job.resources.get("slurm_partition")) == (
+            "acct-x",
+            partition,
+        ), job
 
 
 def test_memory_and_runtime_are_overridden_per_site(wf, snakemake, slurm_site):
     target = "reruns/paper-repro/train/qwen2.5-math-7b/exgrpo/s0/run.json"
-    result = snakemake("--profile", "slurm", "-n", target, "--set-resources", "train_paper:mem_mb=900000",
-                       "train_paper:runtime=4320", cwd=wf, env=slurm_site)
+    result = snakemake(
+        "--profile",
+        "slurm",
+        "-n",
+        target,
+        "--set-resources",
+        "train_paper:mem_mb=900000",
+        "train_paper:runtime=4320",
+        cwd=wf,
+        env=slurm_site,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     (train,) = _by_rule(result, "train_paper")
-    assert (train.resources["mem_mb"], train.resources["runtime"], train.resources["gpu"]) == ("900000", "4320", "8")
+    assert (train.resources["mem_mb"], train.resources["runtime"], train.resources["gpu"]) == (
+        "900000",
+        "4320",
+        "8",
+    )
 
 
 def test_exact_shell_of_a_train_and_an_eval_job(dry_all):
     wf, result = dry_all
-    (train,) = [j for j in _by_rule(result, "train_paper")
-                if (j.wildcards["backbone"], j.wildcards["variant"]) == ("qwen2.5-math-7b", "exgrpo")]
+    (train,) = [
+        j
+        for j in _by_rule(result, "train_paper")
+        if (j.wildcards["backbone"], j.wildcards["variant"]) == ("qwen2.5-math-7b", "exgrpo")
+    ]
     run = "work/paper-repro/ckpt/qwen2.5-math-7b/exgrpo/s0"
     files = f"{wf}/work/hf/files"
     assert _norm(train.shell) == _norm(
@@ -157,23 +215,34 @@ def test_exact_shell_of_a_train_and_an_eval_job(dry_all):
         f" && exgrpo verl-launch --run-dir {run} --hf-home work/hf"
         f" && bash {run}/launch_single_node.sh"
         f" && exgrpo verl-collect --run-dir {run} --out reruns/paper-repro/train/qwen2.5-math-7b/exgrpo/s0"
-        f" --export-hf {run}/final) > logs/train/paper-repro/qwen2.5-math-7b/exgrpo/s0.log 2>&1")
-    (ev,) = [j for j in _by_rule(result, "eval_paper")
-             if (j.wildcards["backbone"], j.wildcards["variant"]) == ("qwen2.5-math-7b", "exgrpo")]
+        f" --export-hf {run}/final) > logs/train/paper-repro/qwen2.5-math-7b/exgrpo/s0.log 2>&1"
+    )
+    (ev,) = [
+        j
+        for j in _by_rule(result, "eval_paper")
+        if (j.wildcards["backbone"], j.wildcards["variant"]) == ("qwen2.5-math-7b", "exgrpo")
+    ]
     out = "reruns/paper-repro/eval/qwen2.5-math-7b/exgrpo/s0"
     assert _norm(ev.shell) == _norm(
         f"(export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 && model={run}/final"
         f' && exgrpo eval --model "$model" --benchmarks {",".join(BENCHMARKS)} --profile paper'
         f" --data-dir work/hf/files --out {out} --seed 0 --backend vllm --tensor-parallel-size 2"
         " --data-parallel-size 1 --prompt-format chat --no-progress)"
-        " > logs/eval/paper-repro/qwen2.5-math-7b/exgrpo/s0/paper.log 2>&1")
+        " > logs/eval/paper-repro/qwen2.5-math-7b/exgrpo/s0/paper.log 2>&1"
+    )
 
 
 def test_base_models_prelim_and_variant_overrides_in_the_shell(dry_all):
     _, result = dry_all
-    (base,) = [j for j in _by_rule(result, "eval_paper")
-               if (j.wildcards["backbone"], j.wildcards["variant"]) == ("llama3.1-8b", "base")]
-    assert "model=$(python -m exgrpo.verl_plugin.collect model-dir work/hf/models/llama3.1-8b.json)" in base.shell
+    (base,) = [
+        j
+        for j in _by_rule(result, "eval_paper")
+        if (j.wildcards["backbone"], j.wildcards["variant"]) == ("llama3.1-8b", "base")
+    ]
+    assert (
+        "model=$(python -m exgrpo.verl_plugin.collect model-dir work/hf/models/llama3.1-8b.json)"
+        in base.shell
+    )
     assert "--prompt-format llama_base" in base.shell  # paper §G.1 prompt for the Llama base model
     (prelim,) = _by_rule(result, "prelim_paper")
     assert _norm(prelim.shell) == _norm(
@@ -183,12 +252,15 @@ def test_base_models_prelim_and_variant_overrides_in_the_shell(dry_all):
         " --data work/hf/files/openr1_math_46k.parquet --questions 1000 --k 8 --tp 2 --judge-tp 4 --judge llm"
         ' --judge-model "$judge" --judge-cache work/paper-repro/prelim/judge_cache.jsonl --seed 0'
         " --backbone qwen2.5-math-7b --out reruns/paper-repro/prelim/qwen2.5-math-7b/trajectories.on_policy.s0.parquet"
-        " --no-progress) > logs/prelim/paper-repro/qwen2.5-math-7b/on_policy/s0.log 2>&1")
+        " --no-progress) > logs/prelim/paper-repro/qwen2.5-math-7b/on_policy/s0.log 2>&1"
+    )
     (judge,) = _by_rule(result, "download_judge")
     assert "--model Qwen/Qwen3-32B --name judge-qwen3-32b " in judge.shell
     # Every evaluated or analysed run is the HF export its train job writes.
-    exports = {(j.wildcards["backbone"], j.wildcards["variant"]): j.shell.split("--export-hf ")[1].split(")")[0]
-               for j in _by_rule(result, "train_paper")}
+    exports = {
+        (j.wildcards["backbone"], j.wildcards["variant"]): j.shell.split("--export-hf ")[1].split(")")[0]
+        for j in _by_rule(result, "train_paper")
+    }
     for job in _by_rule(result, "eval_paper"):
         if job.wildcards["variant"] != "base":
             assert f"model={exports[job.wildcards['backbone'], job.wildcards['variant']]} " in job.shell
@@ -209,7 +281,13 @@ def test_tiny_and_paper_targets_go_to_their_own_rules(wf, snakemake):
     result = snakemake("-n", *targets, cwd=wf)
     assert result.returncode == 0, result.stdout[-3000:]
     assert {r: result.counts.get(r) for r in targets.values()} == {
-        "train_tiny": 2, "train_paper": 2, "eval_tiny": 1, "eval_paper": 1, "prelim_tiny": 1, "prelim_paper": 1}
+        "train_tiny": 2,
+        "train_paper": 2,
+        "eval_tiny": 1,
+        "eval_paper": 1,
+        "prelim_tiny": 1,
+        "prelim_paper": 1,
+    }
     for job in result.jobs:  # the on_policy runs come in as prelim inputs
         if job.rule.endswith(("_tiny", "_paper")):
             scale = REGISTRY[job.wildcards["backbone"]]["scale"]
@@ -224,7 +302,9 @@ def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_pat
     registry["backbones"]["qwen2.5-72b"] = big
     path = tmp_path / "backbones.yaml"
     path.write_text(yaml.safe_dump(registry))
-    result = snakemake("--profile", "slurm", "-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf, env=slurm_site)
+    result = snakemake(
+        "--profile", "slurm", "-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf, env=slurm_site
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     new = [j for j in result.jobs if j.wildcards.get("backbone") == "qwen2.5-72b"]
     assert sorted({j.rule for j in new}) == ["download_model", "eval_paper", "resolve_run", "train_paper"]
@@ -233,8 +313,14 @@ def test_a_multi_node_backbone_runs_the_ray_script_in_its_allocation(wf, tmp_pat
     for job in trains:
         # GPUs per node (SLURM --gres), not a job total (--gpus) that SLURM could split unevenly
         assert {k: job.resources.get(k) for k in ("gpu", "gres", "nodes", "runtime")} == {
-            "gpu": None, "gres": "gpu:8", "nodes": "2", "runtime": "100"}
+            "gpu": None,
+            "gres": "gpu:8",
+            "nodes": "2",
+            "runtime": "100",
+        }
         run = f"work/paper-repro/ckpt/qwen2.5-72b/{job.wildcards['variant']}/s0"
         assert f"&& bash {run}/launch_multi_node.sbatch &&" in job.shell
     evals = [j for j in new if j.rule == "eval_paper"]
-    assert len(evals) == 3 and all(len(j.output) == 9 for j in evals)  # base, on_policy, exgrpo on 9 benchmarks
+    assert len(evals) == 3 and all(
+        len(j.output) == 9 for j in evals
+    )  # base, on_policy, exgrpo on 9 benchmarks

@@ -51,7 +51,11 @@ def test_plan_of_a_hand_dag():
     assert [j.name for j in plan.critical_path] == ["a", "b[v1]", "c"]
     assert plan.longest.name == "b[v1]" and [j.name for j in plan.too_long] == ["b[v1]"]
     text = plan.render()
-    assert "GPU-hours requested: 13.0" in text and "critical path: 3.2 h" in text and "DOES NOT FIT: b[v1]" in text
+    assert (
+        "GPU-hours requested: 13.0" in text
+        and "critical path: 3.2 h" in text
+        and "DOES NOT FIT: b[v1]" in text
+    )
 
 
 def test_local_rules_are_read_from_the_workflow(workflow_copier, tmp_path):
@@ -63,15 +67,27 @@ def test_local_rules_are_read_from_the_workflow(workflow_copier, tmp_path):
 
 def test_plan_of_paper_headline_matches_the_registry_by_hand(workflow_copier, tmp_path, slurm_site):
     wf = workflow_copier(tmp_path / "wf")
-    entry = yaml.safe_load((wf / "config/backbones.yaml").read_text())["backbones"]["qwen2.5-math-7b"]["resources"]
+    entry = yaml.safe_load((wf / "config/backbones.yaml").read_text())["backbones"]["qwen2.5-math-7b"][
+        "resources"
+    ]
     train_h = entry["train"]["gpus_per_node"] * entry["train"]["nodes"] * entry["train"]["runtime_min"] / 60
-    eval_h = entry["eval"]["tensor_parallel"] * entry["eval"]["data_parallel"] * entry["eval"]["runtime_min"] / 60
-    done = subprocess.run([sys.executable, "-m", "exgrpo.cli", "plan", "paper_headline"], cwd=wf,
-                          env={**__import__("os").environ, **slurm_site}, capture_output=True, text=True, timeout=600)
+    eval_h = (
+        entry["eval"]["tensor_parallel"] * entry["eval"]["data_parallel"] * entry["eval"]["runtime_min"] / 60
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "exgrpo.cli", "plan", "paper_headline"],
+        cwd=wf,
+        env={**__import__("os").environ, **slurm_site},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert "11 jobs" in out
-    assert f"GPU-hours requested: {2 * train_h + 3 * eval_h:,.1f}" in out  # 2 trainings + base/on-policy/ExGRPO evals
+    assert (
+        f"GPU-hours requested: {2 * train_h + 3 * eval_h:,.1f}" in out
+    )  # 2 trainings + base/on-policy/ExGRPO evals
     # one training, then its evaluation, then the render job (1 h default)
     hours = (entry["train"]["runtime_min"] + entry["eval"]["runtime_min"] + 60) / 60
     assert f"critical path: {hours:.1f} h wall" in out

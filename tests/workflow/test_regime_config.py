@@ -24,18 +24,30 @@ def load(config: dict | None = None):
 
 def test_the_committed_map_resolves_as_the_protocol_says():
     wf = load()
-    assert set(wf.regimes) == {"default", "fresh_anchored", "data_limited", "weak_long", "long_horizon",
-                               "rollout_matched", "hard_mix"}
+    assert set(wf.regimes) == {
+        "default",
+        "fresh_anchored",
+        "data_limited",
+        "weak_long",
+        "long_horizon",
+        "rollout_matched",
+        "hard_mix",
+    }
 
     def run(regime: str, arm: str, seed: int = 0):
         return wf.study_run(f"tiny/regimes/{regime}", wf.regimes[regime].backbone, arm, seed)
 
     anchored, b24 = run("fresh_anchored", "exgrpo-anchored"), run("fresh_anchored", "on_policy-b24")
-    assert anchored.method.fresh_anchored and anchored.variant == "exgrpo" and anchored.arm == "exgrpo-anchored"
+    assert (
+        anchored.method.fresh_anchored and anchored.variant == "exgrpo" and anchored.arm == "exgrpo-anchored"
+    )
     assert anchored.method.rho == 0.5 and not b24.method.fresh_anchored and b24.trainer["batch_size"] == 24
     assert b24.method.method == "on_policy"
     assert run("data_limited", "exgrpo").trainer["train_size"] == 200
-    assert run("weak_long", "on_policy").trainer["steps"] == 300 and wf.regimes["weak_long"].backbone == "tiny-llama"
+    assert (
+        run("weak_long", "on_policy").trainer["steps"] == 300
+        and wf.regimes["weak_long"].backbone == "tiny-llama"
+    )
     assert run("long_horizon", "exgrpo").trainer["steps"] == 300
     assert run("rollout_matched", "exgrpo-s107").trainer["steps"] == 107
     assert list(run("hard_mix", "on_policy").trainer["train_difficulties"]) == [3, 4]
@@ -46,8 +58,14 @@ def test_the_committed_map_resolves_as_the_protocol_says():
     assert wf.regime_reuse["long_horizon"] == {}  # 300 steps: not a tiny_full run
     # R1 holds the mechanism ablations (the best primary Δ ID, docs/regimes.md): each a copy of its treatment arm
     assert wf.regime_studies["fresh_anchored"].methods == (
-        "exgrpo-anchored", "on_policy-b24", "wo_shaping-anchored", "wo_is_correction-anchored",
-        "highest_entropy-anchored", "wo_t_selection-anchored", "exgrpo-anchored-released_mask")
+        "exgrpo-anchored",
+        "on_policy-b24",
+        "wo_shaping-anchored",
+        "wo_is_correction-anchored",
+        "highest_entropy-anchored",
+        "wo_t_selection-anchored",
+        "exgrpo-anchored-released_mask",
+    )
     assert run("fresh_anchored", "exgrpo-anchored-released_mask").method.entropy_mask == "as_released"
     assert run("fresh_anchored", "wo_shaping-anchored").method.fresh_anchored
     assert all(s.seeds == (0, 1, 2) for s in wf.regime_studies.values())
@@ -63,11 +81,19 @@ def test_an_arm_label_survives_the_run_file(tmp_path):
 
 
 def test_mechanism_ablations_copy_the_primary_treatment_arm():
-    regime = with_mechanism_ablations(load().regimes["fresh_anchored"], ["wo_shaping", "highest_entropy"], True)
-    assert set(regime.arms) >= {"wo_shaping-anchored", "highest_entropy-anchored", "exgrpo-anchored-released_mask"}
+    regime = with_mechanism_ablations(
+        load().regimes["fresh_anchored"], ["wo_shaping", "highest_entropy"], True
+    )
+    assert set(regime.arms) >= {
+        "wo_shaping-anchored",
+        "highest_entropy-anchored",
+        "exgrpo-anchored-released_mask",
+    }
     assert regime.arms["wo_shaping-anchored"].method == {"fresh_anchored": True}
-    assert regime.arms["exgrpo-anchored-released_mask"].method == {"fresh_anchored": True,
-                                                                     "entropy_mask": "as_released"}
+    assert regime.arms["exgrpo-anchored-released_mask"].method == {
+        "fresh_anchored": True,
+        "entropy_mask": "as_released",
+    }
     assert regime.comparisons[0] == ("exgrpo-anchored", "on_policy-b24")  # the primary comparison stays first
     assert ("wo_shaping-anchored", "exgrpo-anchored") in regime.comparisons
 
@@ -79,15 +105,31 @@ def _edit(change):
 
 
 BAD = [
-    ("an arm of an unknown variant", lambda r: r["map"]["default"]["arms"].update({"grpo-x": {}}),
-     "regimes.map.default.arms.grpo-x"),
-    ("a comparison naming no arm", lambda r: r["map"]["default"]["compare"].append(["exgrpo", "missing"]),
-     "regimes.map.default.compare[1]"),
-    ("a paper backbone", lambda r: r["map"]["default"].update(backbone="qwen2.5-math-7b"),
-     "regimes.map.default.backbone"),
-    ("an unknown ablation regime", lambda r: r["ablations"].update(regime="nowhere"), "regimes.ablations.regime"),
-    ("an unknown trainer setting", lambda r: r["map"]["hard_mix"].update(trainer={"batchsize": 8}),
-     "trainer.batchsize"),
+    (
+        "an arm of an unknown variant",
+        lambda r: r["map"]["default"]["arms"].update({"grpo-x": {}}),
+        "regimes.map.default.arms.grpo-x",
+    ),
+    (
+        "a comparison naming no arm",
+        lambda r: r["map"]["default"]["compare"].append(["exgrpo", "missing"]),
+        "regimes.map.default.compare[1]",
+    ),
+    (
+        "a paper backbone",
+        lambda r: r["map"]["default"].update(backbone="qwen2.5-math-7b"),
+        "regimes.map.default.backbone",
+    ),
+    (
+        "an unknown ablation regime",
+        lambda r: r["ablations"].update(regime="nowhere"),
+        "regimes.ablations.regime",
+    ),
+    (
+        "an unknown trainer setting",
+        lambda r: r["map"]["hard_mix"].update(trainer={"batchsize": 8}),
+        "trainer.batchsize",
+    ),
     ("a base study of paper scale", lambda r: r.update(base_study="paper_repro"), "regimes.base_study"),
 ]
 

@@ -103,7 +103,9 @@ def test_paper_path_reresolves_exactly_the_changed_run(tmp_path, snakemake, work
     (wf / "rho.yaml").write_text(yaml.safe_dump({"methods": {"exgrpo": {"rho": 0.375}}}))
     overlay = ("--configfile", "config/config.yaml", "rho.yaml")
     planned = snakemake("-n", *files, *overlay, cwd=wf)
-    assert [(j.rule, j.wildcards["variant"]) for j in planned.jobs] == [("resolve_run", "exgrpo")], planned.stdout
+    assert [(j.rule, j.wildcards["variant"]) for j in planned.jobs] == [("resolve_run", "exgrpo")], (
+        planned.stdout
+    )
     assert snakemake("-c1", *files, *overlay, cwd=wf).returncode == 0
     assert json.loads((wf / files[0]).read_text())["method"]["rho"] == 0.375
     assert json.loads((wf / files[1]).read_text())["method"]["rho"] == 0.5

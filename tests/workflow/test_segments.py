@@ -14,20 +14,31 @@ from exgrpo.cluster import segment_count, segment_runtime, segment_stops
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "slurm_standins"
-FAST = ("--retries", "0", "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
-        "--latency-wait", "1")
+FAST = (
+    "--retries",
+    "0",
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--seconds-between-status-checks",
+    "1",
+    "--latency-wait",
+    "1",
+)
 RUN = "results/smoke/train/tiny-math-small/exgrpo/s0"
 CKPT = "work/smoke/ckpt/tiny-math-small/exgrpo/s0"
 
 
-@pytest.mark.parametrize(("steps", "runtime", "limit", "stops", "minutes"), [
-    (700, 2880, None, [], 2880),                       # no limit: one job
-    (700, 2880, 2880, [], 2880),                       # fits
-    (700, 2880, 1440, [350], 1440),                    # 48 h at a 24 h limit: two jobs of 350 steps
-    (500, 2160, 1000, [167, 334], 720),                # three jobs: ⌈500/3⌉ = 167 steps each, 12 h requested
-    (6, 30, 10, [2, 4], 10),                           # the test below: smoke budget, 30 min at a 10 min limit
-    (3, 30, 1, [1, 2], 1),                             # more segments than steps: one step each, never empty
-])
+@pytest.mark.parametrize(
+    ("steps", "runtime", "limit", "stops", "minutes"),
+    [
+        (700, 2880, None, [], 2880),  # no limit: one job
+        (700, 2880, 2880, [], 2880),  # fits
+        (700, 2880, 1440, [350], 1440),  # 48 h at a 24 h limit: two jobs of 350 steps
+        (500, 2160, 1000, [167, 334], 720),  # three jobs: ⌈500/3⌉ = 167 steps each, 12 h requested
+        (6, 30, 10, [2, 4], 10),  # the test below: smoke budget, 30 min at a 10 min limit
+        (3, 30, 1, [1, 2], 1),  # more segments than steps: one step each, never empty
+    ],
+)
 def test_segment_model_by_hand(steps, runtime, limit, stops, minutes):
     assert segment_stops(steps, runtime, limit) == stops
     assert segment_runtime(runtime, limit) == minutes and segment_count(runtime, limit) >= len(stops) + 1
@@ -47,17 +58,33 @@ def test_a_run_cut_into_segments_ends_where_one_job_ends(tmp_path, snakemake, wo
 
     cut = workflow_copier(tmp_path / "cut")
     state = cut / ".fakeslurm"
-    env = {"FAKE_SLURM_STATE": str(state), "EXGRPO_SLURM_ACCOUNT": "exgrpo-test",
-           "EXGRPO_SLURM_PARTITION": "standin-cpu"}
-    res = snakemake("--profile", "slurm", RUN + "/run.json", "--config", "partition_limit_min=10", *FAST,
-                    cwd=cut, path_prefix=STANDINS, env=env, timeout=1800)
+    env = {
+        "FAKE_SLURM_STATE": str(state),
+        "EXGRPO_SLURM_ACCOUNT": "exgrpo-test",
+        "EXGRPO_SLURM_PARTITION": "standin-cpu",
+    }
+    res = snakemake(
+        "--profile",
+        "slurm",
+        RUN + "/run.json",
+        "--config",
+        "partition_limit_min=10",
+        *FAST,
+        cwd=cut,
+        path_prefix=STANDINS,
+        env=env,
+        timeout=1800,
+    )
     assert res.returncode == 0, res.stdout[-3000:]
 
     calls = [json.loads(line)["argv"] for line in (state / "sbatch_calls.jsonl").read_text().splitlines()]
     train = [a for a in calls if a[a.index("--comment") + 1].startswith("rule_train_tiny")]
     # two segment jobs (steps 1-2, 3-4) and the final job (5-6), each asking for 10 of the run's 30 minutes
-    assert sorted(a[a.index("--comment") + 1].split("_wildcards_")[0] for a in train) == \
-        ["rule_train_tiny", "rule_train_tiny_segment", "rule_train_tiny_segment"]
+    assert sorted(a[a.index("--comment") + 1].split("_wildcards_")[0] for a in train) == [
+        "rule_train_tiny",
+        "rule_train_tiny_segment",
+        "rule_train_tiny_segment",
+    ]
     assert all(a[a.index("-t") + 1] == "10" for a in train)
     seg_logs = sorted((cut / "logs/train/smoke/tiny-math-small/exgrpo").glob("s0.segment*.log"))
     assert [p.name for p in seg_logs] == ["s0.segment1.log", "s0.segment2.log"]

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-BENCHMARKS = ["aime24", "aime25", "amc", "math500", "minerva", "olympiadbench", "arc_c", "gpqa_diamond", "mmlu_pro"]
+BENCHMARKS = [
+    "aime24",
+    "aime25",
+    "amc",
+    "math500",
+    "minerva",
+    "olympiadbench",
+    "arc_c",
+    "gpqa_diamond",
+    "mmlu_pro",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +38,11 @@ def test_headline_is_table1_row_with_at_most_15_jobs(dry_headline):
     evals = {(j.wildcards["variant"], j.wildcards["profile"]) for j in _by_rule(result, "eval_paper")}
     assert evals == {("base", "paper"), ("on_policy", "paper"), ("exgrpo", "paper")}
     outputs = {p for j in _by_rule(result, "eval_paper") for p in j.output}
-    assert {f"results/paper-repro/eval/qwen2.5-math-7b/{v}/s0/{b}.paper.json"
-            for v in ("base", "on_policy", "exgrpo") for b in BENCHMARKS} == outputs  # ID and OOD
+    assert {
+        f"results/paper-repro/eval/qwen2.5-math-7b/{v}/s0/{b}.paper.json"
+        for v in ("base", "on_policy", "exgrpo")
+        for b in BENCHMARKS
+    } == outputs  # ID and OOD
     assert result.counts["download_model"] == 1 and "prelim_paper" not in result.counts
     (render,) = _by_rule(result, "render_study")
     assert render.wildcards == {"source": "paper-repro", "study": "paper_headline"}
@@ -39,7 +52,9 @@ def test_headline_jobs_are_the_jobs_all_runs(dry_headline, dry_all):
     """Same source, same resolution: the slice's training commands are byte-identical to `all`'s."""
     head_wf, head = dry_headline
     full_wf, full = dry_all
-    shells = {j.shell.replace(str(full_wf), "WF") for j in full.jobs if j.rule in ("train_paper", "eval_paper")}
+    shells = {
+        j.shell.replace(str(full_wf), "WF") for j in full.jobs if j.rule in ("train_paper", "eval_paper")
+    }
     for job in head.jobs:
         if job.rule in ("train_paper", "eval_paper"):
             assert job.shell.replace(str(head_wf), "WF") in shells, job.shell[:300]

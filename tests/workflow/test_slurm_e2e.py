@@ -18,10 +18,16 @@ import pytest
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "slurm_standins"
 ACCOUNT = "exgrpo-test"  # what the sacctmgr stand-in lists
-FAST = ("--retries", "0", "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
-        "--latency-wait", "1")
-
-
+FAST = (
+    "--retries",
+    "0",
+    "--slurm-init-seconds-before-status-checks",
+    "1",
+    "--seconds-between-status-checks",
+    "1",
+    "--latency-wait",
+    "1",
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,20 +36,50 @@ def e2e(tmp_path_factory, snakemake, workflow_copier, probe_writer):
     wf = workflow_copier(tmp_path_factory.mktemp("e2e") / "wf")
     probe_writer(wf, 'include: "Snakefile"', "echo $SLURM_JOB_ID > {output}")
     state = wf / ".fakeslurm"
-    env = {"FAKE_SLURM_STATE": str(state), "EXGRPO_SLURM_ACCOUNT": ACCOUNT,
-           "EXGRPO_SLURM_PARTITION": "standin-cpu", "EXGRPO_SLURM_GPU_PARTITION": "standin-gpu"}
-    result = snakemake("-s", "probe.smk", "--profile", "slurm", "smoke", "probe/qwen2.5-math-7b.txt", *FAST,
-                           cwd=wf, path_prefix=STANDINS, env=env)
-    calls = [json.loads(line)["argv"] for line in (state / "sbatch_calls.jsonl").read_text().splitlines()] \
-        if (state / "sbatch_calls.jsonl").exists() else []
+    env = {
+        "FAKE_SLURM_STATE": str(state),
+        "EXGRPO_SLURM_ACCOUNT": ACCOUNT,
+        "EXGRPO_SLURM_PARTITION": "standin-cpu",
+        "EXGRPO_SLURM_GPU_PARTITION": "standin-gpu",
+    }
+    result = snakemake(
+        "-s",
+        "probe.smk",
+        "--profile",
+        "slurm",
+        "smoke",
+        "probe/qwen2.5-math-7b.txt",
+        *FAST,
+        cwd=wf,
+        path_prefix=STANDINS,
+        env=env,
+    )
+    calls = (
+        [json.loads(line)["argv"] for line in (state / "sbatch_calls.jsonl").read_text().splitlines()]
+        if (state / "sbatch_calls.jsonl").exists()
+        else []
+    )
     return wf, result, calls
 
 
-def _expected_prefix(wf: Path, rule: str, wildcards: str, job_name: str, flags: list[str],
-                     gres: tuple[str, ...] = ()) -> list[str]:
+def _expected_prefix(
+    wf: Path, rule: str, wildcards: str, job_name: str, flags: list[str], gres: tuple[str, ...] = ()
+) -> list[str]:
     """Everything sbatch receives before --wrap; the job name is the run's uuid (plugin 2.8 order)."""
-    return ["--parsable", "--job-name", job_name, "--output", f"{wf}/logs/slurm/rule_{rule}/{wildcards}/%j.log",
-            "--export=ALL", "--comment", f"rule_{rule}_wildcards_{wildcards}", *flags, "-D", str(wf), *gres]
+    return [
+        "--parsable",
+        "--job-name",
+        job_name,
+        "--output",
+        f"{wf}/logs/slurm/rule_{rule}/{wildcards}/%j.log",
+        "--export=ALL",
+        "--comment",
+        f"rule_{rule}_wildcards_{wildcards}",
+        *flags,
+        "-D",
+        str(wf),
+        *gres,
+    ]
 
 
 def _call_of(calls: list[list[str]], rule: str) -> list[str]:
@@ -61,11 +97,23 @@ def test_smoke_dag_through_the_slurm_plugin(e2e):
     for argv in calls:  # holds for every rule present, as stages get wired
         assert argv[argv.index("-A") + 1] == ACCOUNT
         assert argv[-1].startswith("--wrap=") and "--executor slurm-jobstep" in argv[-1]
-    assert sorted(a[a.index("--comment") + 1].split("_wildcards_")[0] for a in calls) \
-        == sorted(f"rule_{j.rule}" for j in submitted)
+    assert sorted(a[a.index("--comment") + 1].split("_wildcards_")[0] for a in calls) == sorted(
+        f"rule_{j.rule}" for j in submitted
+    )
 
     argv = _call_of(calls, "make_data")
-    flags = ["-A", ACCOUNT, "-p", "standin-cpu", "-t", "60", "--mem", "4000", "--ntasks=1", "--cpus-per-task=1"]
+    flags = [
+        "-A",
+        ACCOUNT,
+        "-p",
+        "standin-cpu",
+        "-t",
+        "60",
+        "--mem",
+        "4000",
+        "--ntasks=1",
+        "--cpus-per-task=1",
+    ]
     assert argv[:-1] == _expected_prefix(wf, "make_data", "smoke_0", argv[2], flags)
     assert "--target-jobs 'make_data:source=smoke,seed=0'" in argv[-1]
     manifest = json.loads((wf / "work/smoke/data/s0/manifest.json").read_text())
@@ -78,7 +126,18 @@ def test_gpu_backbone_job_sbatch_line(e2e):
     wf, result, calls = e2e
     assert result.returncode == 0, result.stdout
     argv = _call_of(calls, "probe")
-    flags = ["-A", ACCOUNT, "-p", "standin-gpu", "-t", "2880", "--mem", "480000", "--nodes=1", "--cpus-per-task=64"]
+    flags = [
+        "-A",
+        ACCOUNT,
+        "-p",
+        "standin-gpu",
+        "-t",
+        "2880",
+        "--mem",
+        "480000",
+        "--nodes=1",
+        "--cpus-per-task=64",
+    ]
     assert argv[:-1] == _expected_prefix(wf, "probe", "qwen2.5-math-7b", argv[2], flags, gres=("--gpus=8",))
     wrapped = shlex.split(argv[-1].removeprefix("--wrap="))
     assert wrapped[wrapped.index("--target-jobs") + 1] == "probe:backbone=qwen2.5-math-7b"
@@ -97,7 +156,9 @@ def test_report_shows_each_figure_with_its_caption(e2e, snakemake):
     assert result.returncode == 0, result.stdout
     made = snakemake("--report", "report.html", "smoke", cwd=wf)
     assert made.returncode == 0, made.stdout
-    entries = {Path(path).name: entry for path, entry in _report_results((wf / "report.html").read_text()).items()}
+    entries = {
+        Path(path).name: entry for path, entry in _report_results((wf / "report.html").read_text()).items()
+    }
     figures = sorted((wf / "reruns/smoke/figures").glob("*.png"))
     assert figures and sorted(entries) == [png.name for png in figures]
     for png in figures:

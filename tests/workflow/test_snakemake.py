@@ -17,7 +17,11 @@ from exgrpo.cluster import job_resources, visible_gpus
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
 PAPER_BACKBONES = sorted(name for name, entry in REGISTRY.items() if entry["scale"] == "paper")
-SITE = {"EXGRPO_SLURM_ACCOUNT": "acct-x", "EXGRPO_SLURM_PARTITION": "cpu-x", "EXGRPO_SLURM_GPU_PARTITION": "gpu-x"}
+SITE = {
+    "EXGRPO_SLURM_ACCOUNT": "acct-x",
+    "EXGRPO_SLURM_PARTITION": "cpu-x",
+    "EXGRPO_SLURM_GPU_PARTITION": "gpu-x",
+}
 
 
 def test_lint_is_clean(wf, snakemake):
@@ -26,8 +30,12 @@ def test_lint_is_clean(wf, snakemake):
 
 
 def test_snakefmt_check_passes():
-    result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -59,10 +67,15 @@ def test_paper_cpu_trains_with_verl_on_cpu_and_evaluates_with_the_tiny_rules(wf,
     # on_policy, exgrpo and masked_hard, from the shipped base (no SFT)
     assert result.counts["train_verl_cpu"] == 3 and not {"train_tiny", "sft"} & set(result.counts)
     assert {"eval_tiny", "prelim_tiny", "render_study"} <= set(result.counts)
-    assert not {"download", "download_model", "train_paper", "eval_paper", "prelim_paper"} & set(result.counts)
+    assert not {"download", "download_model", "train_paper", "eval_paper", "prelim_paper"} & set(
+        result.counts
+    )
     for job in (j for j in result.jobs if j.rule == "train_verl_cpu"):
         assert job.wildcards["source"] == "paper-cpu" and not job.resources.get("gpu")
-        assert "exgrpo verl-config" in job.shell and "--device cpu --tiny-data work/paper-cpu/data/s0" in job.shell
+        assert (
+            "exgrpo verl-config" in job.shell
+            and "--device cpu --tiny-data work/paper-cpu/data/s0" in job.shell
+        )
         assert "--model-path models/tiny/tiny-math" in job.shell and "exgrpo verl-collect" in job.shell
         assert f"--export-hf work/paper-cpu/ckpt/tiny-math/{job.wildcards['variant']}/s0/final" in job.shell
 
@@ -104,27 +117,44 @@ def test_backbone_resources_through_snakemake_and_the_slurm_profile(wf, snakemak
     # A one-rule workflow using the real helpers, so the sizing of per-backbone rules is checked
     # through Snakemake and the SLURM profile before any such rule is wired. (Dry runs do not print
     # threads; test_slurm_e2e checks they become --cpus-per-task.)
-    probe_writer(wf, 'configfile: "config/config.yaml"\n\n\ninclude: "workflow/rules/common.smk"',
-                 "echo {wildcards.backbone} > {output}")
+    probe_writer(
+        wf,
+        'configfile: "config/config.yaml"\n\n\ninclude: "workflow/rules/common.smk"',
+        "echo {wildcards.backbone} > {output}",
+    )
     targets = ["probe/qwen2.5-math-7b.txt", "probe/tiny-math.txt"]
     result = snakemake("-s", "probe.smk", "--profile", "slurm", "-n", *targets, cwd=wf, env=SITE)
     assert result.returncode == 0, result.stdout
     jobs = {j.wildcards["backbone"]: j for j in result.jobs if j.rule == "probe"}
     gpu, cpu = jobs["qwen2.5-math-7b"], jobs["tiny-math"]
     # Hand-copied from config/backbones.yaml (the training stage).
-    assert {k: gpu.resources.get(k) for k in ("gpu", "nodes", "mem_mb", "runtime", "slurm_partition", "slurm_account")} \
-        == {"gpu": "8", "nodes": "1", "mem_mb": "480000", "runtime": "2880", "slurm_partition": "gpu-x",
-            "slurm_account": "acct-x"}
-    assert {k: cpu.resources.get(k) for k in ("gpu", "nodes", "mem_mb", "runtime", "slurm_partition")} \
-        == {"gpu": None, "nodes": None, "mem_mb": "2000", "runtime": "30", "slurm_partition": "cpu-x"}
-
-
+    assert {
+        k: gpu.resources.get(k)
+        for k in ("gpu", "nodes", "mem_mb", "runtime", "slurm_partition", "slurm_account")
+    } == {
+        "gpu": "8",
+        "nodes": "1",
+        "mem_mb": "480000",
+        "runtime": "2880",
+        "slurm_partition": "gpu-x",
+        "slurm_account": "acct-x",
+    }
+    assert {k: cpu.resources.get(k) for k in ("gpu", "nodes", "mem_mb", "runtime", "slurm_partition")} == {
+        "gpu": None,
+        "nodes": None,
+        "mem_mb": "2000",
+        "runtime": "30",
+        "slurm_partition": "cpu-x",
+    }
 
 
 def test_a_new_backbone_entry_appears_in_the_dag(wf, tmp_path, snakemake):
     registry = {"backbones": copy.deepcopy(REGISTRY)}
-    registry["backbones"]["qwen3-8b"] = {**copy.deepcopy(REGISTRY["qwen2.5-math-7b"]), "label": "Qwen3-8B",
-                                         "hf_id": "Qwen/Qwen3-8B"}
+    registry["backbones"]["qwen3-8b"] = {
+        **copy.deepcopy(REGISTRY["qwen2.5-math-7b"]),
+        "label": "Qwen3-8B",
+        "hf_id": "Qwen/Qwen3-8B",
+    }
     path = tmp_path / "backbones.yaml"
     path.write_text(yaml.safe_dump(registry))
     result = snakemake("-n", "-p", "all", "--config", f"backbones_file={path}", cwd=wf)
@@ -133,8 +163,12 @@ def test_a_new_backbone_entry_appears_in_the_dag(wf, tmp_path, snakemake):
     rules = [j.rule for j in new]
     # Download, the two methods (not an ablation backbone) with their resolved runs, evaluation of both and of
     # the base model (one job per model: all 9 benchmarks in one vLLM start).
-    assert {r: rules.count(r) for r in set(rules)} == {"download_model": 1, "resolve_run": 2, "train_paper": 2,
-                                                       "eval_paper": 3}
+    assert {r: rules.count(r) for r in set(rules)} == {
+        "download_model": 1,
+        "resolve_run": 2,
+        "train_paper": 2,
+        "eval_paper": 3,
+    }
     assert all(len(j.output) == 9 for j in new if j.rule == "eval_paper")
     (download,) = [j for j in new if j.rule == "download_model"]
     assert "--model Qwen/Qwen3-8B --name qwen3-8b " in download.shell

@@ -26,8 +26,11 @@ VERL_PYTHON = os.environ.get("EXGRPO_VERL_PYTHON", "/work/venv-verl/bin/python")
 def _deep_merge(base: dict, top: dict) -> dict:
     out = dict(base)
     for key, value in top.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+        out[key] = (
+            _deep_merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
             else value
+        )
     return out
 
 
@@ -35,8 +38,16 @@ def _resolved_run(run_dir: Path, steps: int) -> None:
     """resolved_config.json as main.py writes it: the plug-in's static yaml under the run's own keys (verl's own
     defaults are not needed by the collector)."""
     bb = REGISTRY["qwen2.5-math-7b"]
-    flat = hc.verl_overrides("qwen2.5-math-7b", bb, hc.variant_config("exgrpo", bb), variant="exgrpo", seed=0,
-                             run_dir=run_dir, train_files="/d/train.parquet", val_files="/d/valid.parquet")
+    flat = hc.verl_overrides(
+        "qwen2.5-math-7b",
+        bb,
+        hc.variant_config("exgrpo", bb),
+        variant="exgrpo",
+        seed=0,
+        run_dir=run_dir,
+        train_files="/d/train.parquet",
+        val_files="/d/valid.parquet",
+    )
     flat["trainer.total_training_steps"] = steps
     static = yaml.safe_load((hc.CONFIG_DIR / "exgrpo_trainer.yaml").read_text())
     static.pop("defaults")
@@ -45,19 +56,40 @@ def _resolved_run(run_dir: Path, steps: int) -> None:
 
 def _train(step: int, tag: float) -> dict:
     """A training step's metrics under verl / plug-in names; `tag` tells the attempts apart."""
-    return {"critic/score/mean": step / 10 + tag, "exgrpo/pass1": step / 20 + tag, "actor/exgrpo/entropy": 0.5 + tag,
-            "exgrpo/entropy": 0.4 + tag, "exgrpo/response_length": 90.0 + step,
-            "actor/entropy": 9.0, "response_length/mean": 100.0 + step, "exgrpo/replay_questions": float(step),
-            "exgrpo/training_questions": 1000.0 - step, "exgrpo/data_epoch": 0.0, "exgrpo/selection_seconds": 0.5,
-            "timing_s/gen": 10.0, "timing_s/update_actor": 5.0, "timing_s/step": 20.0,
-            "exp/buffered_questions": 3.0 * step, "exp/active": 1.0, "exp/activation_step": None, "exp/bucket_1": 2.0,
-            "training/global_step": step, "perf/throughput": 123.4, "hist/lengths": [1, 2], "note": "text",
-            "new_verl_namespace/x": 1.0}
+    return {
+        "critic/score/mean": step / 10 + tag,
+        "exgrpo/pass1": step / 20 + tag,
+        "actor/exgrpo/entropy": 0.5 + tag,
+        "exgrpo/entropy": 0.4 + tag,
+        "exgrpo/response_length": 90.0 + step,
+        "actor/entropy": 9.0,
+        "response_length/mean": 100.0 + step,
+        "exgrpo/replay_questions": float(step),
+        "exgrpo/training_questions": 1000.0 - step,
+        "exgrpo/data_epoch": 0.0,
+        "exgrpo/selection_seconds": 0.5,
+        "timing_s/gen": 10.0,
+        "timing_s/update_actor": 5.0,
+        "timing_s/step": 20.0,
+        "exp/buffered_questions": 3.0 * step,
+        "exp/active": 1.0,
+        "exp/activation_step": None,
+        "exp/bucket_1": 2.0,
+        "training/global_step": step,
+        "perf/throughput": 123.4,
+        "hist/lengths": [1, 2],
+        "note": "text",
+        "new_verl_namespace/x": 1.0,
+    }
 
 
 def _val(aime: float, math: float) -> dict:
-    return {"val-core/aime/acc/mean@1": aime, "val-core/math/acc/mean@1": math, "val-aux/aime/reward/mean@1": aime,
-            "val-aux/num_turns/mean": 1.0}
+    return {
+        "val-core/aime/acc/mean@1": aime,
+        "val-core/math/acc/mean@1": math,
+        "val-aux/aime/reward/mean@1": aime,
+        "val-aux/num_turns/mean": 1.0,
+    }
 
 
 def _write_attempt(run_dir: Path, name: str, records: list[tuple[int, dict]], torn: bool = False) -> None:
@@ -79,8 +111,11 @@ def verl_run(tmp_path):
     attempt_a[4][1]["exgrpo/only_in_a"] = 1.0
     _write_attempt(run, "metrics.attempt0.1000.jsonl", attempt_a, torn=True)
     _write_attempt(run, "metrics.attempt1.1500.jsonl", [(5, _train(5, 0.01))])
-    _write_attempt(run, "metrics.attempt0.2000.jsonl", [(4, _val(0.2, 0.4)), (5, _train(5, 0.02)),
-                                                        (6, {**_train(6, 0.02), **_val(0.25, 0.75)})])
+    _write_attempt(
+        run,
+        "metrics.attempt0.2000.jsonl",
+        [(4, _val(0.2, 0.4)), (5, _train(5, 0.02)), (6, {**_train(6, 0.02), **_val(0.25, 0.75)})],
+    )
     actor = run / "checkpoints/global_step_6/actor"
     actor.mkdir(parents=True)
     (run / "checkpoints" / vc.TRACKER_FILE).write_text("6\n")
@@ -93,6 +128,7 @@ def _fake_merger(calls):
         target = Path(argv[argv.index("--target_dir") + 1])
         target.mkdir(parents=True)
         (target / "config.json").write_text("{}")
+
     return run
 
 
@@ -105,43 +141,104 @@ def test_collect_merges_attempts_into_the_contract_and_passes_the_loader(verl_ru
     content = vc.collect_run(verl_run, out, export_to=verl_run / "final", run=_fake_merger(calls))
     assert content["fingerprint"] == "ab" * 32  # what made the run travels into run.json
     actor = (verl_run / "checkpoints/global_step_6/actor").resolve()
-    assert calls == [[sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
-                      str(actor), "--target_dir", str(verl_run / ".final.tmp")]]
+    assert calls == [
+        [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(actor),
+            "--target_dir",
+            str(verl_run / ".final.tmp"),
+        ]
+    ]
     assert (verl_run / "final/config.json").exists()
     rows = read_jsonl(out / TRAIN_LOG)
     train = {r["step"]: r for r in rows if "reward/batch_mean" in r}
     val = {r["step"]: r for r in rows if "val/acc" in r}
     assert sorted(train) == [1, 2, 3, 4, 5, 6] and sorted(val) == [3, 4, 6]
-    assert [r["step"] for r in rows] == [1, 2, 3, 3, 4, 4, 5, 6, 6]  # a step's training row, then its validation
-    assert train[4]["reward/batch_mean"] == pytest.approx(0.4)  # kept from attempt A (before C's resume point 5)
-    assert train[5]["reward/batch_mean"] == pytest.approx(0.52) and train[6]["pass1"] == pytest.approx(0.32)  # from C
+    assert [r["step"] for r in rows] == [
+        1,
+        2,
+        3,
+        3,
+        4,
+        4,
+        5,
+        6,
+        6,
+    ]  # a step's training row, then its validation
+    assert train[4]["reward/batch_mean"] == pytest.approx(
+        0.4
+    )  # kept from attempt A (before C's resume point 5)
+    assert train[5]["reward/batch_mean"] == pytest.approx(0.52) and train[6]["pass1"] == pytest.approx(
+        0.32
+    )  # from C
     assert "exgrpo/only_in_a" not in train[5]  # A's rows past the resume point are dropped, not merged
     assert train[5] == {
-        "step": 5, "reward/batch_mean": pytest.approx(0.52), "pass1": pytest.approx(0.27),
-        "entropy": pytest.approx(0.42), "update/entropy": pytest.approx(0.52), "actor/entropy": 9.0,
-        "response_length": 95.0, "response_length/mean": 105.0, "replay/n_trajectories": 5.0,
-        "data/training_questions": 995.0, "data/epoch": 0.0, "time/selection": 0.5, "time/rollout": 10.0,
-        "time/update": 5.0, "time/step": 20.0, "exp/buffered_questions": 15.0, "exp/active": 1.0,
-        "exp/activation_step": None, "exp/bucket_1": 2.0, "training/global_step": 5, "perf/throughput": 123.4,
-        "verl/new_verl_namespace/x": 1.0}  # a key the registry does not know is kept under verl/
+        "step": 5,
+        "reward/batch_mean": pytest.approx(0.52),
+        "pass1": pytest.approx(0.27),
+        "entropy": pytest.approx(0.42),
+        "update/entropy": pytest.approx(0.52),
+        "actor/entropy": 9.0,
+        "response_length": 95.0,
+        "response_length/mean": 105.0,
+        "replay/n_trajectories": 5.0,
+        "data/training_questions": 995.0,
+        "data/epoch": 0.0,
+        "time/selection": 0.5,
+        "time/rollout": 10.0,
+        "time/update": 5.0,
+        "time/step": 20.0,
+        "exp/buffered_questions": 15.0,
+        "exp/active": 1.0,
+        "exp/activation_step": None,
+        "exp/bucket_1": 2.0,
+        "training/global_step": 5,
+        "perf/throughput": 123.4,
+        "verl/new_verl_namespace/x": 1.0,
+    }  # a key the registry does not know is kept under verl/
     assert val[3]["val/acc"] == pytest.approx((0.125 + 0.5) / 2)
     assert (val[3]["val/aime24"], val[3]["val/math500"]) == (0.125, 0.5)  # released data sources aime, math
     assert val[4]["val/acc"] == pytest.approx(0.3) and val[6]["val/acc"] == pytest.approx(0.5)
     assert val[6]["val-aux/num_turns/mean"] == 1.0 and "reward/batch_mean" not in val[6]
 
     meta = json.loads((out / "run.json").read_text())
-    assert meta == {**meta, "backbone": "qwen2.5-math-7b", "variant": "exgrpo", "seed": 0, "steps": 6,
-                    "wall_time_s": 120.0, "attempts": ["metrics.attempt0.1000.jsonl", "metrics.attempt1.1500.jsonl",
-                                                        "metrics.attempt0.2000.jsonl"]}
-    assert meta["summary"] == {"final_val_acc": pytest.approx(0.5), "steps": 6,
-                               "final_model": str(verl_run / "final"), "final_checkpoint": str(actor)}
-    assert meta["config"]["table4"]["rollouts_per_prompt"] == 8 and meta["config"]["table4"]["training_steps"] == 6
+    assert meta == {
+        **meta,
+        "backbone": "qwen2.5-math-7b",
+        "variant": "exgrpo",
+        "seed": 0,
+        "steps": 6,
+        "wall_time_s": 120.0,
+        "attempts": [
+            "metrics.attempt0.1000.jsonl",
+            "metrics.attempt1.1500.jsonl",
+            "metrics.attempt0.2000.jsonl",
+        ],
+    }
+    assert meta["summary"] == {
+        "final_val_acc": pytest.approx(0.5),
+        "steps": 6,
+        "final_model": str(verl_run / "final"),
+        "final_checkpoint": str(actor),
+    }
+    assert (
+        meta["config"]["table4"]["rollouts_per_prompt"] == 8
+        and meta["config"]["table4"]["training_steps"] == 6
+    )
     assert meta["config"]["method"] == hc.variant_config("exgrpo", REGISTRY["qwen2.5-math-7b"]).to_dict()
     assert meta["departures"] == list(hc.DEPARTURES) and content == meta
 
     loaded = load(tmp_path / "results", "paper-repro", ROOT / "config/backbones.yaml")
     assert len(loaded.runs) == 1 and loaded.runs.iloc[0]["steps"] == 6
-    assert len(loaded.train) == 9 and loaded.train["val/acc"].dropna().tolist() == pytest.approx([0.3125, 0.3, 0.5])
+    assert len(loaded.train) == 9 and loaded.train["val/acc"].dropna().tolist() == pytest.approx(
+        [0.3125, 0.3, 0.5]
+    )
 
     calls.clear()  # a rerun finds the identical export and does not merge again
     vc.collect_run(verl_run, out, export_to=verl_run / "final", run=_fake_merger(calls))
@@ -177,15 +274,18 @@ def test_cached_model_dir_from_a_download_manifest(tmp_path):
     manifest.parent.mkdir(parents=True)
     manifest.write_text(json.dumps({"kind": "model", "path": "hub/models--Org--M/snapshots/abc123"}))
     assert vc.cached_model_dir(manifest) == snapshot.resolve()
-    done = subprocess.run([sys.executable, "-m", "exgrpo.verl_plugin.collect", "model-dir", str(manifest)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "exgrpo.verl_plugin.collect", "model-dir", str(manifest)],
+        capture_output=True,
+        text=True,
+    )
     assert (done.returncode, done.stdout.strip()) == (0, str(snapshot.resolve()))
     (snapshot / "config.json").unlink()
     with pytest.raises(FileNotFoundError, match="cached model not found"):
         vc.cached_model_dir(manifest)
 
 
-MAKE_ACTOR = '''
+MAKE_ACTOR = """
 import json, sys
 from pathlib import Path
 import torch
@@ -207,20 +307,33 @@ torch.save(state, actor / "model_world_size_1_rank_0.pt")  # verl's own FSDP sha
 (actor / "fsdp_config.json").write_text(json.dumps({"world_size": 1}))
 save_file({k: v.to(torch.bfloat16).contiguous() for k, v in state.items() if k != "lm_head.weight"},
           str(actor.parent / "reference.safetensors"))
-'''
+"""
 
 
-@pytest.mark.skipif(not Path(VERL_PYTHON).exists(), reason="needs an interpreter with verl 0.9.1 (EXGRPO_VERL_PYTHON)")
+@pytest.mark.skipif(
+    not Path(VERL_PYTHON).exists(), reason="needs an interpreter with verl 0.9.1 (EXGRPO_VERL_PYTHON)"
+)
 def test_hf_export_runs_verls_model_merger_on_a_one_rank_checkpoint(tmp_path):
     from safetensors.torch import load_file
 
     actor = tmp_path / "checkpoints/global_step_6/actor"
     subprocess.run([VERL_PYTHON, "-c", MAKE_ACTOR, str(actor)], check=True, capture_output=True)
-    target = vc.export_hf(actor, tmp_path / "final", 6, python=VERL_PYTHON,
-                          run=lambda argv, check: subprocess.run(argv, check=check, capture_output=True))
+    target = vc.export_hf(
+        actor,
+        tmp_path / "final",
+        6,
+        python=VERL_PYTHON,
+        run=lambda argv, check: subprocess.run(argv, check=check, capture_output=True),
+    )
     assert target == tmp_path / "final" and not (tmp_path / ".final.tmp").exists()
-    merged, reference = load_file(str(target / "model.safetensors")), load_file(str(actor.parent / "reference.safetensors"))
+    merged, reference = (
+        load_file(str(target / "model.safetensors")),
+        load_file(str(actor.parent / "reference.safetensors")),
+    )
     assert sorted(merged) == sorted(reference)
     assert all(merged[k].equal(reference[k]) for k in reference)
     assert (target / "tokenizer.json").exists()
-    assert json.loads((target / vc.EXPORT_MARKER).read_text()) == {"actor_dir": str(actor.resolve()), "step": 6}
+    assert json.loads((target / vc.EXPORT_MARKER).read_text()) == {
+        "actor_dir": str(actor.resolve()),
+        "step": 6,
+    }

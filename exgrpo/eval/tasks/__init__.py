@@ -36,8 +36,16 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, float]
 
     samples = results[0] if results and isinstance(results[0], list) else results
     max_chars = ExGRPOConfig().reward_max_chars
-    scores = [grade_one(str(text), doc["answer"], doc["kind"], region=doc.get("grade_region", "after_think"),
-                        require_think_close=bool(doc.get("require_think_close", True)), max_chars=max_chars).score
-              for text in samples]
+    scores = [
+        grade_one(
+            str(text),
+            doc["answer"],
+            doc["kind"],
+            region=doc.get("grade_region", "after_think"),
+            require_think_close=bool(doc.get("require_think_close", True)),
+            max_chars=max_chars,
+        ).score
+        for text in samples
+    ]
     n = max(len(scores), 1)
     return {"avg_at_k": sum(scores) / n, "pass_at_k": float(any(s > 0 for s in scores))}

@@ -54,8 +54,9 @@ def fault_point(phase: str, step: int) -> None:
         time.sleep(60)
 
 
-def dumping_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = None, *, loss_fn: Any,
-                       dump_dir: str) -> tuple[Any, dict[str, float]]:
+def dumping_actor_loss(
+    model_output: dict[str, Any], data: Any, dp_group: Any = None, *, loss_fn: Any, dump_dir: str
+) -> tuple[Any, dict[str, float]]:
     """`loss_fn(model_output, data, dp_group)`, plus a dump of its inputs and result (module docstring)."""
     import torch
     from safetensors.torch import save_file
@@ -69,15 +70,28 @@ def dumping_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = 
     out.mkdir(parents=True, exist_ok=True)
     done = len(list(out.glob(f"pid{os.getpid()}_*.safetensors")))
     if done < MAX_LOSS_DUMPS:
-        fields = ["response_mask", "old_log_probs", "advantages", IS_REPLAY_FIELD, BEHAV_FIELD, SAMPLE_MASK_FIELD]
+        fields = [
+            "response_mask",
+            "old_log_probs",
+            "advantages",
+            IS_REPLAY_FIELD,
+            BEHAV_FIELD,
+            SAMPLE_MASK_FIELD,
+        ]
         padded = data.select(*fields).to_padded_tensor()
         tensors = {k: padded[k].detach().float().contiguous() for k in fields}
-        tensors["log_probs"] = no_padding_2_padding(model_output["log_probs"], data).detach().float().contiguous()
+        tensors["log_probs"] = (
+            no_padding_2_padding(model_output["log_probs"], data).detach().float().contiguous()
+        )
         if model_output.get("entropy") is not None:
-            tensors["entropy"] = no_padding_2_padding(model_output["entropy"], data).detach().float().contiguous()
+            tensors["entropy"] = (
+                no_padding_2_padding(model_output["entropy"], data).detach().float().contiguous()
+            )
         tensors["loss"] = loss.detach().float().reshape(1)
-        meta = {k: tu.get_non_tensor_data(data=data, key=k, default=None)
-                for k in ("dp_size", "batch_num_tokens", "global_batch_size", REPLAY_ACTIVE_KEY)}
+        meta = {
+            k: tu.get_non_tensor_data(data=data, key=k, default=None)
+            for k in ("dp_size", "batch_num_tokens", "global_batch_size", REPLAY_ACTIVE_KEY)
+        }
         meta = {k: json.dumps(v.item() if isinstance(v, torch.Tensor) else v) for k, v in meta.items()}
         path = out / f"pid{os.getpid()}_{done}.safetensors"
         save_file(tensors, str(path.with_suffix(".tmp")), metadata=meta)
@@ -85,4 +99,12 @@ def dumping_actor_loss(model_output: dict[str, Any], data: Any, dp_group: Any = 
     return loss, metrics
 
 
-__all__ = ["DEBUG_ENV", "HOLD_ENV", "HOLD_PHASES", "MAX_LOSS_DUMPS", "debug_dir", "dumping_actor_loss", "fault_point"]
+__all__ = [
+    "DEBUG_ENV",
+    "HOLD_ENV",
+    "HOLD_PHASES",
+    "MAX_LOSS_DUMPS",
+    "debug_dir",
+    "dumping_actor_loss",
+    "fault_point",
+]

@@ -28,19 +28,24 @@ from typing import Any
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHARACTERS = (*[chr(c) for c in range(33, 127)], "Ġ", "Ċ")
 """Byte-level symbols of printable ASCII; 'Ġ' is the space byte and 'Ċ' the newline byte."""
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 TOY_REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     """Toy rule: an even number of response characters is 'correct' (a random model solves ~half)."""
     return {"score": float(len(solution_str) % 2 == 0)}
 '''
 SMALL_OVERRIDES = (
-    "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2048",
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=2048",
-    "actor_rollout_ref.rollout.max_model_len=96", "trainer.test_freq=-1", "trainer.logger=[console,file]",
+    "actor_rollout_ref.rollout.max_model_len=96",
+    "trainer.test_freq=-1",
+    "trainer.logger=[console,file]",
 )
 """Hydra overrides that shrink the demo to seconds per step (8 questions x K=4 rollouts)."""
 
@@ -67,10 +72,19 @@ def write_tiny_model(path: str | Path, seed: int = 0) -> Path:
     path = Path(path)
     tok = byte_tokenizer()
     tok.save_pretrained(path)
-    config = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                         bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(seed)
     Qwen2ForCausalLM(config).save_pretrained(path, safe_serialization=True)
     return path
@@ -81,32 +95,69 @@ def write_toy_data(path: str | Path, n: int, start: int = 0) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"data_source": "toy", "prompt": [{"role": "user", "content": f"what is {i} ?"}], "ability": "math",
-             "reward_model": {"style": "rule", "ground_truth": str(i)}, "extra_info": {"index": i},
-             "qid": f"q{i}"} for i in range(start, start + n)]
+    rows = [
+        {
+            "data_source": "toy",
+            "prompt": [{"role": "user", "content": f"what is {i} ?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(i)},
+            "extra_info": {"index": i},
+            "qid": f"q{i}",
+        }
+        for i in range(start, start + n)
+    ]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
 
-def write_demo(root: str | Path, *, steps: int = 4, n_train: int = 64, n_val: int = 8, seed: int = 0,
-               overrides: dict[str, Any] | None = None) -> dict[str, Path]:
+def write_demo(
+    root: str | Path,
+    *,
+    steps: int = 4,
+    n_train: int = 64,
+    n_val: int = 8,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Path]:
     """Model, data, reward and a CPU-mode run directory under `root`; returns their paths."""
     from exgrpo.verl_plugin import hydra_config as hc
 
     root = Path(root).resolve()
-    paths = {"root": root, "model": root / "model", "run": root / "run", "reward": root / "toy_reward.py",
-             "train": root / "train.parquet", "val": root / "valid.parquet"}
+    paths = {
+        "root": root,
+        "model": root / "model",
+        "run": root / "run",
+        "reward": root / "toy_reward.py",
+        "train": root / "train.parquet",
+        "val": root / "valid.parquet",
+    }
     write_tiny_model(paths["model"], seed=seed)
     write_toy_data(paths["train"], n_train)
     write_toy_data(paths["val"], n_val, start=n_train)
     paths["reward"].write_text(TOY_REWARD, encoding="utf-8")
-    backbone = {"scale": "paper", "hf_id": str(paths["model"]), "steps": int(steps), "max_prompt_length": 48,
-                "max_response_length": 16, "resources": {"train": {"nodes": 1, "gpus_per_node": 1}}}
-    cfg = hc.variant_config("exgrpo", backbone, {"n_rollouts": 4, "delayed_start": False, **(overrides or {})})
-    flat = hc.verl_overrides("toy", backbone, cfg, variant="exgrpo", seed=seed, run_dir=paths["run"],
-                             train_files=str(paths["train"]), val_files=str(paths["val"]))
+    backbone = {
+        "scale": "paper",
+        "hf_id": str(paths["model"]),
+        "steps": int(steps),
+        "max_prompt_length": 48,
+        "max_response_length": 16,
+        "resources": {"train": {"nodes": 1, "gpus_per_node": 1}},
+    }
+    cfg = hc.variant_config(
+        "exgrpo", backbone, {"n_rollouts": 4, "delayed_start": False, **(overrides or {})}
+    )
+    flat = hc.verl_overrides(
+        "toy",
+        backbone,
+        cfg,
+        variant="exgrpo",
+        seed=seed,
+        run_dir=paths["run"],
+        train_files=str(paths["train"]),
+        val_files=str(paths["val"]),
+    )
     flat["reward.custom_reward_function.path"] = str(paths["reward"])
     hc.write_run_config(paths["run"], flat, device="cpu")
     return paths
@@ -114,29 +165,56 @@ def write_demo(root: str | Path, *, steps: int = 4, n_train: int = 64, n_val: in
 
 def launch_command(run_dir: str | Path, overrides: list[str]) -> list[str]:
     """argv of `python -m exgrpo.verl_plugin.main` on a run directory, with the demo's small overrides."""
-    return [sys.executable, "-m", "exgrpo.verl_plugin.main", "--config-path", str(Path(run_dir).resolve()),
-            "--config-name", "exgrpo_run", *SMALL_OVERRIDES, *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "exgrpo.verl_plugin.main",
+        "--config-path",
+        str(Path(run_dir).resolve()),
+        "--config-name",
+        "exgrpo_run",
+        *SMALL_OVERRIDES,
+        *overrides,
+    ]
 
 
 def launch_env(log: str | Path | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment + the plug-in module, full Hydra errors and verl's metrics file `log`."""
-    full_env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin", "HYDRA_FULL_ERROR": "1",
-                **(env or {})}
+    full_env = {
+        **os.environ,
+        "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin",
+        "HYDRA_FULL_ERROR": "1",
+        **(env or {}),
+    }
     if log is not None:
         full_env["VERL_FILE_LOGGER_PATH"] = str(Path(log).resolve())
     return full_env
 
 
-def launch(run_dir: str | Path, overrides: list[str], *, log: str | Path | None = None,
-           env: dict[str, str] | None = None, timeout: float | None = None, capture: bool = False
-           ) -> subprocess.CompletedProcess:
+def launch(
+    run_dir: str | Path,
+    overrides: list[str],
+    *,
+    log: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    capture: bool = False,
+) -> subprocess.CompletedProcess:
     """`python -m exgrpo.verl_plugin.main` on a run directory, from inside it (as the launch scripts do)."""
-    return subprocess.run(launch_command(run_dir, overrides), cwd=Path(run_dir).resolve(), env=launch_env(log, env),
-                          timeout=timeout, capture_output=capture, text=True)
+    return subprocess.run(
+        launch_command(run_dir, overrides),
+        cwd=Path(run_dir).resolve(),
+        env=launch_env(log, env),
+        timeout=timeout,
+        capture_output=capture,
+        text=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m exgrpo.verl_plugin.cpu.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m exgrpo.verl_plugin.cpu.demo", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("out", type=Path, help="folder for the model, data and run directory")
     parser.add_argument("--steps", type=int, default=4, help="training steps")
     parser.add_argument("--save-freq", type=int, default=2, help="verl checkpoint every N steps")
@@ -144,8 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = write_demo(args.out, steps=args.steps)
     print(f"[exgrpo] CPU-mode run directory: {paths['run']}", flush=True)
-    done = launch(paths["run"], [f"trainer.save_freq={args.save_freq}", *args.overrides],
-                  log=paths["run"] / f"metrics.attempt0.{int(time.time())}.jsonl")
+    done = launch(
+        paths["run"],
+        [f"trainer.save_freq={args.save_freq}", *args.overrides],
+        log=paths["run"] / f"metrics.attempt0.{int(time.time())}.jsonl",
+    )
     return done.returncode
 
 

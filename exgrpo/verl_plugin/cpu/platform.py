@@ -205,4 +205,11 @@ class PlatformCPU(PlatformBase):
         return None
 
 
-__all__ = ["DEVICE_MODULE", "PLATFORM_NAME", "CPUDeviceModule", "PlatformCPU", "collapse_gloo_backend", "install_gloo_backend_fix"]
+__all__ = [
+    "DEVICE_MODULE",
+    "PLATFORM_NAME",
+    "CPUDeviceModule",
+    "PlatformCPU",
+    "collapse_gloo_backend",
+    "install_gloo_backend_fix",
+]

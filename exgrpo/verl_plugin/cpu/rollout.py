@@ -69,8 +69,14 @@ def weights_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> str:
     return h.hexdigest()
 
 
-def max_new_tokens(sampling_params: dict[str, Any], prompt_len: int, *, prompt_length: int, response_length: int,
-                   max_model_len: int | None) -> int:
+def max_new_tokens(
+    sampling_params: dict[str, Any],
+    prompt_len: int,
+    *,
+    prompt_length: int,
+    response_length: int,
+    max_model_len: int | None,
+) -> int:
     """verl's rule for a request's budget: `max_tokens` if given, else the response length capped by
     prompt_length + response_length - prompt_len; never beyond max_model_len - prompt_len; at least 1."""
     if "max_tokens" in sampling_params:
@@ -129,27 +135,45 @@ class HFRolloutServer:
 
     def _reseed(self) -> None:
         step = -1 if self.global_steps is None else int(self.global_steps)
-        self.generator.manual_seed((int(self.config.seed) * 1_000_003 + self.replica_rank * 7_919 + step) % 2**63)
+        self.generator.manual_seed(
+            (int(self.config.seed) * 1_000_003 + self.replica_rank * 7_919 + step) % 2**63
+        )
 
     # ------------------------------------------------------------------ generation
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
         if image_data is not None or video_data is not None:
             raise ValueError(f"{ROLLOUT_NAME} rollout: multimodal inputs are not supported")
         if not prompt_ids:
             raise ValueError(f"request {request_id}: empty prompt")
         temperature, top_p = _check_sampling(sampling_params)
-        budget = max_new_tokens(sampling_params, len(prompt_ids), prompt_length=int(self.config.prompt_length),
-                                response_length=int(self.config.response_length),
-                                max_model_len=self.config.max_model_len)
+        budget = max_new_tokens(
+            sampling_params,
+            len(prompt_ids),
+            prompt_length=int(self.config.prompt_length),
+            response_length=int(self.config.response_length),
+            max_model_len=self.config.max_model_len,
+        )
         want_logp = bool(sampling_params.get("logprobs", True))
         future = asyncio.get_running_loop().create_future()
         self._pending.append(((temperature, top_p, budget), [int(t) for t in prompt_ids], future))
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._drain())
         ids, logp = await future
-        return TokenOutput(token_ids=ids, log_probs=logp if want_logp else None, stop_reason="completed",
-                           extra_fields={"global_steps": self.global_steps})
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=logp if want_logp else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps},
+        )
 
     async def _drain(self) -> None:
         await asyncio.sleep(BATCH_WAIT_S)
@@ -161,7 +185,7 @@ class HFRolloutServer:
                     groups.setdefault(key, []).append((prompt, fut))
                 for key, items in groups.items():
                     for start in range(0, len(items), MAX_BATCH):
-                        chunk = items[start:start + MAX_BATCH]
+                        chunk = items[start : start + MAX_BATCH]
                         try:
                             outs = await asyncio.to_thread(self._sample, key, [p for p, _ in chunk])
                         except Exception as err:  # noqa: BLE001 (handed to every waiting request)
@@ -177,39 +201,57 @@ class HFRolloutServer:
         from exgrpo.tiny.rollout import generate
 
         temperature, top_p, budget = key
-        batch = generate(self.model, self.tokenizer, prompts, max_new_tokens=int(budget), temperature=temperature,
-                         top_p=top_p, generator=self.generator)
+        batch = generate(
+            self.model,
+            self.tokenizer,
+            prompts,
+            max_new_tokens=int(budget),
+            temperature=temperature,
+            top_p=top_p,
+            generator=self.generator,
+        )
         out = []
         for i, n in enumerate(batch.lengths.tolist()):
             out.append((batch.response_ids[i, :n].tolist(), batch.logprobs[i, :n].tolist()))
         return out
 
     # ------------------------------------------------------------------ weights
-    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], global_steps: int | None = None
-                             ) -> dict[str, Any]:
+    async def update_weights(
+        self, named_tensors: list[tuple[str, torch.Tensor]], global_steps: int | None = None
+    ) -> dict[str, Any]:
         """Load the actor's parameters (HF names) into the model; every model parameter must be covered,
         except a tied output embedding."""
         async with self._lock:
             state = dict(self.model.state_dict())
             unknown = [n for n, _ in named_tensors if n not in state]
             if unknown:
-                raise KeyError(f"{ROLLOUT_NAME} rollout: actor parameters not in the rollout model: {unknown[:5]}")
+                raise KeyError(
+                    f"{ROLLOUT_NAME} rollout: actor parameters not in the rollout model: {unknown[:5]}"
+                )
             tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
-            missing = sorted(set(n for n, _ in self.model.named_parameters()) - {n for n, _ in named_tensors} - tied)
+            missing = sorted(
+                set(n for n, _ in self.model.named_parameters()) - {n for n, _ in named_tensors} - tied
+            )
             if missing:
                 raise KeyError(f"{ROLLOUT_NAME} rollout: the update misses parameters {missing[:5]}")
             with torch.no_grad():
                 for name, tensor in named_tensors:
                     if tuple(tensor.shape) != tuple(state[name].shape):
-                        raise ValueError(f"{name}: actor shape {tuple(tensor.shape)} != rollout "
-                                         f"{tuple(state[name].shape)}")
+                        raise ValueError(
+                            f"{name}: actor shape {tuple(tensor.shape)} != rollout {tuple(state[name].shape)}"
+                        )
                     state[name].copy_(tensor.to(state[name].dtype))
             self.weights_version += 1
             if global_steps is not None:
                 self.global_steps = int(global_steps)
             self._reseed()
-            record = {"version": self.weights_version, "global_steps": self.global_steps,
-                      "params": len(named_tensors), "fingerprint": self.fingerprint(), "time": time.time()}
+            record = {
+                "version": self.weights_version,
+                "global_steps": self.global_steps,
+                "params": len(named_tensors),
+                "fingerprint": self.fingerprint(),
+                "time": time.time(),
+            }
         path = os.environ.get(LOG_ENV)
         if path:
             with open(path, "a", encoding="utf-8") as fh:
@@ -265,11 +307,16 @@ class HFRolloutServer:
 class CPURolloutAdapter(BaseRollout):
     """Rollout side of an actor worker: ships the actor's weights to this replica's `HFRolloutServer`."""
 
-    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **kwargs: Any):
+    def __init__(
+        self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **kwargs: Any
+    ):
         super().__init__(config, model_config, device_mesh)
         rank = int(os.environ.get("RANK", 0))
-        world = int(self.config.tensor_model_parallel_size * self.config.data_parallel_size
-                    * self.config.pipeline_model_parallel_size)
+        world = int(
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
         self.replica_rank = rank // world if replica_rank == -1 else int(replica_rank)
         self.rollout_rank = rank % world
         self._server = None
@@ -286,10 +333,13 @@ class CPURolloutAdapter(BaseRollout):
         return None
 
     @torch.no_grad()
-    async def update_weights(self, weights: Any, wire_format: str = "named_tensors", global_steps: int | None = None,
-                             **kwargs: Any) -> None:
+    async def update_weights(
+        self, weights: Any, wire_format: str = "named_tensors", global_steps: int | None = None, **kwargs: Any
+    ) -> None:
         if wire_format != "named_tensors":
-            raise ValueError(f"{ROLLOUT_NAME} rollout supports wire_format='named_tensors' only, got {wire_format!r}")
+            raise ValueError(
+                f"{ROLLOUT_NAME} rollout supports wire_format='named_tensors' only, got {wire_format!r}"
+            )
         named = []
         for name, tensor in weights:  # every rank iterates: gathering a sharded parameter is collective
             full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
@@ -310,12 +360,20 @@ class CPURolloutReplica(RolloutReplica):
             raise RuntimeError(f"{ROLLOUT_NAME} replica {self.replica_rank}: no workers (hybrid mode only)")
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        node_id = await self.workers[0].__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
+        node_id = await self.workers[0].__ray_call__.remote(
+            lambda _self: ray.get_runtime_context().get_node_id()
+        )
         name = server_name(self.replica_rank) + self.name_suffix
-        server = ray.remote(HFRolloutServer).options(
-            name=name, num_cpus=0, max_concurrency=self.max_concurrency,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-        ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        server = (
+            ray.remote(HFRolloutServer)
+            .options(
+                name=name,
+                num_cpus=0,
+                max_concurrency=self.max_concurrency,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+            )
+            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        )
         self.servers = [server]
         self._server_handle = server
         self._server_address = await server.get_server_address.remote()
@@ -329,5 +387,13 @@ def register() -> None:
 
 register()
 
-__all__ = ["CPURolloutAdapter", "CPURolloutReplica", "HFRolloutServer", "ROLLOUT_NAME", "max_new_tokens",
-           "register", "server_name", "weights_fingerprint"]
+__all__ = [
+    "CPURolloutAdapter",
+    "CPURolloutReplica",
+    "HFRolloutServer",
+    "ROLLOUT_NAME",
+    "max_new_tokens",
+    "register",
+    "server_name",
+    "weights_fingerprint",
+]
