@@ -74,9 +74,11 @@ rule reproduce_study:
         table="%s/{source}/reproduction/{study}.json" % RESULTS,
     log:
         "logs/reproduce/{source}/{study}.log",
-    localrule: True
     conda:
         "../envs/cpu.yaml"
+    threads: 1
+    resources:
+        **cpu_resources(),
     params:
         backbones=backbones_file(),
         results=lambda wc, output: results_root_of(output.report, wc.source),
