@@ -49,6 +49,9 @@ TEMPLATES: dict[str, frozenset[str]] = {
 }
 """Prompt templates per scale: the tiny task's own, or the release's (luffy) and the Llama-base prompt (§G.1)."""
 
+TINY_MAX_POSITIONS = 256
+"""Position table of the tiny models (`max_position_embeddings`); `exgrpo.tiny.models` builds them with it."""
+
 
 def load_backbones(
     path: str | Path = DEFAULT_BACKBONES, schema_dir: str | Path = SCHEMA_DIR
@@ -89,9 +92,7 @@ def _check_entry(name: str, entry: Mapping[str, Any], path: str) -> None:
         )
     if scale == "tiny":  # (its resources have no GPUs or nodes: the schema's tiny_resources)
         _check_arch(entry, fail)
-        from exgrpo.tiny.models import MAX_POSITIONS  # the tiny models' position table (no torch import)
-
-        if run_context(entry) > MAX_POSITIONS:
+        if run_context(entry) > TINY_MAX_POSITIONS:
             field = (
                 ["context_extension", "max_position_embeddings"]
                 if entry.get("context_extension")
@@ -100,7 +101,7 @@ def _check_entry(name: str, entry: Mapping[str, Any], path: str) -> None:
             raise fail(
                 field,
                 f"{run_context(entry)} exceeds the tiny models' position table "
-                f"(exgrpo.tiny.models.MAX_POSITIONS = {MAX_POSITIONS})",
+                f"(exgrpo.backbones.TINY_MAX_POSITIONS = {TINY_MAX_POSITIONS})",
             )
     lengths = int(entry["max_prompt_length"]) + int(entry["max_response_length"])
     context = run_context(entry)

@@ -188,7 +188,9 @@ _RULE = re.compile(r"^rule (\w+):")
 def local_rules(workdir: str | Path = ".") -> set[str]:
     """Rules that run on the submit host: `localrule: True` inside a rule, or listed under `localrules:`.
 
-    Read from the Snakefile and workflow/rules/*.smk (Snakemake's dry run does not print it)."""
+    Read from the Snakefile and workflow/rules/*.smk (Snakemake's dry run does not print it). The study
+    targets, defined in a loop with a computed `name:`, are not found here: callers add the target they plan
+    (it only gathers its inputs)."""
     root = Path(workdir)
     names: set[str] = set()
     for path in [root / "Snakefile", *sorted((root / "workflow" / "rules").glob("*.smk"))]:

@@ -14,9 +14,9 @@ from exgrpo.resolve import TRAINING_LIBRARIES, library_versions_of
 
 def _tiny_fingerprint(model_dir) -> str:
     from exgrpo.tiny.run import run_fingerprint
-    from exgrpo.tiny.trainer import TrainArgs
+    from exgrpo.trainer_settings import TrainerSettings
 
-    return run_fingerprint(config_for("exgrpo"), TrainArgs(), 0, 0, None, model_dir)[0]
+    return run_fingerprint(config_for("exgrpo"), TrainerSettings(), 0, 0, None, model_dir)[0]
 
 
 @pytest.mark.parametrize("dist", ["torch", "transformers", "sympy", "antlr4-python3-runtime", "math-verify"])

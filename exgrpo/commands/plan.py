@@ -33,5 +33,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--limit-min", f"must be >= 1 minute, got {args.limit_min}")
     config = {"partition_limit_min": args.limit_min} if args.limit_min else None
     text = dry_run(args.target, profile=args.profile or None, cwd=args.workdir, config=config)
-    print(build_plan(args.target, parse_dry_run(text, local_rules(args.workdir)), args.limit_min).render())
+    print(
+        build_plan(
+            args.target, parse_dry_run(text, local_rules(args.workdir) | {args.target}), args.limit_min
+        ).render()
+    )
     return 0

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from exgrpo.backbones import TINY_MAX_POSITIONS
 from exgrpo.config import ConfigError
 from exgrpo.io import file_sha256
 from exgrpo.suggest import unknown
@@ -33,7 +34,7 @@ ARCH_KEYS = {
     "intermediate_size",
     "num_key_value_heads",
 }
-MAX_POSITIONS = 256
+MAX_POSITIONS = TINY_MAX_POSITIONS  # one owner (exgrpo.backbones), which the registry checks
 """Longest sequence (prompt + response) the tiny models support; the task needs < 120."""
 
 
