@@ -189,10 +189,20 @@ def local_rules(workdir: str | Path = ".") -> set[str]:
     """Rules that run on the submit host: `localrule: True` inside a rule, or listed under `localrules:`.
 
     Read from the Snakefile and workflow/rules/*.smk (Snakemake's dry run does not print it). The study
-    targets, defined in a loop with a computed `name:`, are not found here: callers add the target they plan
-    (it only gathers its inputs)."""
+    targets, defined in a loop with a computed `name:`, come from config/config.yaml's studies through the
+    workflow's one map (`target_studies`); a study added by an overlay is not seen here, so callers also add
+    the target they plan (it only gathers its inputs)."""
+    import yaml
+
+    from exgrpo.workflow_config import target_studies
+
     root = Path(workdir)
     names: set[str] = set()
+    config = root / "config" / "config.yaml"
+    if config.is_file():
+        names.update(
+            target_studies((yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("studies", {}))
+        )
     for path in [root / "Snakefile", *sorted((root / "workflow" / "rules").glob("*.smk"))]:
         if not path.is_file():
             continue

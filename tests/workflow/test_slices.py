@@ -39,7 +39,7 @@ def test_headline_is_table1_row_with_at_most_15_jobs(dry_headline):
     assert evals == {("base", "paper"), ("on_policy", "paper"), ("exgrpo", "paper")}
     outputs = {p for j in _by_rule(result, "eval_paper") for p in j.output}
     assert {
-        f"results/paper-repro/eval/qwen2.5-math-7b/{v}/s0/{b}.paper.json"
+        f"reruns/paper-repro/eval/qwen2.5-math-7b/{v}/s0/{b}.paper.json"
         for v in ("base", "on_policy", "exgrpo")
         for b in BENCHMARKS
     } == outputs  # ID and OOD
