@@ -358,3 +358,4 @@ def prelim_parallel_args(backbone):
 include: "paper_paths.smk"
 include: "targets.smk"
 include: "regime_paths.smk"
+include: "segment_paths.smk"

@@ -144,9 +144,7 @@ def as_report(path, category, caption=None, **kwargs):
 def refuse_without_gpus(dag, targets):
     """Stop a real local run of GPU work where no GPU is visible (called from `onstart`)."""
     gpu_jobs = [
-        job.rule.name
-        for job in dag.needrun_jobs()
-        if job_gpus(job.resources) > 0
+        job.rule.name for job in dag.needrun_jobs() if job_gpus(job.resources) > 0
     ]
     why = gpu_refusal(
         targets,
