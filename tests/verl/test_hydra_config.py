@@ -119,15 +119,27 @@ def test_paper_backbones_compose_with_table4_values(tmp_path):
     assert written["table4"]["training_steps"] == 500 and written["departures"] == list(hc.DEPARTURES)
 
 
+CPU_TRAINER_ONLY = {"reward_kind": "step_credit"}
+"""Settings the verl plug-in refuses (step credit is the tiny Table 2 analogue's reward)."""
+
+
 def test_every_variant_composes_and_round_trips_its_exgrpo_config(tmp_path):
+    refused = []
     for variant in ABLATIONS:
         _, c = _compose(tmp_path, "qwen2.5-math-7b", variant)
+        cpu_only = [k for k, v in CPU_TRAINER_ONLY.items() if ABLATIONS[variant].get(k) == v]
+        if cpu_only:
+            with pytest.raises(ConfigError, match=f"exgrpo.config.{cpu_only[0]}"):
+                hc.check_verl_config(c)
+            refused.append(variant)
+            continue
         cfg = hc.check_verl_config(c)
         assert cfg == hc.variant_config(variant, BACKBONES["qwen2.5-math-7b"])
         for field, value in ABLATIONS[variant].items():
             assert getattr(cfg, field) == value, (variant, field)
         assert c.actor_rollout_ref.rollout.n == cfg.n_rollouts
         assert c.algorithm.norm_adv_by_std_in_grpo == cfg.adv_std_norm
+    assert refused == ["continuous_on_policy", "continuous_exgrpo"]
 
 
 def test_verl_keys_that_contradict_the_method_config_are_refused(tmp_path):

@@ -84,11 +84,11 @@ def test_plan_of_paper_headline_matches_the_registry_by_hand(workflow_copier, tm
     )
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
-    assert "12 jobs" in out  # with the reproduction report (reproduce_study, local)
+    assert "12 jobs" in out  # with the reproduction report (reproduce_study, a submitted 1 h job)
     assert (
         f"GPU-hours requested: {2 * train_h + 3 * eval_h:,.1f}" in out
     )  # 2 trainings + base/on-policy/ExGRPO evals
-    # one training, then its evaluation, then the render job (1 h default)
-    hours = (entry["train"]["runtime_min"] + entry["eval"]["runtime_min"] + 60) / 60
+    # one training, then its evaluation, then the render and reproduction-report jobs (1 h default each)
+    hours = (entry["train"]["runtime_min"] + entry["eval"]["runtime_min"] + 2 * 60) / 60
     assert f"critical path: {hours:.1f} h wall" in out
     assert "-> paper_headline" not in out  # the target only gathers its inputs: no job time of its own

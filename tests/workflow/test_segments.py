@@ -24,7 +24,7 @@ FAST = (
     "--latency-wait",
     "1",
 )
-RUN = "results/smoke/train/tiny-math-small/exgrpo/s0"
+RUN = "reruns/smoke/train/tiny-math-small/exgrpo/s0"  # results_dir: reruns (config/config.yaml)
 CKPT = "work/smoke/ckpt/tiny-math-small/exgrpo/s0"
 
 
