@@ -1,10 +1,12 @@
 """Every key of a training log, defined once: its name, meaning, unit and the runtimes that write it.
 
 A results log (`results/<source>/train/.../log.jsonl.gz`, results/README.md) has the same keys whichever
-runtime made it. The CPU trainer writes these names directly; verl and the plug-in compute some under verl's
-namespaces (`exgrpo/...`, `actor/exgrpo/...`, `critic/score/mean`: `Metric.verl_key`), and the plug-in renames
-them to these names before verl's trackers log them (`live_names`), so both runtimes show one vocabulary live;
-`exgrpo verl-collect` applies the same map (`verl_key_map`) only to read logs written before that.
+runtime made it. The step's counts are computed and named once, by the core (`exgrpo.core.step_metrics`), and
+both runtimes log them under these names, each the ones `writers` lists it for. verl computes some others under
+its own namespaces (`actor/exgrpo/...`, `critic/score/mean`, `timing_s/...`: `Metric.verl_key`), and the plug-in
+renames them to these names before verl's trackers log them (`live_names`), so both runtimes show one vocabulary
+live; `exgrpo verl-collect` applies the same map (`verl_key_map`) to read logs written before that (where the
+plug-in's own counts were `exgrpo/...` keys).
 `analysis.loader` checks every training log against `lookup`: an
 unknown key is an error naming it. Pure Python, no torch: the analysis imports it without a runtime.
 
@@ -230,42 +232,56 @@ REPLAY_ACTIVE_IN_LOSS = _m(
 )
 
 # ------------------------------------------------------------------------------------------ plug-in only
+FRESH_QUESTIONS = _m("exgrpo/fresh_questions", "Fresh questions in the step.", "count", VERL)
+REPLAY_ROWS = _m("exgrpo/replay_rows", "Replayed rows in the step's batch.", "count", VERL)
+REPLAY_REWARD_MEAN = _m(
+    "exgrpo/replay_reward_mean", "Mean reward of the replayed rows (1 by construction).", "fraction", VERL
+)
+REPLAY_AGE_MEAN = _m(
+    "exgrpo/replay_age_mean", "Mean age in steps of the replayed trajectories.", "step", VERL
+)
+SAMPLE_FRAC = _m("exgrpo/sample_frac", "Rows that get gradient under the difficulty mask.", "fraction", VERL)
+SELECTION_CANDIDATES = _m(
+    "exgrpo/selection_candidates", "Candidate trajectories scored for the step's o*.", "count", VERL
+)
+SHORT_GROUPS = _m(
+    "exgrpo/short_groups",
+    "Groups trained with fewer than K rollouts (failed agent-loop sessions; core.step.step_stats).",
+    "count",
+    VERL,
+)
+MISSING_ROLLOUTS = _m("exgrpo/missing_rollouts", "Rollouts the short groups lack.", "count", VERL)
+FAILED_PROMPTS = _m(
+    "exgrpo/failed_prompts",
+    "Submitted prompts with no rollout back at all (not trained, not recorded).",
+    "count",
+    VERL,
+)
+FAILED_SESSIONS = _m(
+    "exgrpo/failed_sessions",
+    "Rollout sessions of the step that failed: K per submitted prompt minus the rows "
+    "back (verl_plugin.failures, the failure budget).",
+    "count",
+    VERL,
+)
+FAILED_SESSION_SHARE = _m(
+    "exgrpo/failed_session_share",
+    "failed_sessions / (K x submitted prompts); past the failure budget's max_failed_share the run stops.",
+    "fraction",
+    VERL,
+)
 PLUGIN = (
-    _m("exgrpo/fresh_questions", "Fresh questions in the step.", "count", VERL),
-    _m("exgrpo/replay_rows", "Replayed rows in the step's batch.", "count", VERL),
-    _m(
-        "exgrpo/replay_reward_mean", "Mean reward of the replayed rows (1 by construction).", "fraction", VERL
-    ),
-    _m("exgrpo/replay_age_mean", "Mean age in steps of the replayed trajectories.", "step", VERL),
-    _m("exgrpo/sample_frac", "Rows that get gradient under the difficulty mask.", "fraction", VERL),
-    _m("exgrpo/selection_candidates", "Candidate trajectories scored for the next step.", "count", VERL),
-    _m(
-        "exgrpo/short_groups",
-        "Groups trained with fewer than K rollouts (failed agent-loop sessions; core.step.step_stats).",
-        "count",
-        VERL,
-    ),
-    _m("exgrpo/missing_rollouts", "Rollouts the short groups lack.", "count", VERL),
-    _m(
-        "exgrpo/failed_prompts",
-        "Submitted prompts with no rollout back at all (not trained, not recorded).",
-        "count",
-        VERL,
-    ),
-    _m(
-        "exgrpo/failed_sessions",
-        "Rollout sessions of the step that failed: K per submitted prompt minus the rows "
-        "back (verl_plugin.failures, the failure budget).",
-        "count",
-        VERL,
-    ),
-    _m(
-        "exgrpo/failed_session_share",
-        "failed_sessions / (K x submitted prompts); past the failure budget's "
-        "max_failed_share the run stops.",
-        "fraction",
-        VERL,
-    ),
+    FRESH_QUESTIONS,
+    REPLAY_ROWS,
+    REPLAY_REWARD_MEAN,
+    REPLAY_AGE_MEAN,
+    SAMPLE_FRAC,
+    SELECTION_CANDIDATES,
+    SHORT_GROUPS,
+    MISSING_ROLLOUTS,
+    FAILED_PROMPTS,
+    FAILED_SESSIONS,
+    FAILED_SESSION_SHARE,
 )
 
 METRICS: tuple[Metric, ...] = (

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,7 +40,25 @@ import torch
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 from exgrpo.core.buffer import Trajectory
+from exgrpo.core.data_order import DataOrder
 from exgrpo.core.selection import select_index
+
+
+# --------------------------------------------------------------------------- the step's questions
+def take_questions(order: DataOrder, manager: Any, n: int, batch_size: int) -> list[str]:
+    """The next `n` fresh question ids of the data order; at an epoch boundary the manager prunes retired
+    questions first (`ExperienceManager.prune_training_data`, guarded by the batch size B)."""
+    qids, _ = order.take(n, prune=lambda active: manager.prune_training_data(active, batch_size))
+    return qids
+
+
+def take_fresh(
+    cfg: ExGRPOConfig, order: DataOrder, manager: Any, batch_size: int, n_replay: int
+) -> list[str]:
+    """The fresh question ids trained in a step replaying `n_replay` questions (`fresh_counts`): taken from the
+    data order, the first `n_fresh` kept (`drop_fresh_overflow` consumes B and drops the rest, as released)."""
+    n_fresh, consume = fresh_counts(cfg, batch_size, n_replay)
+    return take_questions(order, manager, consume, batch_size)[:n_fresh] if consume else []
 
 
 # --------------------------------------------------------------------------- choosing o*
@@ -116,6 +135,60 @@ def choose_replayed(
     return out
 
 
+@dataclass
+class ReplayedPlan:
+    """The replayed side of a step: the planned questions and the o* chosen for each (plan order)."""
+
+    qids: list[str]
+    """The replayed question ids (`ExperienceManager.plan_replay`)."""
+    candidates: dict[str, list[Trajectory]]
+    """qid -> its stored trajectories when the plan was made."""
+    picked: list[int]
+    """Index of o* among each question's candidates."""
+
+    @property
+    def chosen(self) -> list[Trajectory]:
+        """o* per planned question."""
+        return [self.candidates[q][i] for q, i in zip(self.qids, self.picked)]
+
+    @property
+    def n_candidates(self) -> int:
+        """Candidates the selection looked at (the rows of a scoring pass)."""
+        return sum(len(self.candidates[q]) for q in self.qids)
+
+    def chosen_flat_rows(self) -> list[int]:
+        """Row of each o* in `flat_candidates(qids, candidates)` (the scoring pass's rows), plan order."""
+        starts = np.cumsum([0] + [len(self.candidates[q]) for q in self.qids[:-1]]).tolist()
+        return [int(s) + i for s, i in zip(starts, self.picked)] if self.qids else []
+
+
+def plan_replayed(
+    cfg: ExGRPOConfig,
+    qids: Sequence[str],
+    candidates: Callable[[str], list[Trajectory]],
+    generator: torch.Generator,
+    score: Callable[[list[tuple[str, Trajectory]]], torch.Tensor],
+) -> ReplayedPlan:
+    """o* for each of a step's replayed questions (paper Alg. 1 lines 9-11, §4.1).
+
+    Args:
+        qids: the step's replayed question ids (`ExperienceManager.plan_replay`).
+        candidates: qid -> its stored trajectories (`ExperienceManager.candidates`).
+        generator: the run's selection RNG (`choose_replayed`).
+        score: flat candidates -> [N] current-policy scores (`selection.candidate_scores`): the runtime's
+            forward over all candidates of the plan, in `flat_candidates` order. Called only when
+            `scoring_needed(cfg)` and the plan is not empty.
+    """
+    cands = {qid: candidates(qid) for qid in qids}
+    scores = score(flat_candidates(qids, cands)) if qids and scoring_needed(cfg) else None
+    return ReplayedPlan(list(qids), cands, choose_replayed(cfg, qids, cands, generator, scores))
+
+
+def replayed_session(n_rollouts: int) -> int:
+    """Position of o* inside its experiential group (verl: its session id): the last of the K."""
+    return n_rollouts - 1
+
+
 # --------------------------------------------------------------------------- rows and groups
 @dataclass
 class StepRows:
@@ -135,6 +208,8 @@ class StepRows:
     """[N] bool: False on filler rows of the runtime (verl's synthetic padding), which belong to no group."""
     n_rollouts: int
     """K."""
+    n_submitted: int = 0
+    """Slots named in `step_rows`'s `slot_order` (the prompts submitted); the first group ids."""
 
 
 def step_rows(
@@ -163,6 +238,7 @@ def step_rows(
             f"{len(rewards)} rewards"
         )
     order: dict[Hashable, int] = {s: i for i, s in enumerate(dict.fromkeys(slot_order))}
+    n_submitted = len(order)
     group = torch.tensor([order.setdefault(s, len(order)) for s in slots], dtype=torch.long)
     rows = StepRows(
         [str(q) for q in qids],
@@ -172,6 +248,7 @@ def step_rows(
         torch.as_tensor(np.asarray(rewards, dtype=np.float32)),
         torch.ones(n, dtype=torch.bool) if real is None else torch.as_tensor(list(real), dtype=torch.bool),
         int(n_rollouts),
+        n_submitted,
     )
     rows.is_replay &= rows.real
     slot_of = {g: s for s, g in order.items()}
@@ -196,6 +273,11 @@ def _members(rows: StepRows) -> list[list[int]]:
         if bool(rows.real[i]):
             out.setdefault(g, []).append(i)
     return [out[g] for g in sorted(out)]
+
+
+def fresh_rows(rows: StepRows) -> torch.Tensor:
+    """[N] bool: the real rows that are not a replayed o* (the step's fresh responses)."""
+    return rows.real & ~rows.is_replay
 
 
 def advantages_and_mask(rows: StepRows, cfg: ExGRPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,7 +308,7 @@ def kept_groups(rows: StepRows, sample_mask: torch.Tensor) -> int:
 
 def batch_pass1(rows: StepRows) -> float:
     """Fraction of the batch's real FRESH responses with reward 1 (the delayed-start signal, released `batch/solved`)."""
-    fresh = rows.real & ~rows.is_replay
+    fresh = fresh_rows(rows)
     return (
         float(rows.rewards[fresh].mean()) if bool(fresh.any()) else 0.0
     )  # float32, as both runtimes logged it
@@ -278,9 +360,10 @@ def step_stats(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> 
 
     mixed_fraction: share of real groups with 0 < k < K; bucket_<k>: groups with k successes (k = 0..K);
     kept_groups: groups the difficulty mask keeps; short_groups / missing_rows: groups with fewer than K
-    real rows and the rows they lack.
+    real rows and the rows they lack; empty_slots: submitted slots (`n_submitted`) with no real row.
     """
     members = _members(rows)
+    present = {int(rows.group[m[0]]) for m in members}
     mixed, buckets = success_histogram(group_success(rows, cfg), cfg.n_rollouts)
     short = [m for m in members if len(m) < rows.n_rollouts]
     return {
@@ -288,6 +371,7 @@ def step_stats(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> 
         "kept_groups": float(kept_groups(rows, sample_mask)),
         "short_groups": float(len(short)),
         "missing_rows": float(sum(rows.n_rollouts - len(m) for m in short)),
+        "empty_slots": float(sum(g not in present for g in range(rows.n_submitted))),
         **{f"bucket_{k}": n for k, n in enumerate(buckets)},
     }
 
@@ -310,6 +394,7 @@ def canonical_layout(
 
 __all__ = [
     "GroupRecord",
+    "ReplayedPlan",
     "StepRows",
     "advantages_and_mask",
     "batch_pass1",
@@ -317,11 +402,16 @@ __all__ = [
     "choose_replayed",
     "fresh_counts",
     "flat_candidates",
+    "fresh_rows",
     "group_records",
     "group_success",
     "kept_groups",
+    "plan_replayed",
     "record_groups",
+    "replayed_session",
     "scoring_needed",
     "step_rows",
     "step_stats",
+    "take_fresh",
+    "take_questions",
 ]

@@ -29,6 +29,8 @@ import torch
 from exgrpo import metrics as M
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core import step as core_step
+from exgrpo.core import step_batch as core_batch
+from exgrpo.core import step_metrics as core_metrics
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
@@ -75,6 +77,8 @@ class CPUTrainer:
         }
         self.verifier = Verifier.from_config(cfg)
         self.norm_const = resolve_norm_const(cfg.loss_norm_const, args.max_new_tokens)
+        self._replayed = core_step.ReplayedPlan([], {}, [])
+        """This step's replayed questions and their o* (`_select_all`)."""
         self._current_logp: list[torch.Tensor] = []
         """This step's o* log-probs under the current policy, in plan order, from the selection forward (π_θold
         of the replayed rows; empty when the selection scored nothing)."""
@@ -115,25 +119,26 @@ class CPUTrainer:
         rows = core_step.step_rows(
             qids, slots, is_replay, [*np.asarray(rewards, dtype=np.float32), *replay_rewards], K
         )
-        batch = self._assemble(rows, roll, chosen)
+        n_roll = len(owners)
+        masks = [roll.response_mask[i] for i in range(n_roll)]  # the rollout rows' response tokens
+        response_ids = [roll.response_ids[i][m] for i, m in enumerate(masks)]
+        sampling_logp = [roll.logprobs[i][m] for i, m in enumerate(masks)]
+        batch = self._assemble(rows, response_ids, sampling_logp, chosen)
         update_metrics = self._update(batch)
         t_upd = time.perf_counter() - t0 - t_sel - t_roll
 
-        core_step.record_groups(self.manager, rows, lambda i: _rollout_trajectory(roll, i, step), step)
-        pass1 = core_step.batch_pass1(rows)
-        exp_metrics = self.manager.end_step(step, pass1)
-        stats = core_step.step_stats(rows, batch["sample_mask"], self.cfg)
+        entropies = [roll.entropy[i][m] for i, m in enumerate(masks)]
+        trajectory = core_batch.row_trajectories(response_ids, sampling_logp, entropies, step)
+        core_step.record_groups(self.manager, rows, trajectory, step)
+        counts = core_metrics.step_metrics(rows, batch["sample_mask"], self.cfg)
+        exp_metrics = self.manager.end_step(step, counts[M.PASS1.name])
         metrics: dict[str, float] = {
             M.STEP.name: step,
-            M.PASS1.name: pass1,
             M.REWARD_BATCH_MEAN.name: float(rows.rewards.mean()) if len(rows.rewards) else 0.0,
-            M.ENTROPY.name: _masked_mean(roll.entropy, roll.response_mask),
-            M.RESPONSE_LENGTH.name: float(roll.response_mask.sum(1).float().mean()),
-            M.TRUNCATED_FRACTION.name: float(roll.truncated.float().mean()),
-            M.REPLAY_QUESTIONS.name: len(replay_qids),
-            M.MIXED_FRACTION.name: stats["mixed_fraction"],
-            M.MASKED_QUESTIONS.name: stats["kept_groups"],
-            **{f"exp/bucket_{k}": stats[f"bucket_{k}"] for k in range(K + 1)},
+            **core_metrics.response_metrics(roll.entropy, roll.response_mask, roll.truncated),
+            **core_metrics.logged_by(
+                {**core_metrics.plan_metrics(self._replayed, len(fresh_qids), step), **counts}, M.TINY
+            ),
             **exp_metrics,
             **update_metrics,
             **self.verifier.metrics(),
@@ -175,21 +180,16 @@ class CPUTrainer:
         return self._continuous(qids, texts, grades)
 
     def _select_all(self, qids: list[str]) -> list[Trajectory]:
-        """o* per replayed question, in plan order (`core.step.choose_replayed`; paper §4.1).
+        """o* per replayed question, in plan order (`core.step.plan_replayed`; paper §4.1).
 
         Current-policy scores come from one forward pass over all candidates of the step, in plan order, as
         the released collate function does (the released entropy mask depends on the global candidate index).
         """
         self._current_logp = []
-        if not qids:
-            return []
-        cands = {qid: self.manager.candidates(qid) for qid in qids}
-        scores = None
-        if core_step.scoring_needed(self.cfg):
-            flat = core_step.flat_candidates(qids, cands)
-            ids, mask = _pad(
-                [torch.tensor(c.token_ids, dtype=torch.long) for _, c in flat], self.tok.pad_token_id
-            )
+        scored: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def score_candidates(flat: list[tuple[str, Trajectory]]) -> torch.Tensor:
+            ids, mask = core_batch.candidate_tokens(flat, self.tok.pad_token_id)
             self.model.eval()
             with torch.no_grad():
                 logp, ent = score(
@@ -200,7 +200,8 @@ class CPUTrainer:
                     temperature=1.0,
                     with_entropy=metric_needs(self.cfg.selection_metric) == "entropy",
                 )
-            scores = candidate_scores(
+            scored.append((logp, mask))
+            return candidate_scores(
                 self.cfg,
                 mask=mask,
                 token_entropy=ent,
@@ -208,25 +209,32 @@ class CPUTrainer:
                 response_ids=ids,
                 pad_id=self.tok.pad_token_id,
             )
-        picked = core_step.choose_replayed(self.cfg, qids, cands, self.generators["select"], scores)
-        if scores is not None:  # the same weights as π_θold of the replayed rows: no second forward
-            starts = np.cumsum([0] + [len(cands[q]) for q in qids[:-1]])
-            self._current_logp = [logp[s + i][mask[s + i]] for s, i in zip(starts.tolist(), picked)]
-        return [cands[q][i] for q, i in zip(qids, picked)]
 
-    def _assemble(self, rows: core_step.StepRows, roll: Any, chosen: list[Trajectory]) -> dict[str, Any]:
-        """The update batch: rollout rows, then one replayed row per experiential question (Eq. 4)."""
-        n_roll = len(rows.qids) - len(chosen)
-        response_ids = [roll.response_ids[i][roll.response_mask[i]] for i in range(n_roll)]
-        behaviour = [roll.logprobs[i][roll.response_mask[i]] for i in range(n_roll)]
-        response_ids += [torch.tensor(t.token_ids, dtype=torch.long) for t in chosen]
-        behaviour += [torch.tensor(t.logprobs, dtype=torch.float32) for t in chosen]
-        batch = assemble_batch(
+        plan = core_step.plan_replayed(
+            self.cfg, qids, self.manager.candidates, self.generators["select"], score_candidates
+        )
+        self._replayed = plan
+        if scored:  # the same weights as π_θold of the replayed rows: no second forward
+            logp, mask = scored[0]
+            self._current_logp = [logp[r][mask[r]] for r in plan.chosen_flat_rows()]
+        return plan.chosen
+
+    def _assemble(
+        self,
+        rows: core_step.StepRows,
+        response_ids: list[torch.Tensor],
+        sampling_logp: list[torch.Tensor],
+        chosen: list[Trajectory],
+    ) -> dict[str, Any]:
+        """The update batch (`core.step_batch.update_batch`): rollout rows, then one replayed row per
+        experiential question (Eq. 4); π_θold of the replayed rows from the current policy."""
+        n_roll = len(response_ids)
+        batch = core_batch.update_batch(
             self.cfg,
             rows,
             [self.questions[q].prompt_ids for q in rows.qids],
-            response_ids,
-            behaviour,
+            response_ids + [torch.tensor(t.token_ids, dtype=torch.long) for t in chosen],
+            sampling_logp + [torch.tensor(t.logprobs, dtype=torch.float32) for t in chosen],
             self.tok.pad_token_id,
         )
         if chosen and len(self._current_logp) == len(chosen):  # scored by the selection forward
@@ -243,13 +251,12 @@ class CPUTrainer:
     def _update(self, batch: dict[str, Any]) -> dict[str, float]:
         """`mini_batches` optimizer steps over a seeded shuffle of the rows (ppo_epochs = 1)."""
         self.model.train()
-        n = batch["ids"].shape[0]
-        perm = torch.randperm(n, generator=self.generators["shuffle"])
+        chunks = core_batch.mini_batch_rows(
+            batch["ids"].shape[0], self.args.mini_batches, self.generators["shuffle"]
+        )
         sums: dict[str, float] = {}
         skipped = 0
-        for chunk in torch.tensor_split(perm, self.args.mini_batches):
-            if len(chunk) == 0:
-                continue
+        for chunk in chunks:
             idx = chunk.tolist()
             logp, ent = score(
                 self.model,
@@ -307,61 +314,6 @@ class CPUTrainer:
         )
         self.verifier.reset_metrics()
         return {M.STEP.name: step, M.VAL_ACC.name: float(np.mean(scores))}
-
-
-def assemble_batch(
-    cfg: ExGRPOConfig,
-    rows: core_step.StepRows,
-    prompts: list[list[int]],
-    response_ids: list[torch.Tensor],
-    behaviour_logp: list[torch.Tensor],
-    pad_id: int,
-) -> dict[str, Any]:
-    """The CPU trainer's update batch from a step's rows (row-aligned lists of 1-D tensors).
-
-    old_logp starts as the behaviour log-probs (exact π_θold for fresh rows sampled at T=1); the trainer then
-    overwrites the replayed rows with the current policy's. Advantages and the sample mask come from the core.
-    """
-    ids, mask = _pad(response_ids, pad_id)
-    blogp, _ = _pad(behaviour_logp, 0.0)
-    adv, sample_mask = core_step.advantages_and_mask(rows, cfg)
-    return {
-        "prompts": list(prompts),
-        "ids": ids,
-        "mask": mask,
-        "old_logp": blogp.clone(),
-        "blogp": blogp,
-        "adv": adv,
-        "is_replay": rows.is_replay.clone(),
-        "sample_mask": sample_mask,
-    }
-
-
-def _rollout_trajectory(roll: Any, i: int, step: int) -> Trajectory:
-    """Rollout row i as a buffer trajectory (response tokens, sampling log-probs, mean token entropy)."""
-    m = roll.response_mask[i]
-    ent = float(roll.entropy[i][m].mean()) if m.any() else float("nan")
-    return Trajectory(
-        token_ids=roll.response_ids[i][m].numpy().astype(np.int32),
-        logprobs=roll.logprobs[i][m].numpy().astype(np.float32),
-        step=step,
-        entropy=ent,
-    )
-
-
-def _pad(rows: list[torch.Tensor], value: float | int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad 1-D tensors to [N, T] and return (padded, mask)."""
-    width = max((len(r) for r in rows), default=0)
-    out = torch.full((len(rows), width), value, dtype=rows[0].dtype if rows else torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-        mask[i, : len(r)] = True
-    return out, mask
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((x * mask).sum() / mask.sum().clamp(min=1))
 
 
 def weights_digest(model: Any) -> str:

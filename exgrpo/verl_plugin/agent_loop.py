@@ -37,6 +37,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 from verl.workers.rollout.replica import TokenOutput
 
+from exgrpo.core import step as core_step
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin.failures import ERROR_PARTITION, FAIL_ENV, injected_failure
 
@@ -102,7 +103,7 @@ class ReplayAgentLoop(ReportingAgentLoop):
     """The reporting single-turn loop whose last session replays the prompt's stored trajectory."""
 
     async def _run_session(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        if kwargs.get("session_id") != vb.replay_session(int(self.rollout_config.n)):
+        if kwargs.get("session_id") != core_step.replayed_session(int(self.rollout_config.n)):
             return await super()._run_session(sampling_params, **kwargs)
         ids, logp = await stored_trajectory(str(kwargs["uid"]))
         if len(ids) > self.response_length:

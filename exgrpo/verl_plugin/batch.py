@@ -28,7 +28,7 @@ Departures from the CPU trainer, stated up front:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ import torch
 
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core import step as core_step
+from exgrpo.core import step_batch as core_batch
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.selection import candidate_scores
 
@@ -136,11 +137,6 @@ def replay_payload(
     return list(uids), fields
 
 
-def replay_session(n_rollouts: int) -> int:
-    """The session id that holds the replayed trajectory in an experiential group (the last one)."""
-    return n_rollouts - 1
-
-
 # --------------------------------------------------------------------------- trajectory rows after sampling
 def parse_key(key: str) -> tuple[str, int, int]:
     """`{uid}_{session}_{index}` → (uid, session, index)."""
@@ -178,7 +174,7 @@ def step_rows(
             f"misaligned batch: {len(keys)} keys, {len(tags)} tags, {len(qids)} qids, "
             f"{rewards.shape[0]} rewards"
         )
-    last = replay_session(n_rollouts)
+    last = core_step.replayed_session(n_rollouts)
     real = [not bool(t.get("is_padding", False)) for t in tags]
     is_replay = [u in replay_uids and s == last for u, s in zip(uids, sessions)]
     rows = core_step.step_rows(
@@ -192,67 +188,6 @@ def step_rows(
         slot_order=submitted,
     )
     return rows, uids
-
-
-def group_stats(rows: core_step.StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> dict[str, float]:
-    """The core's per-step group statistics under the plug-in's metric names (results contract).
-
-    `exgrpo/mixed_fraction` (share of groups with 0 < k < K, k as trained), `exgrpo/masked_questions`
-    (groups the difficulty mask keeps), `exp/bucket_<k>` (groups with k successes, k = 0..K),
-    `exgrpo/short_groups` and `exgrpo/missing_rollouts` (groups left short by failed rollout sessions).
-    """
-    s = core_step.step_stats(rows, sample_mask, cfg)
-    return {
-        "exgrpo/mixed_fraction": s["mixed_fraction"],
-        "exgrpo/masked_questions": s["kept_groups"],
-        "exgrpo/short_groups": s["short_groups"],
-        "exgrpo/missing_rollouts": s["missing_rows"],
-        **{f"exp/bucket_{k}": s[f"bucket_{k}"] for k in range(cfg.n_rollouts + 1)},
-    }
-
-
-def behaviour_log_probs(
-    rows: core_step.StepRows,
-    uids: Sequence[str],
-    response_lens: Sequence[int],
-    replay_logp: Mapping[str, np.ndarray],
-) -> list[torch.Tensor]:
-    """Per row, [response_len] float32: the stored π_past of the replayed trajectory on replayed rows,
-    zeros on all other rows. `replay_logp` maps uid → the chosen trajectory's log-probs."""
-    out = []
-    for i, n in enumerate(response_lens):
-        if bool(rows.is_replay[i]):
-            lp = np.asarray(replay_logp[uids[i]], dtype=np.float32)
-            if lp.shape != (n,):
-                raise ValueError(
-                    f"replayed trajectory of question {rows.qids[i]!r}: {lp.shape[0]} stored "
-                    f"log-probs but {n} response tokens in the batch (truncated?)"
-                )
-            out.append(torch.from_numpy(lp.copy()))
-        else:
-            out.append(torch.zeros(int(n), dtype=torch.float32))
-    return out
-
-
-def row_trajectory(
-    response_ids: Sequence[torch.Tensor],
-    old_log_probs: Sequence[torch.Tensor],
-    entropies: Sequence[torch.Tensor],
-    step: int,
-) -> Callable[[int], Trajectory]:
-    """Row i of a sampled batch as a buffer trajectory (for `core.step.record_groups`): its response tokens,
-    the actor's old log-probs as π_past, and its mean token entropy."""
-
-    def build(i: int) -> Trajectory:
-        ent = entropies[i]
-        return Trajectory(
-            token_ids=response_ids[i].numpy().astype(np.int32),
-            logprobs=old_log_probs[i].numpy().astype(np.float32),
-            step=int(step),
-            entropy=float(ent.mean()) if ent.numel() else float("nan"),
-        )
-
-    return build
 
 
 # --------------------------------------------------------------------------- trajectory selection
@@ -293,21 +228,15 @@ def score_candidates(
     actor's per-candidate log-probs and entropies ([len_i] each), via the core's `candidate_scores`."""
     if len(flat) != len(token_logp) or len(flat) != len(token_entropy):
         raise ValueError(f"{len(flat)} candidates but {len(token_logp)} log-prob rows")
-    width = max((len(c.token_ids) for c in flat), default=0)
-    mask = torch.zeros(len(flat), width, dtype=torch.bool)
-    ids = torch.full((len(flat), width), pad_id, dtype=torch.long)
-    logp = torch.zeros(len(flat), width)
-    ent = torch.zeros(len(flat), width)
     for i, c in enumerate(flat):
         n = len(c.token_ids)
         if token_logp[i].shape != (n,) or token_entropy[i].shape != (n,):
             raise ValueError(
                 f"candidate {i}: forward returned {tuple(token_logp[i].shape)} values for {n} tokens"
             )
-        mask[i, :n] = True
-        ids[i, :n] = torch.as_tensor(np.asarray(c.token_ids), dtype=torch.long)
-        logp[i, :n] = token_logp[i].float()
-        ent[i, :n] = token_entropy[i].float()
+    ids, mask = core_batch.candidate_tokens([("", c) for c in flat], pad_id)
+    logp, _ = core_batch.pad_rows([lp.float() for lp in token_logp], 0.0)
+    ent, _ = core_batch.pad_rows([e.float() for e in token_entropy], 0.0)
     return candidate_scores(
         cfg, mask=mask, token_entropy=ent, token_logp=logp, response_ids=ids, pad_id=pad_id
     )
@@ -326,17 +255,13 @@ __all__ = [
     "REPLAY_LOGP",
     "REPLAY_PARTITION",
     "SAMPLE_MASK_FIELD",
-    "behaviour_log_probs",
     "dataset_qids",
-    "group_stats",
     "new_uid",
     "parse_key",
     "prompt_rows",
     "qid_positions",
     "question_id",
     "replay_payload",
-    "replay_session",
-    "row_trajectory",
     "score_candidates",
     "scoring_rows",
     "step_rows",

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from exgrpo import metrics as M
 from exgrpo.config import ConfigError
 
 ERROR_PARTITION = "exgrpo_errors"
@@ -87,7 +88,7 @@ class FailureBudget:
             raise RolloutFailureError(
                 f"step {step}: {reason}; the engine's last error: {self.last_error or '(none reported)'}"
             )
-        return {"exgrpo/failed_sessions": float(failed), "exgrpo/failed_session_share": share}
+        return {M.FAILED_SESSIONS.name: float(failed), M.FAILED_SESSION_SHARE.name: share}
 
 
 def injected_failure(uid: str, session_id: int, share: float | None = None) -> bool:

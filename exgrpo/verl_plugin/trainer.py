@@ -55,6 +55,8 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from exgrpo import metrics as M
 from exgrpo.core import step as core_step
+from exgrpo.core import step_batch as core_batch
+from exgrpo.core import step_metrics as core_metrics
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
@@ -106,8 +108,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         self.prompt_cache: dict[str, np.ndarray] = {}
         self.data_order: DataOrder | None = None
         self.qid_pos: dict[str, int] = {}
-        self._plan: list[str] = []
-        self._chosen: list[Trajectory] = []
+        self._replayed = core_step.ReplayedPlan([], {}, [])  # the next step's replayed questions and o*
         self._replay_by_uid: dict[str, Trajectory] = {}
         self._submitted: list[str] = []  # uids of this step's prompts, in submission order (refills appended)
         self._step_pass1: float | None = None
@@ -125,11 +126,7 @@ class ExGRPOTrainer(PPOTrainerSync):
             flush=True,
         )
 
-    def _take_fresh(self, n: int) -> list[dict[str, Any]]:
-        batch_size = int(self.config.data.train_batch_size)
-        qids, _ = self.data_order.take(
-            n, prune=lambda active: self.manager.prune_training_data(active, batch_size)
-        )
+    def _items(self, qids: list[str]) -> list[dict[str, Any]]:
         return [self.train_dataset[self.qid_pos[q]] for q in qids]
 
     def _rows_to_batch(self, rows: list[dict[str, Any]]) -> TensorDict:
@@ -139,22 +136,25 @@ class ExGRPOTrainer(PPOTrainerSync):
 
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
         """Fresh prompts from the DataOrder (verl calls this to refill failed groups)."""
-        n = int(num_prompts or self.config.data.train_batch_size)
-        rows = vb.prompt_rows(self._take_fresh(n), [])
+        batch_size = int(self.config.data.train_batch_size)
+        qids = core_step.take_questions(
+            self.data_order, self.manager, int(num_prompts or batch_size), batch_size
+        )
+        rows = vb.prompt_rows(self._items(qids), [])
         self._submitted.extend(r["uid"] for r in rows)
         return self._rows_to_batch(rows)
 
     def prepare_step(self) -> dict:
         """Submit this step's prompts: B - n_exp fresh questions and the planned experiential ones."""
         batch_size = int(self.config.data.train_batch_size)
-        plan, chosen = self._plan, self._chosen
-        n_fresh, consume = core_step.fresh_counts(self.exgrpo_cfg, batch_size, len(plan))
-        fresh = self._take_fresh(consume)[:n_fresh] if consume else []
-        replay = [self.train_dataset[self.qid_pos[q]] for q in plan]
-        rows = vb.prompt_rows(fresh, replay)
-        self._replay_by_uid = {row["uid"]: traj for row, traj in zip(rows[n_fresh:], chosen)}
+        plan, chosen = self._replayed, self._replayed.chosen
+        fresh = core_step.take_fresh(
+            self.exgrpo_cfg, self.data_order, self.manager, batch_size, len(plan.qids)
+        )
+        rows = vb.prompt_rows(self._items(fresh), self._items(plan.qids))
+        self._replay_by_uid = {row["uid"]: traj for row, traj in zip(rows[len(fresh) :], chosen)}
         self._submitted = [row["uid"] for row in rows]
-        self._plan, self._chosen = [], []
+        self._replayed = core_step.ReplayedPlan([], {}, [])
         if chosen:
             keys, fields = vb.replay_payload(list(self._replay_by_uid), chosen)
             tq.kv_batch_put(
@@ -162,13 +162,9 @@ class ExGRPOTrainer(PPOTrainerSync):
             )
         self._submit_batch_to_rollout(self._rows_to_batch(rows))
         fault_point("rollout", self.global_steps)
-        age = [self.global_steps - t.step for t in chosen]
         self._prep_metrics = {
-            "exgrpo/replay_questions": float(len(plan)),
-            "exgrpo/fresh_questions": float(n_fresh),
-            "exgrpo/replay_age_mean": float(np.mean(age)) if age else 0.0,
-            "exgrpo/data_epoch": float(self.data_order.epoch),
-            "exgrpo/training_questions": float(len(self.data_order.active)),
+            **core_metrics.plan_metrics(plan, len(fresh), self.global_steps),
+            **core_metrics.data_metrics(self.data_order),
         }
         return {}
 
@@ -196,7 +192,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         )
         adv, sample_mask = core_step.advantages_and_mask(rows, cfg)
         lens = response_mask.offsets().diff().tolist()
-        behav = vb.behaviour_log_probs(
+        behav = core_batch.behaviour_log_probs(
             rows, uids, lens, {u: t.logprobs for u, t in self._replay_by_uid.items()}
         )
         padded_mask = response_mask.to_padded_tensor(0).float()
@@ -213,22 +209,11 @@ class ExGRPOTrainer(PPOTrainerSync):
         )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
         self._record_groups(rows, data)
-        self._step_pass1 = core_step.batch_pass1(rows)
-        present = {u for u, real in zip(uids, rows.real.tolist()) if real}
+        counts = core_metrics.step_metrics(rows, sample_mask, cfg)
+        self._step_pass1 = counts[M.PASS1.name]
         metrics.update(self._check_failures(int(rows.real.sum())))
-        metrics.update(
-            {
-                "exgrpo/replay_rows": float(rows.is_replay.sum()),
-                "exgrpo/replay_reward_mean": float(rows.rewards[rows.is_replay].mean())
-                if bool(rows.is_replay.any())
-                else 0.0,
-                "exgrpo/pass1": float(self._step_pass1),
-                "exgrpo/sample_frac": float(sample_mask.float().mean()),
-                "exgrpo/failed_prompts": float(sum(u not in present for u in self._submitted)),
-                **vb.group_stats(rows, sample_mask, cfg),
-                **_fresh_response_stats(rows, data["entropy"], response_mask),
-            }
-        )
+        fresh = _fresh_response_metrics(rows, data["entropy"], response_mask)
+        metrics.update(core_metrics.logged_by({**counts, **fresh}, M.VERL))
         return batch
 
     def _check_failures(self, real_rows: int) -> dict[str, float]:
@@ -247,9 +232,8 @@ class ExGRPOTrainer(PPOTrainerSync):
         ids, old, ent, prompts = (
             list(data[k].unbind()) for k in ("responses", "old_log_probs", "entropy", "prompts")
         )
-        records = core_step.record_groups(
-            self.manager, rows, vb.row_trajectory(ids, old, ent, self.global_steps), self.global_steps
-        )
+        trajectory = core_batch.row_trajectories(ids, old, ent, self.global_steps)
+        records = core_step.record_groups(self.manager, rows, trajectory, self.global_steps)
         for rec in records:
             if (rec.rewards == 1.0).any() and rec.qid not in self.prompt_cache:
                 # a real row: verl's synthetic padding rows copy a real row's qid but have a dummy prompt
@@ -298,21 +282,15 @@ class ExGRPOTrainer(PPOTrainerSync):
 
     def _plan_next_step(self) -> None:
         t0 = time.perf_counter()
-        cfg = self.exgrpo_cfg
         plan = self.manager.plan_replay(int(self.config.data.train_batch_size))
-        cands = {q: self.manager.candidates(q) for q in plan}
-        scores = self._score_current_policy(plan, cands) if plan and core_step.scoring_needed(cfg) else None
-        picked = core_step.choose_replayed(cfg, plan, cands, self.select_generator, scores)
-        self._plan, self._chosen = plan, [cands[q][i] for q, i in zip(plan, picked)]
-        self._selection_metrics = {
-            "exgrpo/selection_seconds": time.perf_counter() - t0,
-            "exgrpo/selection_candidates": float(sum(len(c) for c in cands.values())),
-        }
+        self._replayed = core_step.plan_replayed(
+            self.exgrpo_cfg, plan, self.manager.candidates, self.select_generator, self._score_current_policy
+        )
+        self._selection_metrics = {M.TIME_SELECTION.name: time.perf_counter() - t0}
 
-    def _score_current_policy(self, plan: list[str], cands: dict[str, list[Trajectory]]) -> torch.Tensor:
+    def _score_current_policy(self, flat: list[tuple[str, Trajectory]]) -> torch.Tensor:
         """[N] current-policy scores of all candidates of the plan (`core.step.flat_candidates` order), from one
         log-prob + entropy forward of the actor."""
-        flat = core_step.flat_candidates(plan, cands)
         missing = sorted({q for q, _ in flat if q not in self.prompt_cache})
         if missing:
             raise KeyError(f"no cached prompt ids for planned questions {missing[:5]}")
@@ -472,20 +450,15 @@ class ExGRPOTrainer(PPOTrainerSync):
             )
 
 
-def _fresh_response_stats(
+def _fresh_response_metrics(
     rows: core_step.StepRows, entropy: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
-    """Token-mean entropy and mean length of the FRESH responses (replayed and padding rows left out), the
-    CPU trainer's `entropy` and `response_length` (exgrpo.metrics). Args: nested [B, response] entropy (the
-    old-policy recomputation) and response mask."""
-    fresh = [i for i in range(len(rows.qids)) if not bool(rows.is_replay[i]) and bool(rows.real[i])]
-    ent, mask = entropy.unbind(), response_mask.unbind()
-    tokens = sum(int(mask[i].sum()) for i in fresh)
-    total = sum(float((ent[i].double() * mask[i]).sum()) for i in fresh)
-    return {
-        M.ENTROPY.verl_key: total / tokens if tokens else 0.0,
-        M.RESPONSE_LENGTH.verl_key: tokens / len(fresh) if fresh else 0.0,
-    }
+    """`core.step_metrics.response_metrics` of the FRESH rows (`core.step.fresh_rows`: replayed and padding rows
+    left out). Args: nested [B, response] entropy (the old-policy recomputation) and response mask."""
+    fresh = core_step.fresh_rows(rows)
+    return core_metrics.response_metrics(
+        entropy.to_padded_tensor(0.0)[fresh], response_mask.to_padded_tensor(0)[fresh].bool()
+    )
 
 
 def _nested(values: torch.Tensor) -> torch.Tensor:

@@ -20,8 +20,11 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from verl.workers.utils.padding import response_from_nested  # noqa: E402
 
 import exgrpo.verl_plugin.agent_loop as agent_loop_mod  # noqa: E402
+from exgrpo import metrics as M  # noqa: E402
 from exgrpo.config import config_for  # noqa: E402
 from exgrpo.core import step as core_step  # noqa: E402
+from exgrpo.core import step_batch as core_batch  # noqa: E402
+from exgrpo.core import step_metrics as core_metrics  # noqa: E402
 from exgrpo.core.buffer import Trajectory  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin.agent_loop import ReplayAgentLoop  # noqa: E402
@@ -197,7 +200,7 @@ def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_on
     outs = asyncio.run(run_all())
     assert server.calls == k - 1  # the replayed session never reaches the server
     assert fake.reads == [row["uid"]]  # the stored trajectory is read once, by the replayed session
-    fresh, replay = outs[0], outs[vb.replay_session(k)]
+    fresh, replay = outs[0], outs[core_step.replayed_session(k)]
     assert fresh.response_ids == [11, 12, 1] and fresh.reward_score is None
     assert replay.response_ids == [13, 14, 1] and replay.response_mask == [1, 1, 1]
     np.testing.assert_allclose(replay.response_logprobs, [-1.0, -2.0, -0.5])
@@ -289,8 +292,9 @@ def test_a_short_group_is_trained_as_grpo_counted_and_not_recorded():
     assert by_uid["uc"] == [0.0, 0.0, 0.0] and bool(mask[: len(keep) - 2].all())
     records = core_step.group_records(rows)
     assert [r.qid for r in records] == ["qa"]  # ub and uc are short: their k is undefined
-    stats = vb.group_stats(rows, mask, cfg)
-    assert stats["exgrpo/short_groups"] == 2.0 and stats["exgrpo/missing_rollouts"] == 2.0
+    stats = core_metrics.step_metrics(rows, mask, cfg)
+    assert stats[M.SHORT_GROUPS.name] == 2.0 and stats[M.MISSING_ROLLOUTS.name] == 2.0
+    assert stats[M.FAILED_PROMPTS.name] == 1.0  # ud came back with no row
     assert core_step.batch_pass1(rows) == pytest.approx(3 / 10)
 
 
@@ -310,16 +314,21 @@ def test_core_advantages_are_mixed_group_dr_grpo_by_hand():
 
 def test_group_stats_by_hand():
     keys, tags, qids, rewards = _sampled_batch()
-    rows, _ = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
+    rows, _ = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K, submitted=["ua", "ub", "uc"])
     # ua: fresh 1,0,0,1 -> k=2; ub: fresh 1,0,0 + the replayed success -> k=2; uc: 0 -> k=0; padding ignored
     cfg = config_for("exgrpo", n_rollouts=K)
     _, mask = core_step.advantages_and_mask(rows, cfg)
-    stats = vb.group_stats(rows, mask, cfg)
+    stats = core_metrics.step_metrics(rows, mask, cfg)
     assert stats == {
-        "exgrpo/mixed_fraction": 2 / 3,
-        "exgrpo/masked_questions": 3.0,
-        "exgrpo/short_groups": 0.0,
-        "exgrpo/missing_rollouts": 0.0,
+        M.PASS1.name: pytest.approx(3 / 11),
+        M.MIXED_FRACTION.name: 2 / 3,
+        M.MASKED_QUESTIONS.name: 3.0,
+        M.SHORT_GROUPS.name: 0.0,
+        M.MISSING_ROLLOUTS.name: 0.0,
+        M.FAILED_PROMPTS.name: 0.0,
+        M.REPLAY_ROWS.name: 1.0,
+        M.REPLAY_REWARD_MEAN.name: 1.0,
+        M.SAMPLE_FRAC.name: pytest.approx(12 / 14),  # the two padding rows get no gradient
         "exp/bucket_0": 1.0,
         "exp/bucket_1": 0.0,
         "exp/bucket_2": 2.0,
@@ -329,14 +338,10 @@ def test_group_stats_by_hand():
     released = config_for(
         "exgrpo", n_rollouts=K, replay_counts_in_k=False
     )  # ub counts its fresh success only
-    assert vb.group_stats(rows, mask, released)["exp/bucket_1"] == 1.0
+    assert core_metrics.step_metrics(rows, mask, released)["exp/bucket_1"] == 1.0
     medium = config_for("masked_medium", n_rollouts=K)
-    assert (
-        vb.group_stats(rows, core_step.advantages_and_mask(rows, medium)[1], medium)[
-            "exgrpo/masked_questions"
-        ]
-        == 2.0
-    )
+    medium_mask = core_step.advantages_and_mask(rows, medium)[1]
+    assert core_metrics.step_metrics(rows, medium_mask, medium)[M.MASKED_QUESTIONS.name] == 2.0
 
 
 def test_behaviour_log_probs_go_to_the_replayed_row_only():
@@ -344,13 +349,13 @@ def test_behaviour_log_probs_go_to_the_replayed_row_only():
     rows, uids = vb.step_rows(keys, tags, qids, rewards, {"ub"}, K)
     lens = [3] + [2] * 13
     stored = np.array([-1.0, -2.0, -0.5], dtype=np.float32)
-    behav = vb.behaviour_log_probs(rows, uids, lens, {"ub": stored})
+    behav = core_batch.behaviour_log_probs(rows, uids, lens, {"ub": stored})
     assert behav[0].tolist() == stored.tolist()
     assert all(b.abs().sum() == 0 and b.numel() == 2 for b in behav[1:])
     nested = torch.nested.as_nested_tensor(behav, layout=torch.jagged)  # as written to the TransferQueue
     assert nested.offsets().diff().tolist() == lens
     with pytest.raises(ValueError, match="truncated"):
-        vb.behaviour_log_probs(rows, uids, [2] + lens[1:], {"ub": stored})
+        core_batch.behaviour_log_probs(rows, uids, [2] + lens[1:], {"ub": stored})
 
 
 def test_group_records_hand_fresh_rows_to_the_manager_in_session_order():
@@ -368,7 +373,7 @@ def test_group_records_hand_fresh_rows_to_the_manager_in_session_order():
             self.calls.append((qid, rewards.tolist(), trajectories, replayed, step))
 
     manager = Manager()
-    core_step.record_groups(manager, rows, vb.row_trajectory(ids, old, ent, 9), 9)
+    core_step.record_groups(manager, rows, core_batch.row_trajectories(ids, old, ent, 9), 9)
     assert [c[0] for c in manager.calls] == ["qa", "qb", "qc"]  # submission order; padding rows are no group
     _, r_b, t_b, rep_b, step = manager.calls[1]
     assert rep_b and step == 9 and len(t_b) == K - 1

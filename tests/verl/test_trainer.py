@@ -16,6 +16,7 @@ from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 
+from exgrpo import metrics as M  # noqa: E402
 from exgrpo.config import ConfigError  # noqa: E402
 from exgrpo.io import MANIFEST  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
@@ -121,9 +122,9 @@ def test_two_steps_collect_then_replay_into_mixed_groups(
     assert sorted(t.prompt_cache) == eligible and m1["exp/stored"] == sum(CORRECT[q] for q in eligible)
     assert all(v.tolist() == [3, 4, 5] for v in t.prompt_cache.values())  # never a padding row's dummy prompt
     assert set(t.manager.retired) == {q for q in q_step1 if CORRECT[q] == K}
-    assert m1["exgrpo/pass1"] == pytest.approx(np.mean([CORRECT[q] / K for q in q_step1]))
-    assert m1["exgrpo/mixed_fraction"] == pytest.approx(np.mean([0 < CORRECT[q] < K for q in q_step1]))
-    assert m1["exgrpo/masked_questions"] == len(q_step1)  # no difficulty mask
+    assert m1[M.PASS1.name] == pytest.approx(np.mean([CORRECT[q] / K for q in q_step1]))
+    assert m1[M.MIXED_FRACTION.name] == pytest.approx(np.mean([0 < CORRECT[q] < K for q in q_step1]))
+    assert m1[M.MASKED_QUESTIONS.name] == len(q_step1)  # no difficulty mask
     assert [m1[f"exp/bucket_{k}"] for k in range(K + 1)] == [
         sum(CORRECT[q] == k for q in q_step1) for k in range(K + 1)
     ]
@@ -132,16 +133,18 @@ def test_two_steps_collect_then_replay_into_mixed_groups(
     t._plan_next_step()
     n_exp = min(len(eligible), B // 2)
     assert n_exp >= 1  # the seeded data order gives step 1 at least one partially solved question
-    assert len(t._plan) == n_exp and set(t._plan) <= set(eligible)
+    assert len(t._replayed.qids) == n_exp and set(t._replayed.qids) <= set(eligible)
     call = t.actor_rollout_wg.calls[-1]
     assert call.partition_id == SCORE_PARTITION and not any(k[0] == SCORE_PARTITION for k in fake_tq.rows)
-    for qid, chosen in zip(t._plan, t._chosen):  # lowest mean token entropy (= mean id / 100) wins
+    for qid, chosen in zip(
+        t._replayed.qids, t._replayed.chosen
+    ):  # lowest mean token entropy (= mean id / 100) wins
         cands = t.manager.candidates(qid)
         best = min(cands, key=lambda c: float(np.mean(c.token_ids)))
         assert np.array_equal(chosen.token_ids, best.token_ids)
 
     t.global_steps = 2
-    planned = dict(zip(t._plan, t._chosen))
+    planned = dict(zip(t._replayed.qids, t._replayed.chosen))
     pos_before = t.data_order.pos
     meta2, m2, _ = run_step(t, fake_tq, monkeypatch)
     assert t.data_order.pos - pos_before == B - n_exp  # |B_on| = B - n_exp, nothing dropped (paper)
@@ -159,7 +162,7 @@ def test_two_steps_collect_then_replay_into_mixed_groups(
         k = 1 + min(CORRECT[qid], K - 1)
         assert torch.allclose(row["advantages"], torch.full_like(row["advantages"], 1.0 - k / K))
         assert (qid in t.manager.retired) == (k == K)  # the replayed success counts toward k (released)
-    assert m2["exgrpo/replay_reward_mean"] == 1.0 and m2["exgrpo/replay_questions"] == n_exp
+    assert m2["exgrpo/replay_reward_mean"] == 1.0 and m2[M.REPLAY_QUESTIONS.name] == n_exp
 
 
 def test_failed_sessions_and_prompts_within_the_budget_do_not_stop_a_step(
@@ -174,7 +177,7 @@ def test_failed_sessions_and_prompts_within_the_budget_do_not_stop_a_step(
     t._plan_next_step()
     _, m1, _ = run_step(t, fake_tq, monkeypatch)
     t._plan_next_step()
-    assert t._plan, "step 1 must leave something to replay"
+    assert t._replayed.qids, "step 1 must leave something to replay"
     t.global_steps = 2
     recorded = []
     monkeypatch.setattr(t.manager, "record_group", lambda qid, *a, **kw: recorded.append(qid))
@@ -271,8 +274,8 @@ def test_buffer_survives_the_checkpoint_hooks(config, fake_tq, make_trainer, tmp
         assert np.array_equal(a.prompt_cache[q], b.prompt_cache[q])
     a._plan_next_step()
     b._plan_next_step()  # same RNG states → the resumed run replays what the uninterrupted one would
-    assert a._plan == b._plan and all(
-        np.array_equal(x.token_ids, y.token_ids) for x, y in zip(a._chosen, b._chosen)
+    assert a._replayed.qids == b._replayed.qids and all(
+        np.array_equal(x.token_ids, y.token_ids) for x, y in zip(a._replayed.chosen, b._replayed.chosen)
     )
 
     other = config.copy()

@@ -18,6 +18,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from exgrpo.core.buffer import Trajectory  # noqa: E402
+from exgrpo.core.step_batch import pad_rows  # noqa: E402
 from exgrpo.trainer_settings import TrainerSettings  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
@@ -52,6 +53,16 @@ def _parity_data(n_fresh, n_rep):
             }
         )
     return slots
+
+
+class _FixedOrder:
+    """A data order handing out the given fresh questions (the plug-in's DataOrder, without the shuffle)."""
+
+    def __init__(self, qids):
+        self.qids, self.active, self.epoch = list(qids), list(qids), 0
+
+    def take(self, n, prune=None):
+        return self.qids[:n], False
 
 
 class _PlanManager:
@@ -123,8 +134,8 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
     cpu.model = SimpleNamespace(eval=lambda: None, train=lambda: None)
     cpu.generators = {"select": torch.Generator().manual_seed(seed + 2), "rollout": torch.Generator()}
     rollouts = [(s, j) for s in range(len(slots)) for j in range(len(slots[s]["ids"]))]
-    pad = lambda rows: tiny._pad(rows, 0)[0]  # noqa: E731
-    ids, mask = tiny._pad([slots[s]["ids"][j] for s, j in rollouts], 0)
+    pad = lambda rows: pad_rows(rows, 0)[0]  # noqa: E731
+    ids, mask = pad_rows([slots[s]["ids"][j] for s, j in rollouts], 0)
     roll = SimpleNamespace(
         response_ids=ids,
         response_mask=mask,
@@ -152,9 +163,13 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
     t.exgrpo_cfg = dataclasses.replace(base)
     t.manager = _PlanManager(plan, cands)
     t.prompt_cache = {q: np.array([3, 4, 5], np.int32) for q in plan}
-    t._take_fresh = lambda n: [t.train_dataset[t.qid_pos[q]] for q in fresh_q][:n]
+    t.data_order = _FixedOrder(fresh_q)
     t._plan_next_step()
-    assert [c.token_ids.tolist() for c in t._chosen] == [c.token_ids.tolist() for c in cpu_chosen]
+    verl_plan = t._replayed
+    # the same replay plan: questions, o* among their candidates, the candidates looked at
+    assert (verl_plan.qids, verl_plan.picked) == (cpu._replayed.qids, cpu._replayed.picked)
+    assert verl_plan.n_candidates == cpu._replayed.n_candidates == 3
+    assert [c.token_ids.tolist() for c in verl_plan.chosen] == [c.token_ids.tolist() for c in cpu_chosen]
 
     def parent_step(self, metrics, timing_raw):
         self.prepare_step()
@@ -205,13 +220,25 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
             torch.testing.assert_close(r[vb.BEHAV_FIELD], cb["blogp"][i, :n])
     assert t.manager.records == cpu.manager.records and len(cpu.manager.records) == 4  # q1 twice: two groups
     assert t.manager.pass1 == pytest.approx(cpu.manager.pass1)
-    assert verl_metrics["exgrpo/mixed_fraction"] == cpu_metrics["groups/mixed_fraction"]
-    assert verl_metrics["exgrpo/masked_questions"] == cpu_metrics["masked/questions"]
-    assert all(verl_metrics[f"exp/bucket_{k}"] == cpu_metrics[f"exp/bucket_{k}"] for k in range(K + 1))
-    # one vocabulary live: the plug-in's step metrics, renamed as its _compute_metrics hook does before verl's
-    # trackers log them, carry the CPU trainer's names for every quantity both routes write
     from exgrpo import metrics as M
 
+    # the step's counts come from the core under the registry's names on both routes: every key both write
+    # holds the same number (timings aside; entropy and length are sums over differently padded rows)
+    shared = (set(cpu_metrics) & set(verl_metrics)) - {M.TIME_SELECTION.name}
+    assert {
+        M.PASS1.name,
+        M.MIXED_FRACTION.name,
+        M.MASKED_QUESTIONS.name,
+        M.REPLAY_QUESTIONS.name,
+        M.ENTROPY.name,
+        M.RESPONSE_LENGTH.name,
+        *(f"exp/bucket_{k}" for k in range(K + 1)),
+    } <= shared
+    for key in sorted(shared):
+        assert verl_metrics[key] == pytest.approx(cpu_metrics[key], rel=1e-6), key
+    assert verl_metrics[M.REPLAY_ROWS.name] == len(plan) and verl_metrics[M.FRESH_QUESTIONS.name] == 2.0
+    # one vocabulary live: the plug-in's step metrics, renamed as its _compute_metrics hook does before verl's
+    # trackers log them, carry the CPU trainer's names for every quantity both routes write
     live = M.live_names(dict(verl_metrics))
     both = {k for k in live if (m := M.lookup(k)) is not None and M.TINY in m.writers}
     cpu_names = set(cpu_metrics) | {
