@@ -1,13 +1,21 @@
 """The assembly of one training step, written once for both runtimes (paper Alg. 1 lines 9-17, Eq. 4, Eq. 14).
 
-The CPU trainer (`exgrpo/tiny/trainer.py`) and the verl plug-in (`exgrpo/verl_plugin/trainer.py`) convert
-their tensors into the plain arrays these functions take and call them; neither holds its own copy of:
+The core plans the whole step; the CPU trainer (`exgrpo/tiny/trainer.py`) and the verl plug-in
+(`exgrpo/verl_plugin/trainer.py`) only execute the plan (generate, score, compute log-probs, apply the update):
+they convert their tensors into the plain arrays these functions take and call them. Neither holds its own
+copy of:
 
-- choosing o* per replayed question (`scoring_needed`, `flat_candidates`, `choose_replayed`);
-- the row -> group table of a step (`step_rows`): one group per PROMPT SLOT, never per question id;
+- the fresh questions beside the replayed ones and the CPU row order (`exgrpo.core.step_questions`);
+- choosing o* per replayed question and where it sits in the scoring pass (`plan_replayed`, `ReplayedPlan`,
+  `scoring_needed`, `flat_candidates`, `choose_replayed`), o*'s place in its group (`replayed_session`);
+- the row -> group table of a step (`step_rows`): one group per PROMPT SLOT, never per question id; which
+  rows are fresh (`fresh_rows`);
 - per-group success counts, what is recorded into the `ExperienceManager`, the batch pass@1, the
   advantages and the difficulty-mask rows (`group_success`, `group_records`, `record_groups`,
-  `batch_pass1`, `advantages_and_mask`, `kept_groups`, `step_stats`).
+  `batch_pass1`, `advantages_and_mask`, `kept_groups`, `step_stats`);
+- padding, the update batch, π_past per row, mini-batch rows, rows as trajectories
+  (`exgrpo.core.step_batch`), and the counts that become metrics, named from the registry
+  (`exgrpo.core.step_metrics`).
 
 Groups. A prompt slot is one fresh question (K fresh rollouts) or one experiential question (its replayed
 trajectory o* plus K-1 fresh rollouts, paper Eq. 4). After an epoch boundary a question can be fresh and
@@ -32,7 +40,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -40,38 +47,10 @@ import torch
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 from exgrpo.core.buffer import Trajectory
-from exgrpo.core.data_order import DataOrder
 from exgrpo.core.selection import select_index
 
 
-# --------------------------------------------------------------------------- the step's questions
-def take_questions(order: DataOrder, manager: Any, n: int, batch_size: int) -> list[str]:
-    """The next `n` fresh question ids of the data order; at an epoch boundary the manager prunes retired
-    questions first (`ExperienceManager.prune_training_data`, guarded by the batch size B)."""
-    qids, _ = order.take(n, prune=lambda active: manager.prune_training_data(active, batch_size))
-    return qids
-
-
-def take_fresh(
-    cfg: ExGRPOConfig, order: DataOrder, manager: Any, batch_size: int, n_replay: int
-) -> list[str]:
-    """The fresh question ids trained in a step replaying `n_replay` questions (`fresh_counts`): taken from the
-    data order, the first `n_fresh` kept (`drop_fresh_overflow` consumes B and drops the rest, as released)."""
-    n_fresh, consume = fresh_counts(cfg, batch_size, n_replay)
-    return take_questions(order, manager, consume, batch_size)[:n_fresh] if consume else []
-
-
 # --------------------------------------------------------------------------- choosing o*
-def fresh_counts(cfg: ExGRPOConfig, batch_size: int, n_replay: int) -> tuple[int, int]:
-    """(fresh questions trained, fresh questions taken from the data order) of a step replaying `n_replay`.
-
-    Paper (Eq. 4): B - n_exp fresh beside the n_exp replayed; `fresh_anchored`: B fresh on top of them.
-    `drop_fresh_overflow` (released) takes B from the data order and trains the first B - n_exp.
-    """
-    n_fresh = batch_size if cfg.fresh_anchored else batch_size - n_replay
-    return n_fresh, (batch_size if cfg.drop_fresh_overflow else n_fresh)
-
-
 def scoring_needed(cfg: ExGRPOConfig) -> bool:
     """Whether o* needs a current-policy forward pass over the plan's candidates (paper §4.1)."""
     return (
@@ -376,31 +355,13 @@ def step_stats(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> 
     }
 
 
-# --------------------------------------------------------------------------- the CPU trainer's row order
-def canonical_layout(
-    fresh_qids: Sequence[str], replay_qids: Sequence[str], n_rollouts: int
-) -> tuple[list[str], list[int], list[bool]]:
-    """(qid, slot, is_replay) per row in the CPU trainer's order: K rollouts per fresh question, K-1 per
-    replayed question, then one replayed row per replayed question. Slots 0..B-1: fresh first, then replayed."""
-    k, n_fresh = n_rollouts, len(fresh_qids)
-    qids = [q for q in fresh_qids for _ in range(k)] + [q for q in replay_qids for _ in range(k - 1)]
-    slots = [s for s in range(n_fresh) for _ in range(k)] + [
-        n_fresh + j for j in range(len(replay_qids)) for _ in range(k - 1)
-    ]
-    qids += list(replay_qids)
-    slots += [n_fresh + j for j in range(len(replay_qids))]
-    return qids, slots, [False] * (len(qids) - len(replay_qids)) + [True] * len(replay_qids)
-
-
 __all__ = [
     "GroupRecord",
     "ReplayedPlan",
     "StepRows",
     "advantages_and_mask",
     "batch_pass1",
-    "canonical_layout",
     "choose_replayed",
-    "fresh_counts",
     "flat_candidates",
     "fresh_rows",
     "group_records",
@@ -412,6 +373,4 @@ __all__ = [
     "scoring_needed",
     "step_rows",
     "step_stats",
-    "take_fresh",
-    "take_questions",
 ]

@@ -31,8 +31,8 @@ from tqdm import tqdm
 
 from exgrpo import metrics as M
 from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.core import step as core_step
 from exgrpo.core import step_metrics as core_metrics
+from exgrpo.core import step_questions
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
@@ -146,7 +146,7 @@ def run_training(
     ):
         for step in range(start, args.steps + 1):
             replay = trainer.manager.plan_replay(args.batch_size)
-            fresh = core_step.take_fresh(cfg, order, trainer.manager, args.batch_size, len(replay))
+            fresh = step_questions.take_fresh(cfg, order, trainer.manager, args.batch_size, len(replay))
             metrics = {**trainer.step(step, fresh, replay), **core_metrics.data_metrics(order)}
             _write_row(log, metrics, tracker)
             if args.val_every and (step % args.val_every == 0 or step == args.steps):

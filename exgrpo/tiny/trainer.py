@@ -31,6 +31,7 @@ from exgrpo.config import ExGRPOConfig
 from exgrpo.core import step as core_step
 from exgrpo.core import step_batch as core_batch
 from exgrpo.core import step_metrics as core_metrics
+from exgrpo.core import step_questions
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
@@ -91,7 +92,7 @@ class CPUTrainer:
         chosen = self._select_all(replay_qids)
         t_sel = time.perf_counter() - t0
 
-        qids, slots, is_replay = core_step.canonical_layout(fresh_qids, replay_qids, K)
+        qids, slots, is_replay = step_questions.canonical_layout(fresh_qids, replay_qids, K)
         owners = qids[: len(qids) - len(replay_qids)]  # the rows that are rolled out
         prompts = [self.questions[qid].prompt_ids for qid in owners]
         self.model.eval()

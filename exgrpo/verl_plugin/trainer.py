@@ -57,6 +57,7 @@ from exgrpo import metrics as M
 from exgrpo.core import step as core_step
 from exgrpo.core import step_batch as core_batch
 from exgrpo.core import step_metrics as core_metrics
+from exgrpo.core import step_questions
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
@@ -137,7 +138,7 @@ class ExGRPOTrainer(PPOTrainerSync):
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
         """Fresh prompts from the DataOrder (verl calls this to refill failed groups)."""
         batch_size = int(self.config.data.train_batch_size)
-        qids = core_step.take_questions(
+        qids = step_questions.take_questions(
             self.data_order, self.manager, int(num_prompts or batch_size), batch_size
         )
         rows = vb.prompt_rows(self._items(qids), [])
@@ -148,7 +149,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         """Submit this step's prompts: B - n_exp fresh questions and the planned experiential ones."""
         batch_size = int(self.config.data.train_batch_size)
         plan, chosen = self._replayed, self._replayed.chosen
-        fresh = core_step.take_fresh(
+        fresh = step_questions.take_fresh(
             self.exgrpo_cfg, self.data_order, self.manager, batch_size, len(plan.qids)
         )
         rows = vb.prompt_rows(self._items(fresh), self._items(plan.qids))

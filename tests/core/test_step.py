@@ -11,6 +11,7 @@ from exgrpo.config import config_for
 from exgrpo.core import step as cs
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
+from exgrpo.core.step_questions import canonical_layout
 
 
 def _traj(tok: int, entropy: float = float("nan")) -> Trajectory:
@@ -73,7 +74,7 @@ def test_random_selection_draws_one_score_per_candidate_then_one_index_per_quest
 def test_a_question_fresh_and_replayed_in_one_step_is_two_groups():
     """After an epoch boundary: q1 is fresh (K=4 rollouts) and replayed (o* + 3 rollouts) in the same step."""
     k = 4
-    qids, slots, rep = cs.canonical_layout(["q1", "q2"], ["q1"], k)
+    qids, slots, rep = canonical_layout(["q1", "q2"], ["q1"], k)
     assert qids == ["q1"] * 4 + ["q2"] * 4 + ["q1"] * 4 and slots == [0] * 4 + [1] * 4 + [2] * 4
     assert rep == [False] * 11 + [True]
     rewards = [1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1.0]
@@ -102,7 +103,7 @@ def test_a_question_fresh_and_replayed_in_one_step_is_two_groups():
 def test_the_manager_takes_both_groups_of_one_question_in_one_step():
     k = 4
     mgr = ExperienceManager(config_for("exgrpo", n_rollouts=k, delayed_start=False), seed=0)
-    qids, slots, rep = cs.canonical_layout(["q1"], ["q1"], k)
+    qids, slots, rep = canonical_layout(["q1"], ["q1"], k)
     rows = cs.step_rows(qids, slots, rep, [1, 0, 0, 0, 1, 0, 0, 1.0], k)
     cs.record_groups(mgr, rows, lambda i: _traj(10 + i), step=1)
     mgr.end_step(1, cs.batch_pass1(rows))

@@ -13,6 +13,7 @@ from exgrpo.config import config_for
 from exgrpo.core import step as cs
 from exgrpo.core import step_batch as cb
 from exgrpo.core import step_metrics as cm
+from exgrpo.core import step_questions as sq
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
@@ -39,14 +40,14 @@ def test_take_fresh_consumes_what_the_variant_says_and_keeps_the_first_n_fresh()
     manager = ExperienceManager(cfg, seed=0)
     qids = [f"q{i}" for i in range(10)]
     order, ref = DataOrder(qids, 3), DataOrder(qids, 3)
-    assert cs.take_fresh(cfg, order, manager, 4, 1) == ref.take(3)[0]  # B - n_exp (paper Eq. 4)
+    assert sq.take_fresh(cfg, order, manager, 4, 1) == ref.take(3)[0]  # B - n_exp (paper Eq. 4)
     released = config_for("exgrpo", drop_fresh_overflow=True)
-    assert cs.take_fresh(released, order, manager, 4, 1) == ref.take(4)[0][:3]  # B taken, one dropped
+    assert sq.take_fresh(released, order, manager, 4, 1) == ref.take(4)[0][:3]  # B taken, one dropped
     assert order.pos == ref.pos
     anchored = config_for("exgrpo", fresh_anchored=True)
-    assert len(cs.take_fresh(anchored, order, manager, 4, 2)) == 4
+    assert len(sq.take_fresh(anchored, order, manager, 4, 2)) == 4
     state = order.state_dict()
-    assert cs.take_fresh(cfg, order, manager, 2, 2) == [] and order.state_dict() == state  # nothing consumed
+    assert sq.take_fresh(cfg, order, manager, 2, 2) == [] and order.state_dict() == state  # nothing consumed
 
 
 def test_plan_replayed_scores_once_and_points_at_o_star_in_the_scoring_rows():
