@@ -24,8 +24,9 @@ arguments (no config object), in the style of verl's core_algos:
 
 `exgrpo_policy_loss` composes them from an `ExGRPOConfig`: total = pg − entropy bonus + kl_coef · KL. The CPU
 trainer calls it on one mini-batch; the verl plug-in (`verl_plugin/loss.py`) on each micro-batch with the
-data-parallel arguments, so both compute the same objective. `resolve_norm_const` is the one place the
-constant normaliser is resolved, for both runtimes.
+data-parallel arguments, so both compute the same objective. Every call first runs the micro-batch checks
+(`exgrpo.core.loss_batch.check_loss_inputs`) and reports its own batch's metrics (`loss_batch.loss_metrics`).
+`resolve_norm_const` is the one place the constant normaliser is resolved, for both runtimes.
 
 Departures / decisions, stated up front:
 - Log-ratios are clamped to ±`cfg.log_ratio_clamp` (20) before exp, as verl 0.9 does, so an extreme ratio
@@ -49,13 +50,8 @@ from typing import Any
 import torch
 
 from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.core.token_loss import (
-    LOG_RATIO_CLAMP,
-    REPLAY_TOKEN_LOSSES,
-    low_var_kl,
-    policy_token_losses,
-    replay_weight,
-)
+from exgrpo.core.loss_batch import check_loss_inputs, loss_metrics
+from exgrpo.core.token_loss import LOG_RATIO_CLAMP, low_var_kl, policy_token_losses
 
 
 # --------------------------------------------------------------------------- aggregation
@@ -232,17 +228,44 @@ def kl_term(
 
 
 # --------------------------------------------------------------------------- the objective
-def _check_shapes(logp: torch.Tensor, others: dict[str, torch.Tensor | None]) -> None:
-    if logp.dim() != 2:
-        raise ValueError(f"logp must be [B, T], got shape {tuple(logp.shape)}")
-    for name, t in others.items():
-        if t is not None and t.shape != logp.shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(logp.shape)} like logp")
+def _objective(
+    tl: Any,
+    logp: torch.Tensor,
+    mask: torch.Tensor,
+    token_entropy: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    *,
+    cfg: ExGRPOConfig,
+    norm_const: int,
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """terms(entropy_scale=, dp_size=, batch_num_tokens=, global_batch_size=) -> (total, pg, kl): the objective
+    pg − entropy bonus + kl_coef · KL of one batch (or its share of the mini-batch, with the data-parallel
+    arguments; `agg_loss`), from the token losses `tl`; kl is None without `ref_logp`."""
 
+    def terms(
+        *,
+        entropy_scale: str,
+        dp_size: int = 1,
+        batch_num_tokens: int | None = None,
+        global_batch_size: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        dp: dict[str, Any] = {"dp_size": dp_size, "batch_num_tokens": batch_num_tokens}
+        pg = agg_loss(
+            tl.loss, mask, cfg.loss_agg, norm_const=norm_const, global_batch_size=global_batch_size, **dp
+        )
+        total = pg
+        if token_entropy is not None and cfg.entropy_coef > 0:
+            total = total - entropy_bonus(
+                token_entropy, mask, cfg.entropy_coef, tl.keep, scale=entropy_scale, **dp
+            )
+        kl = None
+        if ref_logp is not None:
+            kl = kl_term(logp, ref_logp, mask, tl.keep, log_ratio_clamp=cfg.log_ratio_clamp, **dp)
+            if cfg.kl_coef > 0:
+                total = total + cfg.kl_coef * kl
+        return total, pg, kl
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    n = int(mask.sum().item())
-    return float(torch.where(mask, x, 0.0).sum().item() / n) if n else 0.0
+    return terms
 
 
 def exgrpo_policy_loss(
@@ -286,47 +309,20 @@ def exgrpo_policy_loss(
         (scalar loss to minimise, float metrics). The metrics describe this batch alone (`loss`, `pg_loss`
         normalised over its own tokens / sequences), whatever the data-parallel arguments.
     """
-    _check_shapes(
+    adv = check_loss_inputs(
         logp,
-        {
-            "old_logp": old_logp,
-            "response_mask": response_mask,
-            "behaviour_logp": behaviour_logp,
-            "token_entropy": token_entropy,
-            "ref_logp": ref_logp,
-        },
+        old_logp,
+        advantages,
+        response_mask,
+        is_replay=is_replay,
+        behaviour_logp=behaviour_logp,
+        replay_active=replay_active,
+        cfg=cfg,
+        token_entropy=token_entropy,
+        sample_mask=sample_mask,
+        ref_logp=ref_logp,
     )
-    b = logp.shape[0]
-    if is_replay.shape != (b,):
-        raise ValueError(f"is_replay must be [B]=[{b}], got {tuple(is_replay.shape)}")
-    if sample_mask is not None and sample_mask.shape != (b,):
-        raise ValueError(f"sample_mask must be [B]=[{b}], got {tuple(sample_mask.shape)}")
-    if advantages.shape == (b,):
-        adv = advantages[:, None]
-    elif advantages.shape == logp.shape:
-        adv = advantages
-    else:
-        raise ValueError(f"advantages must be [B] or [B, T], got {tuple(advantages.shape)}")
-    if cfg.loss_agg not in AGGREGATIONS:
-        raise ConfigError("loss_agg", f"got {cfg.loss_agg!r}, expected one of {sorted(AGGREGATIONS)}")
-    if cfg.replay_shaping not in REPLAY_TOKEN_LOSSES:
-        raise ConfigError(
-            "replay_shaping", f"got {cfg.replay_shaping!r}, expected one of {sorted(REPLAY_TOKEN_LOSSES)}"
-        )
     any_replay = bool(is_replay.bool().any())
-    if any_replay and not replay_active:
-        raise ValueError(
-            "is_replay marks replayed rows but replay_active is False (replay starts after the switch)"
-        )
-    if any_replay and cfg.is_correction and behaviour_logp is None:
-        raise ValueError("behaviour_logp is required for replayed rows when cfg.is_correction is True")
-    if cfg.entropy_coef > 0 and token_entropy is None:
-        raise ConfigError(
-            "entropy_coef", f"is {cfg.entropy_coef} but no token_entropy was passed to the loss"
-        )
-    if cfg.kl_coef > 0 and ref_logp is None:
-        raise ConfigError("kl_coef", f"is {cfg.kl_coef} but no ref_logp was passed to the loss")
-
     mask = response_mask.bool()
     tl = policy_token_losses(
         logp,
@@ -344,69 +340,23 @@ def exgrpo_policy_loss(
         sample_mask=sample_mask,
         log_ratio_clamp=cfg.log_ratio_clamp,
     )
-    dp: dict[str, Any] = {"dp_size": dp_size, "batch_num_tokens": batch_num_tokens}
-    own_batch = dp_size == 1 and batch_num_tokens is None and global_batch_size is None
-    pg_loss = agg_loss(
-        tl.loss, mask, cfg.loss_agg, norm_const=norm_const, global_batch_size=global_batch_size, **dp
-    )
-    total = pg_loss
-    if token_entropy is not None and cfg.entropy_coef > 0:
-        total = total - entropy_bonus(
-            token_entropy, mask, cfg.entropy_coef, tl.keep, scale=cfg.entropy_scale, **dp
+    terms = _objective(tl, logp, mask, token_entropy, ref_logp, cfg=cfg, norm_const=norm_const)
+    if dp_size == 1 and batch_num_tokens is None and global_batch_size is None:
+        total, pg_loss, kl_value = terms(entropy_scale=cfg.entropy_scale)
+        own_total, own_pg, own_kl = total, pg_loss, kl_value
+    else:
+        total, pg_loss, kl_value = terms(
+            entropy_scale=cfg.entropy_scale,
+            dp_size=dp_size,
+            batch_num_tokens=batch_num_tokens,
+            global_batch_size=global_batch_size,
         )
-    kl_value = None
-    if ref_logp is not None:
-        kl_value = kl_term(logp, ref_logp, mask, tl.keep, log_ratio_clamp=cfg.log_ratio_clamp, **dp)
-        if cfg.kl_coef > 0:
-            total = total + cfg.kl_coef * kl_value
-
+        with torch.no_grad():  # the metrics describe this batch alone, as in a one-batch call
+            own_total, own_pg, own_kl = terms(entropy_scale="token_mean")
     with torch.no_grad():
-        if own_batch:
-            own_pg, own_total, own_kl = pg_loss, total, kl_value
-        else:  # the metrics describe this batch alone, as in a one-batch call
-            own_pg = agg_loss(tl.loss, mask, cfg.loss_agg, norm_const=norm_const)
-            own_total, own_kl = own_pg, None
-            if token_entropy is not None and cfg.entropy_coef > 0:
-                own_total = own_total - entropy_bonus(token_entropy, mask, cfg.entropy_coef, tl.keep)
-            if ref_logp is not None:
-                own_kl = kl_term(logp, ref_logp, mask, tl.keep, log_ratio_clamp=cfg.log_ratio_clamp)
-                if cfg.kl_coef > 0:
-                    own_total = own_total + cfg.kl_coef * own_kl
-        metrics: dict[str, float] = {
-            "loss": float(own_total.item()),
-            "pg_loss": float(own_pg.item()),
-            "on_tokens": float(tl.on_tokens.sum().item()),
-            "replay_tokens": float(tl.replay_tokens.sum().item()),
-            "clipfrac": _masked_mean(tl.on_clipped.float(), tl.on_tokens),
-            "ppo_kl": _masked_mean(-tl.on_log_ratio, tl.on_tokens),
-            "on_ratio_mean": _masked_mean(tl.on_ratio, tl.on_tokens),
-            "sample_frac": float(tl.keep.any(dim=-1).float().mean().item()) if b else 0.0,
-        }
-        if any_replay:
-            rep, rep_ratio = tl.replay_tokens, tl.replay_ratio
-            assert tl.replay_clipped is not None  # set whenever a replayed token exists (token_loss)
-            weight = replay_weight(rep_ratio, cfg.replay_shaping, cfg.clip_eps, cfg.shaping_beta)
-            metrics.update(
-                {
-                    "replay_ratio_mean": _masked_mean(rep_ratio, rep),
-                    "replay_ratio_max": float(torch.where(rep, rep_ratio, 0.0).max().item()),
-                    "replay_weight_mean": _masked_mean(weight, rep),
-                    "replay_clipfrac": _masked_mean(tl.replay_clipped.float(), rep),
-                }
-            )
-        else:
-            metrics.update(
-                {
-                    "replay_ratio_mean": 0.0,
-                    "replay_ratio_max": 0.0,
-                    "replay_weight_mean": 0.0,
-                    "replay_clipfrac": 0.0,
-                }
-            )
-        if token_entropy is not None:
-            metrics["entropy"] = _masked_mean(token_entropy.detach(), mask)
-        if own_kl is not None:
-            metrics["kl"] = float(own_kl.item())
+        metrics = loss_metrics(
+            tl, mask, own_total, own_pg, own_kl, cfg=cfg, any_replay=any_replay, token_entropy=token_entropy
+        )
     return total, metrics
 
 

@@ -32,9 +32,15 @@ from typing import Any
 
 import torch
 
-from exgrpo.config import ExGRPOConfig
+from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core.loss import exgrpo_policy_loss
 from exgrpo.verl_plugin.batch import BEHAV_FIELD, IS_REPLAY_FIELD, REPLAY_ACTIVE_KEY, SAMPLE_MASK_FIELD
+
+VERL_INPUTS = {
+    "entropy_coef": "the model output needs entropy: set actor_rollout_ref.actor.calculate_entropy=true",
+    "kl_coef": "the batch needs ref_log_prob: actor_rollout_ref.actor.use_kl_loss must be true",
+}
+"""Loss inputs a config may need, by the ConfigError field the core's check names, and the verl setting behind each."""
 
 
 def micro_batch_loss(
@@ -67,30 +73,28 @@ def micro_batch_loss(
         (summed) and ranks (gradients averaged) the loss is the core loss of the mini-batch
         (`cfg.grad_scale="whole_batch"`) or that divided by dp_size (`as_released`).
     """
-    if cfg.entropy_coef > 0 and token_entropy is None:
-        raise ValueError(
-            "cfg.entropy_coef > 0 but the model output has no entropy "
-            "(set actor_rollout_ref.actor.calculate_entropy=true)"
+    try:
+        loss, metrics = exgrpo_policy_loss(
+            logp,
+            old_logp,
+            advantages,
+            response_mask,
+            is_replay=is_replay,
+            behaviour_logp=behaviour_logp,
+            replay_active=replay_active,
+            cfg=cfg,
+            norm_const=norm_const,
+            token_entropy=token_entropy,
+            sample_mask=sample_mask,
+            ref_logp=ref_logp,
+            dp_size=dp_size,
+            batch_num_tokens=None if batch_num_tokens is None else max(int(batch_num_tokens), 1),
+            global_batch_size=None if global_batch_size is None else max(int(global_batch_size), 1),
         )
-    if cfg.kl_coef > 0 and ref_logp is None:
-        raise ValueError("cfg.kl_coef > 0 but the batch has no ref_log_prob (use_kl_loss must be true)")
-    loss, metrics = exgrpo_policy_loss(
-        logp,
-        old_logp,
-        advantages,
-        response_mask,
-        is_replay=is_replay,
-        behaviour_logp=behaviour_logp,
-        replay_active=replay_active,
-        cfg=cfg,
-        norm_const=norm_const,
-        token_entropy=token_entropy,
-        sample_mask=sample_mask,
-        ref_logp=ref_logp,
-        dp_size=dp_size,
-        batch_num_tokens=None if batch_num_tokens is None else max(int(batch_num_tokens), 1),
-        global_batch_size=None if global_batch_size is None else max(int(global_batch_size), 1),
-    )
+    except ConfigError as err:  # the core's micro-batch check, with the verl setting that provides the input
+        if err.field in VERL_INPUTS:
+            raise ConfigError(err.field, f"{err.reason} ({VERL_INPUTS[err.field]})") from err
+        raise
     if cfg.grad_scale == "as_released" and dp_size != 1:
         loss = loss / dp_size  # the release's 1/dp: FSDP's rank average of losses already globally normalised
     return loss, metrics
