@@ -14,7 +14,7 @@ checkpoint the tracker points to always has a complete plug-in state:
 
 Plain formats only (safetensors, JSON); every file is written atomically.
 
-Checkpoints are never lost (`ExGRPOTrainer._save_checkpoint`): the whole `global_step_N` folder (verl's files
+Checkpoints are never lost (`publish_step`, called by `ExGRPOTrainer._save_checkpoint`): the whole `global_step_N` folder (verl's files
 and the plug-in's) is written under `<default_local_dir>/.staging/`, given a manifest (`exgrpo.io.MANIFEST`:
 size and sha256 of every file), fsynced file by file, renamed into place and its parent fsynced; only then is
 the tracker rewritten (atomically) and are checkpoints beyond `trainer.max_actor_ckpt_to_keep` removed, so
@@ -28,7 +28,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,17 @@ import torch
 
 from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.io import MANIFEST, atomic_path, check_manifest, read_json, write_json
+from exgrpo.io import (
+    MANIFEST,
+    atomic_open,
+    atomic_path,
+    check_manifest,
+    fsync_dir,
+    publish_dir,
+    read_json,
+    write_json,
+    write_manifest,
+)
 
 STATE_DIR = "exgrpo"
 STATE_FILE = "plugin_state.json"
@@ -179,6 +190,24 @@ def choose_checkpoint(default_local_dir: str | Path) -> tuple[Path | None, list[
     return None, skipped
 
 
+def publish_step(root: Path, step: int, write: Callable[[Path, Path], None], keep: int | None) -> None:
+    """Write checkpoint `step` whole, then make it the latest (the module docstring): `write(staging_root,
+    staged)` fills `<root>/.staging/global_step_N` (verl's files and the plug-in's); then its manifest, the
+    rename into place, the tracker (atomically), the fsyncs, and only then the pruning beyond `keep`."""
+    staging_root = root / STAGING_DIR
+    staged = step_dir(staging_root, step)
+    if staged.exists():  # left by a job killed while writing it
+        shutil.rmtree(staged)
+    write(staging_root, staged)
+    (staging_root / TRACKER).unlink(missing_ok=True)  # verl's tracker of the staging folder means nothing
+    write_manifest(staged)
+    publish_dir(staged, step_dir(root, step))
+    with atomic_open(root / TRACKER, "w") as fh:
+        fh.write(str(step))
+    fsync_dir(root)
+    prune_checkpoints(root, keep)
+
+
 def prune_checkpoints(default_local_dir: str | Path, keep: int | None) -> list[Path]:
     """Delete all but the newest `keep` complete checkpoint folders (verl's `max_actor_ckpt_to_keep`, applied here
     after the new one is in place instead of by verl's workers before it is written); incomplete folders older
@@ -230,6 +259,7 @@ __all__ = [
     "config_fingerprint",
     "load_plugin_state",
     "prune_checkpoints",
+    "publish_step",
     "save_plugin_state",
     "step_dir",
     "trainer_settings",

@@ -46,12 +46,11 @@ import torch
 import transfer_queue as tq
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
-from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.rl_dataset import collate_fn
-from verl.workers.utils.padding import response_from_nested, response_to_nested
+from verl.workers.utils.padding import response_to_nested
 
 from exgrpo import metrics as M
 from exgrpo.core import step as core_step
@@ -62,18 +61,16 @@ from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import resolve_norm_const
-from exgrpo.io import atomic_open, fsync_dir, publish_dir, write_manifest
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin import checkpoint as ckpt
 from exgrpo.verl_plugin.cpu.debug import debug_dir, dumping_actor_loss, fault_point
 from exgrpo.verl_plugin.failures import ERROR_PARTITION, FailureBudget
 from exgrpo.verl_plugin.hydra_config import check_verl_config
 from exgrpo.verl_plugin.loss import exgrpo_actor_loss
+from exgrpo.verl_plugin.scoring import nested, score_on_actor
 
 logger = logging.getLogger(__name__)
 
-SCORE_PARTITION = "exgrpo_score"
-"""TransferQueue partition for the candidate-scoring forward pass (cleared after each use)."""
 STEP_FIELDS = [
     "prompts",
     "responses",
@@ -179,7 +176,7 @@ class ExGRPOTrainer(PPOTrainerSync):
             tq.kv_clear(keys=list(self._replay_by_uid), partition_id=vb.REPLAY_PARTITION)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=STEP_FIELDS)
         for key in ("prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy"):
-            data[key] = _nested(data[key])
+            data[key] = nested(data[key])
         response_mask = data["response_mask"]
         rewards = data["rm_scores"].to_padded_tensor(0.0).sum(dim=-1)
         rows, uids = vb.step_rows(
@@ -290,76 +287,20 @@ class ExGRPOTrainer(PPOTrainerSync):
         self._selection_metrics = {M.TIME_SELECTION.name: time.perf_counter() - t0}
 
     def _score_current_policy(self, flat: list[tuple[str, Trajectory]]) -> torch.Tensor:
-        """[N] current-policy scores of all candidates of the plan (`core.step.flat_candidates` order), from one
-        log-prob + entropy forward of the actor."""
-        missing = sorted({q for q, _ in flat if q not in self.prompt_cache})
-        if missing:
-            raise KeyError(f"no cached prompt ids for planned questions {missing[:5]}")
-        rows = vb.scoring_rows([self.prompt_cache[q] for q, _ in flat], [c.token_ids for _, c in flat])
-        uid = vb.new_uid()
-        keys = [f"{uid}_{i}_0" for i in range(len(rows))]
-        tags = [
-            {
-                "status": "success",
-                "prompt_len": int(r["prompts"].numel()),
-                "response_len": int(r["responses"].numel()),
-                "seq_len": int(r["input_ids"].numel()),
-            }
-            for r in rows
-        ]
-        tq.kv_batch_put(
-            keys=keys, partition_id=SCORE_PARTITION, fields=tu.list_of_dict_to_tensordict(rows), tags=tags
+        """[N] current-policy scores of all candidates of the plan, from one actor forward (`scoring.py`)."""
+        temperature = self.config.actor_rollout_ref.rollout.temperature
+        return score_on_actor(
+            self.actor_rollout_wg, flat, self.prompt_cache, self.exgrpo_cfg, self.tokenizer, temperature
         )
-        # dispatch splits the batch evenly over the actor's data-parallel ranks; their number divides the worker
-        # group's (public) world size, so a multiple of it always splits
-        meta = upsample_batch_to_divisible_size(
-            KVBatchMeta(partition_id=SCORE_PARTITION, keys=keys, tags=tags),
-            int(self.actor_rollout_wg.world_size),
-            self.tokenizer.eos_token_id,
-        )
-        meta.extra_info.update(
-            {
-                "calculate_entropy": True,
-                "compute_loss": False,
-                "temperature": self.config.actor_rollout_ref.rollout.temperature,
-            }
-        )
-        try:
-            self.actor_rollout_wg.compute_log_prob(meta)
-            data = tq.kv_batch_get(
-                keys=keys,
-                partition_id=SCORE_PARTITION,
-                select_fields=["log_probs", "entropy", "response_mask"],
-            )
-        finally:
-            tq.kv_clear(keys=meta.keys, partition_id=SCORE_PARTITION)
-        mask = _nested(data["response_mask"])
-        logp = response_from_nested(_nested(data["log_probs"]), mask).unbind()
-        ent = response_from_nested(_nested(data["entropy"]), mask).unbind()
-        pad = (
-            self.tokenizer.pad_token_id
-            if self.tokenizer.pad_token_id is not None
-            else self.tokenizer.eos_token_id
-        )
-        return vb.score_candidates(self.exgrpo_cfg, [c for _, c in flat], list(logp), list(ent), int(pad))
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_root(self) -> Path:
         root = Path(self.config.trainer.default_local_dir)
         return root if root.is_absolute() else Path.cwd() / root
 
-    def _save_checkpoint(self) -> None:
-        """The whole step folder staged, then published (checkpoint.py's module docstring): plug-in state and
-        verl's files under `.staging/`, manifest, fsync, rename into place, tracker, then the pruning."""
-        import shutil
-
-        root = self._checkpoint_root()
-        staging_root = root / ckpt.STAGING_DIR
-        staged = ckpt.step_dir(staging_root, self.global_steps)
-        if staged.exists():  # left by a job killed while writing it
-            shutil.rmtree(staged)
+    def _save_plugin_state(self, folder: Path) -> None:
         ckpt.save_plugin_state(
-            staged,
+            folder,
             step=self.global_steps,
             cfg=self.exgrpo_cfg,
             manager=self.manager,
@@ -367,26 +308,27 @@ class ExGRPOTrainer(PPOTrainerSync):
             prompt_cache=self.prompt_cache,
             select_rng_state=self.select_generator.get_state(),
         )
+
+    def _save_checkpoint(self) -> None:
+        """The whole step folder staged, then published (`checkpoint.publish_step`): plug-in state and verl's files
+        under `.staging/`, manifest, fsync, rename into place, tracker, then the pruning."""
+        save_verl = super()._save_checkpoint
+
+        def write(staging_root: Path, staged: Path) -> None:
+            self._save_plugin_state(staged)
+            # verl's workers would delete old checkpoints BEFORE writing the new one; here nothing is deleted
+            # until the new one is in place
+            with ckpt.trainer_settings(
+                self.config,
+                default_local_dir=str(staging_root),
+                max_actor_ckpt_to_keep=None,
+                remove_previous_ckpt_in_save=False,
+            ):
+                save_verl()
+            fault_point("checkpoint", self.global_steps)
+
         keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
-        # verl's workers would delete old checkpoints BEFORE writing the new one; here nothing is deleted until
-        # the new one is in place
-        with ckpt.trainer_settings(
-            self.config,
-            default_local_dir=str(staging_root),
-            max_actor_ckpt_to_keep=None,
-            remove_previous_ckpt_in_save=False,
-        ):
-            super()._save_checkpoint()
-        fault_point("checkpoint", self.global_steps)
-        (staging_root / ckpt.TRACKER).unlink(
-            missing_ok=True
-        )  # verl's tracker of the staging folder means nothing
-        write_manifest(staged)
-        publish_dir(staged, ckpt.step_dir(root, self.global_steps))
-        with atomic_open(root / ckpt.TRACKER, "w") as fh:
-            fh.write(str(self.global_steps))
-        fsync_dir(root)
-        ckpt.prune_checkpoints(root, keep)
+        ckpt.publish_step(self._checkpoint_root(), self.global_steps, write, keep)
 
     def _load_checkpoint(self) -> None:
         """verl's load of the newest checkpoint that passes its checks (`choose_checkpoint`), then the plug-in's."""
@@ -440,15 +382,7 @@ class ExGRPOTrainer(PPOTrainerSync):
             self.manager.replay_active,
         )
         if (dump := debug_dir()) is not None:  # tests: write back what was restored (cpu/debug.py)
-            ckpt.save_plugin_state(
-                dump / f"resumed_step_{self.global_steps}",
-                step=self.global_steps,
-                cfg=self.exgrpo_cfg,
-                manager=self.manager,
-                data_order=self.data_order.state_dict(),
-                prompt_cache=self.prompt_cache,
-                select_rng_state=self.select_generator.get_state(),
-            )
+            self._save_plugin_state(dump / f"resumed_step_{self.global_steps}")
 
 
 def _fresh_response_metrics(
@@ -462,18 +396,9 @@ def _fresh_response_metrics(
     )
 
 
-def _nested(values: torch.Tensor) -> torch.Tensor:
-    """A per-row field as a jagged nested tensor (the TransferQueue returns equal-length rows stacked)."""
-    return (
-        values
-        if values.is_nested
-        else torch.nested.as_nested_tensor(list(values.unbind()), layout=torch.jagged)
-    )
-
-
 def _as_list(values: Any) -> list:
     """A TransferQueue non-tensor column (NonTensorStack, numpy array or list) as a plain list."""
     return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
-__all__ = ["SCORE_PARTITION", "ExGRPOTrainer"]
+__all__ = ["ExGRPOTrainer"]

@@ -314,13 +314,15 @@ def trainer_config(tmp_path_factory):
 
 @pytest.fixture
 def fake_tq(monkeypatch):
-    """A FakeTQ in place of the TransferQueue client, in the trainer and in verl's padding helpers."""
+    """A FakeTQ in place of the TransferQueue client, in the trainer, its scoring pass and verl's padding helpers."""
     import verl.trainer.ppo.padding_utils as pu
 
+    import exgrpo.verl_plugin.scoring as scoring_mod
     import exgrpo.verl_plugin.trainer as trainer_mod
 
     fake = FakeTQ()
     monkeypatch.setattr(trainer_mod, "tq", fake)
+    monkeypatch.setattr(scoring_mod, "tq", fake)
     monkeypatch.setattr(pu, "tq", fake)
     return fake
 

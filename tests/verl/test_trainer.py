@@ -22,7 +22,8 @@ from exgrpo.io import MANIFEST  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin.checkpoint import STAGING_DIR, STATE_DIR, TRACKER  # noqa: E402
 from exgrpo.verl_plugin.failures import ERROR_PARTITION, RolloutFailureError  # noqa: E402
-from exgrpo.verl_plugin.trainer import SCORE_PARTITION, ExGRPOTrainer  # noqa: E402
+from exgrpo.verl_plugin.scoring import SCORE_PARTITION  # noqa: E402
+from exgrpo.verl_plugin.trainer import ExGRPOTrainer  # noqa: E402
 
 K = 4
 B = 4
