@@ -230,6 +230,21 @@ REPLAY_ACTIVE_IN_LOSS = _m(
     VERL,
     verl_key="actor/exgrpo/replay_active",
 )
+UPDATE_BY_KEY: dict[str, Metric] = {
+    m.name.removeprefix("update/"): m for m in (*UPDATE, GRAD_NORM, SKIPPED_STEPS, REPLAY_ACTIVE_IN_LOSS)
+}
+"""The update's metrics by the key the core loss (`core.loss_batch.loss_metrics`) and the trainers report them
+under (`pg_loss`, `grad_norm`, ...)."""
+VERL_ACTOR_PREFIX = "actor/"
+"""verl prefixes every metric an actor worker's loss returns with this: the worker reports `verl_key` without it."""
+
+
+def worker_key(metric: Metric) -> str:
+    """The key verl's actor worker returns a loss metric under (its `verl_key` less verl's `actor/` prefix)."""
+    if metric.verl_key is None or not metric.verl_key.startswith(VERL_ACTOR_PREFIX):
+        raise ValueError(f"{metric.name} is not a metric of verl's actor worker")
+    return metric.verl_key.removeprefix(VERL_ACTOR_PREFIX)
+
 
 # ------------------------------------------------------------------------------------------ plug-in only
 FRESH_QUESTIONS = _m("exgrpo/fresh_questions", "Fresh questions in the step.", "count", VERL)
@@ -411,13 +426,16 @@ __all__ = [
     "LEGACY_ALIASES",
     "METRICS",
     "TINY",
+    "UPDATE_BY_KEY",
     "VERL",
+    "VERL_ACTOR_PREFIX",
     "VERL_NAMESPACES",
     "Metric",
     "is_verl_passthrough",
     "lookup",
     "markdown_table",
     "verl_key_map",
+    "worker_key",
     "written_by",
 ]
 

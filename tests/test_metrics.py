@@ -73,6 +73,13 @@ def test_core_metric_keys_are_registered():
     renames = M.verl_key_map()
     for k in loss_metrics:
         assert renames[f"actor/exgrpo/{k}"] == f"update/{k}"
+        # what verl's worker returns for it: verl's actor/ prefix then gives the verl key
+        assert M.VERL_ACTOR_PREFIX + M.worker_key(M.UPDATE_BY_KEY[k]) == f"actor/exgrpo/{k}"
+    assert M.UPDATE_BY_KEY["grad_norm"] is M.GRAD_NORM and M.worker_key(M.REPLAY_ACTIVE_IN_LOSS) == (
+        "exgrpo/replay_active"
+    )
+    with pytest.raises(ValueError, match="not a metric of verl's actor"):
+        M.worker_key(M.SKIPPED_STEPS)
 
 
 def _string_keys(path: Path, prefix: str) -> set[str]:
@@ -88,15 +95,19 @@ def _string_keys(path: Path, prefix: str) -> set[str]:
 
 
 def test_the_plugin_names_no_step_metric_itself():
-    """The plug-in's trainer, batch and failure code writes no `exgrpo/...` metric name as a literal: its step
-    metrics come from the core (`core.step_metrics`) and the registry objects, named once in exgrpo/metrics.py."""
+    """The plug-in's trainer, batch, failure and loss code writes no `exgrpo/...` metric name as a literal, nor the
+    CPU trainer its own: their step metrics come from the core (`core.step_metrics`) and the registry objects,
+    named once in exgrpo/metrics.py."""
     for rel in (
         "exgrpo/verl_plugin/trainer.py",
         "exgrpo/verl_plugin/batch.py",
         "exgrpo/verl_plugin/failures.py",
+        "exgrpo/verl_plugin/loss.py",
     ):
         keys = _string_keys(ROOT / rel, "exgrpo/") - {"exgrpo/verl_plugin"}
         assert not keys, (rel, sorted(keys))
+    for prefix in ("update/", "exp/", "groups/", "replay/"):  # nor does the CPU trainer
+        assert not _string_keys(ROOT / "exgrpo/tiny/trainer.py", prefix), prefix
     for rel in ("exgrpo/core/step.py", "exgrpo/core/step_batch.py", "exgrpo/core/step_metrics.py"):
         assert not _string_keys(ROOT / rel, "exgrpo/") | _string_keys(ROOT / rel, "exp/"), rel
 

@@ -290,8 +290,9 @@ class CPUTrainer:
             else:
                 self.optimizer.step()
             for key, val in {**m, "loss": float(loss.detach()), "grad_norm": gnorm}.items():
-                sums[f"update/{key}"] = sums.get(f"update/{key}", 0.0) + float(val) / self.args.mini_batches
-        sums["update/skipped_steps"] = float(skipped)
+                name = M.UPDATE_BY_KEY[key].name
+                sums[name] = sums.get(name, 0.0) + float(val) / self.args.mini_batches
+        sums[M.SKIPPED_STEPS.name] = float(skipped)
         return sums
 
     def validate(self, step: int) -> dict[str, float]:
