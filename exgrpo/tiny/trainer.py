@@ -1,10 +1,12 @@
 """The CPU trainer: on-policy Dr.GRPO and ExGRPO on tiny transformers backbones.
 
 Everything that is the method comes from `exgrpo.core` (the verl plug-in calls the same functions):
-question sampling, bookkeeping, retirement and the delayed start (`ExperienceManager`), the step's
-assembly (`step`: o* per replayed question, groups, success counts, records, pass@1, advantages and the
-difficulty mask), the shaped loss (`loss`) and the reward (`reward.Verifier`). This file only moves
-data: rollouts, batches, optimizer steps, logs, checkpoints.
+question sampling, bookkeeping, retirement and the delayed start (`ExperienceManager`), the step's plan
+(`step_questions`: fresh questions and row order; `step`: o* per replayed question, groups, success counts,
+records, pass@1, advantages and the difficulty mask; `step_batch`: padding, the update batch, mini-batch
+rows, rows as trajectories; `step_metrics`: the counts logged, by the registry's names), the shaped loss
+(`loss`) and the reward (`reward.Verifier`). This file only executes the plan: rollouts, scoring forwards,
+optimizer steps, logs, checkpoints.
 
 One training step, as in the released code: plan replay → select o* per replayed question →
 roll out K fresh (K-1 for replayed questions) → reward → mixed-group advantages → `mini_batches`

@@ -37,6 +37,7 @@ import torch
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core import step as core_step
 from exgrpo.core import step_batch as core_batch
+from exgrpo.core import step_metrics as core_metrics
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.selection import candidate_scores
 
@@ -190,6 +191,22 @@ def step_rows(
     return rows, uids
 
 
+def fresh_response_metrics(
+    rows: core_step.StepRows, entropy: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """`core.step_metrics.response_metrics` of the FRESH rows (`core.step.fresh_rows`: replayed and padding rows
+    left out). Args: nested [B, response] entropy (the old-policy recomputation) and response mask."""
+    fresh = core_step.fresh_rows(rows)
+    return core_metrics.response_metrics(
+        entropy.to_padded_tensor(0.0)[fresh], response_mask.to_padded_tensor(0)[fresh].bool()
+    )
+
+
+def as_list(values: Any) -> list:
+    """A TransferQueue non-tensor column (NonTensorStack, numpy array or list) as a plain list."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
 # --------------------------------------------------------------------------- trajectory selection
 def scoring_rows(
     prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[np.ndarray]
@@ -255,7 +272,9 @@ __all__ = [
     "REPLAY_LOGP",
     "REPLAY_PARTITION",
     "SAMPLE_MASK_FIELD",
+    "as_list",
     "dataset_qids",
+    "fresh_response_metrics",
     "new_uid",
     "parse_key",
     "prompt_rows",

@@ -1,8 +1,10 @@
 """`ExGRPOTrainer`: verl 0.9.1's synchronous V1 trainer with the exgrpo core's experience replay.
 
 Registered as `trainer.v1.trainer_mode=exgrpo` (`@register_trainer`). The trainer owns one
-`ExperienceManager`, keyed by the plug-in's question id, and only moves data; bucketing, sampling,
-selection, advantages, the shaped loss and the delayed start all come from `exgrpo.core`. One global step:
+`ExperienceManager`, keyed by the plug-in's question id, and only executes the step the core plans
+(`exgrpo.core.step_questions`, `step`, `step_batch`, `step_metrics`: fresh questions, o*, groups, π_past per
+row, records and the logged counts); bucketing, sampling, selection, advantages, the shaped loss and the
+delayed start all come from `exgrpo.core`. One global step:
 
 1. `prepare_step`: the replay plan made at the end of the previous step (questions + chosen o*) and
    B - n_exp fresh questions from the plug-in's `DataOrder` (B with `drop_fresh_overflow`, as released)
@@ -182,7 +184,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         rows, uids = vb.step_rows(
             batch.keys,
             batch.tags,
-            _as_list(data[vb.EXGRPO_QID]),
+            vb.as_list(data[vb.EXGRPO_QID]),
             rewards,
             self._replay_by_uid,
             cfg.n_rollouts,
@@ -210,7 +212,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         counts = core_metrics.step_metrics(rows, sample_mask, cfg)
         self._step_pass1 = counts[M.PASS1.name]
         metrics.update(self._check_failures(int(rows.real.sum())))
-        fresh = _fresh_response_metrics(rows, data["entropy"], response_mask)
+        fresh = vb.fresh_response_metrics(rows, data["entropy"], response_mask)
         metrics.update(core_metrics.logged_by({**counts, **fresh}, M.VERL))
         return batch
 
@@ -383,22 +385,6 @@ class ExGRPOTrainer(PPOTrainerSync):
         )
         if (dump := debug_dir()) is not None:  # tests: write back what was restored (cpu/debug.py)
             self._save_plugin_state(dump / f"resumed_step_{self.global_steps}")
-
-
-def _fresh_response_metrics(
-    rows: core_step.StepRows, entropy: torch.Tensor, response_mask: torch.Tensor
-) -> dict[str, float]:
-    """`core.step_metrics.response_metrics` of the FRESH rows (`core.step.fresh_rows`: replayed and padding rows
-    left out). Args: nested [B, response] entropy (the old-policy recomputation) and response mask."""
-    fresh = core_step.fresh_rows(rows)
-    return core_metrics.response_metrics(
-        entropy.to_padded_tensor(0.0)[fresh], response_mask.to_padded_tensor(0)[fresh].bool()
-    )
-
-
-def _as_list(values: Any) -> list:
-    """A TransferQueue non-tensor column (NonTensorStack, numpy array or list) as a plain list."""
-    return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
 __all__ = ["ExGRPOTrainer"]

@@ -11,7 +11,7 @@ pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.
 import torch  # noqa: E402
 
 from exgrpo import metrics as M  # noqa: E402
-from exgrpo.verl_plugin.trainer import _fresh_response_metrics  # noqa: E402
+from exgrpo.verl_plugin.batch import fresh_response_metrics  # noqa: E402
 
 
 def test_fresh_rows_only_by_hand():
@@ -33,5 +33,5 @@ def test_fresh_rows_only_by_hand():
         is_replay=torch.tensor([False, False, True, False]),
         real=torch.tensor([True, True, True, False]),
     )
-    stats = _fresh_response_metrics(rows, ent, mask)
+    stats = fresh_response_metrics(rows, ent, mask)
     assert stats == {M.ENTROPY.name: (1 + 3 + 2) / 3, M.RESPONSE_LENGTH.name: 3 / 2}
