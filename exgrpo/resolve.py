@@ -168,13 +168,22 @@ class RunSpec:
         }
 
     def fingerprint_parts(self) -> dict[str, Any]:
-        """What of the run decides its training (runtime-only trainer fields dropped)."""
-        return {
-            "method": self.method.to_dict(),
-            "seed": self.seed,
-            "data_order_seed": self.data_order_seed,
-            "trainer": {k: v for k, v in self.trainer.items() if k not in RUNTIME_ONLY},
-        }
+        """What of the run decides its training (`training_parts`)."""
+        return training_parts(self.method, self.trainer, self.seed, self.data_order_seed)
+
+
+def training_parts(
+    method: ExGRPOConfig, trainer: Mapping[str, Any], seed: int, data_order_seed: int
+) -> dict[str, Any]:
+    """The fingerprint parts of a run's training settings, for every route (`RunSpec.fingerprint_parts`, the CPU
+    trainer's `tiny.run.run_fingerprint`): the method, the seeds and the trainer settings, runtime-only fields
+    (`RUNTIME_ONLY`: threads and the like, which change no number) dropped."""
+    return {
+        "method": method.to_dict(),
+        "seed": seed,
+        "data_order_seed": data_order_seed,
+        "trainer": {k: v for k, v in trainer.items() if k not in RUNTIME_ONLY},
+    }
 
 
 def _check_context(name: str, backbone: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
@@ -383,6 +392,7 @@ __all__ = [
     "run_spec",
     "stage_sources",
     "trainer_settings",
+    "training_parts",
     "weights_digest",
     "write_run_file",
 ]

@@ -37,7 +37,14 @@ from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
 from exgrpo.provenance import provenance
-from exgrpo.resolve import RunSpec, code_digest, file_digest, fingerprint, library_versions_of
+from exgrpo.resolve import (
+    RunSpec,
+    code_digest,
+    file_digest,
+    fingerprint,
+    library_versions_of,
+    training_parts,
+)
 from exgrpo.resolve import weights_digest as model_dir_digest
 from exgrpo.tiny.best import clear_best, maybe_save_best
 from exgrpo.tiny.checkpoint import (
@@ -49,7 +56,7 @@ from exgrpo.tiny.checkpoint import (
 )
 from exgrpo.tiny.tracker import TENSORBOARD_DIR, Tracker, open_tracker
 from exgrpo.tiny.trainer import CPUTrainer, Question, weights_digest
-from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
+from exgrpo.trainer_settings import TrainerSettings
 
 
 def run_fingerprint(
@@ -62,10 +69,7 @@ def run_fingerprint(
 ) -> tuple[str, dict[str, Any]]:
     """(fingerprint, its parts) of a CPU training run: what decides the weights it produces."""
     parts = {
-        "method": cfg.to_dict(),
-        "trainer": {k: v for k, v in dataclasses.asdict(args).items() if k not in RUNTIME_ONLY},
-        "seed": seed,
-        "data_order_seed": data_order_seed,
+        **training_parts(cfg, dataclasses.asdict(args), seed, data_order_seed),
         "data": file_digest([data_dir / "manifest.json"]) if data_dir is not None else None,
         "init": model_dir_digest(model_dir),
         "code": code_digest("train_tiny"),
