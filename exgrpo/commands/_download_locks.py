@@ -1,4 +1,5 @@
-"""Pins and locks of what `exgrpo download` fetches from the Hugging Face hub.
+"""Checks of what `exgrpo download` fetches: released files against their checksums, hub items against
+their pins and locks.
 
 A hub item (a backbone, the judge, the training set) is *pinned* when the commit it is fetched at is known:
 the registry names it (`revision`, 40 hex digits), or its lock records it. A lock (config/locks/<name>.json,
@@ -16,12 +17,14 @@ again and commit the new lock.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
+from exgrpo.commands._download_sources import Source
 from exgrpo.config import ConfigError
-from exgrpo.io import file_sha256, read_json, write_json
+from exgrpo.io import file_sha256, hash_file, read_json, write_json
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 """A hub commit hash: the only revision that cannot move (a branch or a tag can)."""
@@ -33,6 +36,34 @@ class DownloadError(RuntimeError):
 
 class ChecksumError(DownloadError):
     """A file's bytes differ from the release's or the lock's; the message names the file."""
+
+
+def git_blob_id(path: str | Path) -> str:
+    """Git's object id of a file's content: SHA-1 of `blob <size>\\0` + bytes (what `git hash-object` prints)."""
+    path = Path(path)
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode(), usedforsecurity=False)
+    return hash_file(path, digest).hexdigest()
+
+
+def verify_file(source: Source, path: Path) -> str:
+    """Check `path` against the source's recorded sha256 / git blob id; returns its sha256.
+
+    Raises ChecksumError naming the file, the expected and the found value.
+    """
+    found = file_sha256(path)
+    if source.sha256 is not None and found != source.sha256:
+        raise ChecksumError(
+            f"{path}: sha256 {found} differs from the release's {source.sha256} "
+            f"({source.name}, {source.ref}); the file changed, delete it and download again"
+        )
+    if source.git_blob is not None:
+        blob = git_blob_id(path)
+        if blob != source.git_blob:
+            raise ChecksumError(
+                f"{path}: git blob {blob} differs from the release's {source.git_blob} "
+                f"({source.name}, {source.ref})"
+            )
+    return found
 
 
 def unpinned_help(what: str, lock_path: Path, field: str) -> str:

@@ -27,7 +27,6 @@ of the release; MMLU-Pro's row count is unknown, so it is recorded, not checked.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import re
 import sys
@@ -45,11 +44,13 @@ from exgrpo.commands._download_locks import (
     DownloadError,
     check_lock,
     file_lock,
+    git_blob_id,
     pinned_revision,
+    verify_file,
 )
 from exgrpo.commands._download_sources import RELEASE_COMMIT, SOURCES, Source
 from exgrpo.config import ConfigError
-from exgrpo.io import atomic_path, file_sha256, hash_file, write_json
+from exgrpo.io import atomic_path, write_json
 from exgrpo.provenance import provenance
 
 __all__ = [  # re-exported
@@ -61,6 +62,7 @@ __all__ = [  # re-exported
     "Source",
     "check_lock",
     "file_lock",
+    "git_blob_id",
 ]
 
 HELP = "Fetch paper-scale data, benchmarks and backbone weights into a shared HF cache (needs internet)."
@@ -105,34 +107,6 @@ def with_retries(fetch: Callable[[], Any], what: str) -> Any:
             )
             _sleep(wait)
     raise AssertionError("unreachable")
-
-
-def git_blob_id(path: str | Path) -> str:
-    """Git's object id of a file's content: SHA-1 of `blob <size>\\0` + bytes (what `git hash-object` prints)."""
-    path = Path(path)
-    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode(), usedforsecurity=False)
-    return hash_file(path, digest).hexdigest()
-
-
-def verify_file(source: Source, path: Path) -> str:
-    """Check `path` against the source's recorded sha256 / git blob id; returns its sha256.
-
-    Raises ChecksumError naming the file, the expected and the found value.
-    """
-    found = file_sha256(path)
-    if source.sha256 is not None and found != source.sha256:
-        raise ChecksumError(
-            f"{path}: sha256 {found} differs from the release's {source.sha256} "
-            f"({source.name}, {source.ref}); the file changed, delete it and download again"
-        )
-    if source.git_blob is not None:
-        blob = git_blob_id(path)
-        if blob != source.git_blob:
-            raise ChecksumError(
-                f"{path}: git blob {blob} differs from the release's {source.git_blob} "
-                f"({source.name}, {source.ref})"
-            )
-    return found
 
 
 def parquet_rows(path: str | Path) -> int:
