@@ -50,13 +50,20 @@ def main(argv: list[str] | None = None) -> int:
         "--name", default="report", help="report file name: <rerun>/<source>/reproduction/<name>.md"
     )
     rep.add_argument("--backbones", default=str(DEFAULT_BACKBONES), help="backbone registry (backbones.yaml)")
+    rep.add_argument(
+        "--regimes",
+        action="store_true",
+        help="compare the source's regime map (<source>/regimes/, target tiny_regimes) and its verdicts",
+    )
     rep.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     args = parser.parse_args(argv)
     if args.command == "reproduce":
         from analysis.reproduce import reproduce
+        from analysis.reproduce_regimes import reproduce_regimes
 
+        compare = reproduce_regimes if args.regimes else reproduce
         try:
-            print(reproduce(args.results, args.rerun, args.source, args.name, args.backbones))
+            print(compare(args.results, args.rerun, args.source, args.name, args.backbones))
         except (ResultsError, FileNotFoundError, ValueError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

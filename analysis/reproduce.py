@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import loader, stats
+from analysis.regimes import Regime
 from analysis.tables import fmt, write_text
 from exgrpo.io import atomic_path, write_json
 
@@ -114,8 +115,8 @@ def _cell_samples(samples: pd.DataFrame, key: tuple) -> pd.DataFrame:
     return sel.sort_values(["problem_id", "sample_index"]).reset_index(drop=True)
 
 
-def compare_evals(ref: loader.Results, new: loader.Results) -> list[Cell]:
-    """Every evaluation cell of the rerun against the committed one (RULE)."""
+def compare_evals(ref: loader.Results | Regime, new: loader.Results | Regime) -> list[Cell]:
+    """Every evaluation cell of the rerun against the committed one (RULE), of a source or of a regime."""
     keys = ["backbone", "variant", "seed", "benchmark", "profile"]
     committed = {tuple(r[k] for k in keys): r for r in ref.evals.to_dict("records")}
     cells = []
@@ -159,16 +160,31 @@ def _f(value: float | None, digits: int = 2) -> str:
     )
 
 
+def new_cells(evals: pd.DataFrame) -> list[Cell]:
+    """The cells of a rerun with no committed counterpart (verdict *new*)."""
+    keys = ["backbone", "variant", "seed", "benchmark", "profile"]
+    return [
+        Cell(*(r[k] for k in keys), None, 100.0 * r["avg_at_k"], None, None, None, "new")
+        for r in evals.to_dict("records")
+    ]
+
+
 def report_markdown(
     source: str, ref_root: Path, new_root: Path, runs: list[RunRow], cells: list[Cell]
 ) -> str:
-    counts = pd.Series([c.verdict for c in cells], dtype=object).value_counts().to_dict()
-    same = pd.Series([r.weights for r in runs], dtype=object).value_counts().to_dict()
-    lines = [
+    head = [
         f"# Reproduction report: {source}",
         "",
         f"Rerun `{new_root}` against the committed reference `{ref_root}`.",
-        "",
+    ]
+    return "\n".join([*head, "", *run_and_cell_sections(runs, cells)]) + "\n"
+
+
+def run_and_cell_sections(runs: list[RunRow], cells: list[Cell]) -> list[str]:
+    """RULE, the summary and the two tables (training runs, evaluation cells) of a report, as lines."""
+    counts = pd.Series([c.verdict for c in cells], dtype=object).value_counts().to_dict()
+    same = pd.Series([r.weights for r in runs], dtype=object).value_counts().to_dict()
+    lines = [
         RULE,
         "",
         "Summary: training runs "
@@ -211,7 +227,7 @@ def report_markdown(
             f"| {c.backbone} | {c.variant} | {c.seed} | {c.benchmark} | {c.profile} | {_f(c.committed)} "
             f"| {_f(c.rerun)} | {diff} | {c.verdict} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(cells: list[Cell], path: Path) -> None:
@@ -251,26 +267,7 @@ def reproduce(
     ref_root = Path(reference) / source
     ref = loader.load(reference, source, backbones) if ref_root.is_dir() else None
     runs = compare_runs(ref_root, new.root, new.runs)
-    cells = (
-        compare_evals(ref, new)
-        if ref is not None
-        else [
-            Cell(
-                r["backbone"],
-                r["variant"],
-                r["seed"],
-                r["benchmark"],
-                r["profile"],
-                None,
-                100.0 * r["avg_at_k"],
-                None,
-                None,
-                None,
-                "new",
-            )
-            for r in new.evals.to_dict("records")
-        ]
-    )
+    cells = compare_evals(ref, new) if ref is not None else new_cells(new.evals)
     out = new.root / "reproduction"
     write_text(out / f"{name}.md", report_markdown(source, ref_root, new.root, runs, cells))
     write_json(
@@ -281,4 +278,15 @@ def reproduce(
     return out / f"{name}.md"
 
 
-__all__ = ["RULE", "Cell", "RunRow", "compare_evals", "compare_runs", "report_markdown", "reproduce"]
+__all__ = [
+    "RULE",
+    "Cell",
+    "RunRow",
+    "compare_evals",
+    "compare_runs",
+    "new_cells",
+    "plot",
+    "report_markdown",
+    "reproduce",
+    "run_and_cell_sections",
+]

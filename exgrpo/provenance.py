@@ -102,8 +102,9 @@ def cpu_model() -> dict[str, str | None]:
     return found
 
 
-def machine() -> dict[str, Any]:
-    """CPU model and counts, plus torch's numerics settings when this process imported torch."""
+def machine(import_torch: bool = False) -> dict[str, Any]:
+    """CPU model and counts, plus torch's numerics settings when this process imported torch (or, with
+    `import_torch`, when torch is installed: see torch_numerics)."""
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -114,7 +115,7 @@ def machine() -> dict[str, Any]:
         "logical_cpus": os.cpu_count(),
         "usable_cpus": usable,
         "env": {name: os.environ.get(name) for name in NUMERICS_ENV},
-        "torch": torch_numerics(),
+        "torch": torch_numerics(import_torch),
     }
 
 
@@ -138,13 +139,21 @@ def _torch_build() -> dict[str, Any]:
     }
 
 
-def torch_numerics() -> dict[str, Any] | None:
-    """torch's threads, BLAS/LAPACK back-end and dispatched CPU capability; None if torch is not imported.
+def torch_numerics(import_torch: bool = False) -> dict[str, Any] | None:
+    """torch's threads, BLAS/LAPACK back-end, dispatched CPU capability and CUDA build; None if torch is not
+    imported (or, with `import_torch`, not installed).
 
-    Read only from a process that already imported torch (its settings are the ones that produced the
-    results; importing it here would cost seconds in processes that never use it).
+    By default read only from a process that already imported torch (its settings are the ones that produced
+    the results; importing it here would cost seconds in processes that never use it). `import_torch` is for
+    a process that records results torch computed in another process of the same job and environment (the
+    verl route's `exgrpo verl-collect`, after the launch script trained).
     """
     torch = sys.modules.get("torch")
+    if torch is None and import_torch:
+        try:
+            torch = importlib.import_module("torch")
+        except ImportError:
+            return None
     if torch is None:
         return None
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
@@ -153,13 +162,20 @@ def torch_numerics() -> dict[str, Any] | None:
         "num_interop_threads": torch.get_num_interop_threads(),
         "cpu_capability": capability,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cuda_build": getattr(torch.version, "cuda", None),  # no CUDA initialisation: safe before vLLM forks
         **_torch_build(),
     }
 
 
-def provenance(config: dict[str, Any] | None = None, seed: int | None = None, **extra: Any) -> dict[str, Any]:
-    """A provenance block: resolved `config`, `seed`, git commit, versions, host, machine (CPU model, torch
-    threads and BLAS) and UTC time, plus `extra`."""
+def provenance(
+    config: dict[str, Any] | None = None,
+    seed: int | None = None,
+    *,
+    import_torch: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A provenance block: resolved `config`, `seed`, git commit, versions (TRACKED_PACKAGES), host, machine
+    (CPU model, torch threads and BLAS; `import_torch`: see torch_numerics) and UTC time, plus `extra`."""
     return {
         "config": config,
         "seed": seed,
@@ -167,7 +183,7 @@ def provenance(config: dict[str, Any] | None = None, seed: int | None = None, **
         "versions": library_versions(),
         "python": platform.python_version(),
         "host": platform.node(),
-        "machine": machine(),
+        "machine": machine(import_torch),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }

@@ -11,16 +11,9 @@ caches in `<out>/datasets`, plain parquet copies in `<out>/files`.
 Each manifest records, per item, its row count (tables), sha256 (files) or commit (snapshots), so
 results can name the exact bytes they were computed from.
 
-Pinned data. Every released file is fetched at one commit of the release (ElliottYan/LUFFY
-01f4ae0..., `RELEASE_COMMIT`), never a branch, and its bytes are checked before anything is written
-to the manifest: against the sha256 recorded here, or, for the two files whose bytes were not
-available when the registry was written (LUFFY's MMLU-Pro file and the release's combined OOD file),
-against the git blob id the release's tree records for them (`git_blob`, a SHA-1 of the content).
-A mismatch stops the download with a `ChecksumError` naming the file; `exgrpo eval` checks the files
-it reads against this manifest again, so a file changed afterwards stops the evaluation.
-The training set `Elliott/Openr1-Math-46k-8192` (paper §3.2) lives on the Hugging Face hub; the
-revision the release trained on is not known, so it is fetched from `main` and the manifest records
-the commit actually fetched (`resolved_revision`) and the exported file's sha256.
+Pinned data: what is fetched and the checksums it is checked against are the registry in
+exgrpo/commands/_download_sources.py; hub items (models, the training set) are pinned to a commit and
+checked against a lock of their files' sha256 (exgrpo/commands/_download_locks.py).
 
 Transient failures (a dropped connection, a time-out, HTTP 429 or 5xx) are retried `RETRIES` times with
 exponential backoff (`BACKOFF_S` x 1, 2, 4, ...); then the download stops with a `DownloadError` naming the
@@ -34,7 +27,6 @@ of the release; MMLU-Pro's row count is unknown, so it is recorded, not checked.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import re
 import sys
@@ -42,109 +34,38 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from exgrpo.commands._download_locks import (
+    COMMIT,
+    ChecksumError,
+    DownloadError,
+    check_lock,
+    file_lock,
+    git_blob_id,
+    pinned_revision,
+    verify_file,
+)
+from exgrpo.commands._download_sources import RELEASE_COMMIT, SOURCES, Source
 from exgrpo.config import ConfigError
-from exgrpo.io import atomic_path, file_sha256, hash_file, write_json
+from exgrpo.io import atomic_path, write_json
 from exgrpo.provenance import provenance
 
+__all__ = [  # re-exported
+    "COMMIT",
+    "RELEASE_COMMIT",
+    "SOURCES",
+    "ChecksumError",
+    "DownloadError",
+    "Source",
+    "check_lock",
+    "file_lock",
+    "git_blob_id",
+]
+
 HELP = "Fetch paper-scale data, benchmarks and backbone weights into a shared HF cache (needs internet)."
-
-RELEASE_REPO = "ElliottYan/LUFFY"
-RELEASE_COMMIT = "01f4ae066249e6965ce0d5512ccdf99a12895c74"
-"""The released code's commit whose data files are fetched (2026-03-20, the HEAD the project was checked at)."""
-
-
-def release_url(path: str, commit: str = RELEASE_COMMIT) -> str:
-    """raw.githubusercontent.com URL of `path` in the release at `commit`."""
-    return f"https://raw.githubusercontent.com/{RELEASE_REPO}/{commit}/{path}"
-
-
-@dataclass(frozen=True)
-class Source:
-    """One downloadable item: a Hugging Face dataset split or a parquet file of the release."""
-
-    name: str
-    kind: str
-    """`hf_dataset` (ref = dataset id) or `url` (ref = URL of a parquet file)."""
-    ref: str
-    role: str
-    """`train` or `benchmark`."""
-    split: str | None = None
-    expected_rows: int | None = None
-    """Row count known from the released repo; a mismatch stops the download."""
-    revision: str | None = None
-    """Commit the file is fetched at (part of `ref` for URLs; `revision=` of the hub); None = not known."""
-    sha256: str | None = None
-    """sha256 of the file's bytes as released; a mismatch stops the download (ChecksumError)."""
-    git_blob: str | None = None
-    """Git blob id (SHA-1 of `blob <size>\\0<bytes>`) of the file in the release's tree: the check of files
-    whose sha256 could not be recorded."""
-
-
-def _released(name: str, path: str, rows: int | None, sha256: str | None, git_blob: str) -> Source:
-    return Source(
-        name,
-        "url",
-        release_url(path),
-        "benchmark",
-        expected_rows=rows,
-        revision=RELEASE_COMMIT,
-        sha256=sha256,
-        git_blob=git_blob,
-    )
-
-
-SOURCES: tuple[Source, ...] = (
-    Source("openr1_math_46k", "hf_dataset", "Elliott/Openr1-Math-46k-8192", "train", split="train"),
-    _released(
-        "exgrpo_test_id",
-        "ExGRPO/data/test.id.parquet",
-        6023,
-        "92503399b914212d2e3d85839882bc1376a0111652fec0dcb722e86307e97617",
-        "1e1d71d380fbb4a89ed7c8cd9fec717ca9bcb0fe",
-    ),
-    _released(
-        "exgrpo_valid",
-        "ExGRPO/data/valid.parquet",
-        2259,
-        "7828d704c3539651f757272071c7e17cba84efe956434adceb363442b665da49",
-        "8a3dea25ae463c7661b5f54fea53ee0ddb4cce54",
-    ),
-    _released(
-        "luffy_arc_c",
-        "data/valid.arc_c.parquet",
-        1172,
-        "7c3d1df8f11ade8be258ee0b0c7bbd6ac9a8e535dee3dbb3b5410f974f0d8fe5",
-        "098365231da050f78cf5abd4e12c40ef3fbb9a32",
-    ),
-    _released(
-        "luffy_gpqa_diamond",
-        "data/valid.gpqa.parquet",
-        198,
-        "55bde3943eeb6906d6d569d0ab882638c2f395a716ab5fa1fa20a186e722e58b",
-        "a3a1476f866957b5b0236b792a3b6404a9fa0485",
-    ),
-    _released(
-        "luffy_mmlu_pro",
-        "data/valid.mmlu_pro.parquet",
-        None,
-        None,
-        "48cd2b38bf2690f5ebfda3695a23a188d472c6b6",
-    ),
-)
-"""What `exgrpo download --out DIR` fetches (paper §3.2, §4.1), with the release's checksums."""
-
-
-class DownloadError(RuntimeError):
-    """A fetched item is not what the released repo says it is (row count, format)."""
-
-
-class ChecksumError(DownloadError):
-    """A file's bytes differ from the release's (sha256 or git blob id); the message names the file."""
-
 
 RETRIES = 4
 """Attempts after the first for a transient download failure."""
@@ -188,34 +109,6 @@ def with_retries(fetch: Callable[[], Any], what: str) -> Any:
     raise AssertionError("unreachable")
 
 
-def git_blob_id(path: str | Path) -> str:
-    """Git's object id of a file's content: SHA-1 of `blob <size>\\0` + bytes (what `git hash-object` prints)."""
-    path = Path(path)
-    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode(), usedforsecurity=False)
-    return hash_file(path, digest).hexdigest()
-
-
-def verify_file(source: Source, path: Path) -> str:
-    """Check `path` against the source's recorded sha256 / git blob id; returns its sha256.
-
-    Raises ChecksumError naming the file, the expected and the found value.
-    """
-    found = file_sha256(path)
-    if source.sha256 is not None and found != source.sha256:
-        raise ChecksumError(
-            f"{path}: sha256 {found} differs from the release's {source.sha256} "
-            f"({source.name}, {source.ref}); the file changed, delete it and download again"
-        )
-    if source.git_blob is not None:
-        blob = git_blob_id(path)
-        if blob != source.git_blob:
-            raise ChecksumError(
-                f"{path}: git blob {blob} differs from the release's {source.git_blob} "
-                f"({source.name}, {source.ref})"
-            )
-    return found
-
-
 def parquet_rows(path: str | Path) -> int:
     """Row count from the parquet footer; a non-parquet file (e.g. a Git LFS pointer) is a DownloadError."""
     import pyarrow.parquet as pq
@@ -239,18 +132,47 @@ def fetch_url(source: Source, out: Path) -> Path:
     return dest
 
 
-def fetch_hf_dataset(source: Source, out: Path) -> Path:
-    """Load the dataset split at `source.revision` (None: `main`) into out/datasets (the HF cache) and
-    export it to out/files/<name>.parquet."""
+def fetch_dataset_snapshot(repo: str, out: Path, revision: str | None) -> Path:
+    """Snapshot a dataset repo at `revision` (None: `main`) into out/hub; returns the snapshot folder, named
+    by its commit (the hub cache layout)."""
+    from huggingface_hub import snapshot_download
+
+    return Path(
+        snapshot_download(repo_id=repo, repo_type="dataset", revision=revision, cache_dir=str(out / "hub"))
+    )
+
+
+def export_dataset(source: Source, snapshot: Path, out: Path) -> Path:
+    """Load the split `source.split` from the snapshot's files and write it to out/files/<name>.parquet."""
     import datasets
 
-    table = datasets.load_dataset(
-        source.ref, split=source.split, revision=source.revision, cache_dir=str(out / "datasets")
-    )
+    table = datasets.load_dataset(str(snapshot), split=source.split, cache_dir=str(out / "datasets"))
     dest = out / "files" / f"{source.name}.parquet"
     with atomic_path(dest) as tmp:
         table.to_parquet(str(tmp))
     return dest
+
+
+def fetch_hf_dataset(
+    source: Source, out: Path, lock_dir: Path | None = None, pin: bool = False
+) -> tuple[Path, str]:
+    """Snapshot the dataset at its pin, check the snapshot's files against the lock <lock_dir>/<name>.json
+    (written when absent), export the split; returns the parquet file and the commit fetched.
+
+    Without `lock_dir` (a download by hand) the registry's revision, or `main`, is fetched unchecked.
+    """
+    lock = lock_dir / f"{source.name}.json" if lock_dir is not None else None
+    revision = source.revision
+    if lock is not None:
+        field = f"SOURCES[{source.name}].revision (exgrpo/commands/_download_sources.py)"
+        revision = pinned_revision(revision, lock, source.ref, field, pin=pin)
+    snapshot = with_retries(
+        lambda: fetch_dataset_snapshot(source.ref, out, revision), f"{source.name} ({source.ref})"
+    )
+    if lock is not None:
+        files = sorted(p for p in snapshot.rglob("*") if p.is_file())
+        check_lock(lock, file_lock(snapshot, files), source.ref, snapshot.name, pin=pin)
+    return export_dataset(source, snapshot, out), snapshot.name
 
 
 GATED_HELP = (
@@ -278,8 +200,8 @@ def fetch_model(hf_id: str, out: Path, revision: str | None) -> Path:
         raise DownloadError(f"{hf_id} {GATED_HELP}") from None
 
 
-FETCHERS: dict[str, Callable[[Source, Path], Path]] = {"hf_dataset": fetch_hf_dataset, "url": fetch_url}
-"""Fetcher per Source.kind (tests replace them)."""
+FETCHERS: dict[str, Callable[[Source, Path], Path]] = {"url": fetch_url}
+"""Fetcher of the released files (Source.kind `url`; tests replace it). Hub datasets: fetch_hf_dataset."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -291,13 +213,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", default=None, help="fetch this HF model id instead of the data")
     parser.add_argument("--name", default=None, help="manifest name for --model (a backbone name)")
-    parser.add_argument("--revision", default=None, help="model revision (branch, tag or commit)")
+    parser.add_argument(
+        "--revision", default=None, help="model revision (with --lock: a 40-hex commit, or from the lock)"
+    )
     parser.add_argument(
         "--lock",
         type=Path,
         default=None,
-        help="lock of the model's file hashes: checked when it exists (a changed file is an "
-        "error naming it), written when it does not",
+        help="lock of the model's commit and file hashes: checked when it exists (a changed file is an "
+        "error naming it), written when it does not; with it an unpinned model is refused",
+    )
+    parser.add_argument(
+        "--lock-dir",
+        type=Path,
+        default=None,
+        help="folder of the hub datasets' locks (<name>.json), checked or written like --lock",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="with a lock: fetch an item no commit pins from `main` and record that commit in its lock",
+    )
+    parser.add_argument(
+        "--revision-field",
+        default="--revision",
+        help="where the model's revision is registered, named when an unpinned download is refused",
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would be fetched, fetch nothing")
 
@@ -316,25 +256,20 @@ def select_sources(only: str | None) -> list[Source]:
     return [s for s in SOURCES if s.name in wanted]
 
 
-def resolved_revision(source: Source) -> str | None:
-    """The hub commit a dataset download got (its `revision`, or what `main` pointed at); None offline."""
-    if source.kind != "hf_dataset":
-        return source.revision
-    try:
-        from huggingface_hub import HfApi
-
-        return HfApi().dataset_info(source.ref, revision=source.revision).sha
-    except Exception:  # offline, or the hub unreachable: the file's sha256 still identifies it
-        return source.revision
-
-
-def download_data(out: Path, sources: list[Source]) -> dict[str, Any]:
-    """Fetch `sources`, check checksums and row counts, write out/manifest.json; returns the manifest."""
+def download_data(
+    out: Path, sources: list[Source], lock_dir: Path | None = None, pin: bool = False
+) -> dict[str, Any]:
+    """Fetch `sources` (hub datasets checked against their locks in `lock_dir`), check checksums and row
+    counts, write out/manifest.json; returns the manifest."""
     entries = []
     for source in sources:
-        path = with_retries(
-            lambda source=source: FETCHERS[source.kind](source, out), f"{source.name} ({source.ref})"
-        )
+        commit = source.revision
+        if source.kind == "hf_dataset":
+            path, commit = fetch_hf_dataset(source, out, lock_dir, pin)
+        else:
+            path = with_retries(
+                lambda source=source: FETCHERS[source.kind](source, out), f"{source.name} ({source.ref})"
+            )
         try:
             digest = verify_file(source, path)
         except ChecksumError:
@@ -355,7 +290,7 @@ def download_data(out: Path, sources: list[Source]) -> dict[str, Any]:
                 "sha256": digest,
                 "expected_sha256": source.sha256,
                 "bytes": path.stat().st_size,
-                "resolved_revision": resolved_revision(source),
+                "resolved_revision": commit,
             }
         )
         print(f"{source.name}: {rows} rows -> {path}", flush=True)
@@ -369,47 +304,28 @@ def download_data(out: Path, sources: list[Source]) -> dict[str, Any]:
     return manifest
 
 
-def file_lock(root: Path, files: list[Path]) -> dict[str, str]:
-    """Relative path -> sha256 of each file under `root` (the lock a download writes and checks)."""
-    return {str(p.relative_to(root)): file_sha256(p) for p in files}
-
-
-def check_lock(lock_path: Path, found: dict[str, str], what: str) -> None:
-    """Compare `found` (path -> sha256) with the lock at `lock_path`; write the lock when there is none.
-
-    A file whose sha256 differs, a locked file that is missing and a file the lock does not know are each
-    a ChecksumError naming the file: a changed upstream file is refused, never taken silently. To accept
-    a deliberate change, delete the lock and download again (then commit the new lock).
-    """
-    from exgrpo.io import read_json
-
-    if not lock_path.exists():
-        write_json(lock_path, {"what": what, "files": found})
-        print(f"{what}: wrote the lock {lock_path} ({len(found)} files); commit it", flush=True)
-        return
-    locked = read_json(lock_path)["files"]
-    for rel in sorted(set(locked) | set(found)):
-        if rel not in found:
-            raise ChecksumError(f"{what}: {rel} is in the lock {lock_path} but was not downloaded")
-        if rel not in locked:
-            raise ChecksumError(f"{what}: {rel} is not in the lock {lock_path} (a new upstream file)")
-        if locked[rel] != found[rel]:
-            raise ChecksumError(
-                f"{what}: {rel} has sha256 {found[rel]}, the lock {lock_path} says {locked[rel]}: "
-                "the upstream file changed; delete the lock to accept it deliberately"
-            )
-
-
 def download_model(
-    out: Path, hf_id: str, name: str, revision: str | None, lock: Path | None = None
+    out: Path,
+    hf_id: str,
+    name: str,
+    revision: str | None,
+    lock: Path | None = None,
+    *,
+    pin: bool = False,
+    revision_field: str = "--revision",
 ) -> dict[str, Any]:
     """Snapshot one model, check it against `lock` (written when absent), write out/models/<name>.json
-    (commit, files, sizes, sha256s); returns the manifest."""
+    (commit, files, sizes, sha256s); returns the manifest.
+
+    With `lock` the model must be pinned (_download_locks.pinned_revision): by `revision`, by the lock, or,
+    with `pin`, by the commit `main` points at, recorded in the lock."""
+    if lock is not None:
+        revision = pinned_revision(revision, lock, hf_id, revision_field, pin=pin)
     snapshot = with_retries(lambda: fetch_model(hf_id, out, revision), f"model {hf_id}")
     files = sorted(p for p in snapshot.rglob("*") if p.is_file())
     hashes = file_lock(snapshot, files) if lock is not None else None
-    if lock is not None:
-        check_lock(lock, hashes, f"{hf_id}@{revision or 'main'}")
+    if lock is not None and hashes is not None:
+        check_lock(lock, hashes, hf_id, snapshot.name, pin=pin)
     manifest = {
         "kind": "model",
         "name": name,
@@ -433,9 +349,14 @@ def _offline_env(out: Path) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
+    if args.pin and args.lock is None and args.lock_dir is None:
+        raise ConfigError(
+            "--pin", "records the fetched commit in a lock: give --lock (a model) or --lock-dir"
+        )
     if args.model is not None:
-        if args.only is not None:
-            raise ConfigError("--only", "cannot be combined with --model")
+        for flag, value in (("--only", args.only), ("--lock-dir", args.lock_dir)):
+            if value is not None:
+                raise ConfigError(flag, "cannot be combined with --model (a model's lock is --lock)")
         if not re.fullmatch(r"[\w.-]+/[\w.-]+", args.model):
             raise ConfigError("--model", f"expected an HF id like org/name, got {args.model!r}")
         name = args.name or args.model.replace("/", "--")
@@ -447,16 +368,22 @@ def run(args: argparse.Namespace) -> int:
             )
             return 0
         try:
-            download_model(out, args.model, name, args.revision, args.lock)
+            download_model(
+                out,
+                args.model,
+                name,
+                args.revision,
+                args.lock,
+                pin=args.pin,
+                revision_field=args.revision_field,
+            )
         except DownloadError as err:
             print(f"exgrpo download: error: {err}", file=sys.stderr)
             return 1
         return 0
-    if args.name is not None or args.revision is not None or args.lock is not None:
-        raise ConfigError(
-            "--name" if args.name is not None else "--revision" if args.revision is not None else "--lock",
-            "only applies with --model",
-        )
+    for flag, value in (("--name", args.name), ("--revision", args.revision), ("--lock", args.lock)):
+        if value is not None:
+            raise ConfigError(flag, "only applies with --model")
     sources = select_sources(args.only)
     if args.dry_run:
         for s in sources:
@@ -464,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     os.makedirs(out, exist_ok=True)
     try:
-        download_data(out, sources)
+        download_data(out, sources, args.lock_dir, args.pin)
     except DownloadError as err:
         print(f"exgrpo download: error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1

@@ -326,6 +326,7 @@ def collect_run(
         train_provenance=doc.get("provenance"),
         verl_config=resolved,
         fingerprint=fingerprint,
+        import_torch=True,  # verl trained with torch in this job's launch script: record its numerics
     )
     write_json(out_dir / "run.json", content)
     return content

@@ -41,7 +41,8 @@ def fake_fetchers(monkeypatch):
         return _write_parquet(out / "files" / f"{source.name}.parquet", source.expected_rows or 7)
 
     monkeypatch.setitem(download.FETCHERS, "url", fake)
-    monkeypatch.setitem(download.FETCHERS, "hf_dataset", fake)
+    monkeypatch.setattr(download, "fetch_dataset_snapshot", lambda repo, out, revision: out / "snap" / "c0")
+    monkeypatch.setattr(download, "export_dataset", lambda source, snapshot, out: fake(source, out))
     return calls
 
 
@@ -159,7 +160,7 @@ def test_every_released_file_is_pinned_to_a_commit_and_a_checksum():
     mmlu = next(s for s in urls if s.name == "luffy_mmlu_pro")
     assert mmlu.sha256 is None and mmlu.expected_rows is None  # bytes and count unknown: checked by blob id
     (train,) = [s for s in download.SOURCES if s.kind == "hf_dataset"]
-    assert train.revision is None  # the release's revision of the training set is unknown (recorded on fetch)
+    assert train.revision is None  # its commit is unknown here: pinned by its lock (test_download_pins.py)
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

@@ -337,3 +337,29 @@ def test_hf_export_runs_verls_model_merger_on_a_one_rank_checkpoint(tmp_path):
         "actor_dir": str(actor.resolve()),
         "step": 6,
     }
+
+
+def test_run_json_records_torch_and_the_library_versions_though_collect_never_imported_torch(verl_run):
+    """verl-collect itself computes nothing with torch (the launch script trained), yet run.json must say which
+    torch, transformers, verl, vLLM and lm-eval the run used: a fresh interpreter, so no test imported torch."""
+    import importlib.metadata
+
+    out = verl_run.parent / "collected"
+    code = (
+        "import sys\n"
+        "from exgrpo.verl_plugin import collect\n"
+        "assert 'torch' not in sys.modules, 'the check needs a process without torch'\n"
+        f"collect.collect_run({str(verl_run)!r}, {str(out)!r})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
+    run = json.loads((out / "run.json").read_text())
+    numerics = run["machine"]["torch"]
+    assert numerics is not None and numerics["num_threads"] >= 1 and "cuda_build" in numerics
+    for name in ("torch", "transformers", "verl", "vllm", "lm-eval"):
+        try:
+            want = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            want = None
+        assert run["versions"][name] == want, name  # recorded, None only where not installed
+    assert run["versions"]["torch"] is not None

@@ -225,6 +225,16 @@ BAD_BACKBONES = [
         "backbones['qwen2.5-math-1.5b']",
     ),
     (
+        "paper backbone without a revision (a commit or null)",
+        lambda b: b["llama3.1-8b"].pop("revision"),
+        "backbones['llama3.1-8b']",
+    ),
+    (
+        "a branch as a backbone's revision",
+        lambda b: b["llama3.1-8b"].update(revision="main"),
+        "backbones['llama3.1-8b'].revision",
+    ),
+    (
         "paper backbone without GPUs",
         lambda b: b["llama3.1-8b"]["resources"]["train"].update(gpus_per_node=0),
         "backbones['llama3.1-8b'].resources.train.gpus_per_node",

@@ -64,7 +64,9 @@ register_stage("report", scales=("tiny", "paper"))
 
 # The rerun against the committed reference (analysis.reproduce): the last job of every study's
 # target when results go beside results/ (config `results_dir`, default reruns/). A source with no
-# committed reference gets a report that lists every run as new.
+# committed reference gets a report that lists every run as new. For the regime map (`study`
+# tiny_regimes, as in study_inputs) the report compares the regimes under the base source and their
+# verdicts (analysis.reproduce_regimes).
 rule reproduce_study:
     input:
         "work/{source}/rendered.{study}.done",
@@ -82,10 +84,11 @@ rule reproduce_study:
     params:
         backbones=backbones_file(),
         results=lambda wc, output: results_root_of(output.report, wc.source),
+        regimes=lambda wc: "--regimes " if wc.study == "tiny_regimes" else "",
     shell:
         "python -m analysis reproduce --results results --rerun {params.results}"
-        " --source {wildcards.source} --name {wildcards.study} --backbones {params.backbones}"
-        " > {log} 2>&1"
+        " --source {wildcards.source} --name {wildcards.study} {params.regimes}"
+        "--backbones {params.backbones} > {log} 2>&1"
 
 
 if RESULTS != "results":

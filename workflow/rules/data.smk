@@ -36,8 +36,10 @@ rule download:
         "../envs/gpu.yaml"
     params:
         out=output_folder("manifest"),
+        # the training set's committed lock (its commit and files' sha256): an unpinned one is refused
+        locks="config/locks",
     shell:
-        "exgrpo download --out {params.out} > {log} 2>&1"
+        "exgrpo download --out {params.out} --lock-dir {params.locks} > {log} 2>&1"
 
 
 rule download_model:
@@ -60,9 +62,10 @@ rule download_model:
             else ""
         ),
         lock=lambda wc: f"config/locks/{wc.backbone}.json",
+        field=lambda wc: f"backbones.{wc.backbone}.revision (config/backbones.yaml)",
     shell:
         "exgrpo download --out {params.out} --model {params.hf_id} --name {wildcards.backbone}"
-        " {params.pin}--lock {params.lock} > {log} 2>&1"
+        " {params.pin}--lock {params.lock} --revision-field '{params.field}' > {log} 2>&1"
 
 
 rule retemplate:

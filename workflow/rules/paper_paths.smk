@@ -12,7 +12,10 @@ VERL_DATA_FILES = {"train": "openr1_math_46k", "val": "exgrpo_valid"}
 the released training set (paper §3.2) and the released 2.2k validation set (`valid.parquet`, 2,259 rows)."""
 JUDGE_MODEL = "Qwen/Qwen3-32B"
 JUDGE_NAME = "judge-qwen3-32b"
-"""The preliminary study's LLM judge (paper §F.2) and its manifest name in the HF cache."""
+JUDGE_REVISION = "9216db5781bf21249d130ec9da846c4624c16137"
+"""The preliminary study's LLM judge (paper §F.2), its manifest name in the HF cache and its hub commit
+(read from hub-cache snapshot folders in public code, not from the hub; the first download writes the lock
+config/locks/judge-qwen3-32b.json of its files, which every later download checks)."""
 PRELIM_QUESTIONS = 1000
 """Training questions the paper-scale trajectory analysis samples K rollouts for (paper: unstated)."""
 

@@ -48,8 +48,12 @@ rule download_judge:
         out=lambda wc, output: os.path.dirname(os.path.dirname(output.manifest)),
         model=JUDGE_MODEL,
         name=JUDGE_NAME,
+        revision=JUDGE_REVISION,
+        lock=f"config/locks/{JUDGE_NAME}.json",
     shell:
-        "exgrpo download --out {params.out} --model {params.model} --name {params.name} > {log} 2>&1"
+        "exgrpo download --out {params.out} --model {params.model} --name {params.name}"
+        " --revision {params.revision} --lock {params.lock}"
+        " --revision-field 'JUDGE_REVISION (workflow/rules/paper_paths.smk)' > {log} 2>&1"
 
 
 # vLLM samples K rollouts per training question from the run's HF export, the judge (vLLM, after

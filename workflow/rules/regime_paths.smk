@@ -42,12 +42,20 @@ def regime_inputs(wildcards=None):
 
 
 def regime_targets():
-    """Target tiny_regimes: the regime map's inputs, its data, and the rendered base source."""
+    """Target tiny_regimes: the regime map's inputs, its data, the rendered base source and, when
+    results go beside results/ (the reproduce stage is wired), the regime map's reproduction report.
+    """
     if not WF.regimes:
         return []
     data = [t for study in WF.regime_studies.values() for t in data_targets(study)]
+    reproduction = (
+        [f"{RESULTS}/{regime_base_source()}/reproduction/tiny_regimes.md"]
+        if "reproduce" in REGISTERED_STAGES
+        else []
+    )
     return (
         data
         + regime_inputs()
         + [f"work/{regime_base_source()}/rendered.tiny_regimes.done"]
+        + reproduction
     )
