@@ -186,8 +186,11 @@ def job_ports(
     for i, name in enumerate(SERVICES):
         if name in ports:
             continue
-        derived = slot is not None and node_rank == 0
-        want = SERVICE_BASE + (slot % SERVICE_SLOTS) * SERVICE_BLOCK + i if derived else None
+        want = (  # the head derives its block; other nodes take OS-chosen ports
+            SERVICE_BASE + (slot % SERVICE_SLOTS) * SERVICE_BLOCK + i
+            if slot is not None and node_rank == 0
+            else None
+        )
         if want is None or not port_free(host, want):
             want = os_free_port(host)
         while want in ports.values():
