@@ -25,13 +25,16 @@ two such clusters on one machine share no port; the second one's dashboard agent
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
 import json
 import os
 import re
 import secrets
 import socket
 import sys
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from pathlib import Path
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
@@ -136,6 +139,25 @@ def secret_values(env: Mapping[str, str] | None = None, min_len: int = 8) -> dic
         for k, v in env.items()
         if (k in SECRET_ENV or SECRET_PATTERN.search(k)) and k != TOKEN_PATH_ENV and len(v) >= min_len
     }
+
+
+def written_files(*roots: Path) -> list[Path]:
+    """Every regular file under `roots` (symlinks left out: they point at files searched elsewhere or not ours)."""
+    return [
+        p for root in roots if root.exists() for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+    ]
+
+
+def secret_hits(files: Iterable[Path], secrets: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(file, secret name) for each file that holds a secret's value, as written or inside a .gz file."""
+    hits = []
+    for path in files:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            with contextlib.suppress(OSError, EOFError):
+                data += gzip.decompress(data)
+        hits += [(str(path), name) for name, value in secrets.items() if value.encode() in data]
+    return hits
 
 
 def port_free(host: str, port: int) -> bool:
@@ -344,6 +366,8 @@ __all__ = [
     "os_free_port",
     "port_free",
     "require_job_auth",
+    "secret_hits",
     "secret_values",
     "start_argv",
+    "written_files",
 ]

@@ -172,6 +172,20 @@ def test_start_prints_the_plan_its_ray_start_uses_and_keeps_the_given_gcs_port(m
 _SIZE = ["--num-cpus=1", "--num-gpus=0", "--dry-run"]
 
 
+def test_secret_hits_finds_a_value_written_plain_or_gzipped_and_nothing_else(tmp_path):
+    import gzip
+
+    secret = {"HF_TOKEN": rc.new_secret()}
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "log.txt").write_text(f"token={secret['HF_TOKEN']}\n")
+    (tmp_path / "a" / "run.jsonl.gz").write_bytes(gzip.compress(secret["HF_TOKEN"].encode()))
+    (tmp_path / "a" / "clean.txt").write_text(secret["HF_TOKEN"][:-1])  # all but one character
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "b" / "log.txt")
+    files = rc.written_files(tmp_path, tmp_path / "absent")
+    assert sorted(p.name for p in files) == ["clean.txt", "log.txt", "run.jsonl.gz"]
+    assert sorted(Path(f).name for f, _ in rc.secret_hits(files, secret)) == ["log.txt", "run.jsonl.gz"]
+
+
 def test_rendered_scripts_carry_no_secret_and_the_multi_node_one_authenticates():
     env = {"RAY_AUTH_TOKEN": "R" * 64, "HF_TOKEN": "hf_" + "H" * 30}
     old = {k: os.environ.get(k) for k in env}
