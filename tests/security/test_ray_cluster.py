@@ -460,8 +460,9 @@ def test_the_open_sockets_refuse_strangers_except_the_metrics(two_jobs):
             assert status == 200, (port, status)
         else:
             assert status in (401, 403) or isinstance(status, str), f"port {port} ({addrs}) answered {status}"
-    # the agent's HTTP API (job submission lives there) refuses a request without the token
-    assert _http_status(job.ip, job.ports["dashboard_agent_listen_port"]) in (401, 403)
+    # the agents' HTTP APIs (job submission, runtime environments) refuse a request without the token
+    for name in ("dashboard_agent_listen_port", "runtime_env_agent_port"):
+        assert _http_status(job.ip, job.ports[name]) in (401, 403), name
 
 
 def test_ray_writes_no_token_file_and_the_token_is_in_no_log(two_jobs):
