@@ -15,7 +15,8 @@ Every route that starts Ray goes through here:
   one node differ), each checked free on this node and replaced by a port the OS hands out if taken.
 - `start_argv` / `python -m exgrpo.verl_plugin.ray_cluster start` runs `ray start` on one node of the
   multi-node script with those ports, the dashboard off (or on loopback only, `EXGRPO_RAY_DASHBOARD=1`),
-  usage stats off, and refuses to start a node without token authentication.
+  usage stats off, and refuses to start a node without token authentication. It prints the node's whole
+  port plan (`PORTS_LINE`, read back by `logged_ports`) before it execs Ray: the plan its Ray processes use.
 
 A single-node job lets verl's `ray.init()` start a local cluster: Ray picks free ports for it (measured:
 two such clusters on one machine share no port; the second one's dashboard agent skips its fixed HTTP port).
@@ -24,12 +25,16 @@ two such clusters on one machine share no port; the second one's dashboard agent
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
+import json
 import os
 import re
 import secrets
 import socket
 import sys
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from pathlib import Path
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
@@ -136,10 +141,33 @@ def secret_values(env: Mapping[str, str] | None = None, min_len: int = 8) -> dic
     }
 
 
+def written_files(*roots: Path) -> list[Path]:
+    """Every regular file under `roots` (symlinks left out: they point at files searched elsewhere or not ours)."""
+    return [
+        p for root in roots if root.exists() for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+    ]
+
+
+def secret_hits(files: Iterable[Path], secrets: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(file, secret name) for each file that holds a secret's value, as written or inside a .gz file."""
+    hits = []
+    for path in files:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            with contextlib.suppress(OSError, EOFError):
+                data += gzip.decompress(data)
+        hits += [(str(path), name) for name, value in secrets.items() if value.encode() in data]
+    return hits
+
+
 def port_free(host: str, port: int) -> bool:
-    """Whether a TCP port can be bound on `host` now (and on all addresses: Ray's servers bind 0.0.0.0)."""
+    """Whether a TCP port can be bound on `host` now (and on all addresses: Ray's servers bind 0.0.0.0).
+
+    Binds as Ray's servers do (gRPC, aiohttp, Prometheus: SO_REUSEADDR), so a port whose last connections
+    linger in TIME_WAIT counts as free, as it is for them, while one another process listens on does not."""
     for addr in {host, "0.0.0.0"}:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((addr, port))
             except OSError:
@@ -160,24 +188,35 @@ def job_slot(job_id: str | int | None) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def job_ports(job_id: str | int | None, host: str = "0.0.0.0", node_rank: int = 0) -> dict[str, int]:
+def job_ports(
+    job_id: str | int | None,
+    host: str = "0.0.0.0",
+    node_rank: int = 0,
+    fixed: Mapping[str, int] | None = None,
+) -> dict[str, int]:
     """Ports of one Ray node of job `job_id` on this machine: `ray start` flag (underscored) -> port.
 
     The head (`node_rank` 0): service ports SERVICE_BASE + (job_id mod SERVICE_SLOTS) * SERVICE_BLOCK + i. Any
     other node: OS-chosen free ports (from the ephemeral range, so never one a head derived). Worker range:
     WORKER_SPAN ports at WORKER_BASE + ((job_id + node_rank) mod WORKER_SLOTS) * WORKER_SPAN (Ray's raylet also
     skips worker ports in use). A derived port that is taken here, or every one outside SLURM, is replaced by
-    an OS-chosen free port.
+    an OS-chosen free port. `fixed` ports (the head's GCS port that `gcs-port` printed) are kept as given and
+    never handed to another service.
     """
     slot = job_slot(job_id)
-    ports: dict[str, int] = {}
+    ports: dict[str, int] = dict(fixed or {})
     for i, name in enumerate(SERVICES):
-        derived = slot is not None and node_rank == 0
-        want = SERVICE_BASE + (slot % SERVICE_SLOTS) * SERVICE_BLOCK + i if derived else None
+        if name in ports:
+            continue
+        want = (  # the head derives its block; other nodes take OS-chosen ports
+            SERVICE_BASE + (slot % SERVICE_SLOTS) * SERVICE_BLOCK + i
+            if slot is not None and node_rank == 0
+            else None
+        )
         if want is None or not port_free(host, want):
             want = os_free_port(host)
-            while want in ports.values():
-                want = os_free_port(host)
+        while want in ports.values():
+            want = os_free_port(host)
         ports[name] = want
     low = WORKER_BASE + (((slot or 0) + node_rank) % WORKER_SLOTS) * WORKER_SPAN
     ports["min_worker_port"], ports["max_worker_port"] = low, low + WORKER_SPAN - 1
@@ -239,6 +278,18 @@ def ensure_job_ports(env: MutableMapping[str, str] | None = None, host: str = "0
     return set_now
 
 
+PORTS_LINE = "ray_cluster: ports "
+"""Prefix of the log line where `start` prints the node's port plan (JSON), the one its Ray processes use."""
+
+
+def logged_ports(log_text: str) -> dict[str, int]:
+    """The port plan a `start` printed into its log (the last one, after a restart of the step)."""
+    lines = [ln for ln in log_text.splitlines() if ln.startswith(PORTS_LINE)]
+    if not lines:
+        raise ValueError(f"no {PORTS_LINE.strip()!r} line in the log")
+    return {str(k): int(v) for k, v in json.loads(lines[-1][len(PORTS_LINE) :]).items()}
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -271,12 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(job_ports(job_id, args.host)["port"])
         return 0
     require_job_auth()
-    ports = job_ports(job_id, args.node_ip_address, 0 if args.head else max(1, args.node_rank))
+    if args.head and args.port is None:
+        parser.error("--head needs --port (from `gcs-port`)")
+    fixed = {"port": args.port} if args.head else None
+    ports = job_ports(job_id, args.node_ip_address, 0 if args.head else max(1, args.node_rank), fixed)
     os.environ.update({var: str(ports[name]) for name, var in ENV_PORTS.items()})
-    if args.head:
-        if args.port is None:
-            parser.error("--head needs --port (from `gcs-port`)")
-        ports["port"] = args.port
+    print(PORTS_LINE + json.dumps(ports), flush=True)  # the node's whole plan, env-set ports included
     cmd = start_argv(
         head=args.head,
         node_ip=args.node_ip_address,
@@ -310,10 +361,13 @@ __all__ = [
     "ensure_job_ports",
     "job_ports",
     "job_slot",
+    "logged_ports",
     "new_secret",
     "os_free_port",
     "port_free",
     "require_job_auth",
+    "secret_hits",
     "secret_values",
     "start_argv",
+    "written_files",
 ]

@@ -2,14 +2,15 @@
 environment, the route runs end to end exactly as the workflow's `train_verl_cpu` job runs it (`exgrpo
 verl-launch`, the rendered `launch_single_node.sh` = verl's own trainer in the CPU mode, `exgrpo verl-collect`
 with the HF export), and every file written is searched for every planted value: the run folder (configs,
-resolved config + provenance, metrics files, checkpoints), the results folder, the job's log, and Ray's own
-session folder (its logs). The run is the plug-in's toy demo (tiny random Qwen2, 2 steps, one checkpoint).
-"""
+resolved config + provenance, metrics files, checkpoints), the results folder, the job's log, Ray's own
+session folder (its logs), and a W&B offline run folder (verl's `wandb` logger added to the run, `WANDB_MODE=
+offline`; wandb comes with verl). The run is the plug-in's toy demo (tiny random Qwen2, 2 steps, one
+checkpoint). The Snakemake report and the workflow's own folders are searched by
+tests/workflow/test_slurm_e2e.py, on the run it already makes."""
 
 from __future__ import annotations
 
-import contextlib
-import gzip
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -18,6 +19,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from exgrpo.verl_plugin import ray_cluster as rc
 
 pytestmark = [pytest.mark.security, pytest.mark.verl, pytest.mark.slow]
 
@@ -37,18 +40,8 @@ PLANTED = {
 RUN_TIMEOUT_S = 1500
 
 
-def _files(*roots: Path) -> list[Path]:
-    return [
-        p for root in roots if root.exists() for p in root.rglob("*") if p.is_file() and not p.is_symlink()
-    ]
-
-
-def _contents(path: Path) -> bytes:
-    data = path.read_bytes()
-    if path.suffix == ".gz":
-        with contextlib.suppress(OSError):
-            data += gzip.decompress(data)
-    return data
+HAS_WANDB = importlib.util.find_spec("wandb") is not None
+LOGGERS = "trainer.logger=[console,file,wandb]" if HAS_WANDB else "trainer.logger=[console,file]"
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +59,19 @@ def cpu_route(tmp_path_factory):
         "RAY_TMPDIR": str(ray_tmp),
         "VERL_USE_EXTERNAL_MODULES": "exgrpo.verl_plugin",
         "HYDRA_FULL_ERROR": "1",
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(root / "wandb"),
     }
     env.pop("RAY_ADDRESS", None)
+    (root / "wandb").mkdir()
+    overrides = [o for o in demo.SMALL_OVERRIDES if not o.startswith("trainer.logger=")]
     log = root / "job.log"
     cli = [sys.executable, "-m", "exgrpo.cli"]
     try:
         with open(log, "w") as out:
             for cmd in (
                 [*cli, "verl-launch", "--run-dir", str(run)],
-                ["bash", str(run / "launch_single_node.sh"), *demo.SMALL_OVERRIDES, "trainer.save_freq=2"],
+                ["bash", str(run / "launch_single_node.sh"), *overrides, LOGGERS, "trainer.save_freq=2"],
                 [
                     *cli,
                     "verl-collect",
@@ -98,7 +95,14 @@ def cpu_route(tmp_path_factory):
                         break
                 if done.returncode != 0:
                     pytest.fail(f"{cmd[:4]} failed (rc {done.returncode}):\n{log.read_text()[-5000:]}")
-        yield {"root": root, "run": run, "results": root / "results", "log": log, "ray_tmp": ray_tmp}
+        yield {
+            "root": root,
+            "run": run,
+            "results": root / "results",
+            "log": log,
+            "ray_tmp": ray_tmp,
+            "wandb": root / "wandb",
+        }
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
@@ -111,15 +115,16 @@ def test_the_route_ran_and_wrote_what_is_searched(cpu_route):
     assert list(cpu_route["ray_tmp"].rglob("*.log")), "Ray wrote no session logs under RAY_TMPDIR"
 
 
+@pytest.mark.skipif(not HAS_WANDB, reason="wandb not installed (it comes with verl)")
+def test_the_route_wrote_a_wandb_offline_run_into_the_searched_folder(cpu_route):
+    (offline,) = cpu_route["wandb"].glob("wandb/offline-run-*")
+    assert list(offline.glob("run-*.wandb")) and (offline / "logs" / "debug-internal.log").is_file()
+
+
 def test_no_planted_secret_in_any_written_file(cpu_route):
-    files = _files(cpu_route["root"], cpu_route["ray_tmp"])
+    files = rc.written_files(cpu_route["root"], cpu_route["ray_tmp"])
     assert len(files) > 50, len(files)
-    hits = [
-        (str(path), name)
-        for path in files
-        for name, value in PLANTED.items()
-        if value.encode() in _contents(path)
-    ]
+    hits = rc.secret_hits(files, PLANTED)
     assert not hits, f"planted secrets found in written files: {hits}"
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from exgrpo.verl_plugin import ray_cluster as rc
+
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "slurm_standins"
 ACCOUNT = "exgrpo-test"  # what the sacctmgr stand-in lists
@@ -28,6 +30,8 @@ FAST = (
     "--latency-wait",
     "1",
 )
+PLANTED = {name: f"PLANTED{rc.new_secret()}" for name in ("HF_TOKEN", "WANDB_API_KEY", "RAY_AUTH_TOKEN")}
+"""Fake secrets in the environment of the run and of its report (docs/security.md), fresh per test session."""
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +45,7 @@ def e2e(tmp_path_factory, snakemake, workflow_copier, probe_writer):
         "EXGRPO_SLURM_ACCOUNT": ACCOUNT,
         "EXGRPO_SLURM_PARTITION": "standin-cpu",
         "EXGRPO_SLURM_GPU_PARTITION": "standin-gpu",
+        **PLANTED,
     }
     result = snakemake(
         "-s",
@@ -150,15 +155,20 @@ def _report_results(html: str) -> dict:
     return json.JSONDecoder().raw_decode(html, start)[0]
 
 
-def test_report_shows_each_figure_with_its_caption(e2e, snakemake):
-    """`snakemake --report` after the smoke study: every rendered figure, captioned by its <name>.rst."""
+@pytest.fixture(scope="module")
+def report(e2e, snakemake) -> Path:
+    """`snakemake --report report.html smoke` after the smoke study (the planted secrets in its environment)."""
     wf, result, _ = e2e
     assert result.returncode == 0, result.stdout
-    made = snakemake("--report", "report.html", "smoke", cwd=wf)
+    made = snakemake("--report", "report.html", "smoke", cwd=wf, env=PLANTED)
     assert made.returncode == 0, made.stdout
-    entries = {
-        Path(path).name: entry for path, entry in _report_results((wf / "report.html").read_text()).items()
-    }
+    return wf / "report.html"
+
+
+def test_report_shows_each_figure_with_its_caption(e2e, report):
+    """`snakemake --report` after the smoke study: every rendered figure, captioned by its <name>.rst."""
+    wf, _, _ = e2e
+    entries = {Path(path).name: entry for path, entry in _report_results(report.read_text()).items()}
     figures = sorted((wf / "reruns/smoke/figures").glob("*.png"))
     assert figures and sorted(entries) == [png.name for png in figures]
     for png in figures:
@@ -166,3 +176,13 @@ def test_report_shows_each_figure_with_its_caption(e2e, snakemake):
         shown = re.sub(r"<[^>]+>", "", entries[png.name]["caption"]).strip()
         assert shown == caption
         assert entries[png.name]["job_properties"]["rule"] == "render_study"
+
+
+@pytest.mark.security
+def test_no_planted_secret_in_the_report_or_any_file_the_run_wrote(e2e, report):
+    """The report, Snakemake's own records (.snakemake/), the job logs, work/, results and reruns/."""
+    wf, _, _ = e2e
+    files = rc.written_files(wf)
+    assert report in files and any(".snakemake" in f.parts for f in files)
+    hits = rc.secret_hits(files, PLANTED)
+    assert not hits, f"planted secrets found in written files: {hits}"
