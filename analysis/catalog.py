@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis import estimates, extension_tables, extra_tables, labels, ledger, regimes
+from analysis import estimates, extension_tables, extra_tables, labels, ledger, regime_tree, regimes
 from analysis import paper as paper_numbers
 from analysis.loader import Results
 from analysis.tables import Table, fmt, fmt_ci, score_table
@@ -419,7 +419,7 @@ def build(results: Results, paper: Results | None, profile: str | None) -> tuple
                 else skipped.append(f"{name}: no data in results/{results.source}")
             )
     if not published:
-        regime_table = regimes.table(regimes.rows(results.regimes), regimes.deviations(results.root))
+        regime_table = regimes.table(regimes.rows(results.regimes), regime_tree.deviations(results.root))
         (
             tables.append(regime_table)
             if regime_table
