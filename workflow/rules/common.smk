@@ -232,7 +232,7 @@ def data_for(source):
 
 
 def eval_data_for(source):
-    """`exgrpo eval --data-dir`: the tiny splits, or the released eval files `exgrpo download` wrote."""
+    """`exgrpo eval --data`: the tiny splits, or the released eval files `exgrpo download` wrote."""
     study = study_of_source(source)
     if study.scale == "tiny":
         return data_dir(source, study.data_seed)
@@ -351,7 +351,7 @@ def prelim_parallel_args(backbone):
     on its own (the job requests the larger of the two)."""
     policy_tp, _ = vllm_parallel(BACKBONES[backbone], "eval")
     judge_tp, _ = vllm_parallel(BACKBONES[backbone], "judge")
-    return f"--tp {policy_tp} --judge-tp {judge_tp}"
+    return f"--tensor-parallel-size {policy_tp} --judge-tensor-parallel-size {judge_tp}"
 
 
 # Paper-scale helpers (verl plug-in, vLLM) and the targets of each study, by responsibility.
