@@ -173,7 +173,9 @@ def test_regrade_in_place_with_other_settings(tmp_path):
     src = tmp_path / "math500.paper.samples.parquet"
     write_stale_cache(src)
     # grading the whole response: p4's boxed 7 now counts
-    assert cli(["regrade", "--cache", str(src), "--in-place", "--region", "full", "--grader-workers", "1"]) == 0
+    assert (
+        cli(["regrade", "--cache", str(src), "--in-place", "--region", "full", "--grader-workers", "1"]) == 0
+    )
     records, meta = cache.read_samples(src)
     assert records.set_index("problem_id")["score"]["p4"] == 1.0
     assert meta["grading"]["region"] == "full" and "region_by_problem" not in meta["grading"]
