@@ -30,11 +30,14 @@ from exgrpo.cluster import (
 )
 from exgrpo.workflow_config import load_workflow_config
 
-# Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is.
+# Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is. The
+# Snakefile read config/config.yaml strictly before Snakemake did (STRICTLY_READ), so only the
+# overlays are read again here; a Snakefile that did not (a test's probe) has every file checked.
 WF = load_workflow_config(
     config,
     schema_dir=f"{workflow.current_basedir}/../schemas",
     config_files=workflow.configfiles,
+    already_read=globals().get("STRICTLY_READ", ()),
 )
 REPORT_DIR = f"{workflow.current_basedir}/../report"
 RESULTS = WF.results_dir
