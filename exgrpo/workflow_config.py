@@ -1,8 +1,10 @@
 """Load and validate the Snakemake workflow configuration before any job starts.
 
-Used by the Snakefile (workflow/rules/common.smk) and the tests. Four layers, in order:
-0. every config file Snakemake read, re-read strictly (exgrpo.yaml_files): a duplicated key or a
-   syntax error names the file and line;
+Used by the Snakefile (workflow/rules/common.smk), `exgrpo studies`, `exgrpo plan` and the tests: one parse
+(`read_config_files` outside Snakemake; in it, Snakemake's merge plus the strict check) and one validation
+(`load_workflow_config`; `load_config` is both). Four layers, in order:
+0. every config file read strictly once (exgrpo.yaml_files): a duplicated key or a syntax error names the
+   file and line (the Snakefile reads config/config.yaml so before Snakemake does; common.smk the overlays);
 1. config/config.yaml against workflow/schemas/config.schema.yaml (JSON Schema, via `jsonschema`);
 2. the backbone registry (config/backbones.yaml by default): exgrpo.backbones.load_backbones;
 3. cross-references against the registries that own them: backbone names, variant names
@@ -10,7 +12,8 @@ Used by the Snakefile (workflow/rules/common.smk) and the tests. Four layers, in
    (exgrpo.eval.profiles), studies sharing a source; and every run of every study resolved by
    `exgrpo.resolve.run_spec` (the one resolution, which also refuses an entry that overrides
    `method:` or turns a variant into another), so the core stays the one source of truth for
-   method settings (no method field is repeated in a schema).
+   method settings (no method field is repeated in a schema). A study run is resolved once
+   (`WorkflowConfig.study_run`): the jobs' method.json is the spec the validation built.
 Every failure is a `ConfigError` whose field is a path such as `studies.tiny.seeds[0]` or
 `methods.exgrpo.rho`.
 
