@@ -19,18 +19,19 @@ import os
 
 from snakemake.utils import min_version
 
-from exgrpo.workflow_config import DEFAULT_STUDY, check_config_files
+from exgrpo.workflow_config import DEFAULT_CONFIG, DEFAULT_STUDY, check_config_files
 
 min_version("9.0")
 
 # Snakemake's own YAML reader lets a duplicated key win silently and reports a syntax error
-# without the file: read the file strictly first (overlays given with --configfile are checked
-# by common.smk once Snakemake has merged them).
-if os.path.exists("config/config.yaml"):
-    check_config_files(["config/config.yaml"])
+# without the file: read the file strictly first (common.smk checks the overlays given with
+# --configfile once Snakemake has merged them, and not this file again).
+STRICTLY_READ = (
+    check_config_files([DEFAULT_CONFIG]) if os.path.exists(DEFAULT_CONFIG) else []
+)
 
 
-configfile: "config/config.yaml"
+configfile: DEFAULT_CONFIG
 
 
 report: "workflow/report/workflow.rst"

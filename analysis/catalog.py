@@ -13,100 +13,17 @@ replication at another scale can reproduce) are compared.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from analysis import estimates, extension_tables, extra_tables, labels, ledger, regimes
+from analysis import estimates, extension_tables, extra_tables, labels, ledger, regime_tree, regimes
 from analysis import paper as paper_numbers
 from analysis.loader import Results
+from analysis.score_specs import SCORE_SPECS
 from analysis.tables import Table, fmt, fmt_ci, score_table
 
 log = logging.getLogger("analysis")
-
-
-@dataclass(frozen=True)
-class ScoreSpec:
-    name: str
-    table: str  # paper table id in the CSVs
-    title: str
-    caption: str
-    role: str  # "main" (ablations on the main backbone), "t1" (main + continual), "t5" (the other backbones)
-    variants: tuple[str, ...]
-
-
-SCORE_SPECS: tuple[ScoreSpec, ...] = (
-    ScoreSpec(
-        "table1_main",
-        "T1",
-        "Table 1",
-        "Zero RLVR on Qwen2.5-Math-7B and continual RLVR from LUFFY.",
-        "t1",
-        ("base", "on_policy", "exgrpo"),
-    ),
-    ScoreSpec(
-        "table2_continuous",
-        "T2",
-        "Table 2",
-        "Continuous-reward extension (WildChat-IF, Qwen2.5-7B-Base).",
-        "none",
-        (),
-    ),
-    ScoreSpec(
-        "table3_sampler",
-        "T3",
-        "Table 3",
-        "Sensitivity to the Gaussian question sampler (µ, σ).",
-        "main",
-        ("on_policy", "exgrpo", "sigma_wide", "sigma_narrow", "mu_hard"),
-    ),
-    ScoreSpec(
-        "table5_backbones",
-        "T5",
-        "Table 5",
-        "Other backbones (the paper trains 500 steps; runs here: their backbone's `steps`): base, On-Policy, ExGRPO.",
-        "t5",
-        ("base", "on_policy", "exgrpo"),
-    ),
-    ScoreSpec(
-        "table6_ablations",
-        "T6",
-        "Table 6",
-        "Component and ρ ablations (ID benchmarks in the paper).",
-        "main",
-        (
-            "on_policy",
-            "exgrpo",
-            "wo_q_selection",
-            "wo_t_selection",
-            "wo_qt_selection",
-            "wo_shaping",
-            "wo_is_correction",
-            "highest_entropy",
-            "rho_25",
-            "rho_75",
-            "ppl_selection",
-            "entropy_as_released",
-        ),
-    ),
-    ScoreSpec(
-        "table7_retired_review",
-        "T7",
-        "Table 7",
-        "Re-introducing retired questions (Retired Review).",
-        "main",
-        ("exgrpo", "retired_review"),
-    ),
-    ScoreSpec(
-        "table9_masked",
-        "T9",
-        "Table 9",
-        "Masked GRPO trained on one difficulty bucket (preliminary study).",
-        "main",
-        ("masked_full", "masked_easy", "masked_medium", "masked_hard"),
-    ),
-)
 
 
 def roles(results: Results, backbones: list[str]) -> dict[str, list[str]]:
@@ -419,7 +336,7 @@ def build(results: Results, paper: Results | None, profile: str | None) -> tuple
                 else skipped.append(f"{name}: no data in results/{results.source}")
             )
     if not published:
-        regime_table = regimes.table(regimes.rows(results.regimes), regimes.deviations(results.root))
+        regime_table = regimes.table(regimes.rows(results.regimes), regime_tree.deviations(results.root))
         (
             tables.append(regime_table)
             if regime_table

@@ -17,22 +17,11 @@ import pandas as pd
 
 from analysis import estimates, labels
 from analysis.loader import Results
+from analysis.score_specs import PAPER_TABLE6
 from analysis.tables import Table, fmt, fmt_ci
 
 CONTINUOUS = ("continuous_on_policy", "continuous_exgrpo")
 """Table 2's two arms on a reproduced source."""
-PAPER_TABLE6 = (
-    "on_policy",
-    "exgrpo",
-    "wo_q_selection",
-    "wo_t_selection",
-    "wo_qt_selection",
-    "wo_shaping",
-    "wo_is_correction",
-    "highest_entropy",
-    "rho_25",
-    "rho_75",
-)
 
 
 def _main_backbone(results: Results, est: pd.DataFrame) -> str | None:

@@ -1,11 +1,7 @@
 """The regime map of the tiny testbed (docs/regimes.md): one row per regime comparison, and its forest plot.
 
-Layout (results/README.md): `results/<source>/regimes/<regime>/regime.json` holds the regime as it ran (its
-backbone, what it tests, its arms and which comparisons it reports, the primary one first), and beside it a
-results tree of the usual shape, `train/<backbone>/<arm>/s<seed>/` and `eval/<backbone>/<arm>/s<seed>/`. An arm
-is named `<variant>` or `<variant>-<tag>` (`on_policy-b24`), `<variant>` being a known method variant. An arm
-listed under `reused` (arm -> `../..`, the source's own tree) is a run of the base study, read from there
-(exgrpo.regimes).
+The regimes are read by `analysis.regime_tree` (layout: results/README.md); an arm is named `<variant>` or
+`<variant>-<tag>` (`on_policy-b24`).
 
 Each comparison is ExGRPO-arm − control-arm of the ID and OOD averages with the paired bootstrap of
 `analysis.stats` (the estimator of the README's backbone table), and the protocol's decision rule:
@@ -14,25 +10,14 @@ Each comparison is ExGRPO-arm − control-arm of the ID and OOD averages with th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
-from analysis import labels, loader, stats
+from analysis import labels, stats
+from analysis.figures import Plot, new_figure, styled
+from analysis.regime_tree import Regime
 from analysis.tables import Table, fmt
 
-REGIME_FILE = "regime.json"
-REGIME_REQUIRED = {
-    "name": "str",
-    "title": "str",
-    "backbone": "str",
-    "tests": "str",
-    "arms": "object",
-    "comparisons": "list",
-}
 COLUMNS = [
     "regime",
     "title",
@@ -49,94 +34,6 @@ COLUMNS = [
     "rollout_tokens",
     "verdict",
 ]
-
-
-@dataclass
-class Regime:
-    """One regime as it ran: its spec (regime.json), training logs and per-sample evaluation records."""
-
-    spec: dict[str, Any]
-    path: Path
-    train: pd.DataFrame
-    samples: pd.DataFrame
-    evals: pd.DataFrame
-
-
-def arm_variant(arm: str) -> str:
-    """The method variant an arm runs (`on_policy-b24` -> `on_policy`)."""
-    return arm.split("-", 1)[0]
-
-
-def load(
-    source_root: Path,
-    registry: dict[str, Any],
-    source_frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None,
-) -> list[Regime]:
-    """Every regime under results/<source>/regimes/, validated (ResultsError naming the file and field).
-
-    `source_frames`: the source tree's own (train, evals, samples), where reused arms are read (`../..`).
-    """
-    base = Path(source_root) / "regimes"
-    if not base.is_dir():
-        return []
-    known = loader.known_variants()
-    out = []
-    for spec_path in sorted(base.glob(f"*/{REGIME_FILE}")):
-        spec = loader.read_json(spec_path)
-        loader.check_keys(
-            spec_path,
-            spec,
-            REGIME_REQUIRED,
-            {"description": "str", "format": "int", "reused": "object", "data_seed": "int"},
-        )
-        root = spec_path.parent
-        if spec["name"] != root.name:
-            raise loader.ResultsError(
-                spec_path, "name", f"{spec['name']!r} does not match the directory {root.name!r}"
-            )
-        for arm in spec["arms"]:
-            if arm_variant(arm) not in known:
-                raise loader.ResultsError(spec_path, f"arms.{arm}", f"unknown variant {arm_variant(arm)!r}")
-        for i, comp in enumerate(spec["comparisons"]):
-            if not (
-                isinstance(comp, dict)
-                and {"treatment", "control"} <= set(comp)
-                and comp["treatment"] in spec["arms"]
-                and comp["control"] in spec["arms"]
-            ):
-                raise loader.ResultsError(
-                    spec_path,
-                    f"comparisons[{i}]",
-                    f"expected {{treatment, control}} naming arms of the regime, got {comp!r}",
-                )
-        reused = spec.get("reused", {})
-        for arm, where in reused.items():
-            if arm not in spec["arms"] or where != "../.." or source_frames is None:
-                raise loader.ResultsError(
-                    spec_path,
-                    f"reused.{arm}",
-                    f"expected an arm of the regime read from '../..' (the source's tree), got {where!r}",
-                )
-        # `base`: the regime's own base models (eval/<backbone>/base/), built when it has its own data seed
-        allowed = set(spec["arms"]) - set(reused) | {"base"}
-        notes: list[str] = []
-        _, train = loader.load_train(root, registry, variants=allowed, notes=notes)
-        evals, samples = loader.load_eval(root, registry, notes, variants=allowed)
-        if reused:
-            extra = [_reused(frame, spec["backbone"], set(reused)) for frame in source_frames]
-            train, evals, samples = (
-                pd.concat([own, more], ignore_index=True) if not more.empty else own
-                for own, more in zip((train, evals, samples), extra)
-            )
-        out.append(Regime(spec, root, train, samples, evals))
-    return out
-
-
-def _reused(frame: pd.DataFrame, backbone: str, arms: set[str]) -> pd.DataFrame:
-    """The rows of the base tree's frame that a regime reuses (its backbone, the reused arms)."""
-    if frame.empty or "variant" not in frame.columns:
-        return frame.iloc[0:0]
-    return frame[(frame["backbone"] == backbone) & frame["variant"].isin(arms)]
 
 
 def _verdict(diff: float, lo: float, hi: float) -> str:
@@ -207,23 +104,6 @@ def _pair(values: tuple[float, float], scale: float = 1.0, digits: int = 0) -> s
     return " / ".join(fmt(v / scale, digits) for v in values)
 
 
-DEVIATIONS_FILE = "deviations.json"
-"""results/<source>/regimes/deviations.json: `{"deviations": [text, ...]}`, every departure from the protocol
-(docs/regimes.md) with its reason, listed under the table."""
-
-
-def deviations(source_root: Path) -> list[str]:
-    """The protocol deviations recorded for a source's regime map (none when the file is absent)."""
-    path = Path(source_root) / "regimes" / DEVIATIONS_FILE
-    if not path.exists():
-        return []
-    data = loader.read_json(path)
-    loader.check_keys(path, data, {"deviations": "list"}, {})
-    if not all(isinstance(d, str) for d in data["deviations"]):
-        raise loader.ResultsError(path, "deviations", "expected a list of strings")
-    return list(data["deviations"])
-
-
 def table(frame: pd.DataFrame, deviation_notes: list[str] | None = None) -> Table | None:
     """results/<source>/tables/regimes.{md,tex}; `deviation_notes` are listed under it."""
     if frame.empty:
@@ -259,16 +139,12 @@ def table(frame: pd.DataFrame, deviation_notes: list[str] | None = None) -> Tabl
     )
 
 
-def forest(frame: pd.DataFrame) -> Any:
+def forest(frame: pd.DataFrame) -> Plot | None:
     """Δ ID and Δ OOD per regime comparison with 95% intervals (an `analysis.figures.Plot`, or None)."""
-    from analysis.figures import styled  # the figure module imports the loader, which imports this module
-
     return styled(_forest)(frame) if not frame.empty else None
 
 
-def _forest(frame: pd.DataFrame) -> Any:
-    from analysis.figures import Plot, new_figure
-
+def _forest(frame: pd.DataFrame) -> Plot:
     keys = list(dict.fromkeys(zip(frame["title"], frame["treatment"], frame["control"])))
     fig, axes = new_figure(9.0, 0.45 * len(keys) + 1.2, 1, 2)
     for ax, split in zip(axes.flat, ("id", "ood")):

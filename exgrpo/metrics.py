@@ -129,6 +129,8 @@ TIME_UPDATE = _m(
     verl_key="timing_s/update_actor",
 )
 TIME_STEP = _m("time/step", "Seconds of the whole step.", "seconds", verl_key="timing_s/step")
+VAL_PREFIX = "val/"
+"""The prefix of the validation keys of a results log (`VAL_ACC`, `VAL_BENCHMARK`)."""
 VAL_ACC = _m(
     "val/acc",
     "Validation accuracy (CPU: one sample per question at T=0.6; verl: the unweighted mean "
@@ -141,6 +143,22 @@ VAL_BENCHMARK = _m(
     "fraction",
     VERL,
 )
+VERL_VALIDATION_NAMESPACES: tuple[str, ...] = ("val-core/", "val-aux/")
+"""verl's validation namespaces: verl-collect puts a metric under one of them on the step's validation row."""
+VERL_VAL_CORE_ACC = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
+"""verl's accuracy on one data source, mean@N over N samples per question: `VAL_BENCHMARK` is read from the
+largest N logged."""
+
+
+def val_benchmark_key(benchmark: str) -> str:
+    """The `VAL_BENCHMARK` key of one benchmark (`val/aime24`)."""
+    return VAL_BENCHMARK.name.format(name=benchmark)
+
+
+def is_validation_key(key: str) -> bool:
+    """A validation metric: a results log's `val/...` or one of verl's validation namespaces."""
+    return key.startswith((VAL_PREFIX, *VERL_VALIDATION_NAMESPACES))
+
 
 # ------------------------------------------------------------------------------------------ the experience manager
 _EXP = {
@@ -347,8 +365,7 @@ VERL_NAMESPACES: tuple[str, ...] = (
     "timing_s/",
     "timing_per_token_ms/",
     "response/",
-    "val-core/",
-    "val-aux/",
+    *VERL_VALIDATION_NAMESPACES,
     "verl/",
 )
 """verl's own metric namespaces, kept in a collected log under their verl names (see verl's documentation).
@@ -430,10 +447,14 @@ __all__ = [
     "VERL",
     "VERL_ACTOR_PREFIX",
     "VERL_NAMESPACES",
+    "VERL_VALIDATION_NAMESPACES",
+    "VERL_VAL_CORE_ACC",
     "Metric",
+    "is_validation_key",
     "is_verl_passthrough",
     "lookup",
     "markdown_table",
+    "val_benchmark_key",
     "verl_key_map",
     "worker_key",
     "written_by",

@@ -188,21 +188,20 @@ _RULE = re.compile(r"^rule (\w+):")
 def local_rules(workdir: str | Path = ".") -> set[str]:
     """Rules that run on the submit host: `localrule: True` inside a rule, or listed under `localrules:`.
 
-    Read from the Snakefile and workflow/rules/*.smk (Snakemake's dry run does not print it). The study
-    targets, defined in a loop with a computed `name:`, come from config/config.yaml's studies through the
-    workflow's one map (`target_studies`); a study added by an overlay is not seen here, so callers also add
-    the target they plan (it only gathers its inputs)."""
-    import yaml
-
-    from exgrpo.workflow_config import target_studies
+    Read from the Snakefile and workflow/rules/*.smk: Snakemake's dry run prints every job as local (its
+    dry-run executor runs locally), and its API gives the set only through private attributes
+    (`WorkflowApi._workflow`, `Workflow._localrules`) after executing the whole Snakefile, config
+    validation included, in this process; the text is read instead. The study targets, defined in a loop
+    with a computed `name:`, come from config/config.yaml's studies (read by the workflow's one reader,
+    `read_config_files`) through the workflow's one map (`target_studies`); a study added by an overlay is
+    not seen here, so callers also add the target they plan (it only gathers its inputs)."""
+    from exgrpo.workflow_config import DEFAULT_CONFIG, read_config_files, target_studies
 
     root = Path(workdir)
     names: set[str] = set()
-    config = root / "config" / "config.yaml"
+    config = root / DEFAULT_CONFIG
     if config.is_file():
-        names.update(
-            target_studies((yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("studies", {}))
-        )
+        names.update(target_studies(read_config_files([config]).get("studies", {})))
     for path in [root / "Snakefile", *sorted((root / "workflow" / "rules").glob("*.smk"))]:
         if not path.is_file():
             continue

@@ -224,10 +224,11 @@ def regime_studies(
                 )
                 for s in seeds
             ]
-            # on other data (its own data_seed) no run of the base study is a run of the regime
+            # on other data (its own data_seed) no run of the base study is a run of the regime; the base
+            # study's run is the spec its jobs use (WorkflowConfig.study_run, resolved once)
             if data_seed == base.data_seed and all(
                 (regime.backbone, arm_name, s) in base_runs
-                and spec == wf.run(regime.backbone, arm_name, s, base.budget, base.data_order_seed)
+                and spec == wf.study_run(base.source, regime.backbone, arm_name, s)
                 for s, spec in zip(seeds, specs)
             ):
                 reuse[name][arm_name] = base.source

@@ -2,8 +2,8 @@
 
 `exgrpo studies` prints this table (README "Your own study"). The configuration is read the way
 Snakemake reads it: config/config.yaml, then each overlay given with `--configfile`, merged by
-Snakemake's own `update_config`, then validated by exgrpo.workflow_config (so a study that would not
-build is refused here too, naming the field).
+Snakemake's own `update_config`, then validated (exgrpo.workflow_config.load_config, the one parse and
+validation: a study that would not build is refused here too, naming the field).
 
 Job counts are the jobs of the study's own DAG from scratch (nothing done yet), counted from the
 study's runs exactly as workflow/rules/targets.smk lists its outputs. The cost estimate is two numbers:
@@ -17,16 +17,14 @@ study's runs exactly as workflow/rules/targets.smk lists its outputs. The cost e
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from exgrpo.cluster import stage_gpus, stage_resources
-from exgrpo.workflow_config import Study, WorkflowConfig, load_workflow_config, target_studies
-from exgrpo.yaml_files import load_yaml
-
-DEFAULT_CONFIG = "config/config.yaml"
+from exgrpo.workflow_config import WorkflowConfig, target_studies
+from exgrpo.workflow_studies import Study
 
 STAGE_OF_RULE_KIND = {"train": "train", "eval": "eval", "prelim": "judge"}
 """Job kind -> the backbone `resources` stage that sizes it (exgrpo.cluster.STAGES)."""
@@ -53,28 +51,6 @@ class StudyRow:
     @property
     def total_jobs(self) -> int:
         return sum(self.jobs.values())
-
-
-def merged_config(config_files: Iterable[str | Path]) -> dict[str, Any]:
-    """The files merged as Snakemake merges `configfile:` and `--configfile` (later files win, dicts merge)."""
-    from snakemake.utils import update_config  # Snakemake's own merge, so the two readings cannot differ
-
-    merged: dict[str, Any] = {}
-    for path in config_files:
-        update_config(merged, load_yaml(path, "configfile") or {})
-    return merged
-
-
-def load_studies(
-    config_files: Iterable[str | Path] = (DEFAULT_CONFIG,), workdir: str | Path = "."
-) -> WorkflowConfig:
-    """The validated workflow configuration of config/config.yaml plus overlays (ConfigError on bad input)."""
-    files = [Path(workdir) / p if not Path(p).is_absolute() else Path(p) for p in config_files]
-    from exgrpo.backbones import SCHEMA_DIR
-
-    return load_workflow_config(
-        merged_config(files), schema_dir=SCHEMA_DIR, workdir=workdir, config_files=files
-    )
 
 
 def study_jobs(study: Study) -> dict[str, list[str]]:
@@ -160,11 +136,8 @@ def studies_table(rows: list[StudyRow]) -> str:
 
 
 __all__ = [
-    "DEFAULT_CONFIG",
     "StudyRow",
-    "load_studies",
     "measured_wall_h",
-    "merged_config",
     "studies_table",
     "study_jobs",
     "study_rows",

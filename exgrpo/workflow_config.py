@@ -1,8 +1,10 @@
 """Load and validate the Snakemake workflow configuration before any job starts.
 
-Used by the Snakefile (workflow/rules/common.smk) and the tests. Four layers, in order:
-0. every config file Snakemake read, re-read strictly (exgrpo.yaml_files): a duplicated key or a
-   syntax error names the file and line;
+Used by the Snakefile (workflow/rules/common.smk), `exgrpo studies`, `exgrpo plan` and the tests: one parse
+(`read_config_files` outside Snakemake; in it, Snakemake's merge plus the strict check) and one validation
+(`load_workflow_config`; `load_config` is both). Four layers, in order:
+0. every config file read strictly once (exgrpo.yaml_files): a duplicated key or a syntax error names the
+   file and line (the Snakefile reads config/config.yaml so before Snakemake does; common.smk the overlays);
 1. config/config.yaml against workflow/schemas/config.schema.yaml (JSON Schema, via `jsonschema`);
 2. the backbone registry (config/backbones.yaml by default): exgrpo.backbones.load_backbones;
 3. cross-references against the registries that own them: backbone names, variant names
@@ -10,7 +12,8 @@ Used by the Snakefile (workflow/rules/common.smk) and the tests. Four layers, in
    (exgrpo.eval.profiles), studies sharing a source; and every run of every study resolved by
    `exgrpo.resolve.run_spec` (the one resolution, which also refuses an entry that overrides
    `method:` or turns a variant into another), so the core stays the one source of truth for
-   method settings (no method field is repeated in a schema).
+   method settings (no method field is repeated in a schema). A study run is resolved once
+   (`WorkflowConfig.study_run`): the jobs' method.json is the spec the validation built.
 Every failure is a `ConfigError` whose field is a path such as `studies.tiny.seeds[0]` or
 `methods.exgrpo.rho`.
 
@@ -31,7 +34,11 @@ from exgrpo.config import ABLATIONS, VARIANT_ALIASES, ConfigError, ExGRPOConfig
 from exgrpo.regimes import Regime, arm_run, regime_studies
 from exgrpo.resolve import RunSpec, run_spec
 from exgrpo.suggest import unknown
+from exgrpo.workflow_studies import VARIANT_GROUPS, Study, check_shared_sources, resolve_study
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
+
+DEFAULT_CONFIG = "config/config.yaml"
+"""The workflow's configuration file (the Snakefile's `configfile:`); overlays are merged on top of it."""
 
 TARGET_ALIASES: dict[str, str] = {"all": "paper_repro"}
 """Snakemake targets named otherwise than the study they run. Every study is also the target of its own
@@ -49,49 +56,6 @@ def target_studies(studies: Iterable[str]) -> dict[str, str]:
     """
     names = list(studies)
     return {**{name: name for name in names}, **{t: s for t, s in TARGET_ALIASES.items() if s in names}}
-
-
-VARIANT_GROUPS = ("methods", "ablations", "prelim")
-"""Config sections that name variants (keys of exgrpo.config.ABLATIONS) with extra overrides."""
-
-
-@dataclass(frozen=True)
-class Study:
-    """One study (a target's worth of runs), resolved: `backbones` is a concrete list."""
-
-    name: str
-    source: str
-    scale: str
-    backbones: tuple[str, ...]
-    ablation_backbones: tuple[str, ...]
-    budget: str
-    data_seed: int | None
-    data_order_seed: int | None
-    """Seed of the training-data shuffle; None = each run's own seed (config `data_order_seed: run`)."""
-    seeds: tuple[int, ...]
-    methods: tuple[str, ...]
-    ablations: tuple[str, ...]
-    prelim: tuple[str, ...]
-    benchmarks: tuple[str, ...]
-    """Benchmark names (sets expanded, order kept, duplicates dropped)."""
-    profiles: tuple[str, ...]
-    runtime: str = "tiny"
-    """What trains the runs: `tiny` (the CPU trainer, exgrpo/tiny) or `verl` (the plug-in; always at paper
-    scale, and on CPU for a tiny-scale study: exgrpo.verl_plugin.tiny_route)."""
-    trainer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """Trainer settings (TrainerSettings fields) for every run of the study, on top of its budget's."""
-
-    def runs(self) -> list[tuple[str, str, int]]:
-        """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
-        preliminary-study variants on the ablation backbones."""
-        out = [(b, v, s) for b in self.backbones for v in self.methods for s in self.seeds]
-        out += [
-            (b, v, s)
-            for b in self.ablation_backbones
-            for v in self.ablations + self.prelim
-            for s in self.seeds
-        ]
-        return out
 
 
 @dataclass(frozen=True)
@@ -114,6 +78,12 @@ class WorkflowConfig:
     `<base source>/regimes/<name>`, methods = those arms)."""
     regime_reuse: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     """Regime name -> {arm: base source} for arms whose every run is a run of the base study."""
+    resolved: dict[tuple[str, str, str, int], RunSpec] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """(source, backbone, variant, seed) -> its RunSpec, filled by `study_run`: the validation resolves every
+    study run once and the workflow's helpers (method.json, its log line, segments) read the same spec.
+    `dataclasses.replace` shares it: a source's runs do not change when the regime map is attached."""
 
     def method_config(self, variant: str, backbone: str, budget: str = "full") -> ExGRPOConfig:
         """The resolved method settings of `variant` trained on `backbone` (exgrpo.resolve precedence)."""
@@ -143,7 +113,13 @@ class WorkflowConfig:
 
     def study_run(self, source: str, backbone: str, variant: str, seed: int) -> RunSpec:
         """The resolved run of (backbone, variant, seed) in the studies writing to `source` (for a regime's
-        source, `variant` is an arm of the regime)."""
+        source, `variant` is an arm of the regime), resolved on first use and then read from `resolved`."""
+        key = (source, backbone, variant, int(seed))
+        if key not in self.resolved:
+            self.resolved[key] = self._resolve_study_run(*key)
+        return self.resolved[key]
+
+    def _resolve_study_run(self, source: str, backbone: str, variant: str, seed: int) -> RunSpec:
         study = self.study_for_source(source)
         regime = next((self.regimes[n] for n, st in self.regime_studies.items() if st.source == source), None)
         if regime is not None:
@@ -174,10 +150,31 @@ def _coerce_cli_bool(value: Any) -> Any:
     return value
 
 
-def check_config_files(paths: Iterable[str | Path]) -> None:
-    """Re-read each config file Snakemake merged, strictly: duplicate keys and syntax errors name the file."""
+def check_config_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Read each config file strictly (duplicate keys and syntax errors name the file); the paths read."""
     for path in paths:
         load_yaml(path, "configfile")
+    return [Path(p) for p in paths]
+
+
+def read_config_files(paths: Iterable[str | Path]) -> dict[str, Any]:
+    """The files read strictly and merged as Snakemake merges `configfile:` and `--configfile` (later files
+    win, dicts merge): the configuration outside Snakemake, each file parsed once."""
+    from snakemake.utils import update_config  # Snakemake's own merge, so the two readings cannot differ
+
+    merged: dict[str, Any] = {}
+    for path in paths:
+        update_config(merged, load_yaml(path, "configfile") or {})
+    return merged
+
+
+def load_config(
+    config_files: Iterable[str | Path] = (DEFAULT_CONFIG,), workdir: str | Path = "."
+) -> WorkflowConfig:
+    """The validated configuration of config/config.yaml plus overlays, outside Snakemake (`exgrpo studies`,
+    `exgrpo plan`): each file parsed once (`read_config_files`), then validated once (`load_workflow_config`)."""
+    files = [Path(p) if Path(p).is_absolute() else Path(workdir) / p for p in config_files]
+    return load_workflow_config(read_config_files(files), workdir=workdir)
 
 
 def load_workflow_config(
@@ -185,13 +182,17 @@ def load_workflow_config(
     schema_dir: str | Path = SCHEMA_DIR,
     workdir: str | Path = ".",
     config_files: Iterable[str | Path] = (),
+    already_read: Iterable[str | Path] = (),
 ) -> WorkflowConfig:
-    """Validate a merged Snakemake `config` (and the backbones file it names) and resolve studies.
+    """Validate a merged Snakemake `config` (and the backbones file it names) and resolve studies: the one
+    validation, in Snakemake (workflow/rules/common.smk) and outside it (`load_config`).
 
-    `config_files`: the YAML files `config` was merged from (checked strictly first).
+    `config_files`: the YAML files `config` was merged from, checked strictly first except those in
+    `already_read` (the Snakefile reads config/config.yaml strictly before Snakemake does).
     Raises ConfigError (field path + reason) or FileNotFoundError (file name) on bad input.
     """
-    check_config_files(config_files)
+    read = {Path(p).resolve() for p in already_read}
+    check_config_files([p for p in config_files if Path(p).resolve() not in read])
     config = dict(config)
     if "allow_no_gpu" in config:
         config["allow_no_gpu"] = _coerce_cli_bool(config["allow_no_gpu"])
@@ -204,7 +205,7 @@ def load_workflow_config(
 
     overrides = _variant_overrides(config)
     _check_benchmark_names(config["benchmarks"])
-    studies = {name: _resolve_study(name, raw, config, backbones) for name, raw in config["studies"].items()}
+    studies = {name: resolve_study(name, raw, config, backbones) for name, raw in config["studies"].items()}
     for target, study in {**TARGET_ALIASES, DEFAULT_STUDY: DEFAULT_STUDY}.items():
         if study not in studies:
             raise ConfigError(f"studies.{study}", f"missing; target `{target}` runs this study")
@@ -215,7 +216,7 @@ def load_workflow_config(
                 f"`{name}` is the target of study "
                 f"{TARGET_ALIASES[name]!r} (exgrpo.workflow_config.TARGET_ALIASES): rename the study",
             )
-    _check_shared_sources(studies)
+    check_shared_sources(studies)
     hf_cache = os.environ.get("EXGRPO_HF_CACHE") or config["hf_cache"]
     wf = WorkflowConfig(
         raw=config,
@@ -232,7 +233,7 @@ def load_workflow_config(
     for name, study in studies.items():  # and every run as its study resolves it
         for backbone, variant, seed in study.runs():
             try:
-                spec = wf.run(backbone, variant, seed, study.budget, study.data_order_seed, study.trainer)
+                spec = wf.study_run(study.source, backbone, variant, seed)  # the jobs' spec, built once
                 if (
                     study.runtime == "verl" and study.scale == "tiny"
                 ):  # what its job would refuse, refused now
@@ -290,116 +291,11 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _resolve_study(
-    name: str, raw: Mapping[str, Any], config: Mapping[str, Any], backbones: Mapping[str, Mapping[str, Any]]
-) -> Study:
-    where = ["studies", name]
-    scale = raw["scale"]
-    of_scale = [b for b, e in backbones.items() if e["scale"] == scale]
-    if raw["backbones"] == "all":
-        chosen = [b for b in of_scale if backbones[b].get("in_all", True)]
-        if not chosen:
-            raise ConfigError(
-                field_path([*where, "backbones"]), f"no backbone of scale {scale!r} is registered"
-            )
-    else:
-        chosen = [
-            _known_backbone(b, [*where, "backbones", i], backbones, scale)
-            for i, b in enumerate(raw["backbones"])
-        ]
-    ablation_backbones = list(raw.get("ablation_backbones", []))
-    for i, b in enumerate(ablation_backbones):
-        if b not in chosen:
-            _known_backbone(b, [*where, "ablation_backbones", i], backbones, scale)
-            raise ConfigError(
-                field_path([*where, "ablation_backbones", i]),
-                f"backbone {b!r} is not among the study's backbones",
-            )
-    if (raw["ablations"] or raw["prelim"]) and not ablation_backbones:
-        raise ConfigError(
-            field_path([*where, "ablation_backbones"]), "required when ablations or prelim are set"
-        )
-    for group in VARIANT_GROUPS:
-        for i, variant in enumerate(raw[group]):
-            if variant not in (config[group] or {}):
-                raise ConfigError(
-                    field_path([*where, group, i]),
-                    f"unknown {group} variant {variant!r}; defined under `{group}`: "
-                    f"{', '.join(config[group] or {}) or 'none'}",
-                )
-    from exgrpo.eval.profiles import PROFILES
-
-    benchmarks: list[str] = []
-    for i, bench_set in enumerate(raw["eval"]["benchmarks"]):
-        if bench_set not in config["benchmarks"]:
-            raise ConfigError(
-                field_path([*where, "eval", "benchmarks", i]),
-                unknown("benchmark set", bench_set, config["benchmarks"]),
-            )
-        benchmarks += [b for b in config["benchmarks"][bench_set] if b not in benchmarks]
-    for i, profile in enumerate(raw["eval"]["profiles"]):
-        if profile not in PROFILES:
-            raise ConfigError(
-                field_path([*where, "eval", "profiles", i]),
-                unknown("decoding profile", profile, PROFILES, " (exgrpo.eval.profiles)"),
-            )
-    return Study(
-        name=name,
-        source=raw["source"],
-        scale=scale,
-        backbones=tuple(chosen),
-        ablation_backbones=tuple(ablation_backbones),
-        budget=raw["budget"],
-        data_seed=raw.get("data_seed"),
-        data_order_seed=_data_order_seed(raw),
-        seeds=tuple(raw["seeds"]),
-        methods=tuple(raw["methods"]),
-        ablations=tuple(raw["ablations"]),
-        prelim=tuple(raw["prelim"]),
-        benchmarks=tuple(benchmarks),
-        profiles=tuple(raw["eval"]["profiles"]),
-        runtime=raw.get("runtime", "tiny" if scale == "tiny" else "verl"),
-        trainer=dict(raw.get("trainer") or {}),
-    )
-
-
-def _data_order_seed(raw: Mapping[str, Any]) -> int | None:
-    value = raw.get("data_order_seed", "run")
-    return None if value == "run" else int(value)
-
-
-def _known_backbone(
-    name: str, where: list[Any], backbones: Mapping[str, Mapping[str, Any]], scale: str
-) -> str:
-    if name not in backbones:
-        raise ConfigError(field_path(where), unknown("backbone", name, backbones))
-    if backbones[name]["scale"] != scale:
-        raise ConfigError(
-            field_path(where),
-            f"backbone {name!r} has scale {backbones[name]['scale']!r}, the study's scale is {scale!r}",
-        )
-    return name
-
-
-def _check_shared_sources(studies: Mapping[str, Study]) -> None:
-    first: dict[str, Study] = {}
-    for study in studies.values():
-        other = first.setdefault(study.source, study)
-        # every setting that changes what a run of the same (backbone, variant, seed) writes to the shared path
-        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer"):
-            if getattr(study, attr) != getattr(other, attr):
-                raise ConfigError(
-                    f"studies.{study.name}.{attr}",
-                    f"{getattr(study, attr)!r} differs from study {other.name!r} "
-                    f"({getattr(other, attr)!r}), which writes to the same source {study.source!r}",
-                )
-
-
 __all__ = [
+    "DEFAULT_CONFIG",
     "DEFAULT_STUDY",
     "SCHEMA_DIR",
     "TARGET_ALIASES",
-    "target_studies",
     "VARIANT_GROUPS",
     "Study",
     "WorkflowConfig",
@@ -407,6 +303,9 @@ __all__ = [
     "check_schema",
     "field_path",
     "load_backbones",
+    "load_config",
     "load_workflow_config",
     "load_yaml",
+    "read_config_files",
+    "target_studies",
 ]

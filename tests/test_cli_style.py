@@ -4,6 +4,8 @@ unknown backbones, variants, benchmarks, profiles and budgets."""
 
 from __future__ import annotations
 
+import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +29,36 @@ OLD_NAMES = {
     "--nodes": "--nnodes",
 }
 """Deprecated spelling -> the one name of its concept."""
+WORKFLOW_FILES = [ROOT / "Snakefile", *sorted((ROOT / "workflow").rglob("*.smk"))]
+"""Every file of the workflow: its shell lines and the helpers (common.smk) that build flags for them."""
+
+
+def _parser_aliases() -> dict[str, str]:
+    """Every hidden alias the command line accepts -> the visible flag of the same setting, read off the parser
+    (a flag current in some command is no alias, whatever another command hides)."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    current, aliases = set(), {}
+    for cmd in sub.choices.values():
+        visible = {
+            a.dest: a.option_strings[0]
+            for a in cmd._actions
+            if a.option_strings and a.help != argparse.SUPPRESS
+        }
+        current |= set(visible.values())
+        for action in cmd._actions:
+            if action.option_strings and action.help == argparse.SUPPRESS:
+                aliases[action.option_strings[0]] = visible[action.dest]
+    return {old: new for old, new in aliases.items() if old not in current}
+
+
+def _alias_uses(text: str, aliases: dict[str, str]) -> list[str]:
+    """`line N: --old (use --new)` for every whole-word use of an alias in `text`."""
+    word = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, aliases)) + r")(?![\w-])")
+    return [
+        f"line {n}: {m.group(1)} (use {aliases[m.group(1)]})"
+        for n, line in enumerate(text.splitlines(), 1)
+        for m in word.finditer(line)
+    ]
 
 
 def test_the_docs_table_lists_every_commands_flags():
@@ -34,13 +66,31 @@ def test_the_docs_table_lists_every_commands_flags():
 
 
 def test_old_names_are_hidden_aliases_and_no_command_shows_them():
-    import argparse
-
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, cmd in sub.choices.items():
         visible = {s for a in cmd._actions if a.help != argparse.SUPPRESS for s in a.option_strings}
         assert not visible & set(OLD_NAMES), (name, visible & set(OLD_NAMES))
+
+
+def test_the_parsers_aliases_are_the_old_names():
+    assert _parser_aliases() == OLD_NAMES
+
+
+def test_no_workflow_line_uses_a_deprecated_alias():
+    aliases = _parser_aliases()
+    assert _alias_uses(
+        '"exgrpo eval --data-dir {params.data}"\n" --tp 2 --tensor-parallel-size 2"', aliases
+    ) == [
+        "line 1: --data-dir (use --data)",
+        "line 2: --tp (use --tensor-parallel-size)",
+    ]
+    uses = {
+        str(path.relative_to(ROOT)): found
+        for path in WORKFLOW_FILES
+        if (found := _alias_uses(path.read_text(encoding="utf-8"), aliases))
+    }
+    assert uses == {}
 
 
 @pytest.mark.parametrize(

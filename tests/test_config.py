@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from exgrpo.config import ABLATIONS, CHOICES, SWITCHES, ConfigError, ExGRPOConfig, config_for, field_docs
+from exgrpo.config import ABLATIONS, CHOICES, ConfigError, ExGRPOConfig, config_for, field_docs
+from exgrpo.switches import SWITCHES
 
 
 def test_defaults_are_the_papers_constants():

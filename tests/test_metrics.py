@@ -125,6 +125,29 @@ def test_collect_renames_by_the_registry():
     assert collect.contract_key("brand_new/metric") == "verl/brand_new/metric"
 
 
+def test_verl_validation_names_come_from_the_registry():
+    """verl's val-core accuracy becomes the registry's `val/<benchmark>`; the plug-in's code names no validation key
+    of its own (collect reads them all from exgrpo.metrics)."""
+    match = M.VERL_VAL_CORE_ACC.match("val-core/aime/acc/mean@8")
+    assert match is not None and (match["source"], match["n"]) == ("aime", "8")
+    assert M.VERL_VAL_CORE_ACC.match("val-aux/aime/acc/mean@8") is None
+    assert M.val_benchmark_key("aime24") == "val/aime24" and M.lookup("val/aime24") is M.VAL_BENCHMARK
+    assert [M.is_validation_key(k) for k in ("val/acc", "val-core/x/acc/mean@1", "val-aux/y", "pass1")] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert all(M.is_verl_passthrough(ns) for ns in M.VERL_VALIDATION_NAMESPACES)
+    for path in sorted((ROOT / "exgrpo" / "verl_plugin").glob("*.py")):
+        literals = {
+            n.value
+            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
+        assert not {s for s in literals if s.startswith(("val/", "val-core/", "val-aux/"))}, path.name
+
+
 def test_schema_train_keys_are_registered():
     assert all(M.lookup(k) is not None for k in schema.TRAIN_KEYS)
 

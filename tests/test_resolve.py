@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from exgrpo.backbones import extended_model_dir, load_backbones
-from exgrpo.commands.train import resolve_cli
+from exgrpo.commands._flags import run_from_flags
 from exgrpo.config import ConfigError, ExGRPOConfig, config_for
 from exgrpo.resolve import (
     PRECEDENCE,
@@ -56,8 +56,24 @@ def test_every_entry_point_resolves_the_same_run():
     from_workflow = wf.run("llama3.1-8b", "exgrpo", 0, "full").method
     assert from_workflow == variant_config("exgrpo", REGISTRY["llama3.1-8b"], {"rho": 0.4})
     tiny = wf.study_run("smoke", "tiny-math-small", "exgrpo", 0)
-    cli = resolve_cli("tiny-math-small", REGISTRY["tiny-math-small"], "exgrpo", 0, "smoke", ["rho=0.4"])
+    cli = run_from_flags("tiny-math-small", REGISTRY["tiny-math-small"], "exgrpo", 0, "smoke", ["rho=0.4"])
     assert cli.method == tiny.method and cli.trainer == tiny.trainer
+
+
+def test_set_flags_are_read_by_field_type_and_trainer_keys_need_a_tiny_backbone():
+    # `exgrpo train` and `exgrpo verl-config` read --set with this one function
+    spec = run_from_flags(
+        "tiny-math-small", REGISTRY["tiny-math-small"], "exgrpo", 0, "smoke", ["start_threshold=1", "steps=3"]
+    )
+    assert (
+        spec.method.start_threshold == 1.0
+        and isinstance(spec.method.start_threshold, float)
+        and spec.trainer["steps"] == 3
+    )
+    with pytest.raises(ConfigError, match="trainer setting of tiny backbones"):
+        run_from_flags("qwen2.5-math-7b", REGISTRY["qwen2.5-math-7b"], "exgrpo", 0, "full", ["steps=3"])
+    with pytest.raises(ConfigError, match="unknown setting"):
+        run_from_flags("qwen2.5-math-7b", REGISTRY["qwen2.5-math-7b"], "exgrpo", 0, "full", ["nope=1"])
 
 
 def test_run_file_round_trip_and_errors(tmp_path):

@@ -416,7 +416,7 @@ def test_verls_resolved_config_carries_every_followed_field(task_dir, tmp_path):
                 str(BACKBONES),
                 "--device",
                 "cpu",
-                "--tiny-data",
+                "--data",
                 str(task_dir),
                 "--model-path",
                 str(ROOT / "models/tiny/tiny-math"),

@@ -19,9 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.studies import DEFAULT_CONFIG, load_studies, studies_table, study_rows
+    from exgrpo.studies import studies_table, study_rows
+    from exgrpo.workflow_config import DEFAULT_CONFIG, load_config
 
-    wf = load_studies([DEFAULT_CONFIG, *args.configfile])
+    wf = load_config([DEFAULT_CONFIG, *args.configfile])
     print(studies_table(study_rows(wf, args.results)))
     print(
         "\nBuild one with `snakemake --cores 2 <target>` (with the same --configfile overlays). `requested h`: "

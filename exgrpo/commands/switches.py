@@ -1,4 +1,4 @@
-"""Print the paper-vs-released switch table (README) from exgrpo.config.SWITCHES."""
+"""Print the paper-vs-released switch table (README) from exgrpo.switches.SWITCHES."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def registry_table() -> str:
 
 def switch_table() -> str:
     """The Markdown table: one row per switch of ExGRPOConfig that the paper and the release set."""
-    from exgrpo.config import SWITCHES, ExGRPOConfig
+    from exgrpo.config import ExGRPOConfig
+    from exgrpo.switches import SWITCHES
 
     default = ExGRPOConfig()
     rows = ["| switch | default here | paper | released code | ablation it serves |", "|---|---|---|---|---|"]

@@ -8,13 +8,11 @@ workflow (`--run-file method.json`), or the same resolution made here from `--ba
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
-from typing import Any
 
-from exgrpo.commands._flags import deprecated_alias
-from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig
-from exgrpo.resolve import BUDGETS, RunSpec, read_run_file, run_spec
+from exgrpo.commands._flags import deprecated_alias, run_from_flags
+from exgrpo.config import ABLATIONS, ConfigError
+from exgrpo.resolve import BUDGETS, read_run_file
 from exgrpo.trainer_settings import TrainerSettings
 
 HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant); resumes from --ckpt"
@@ -72,50 +70,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_cli(
-    backbone_name: str, backbone: dict[str, Any], variant: str, seed: int, budget: str, overrides: list[str]
-) -> RunSpec:
-    """The run of `--set KEY=VALUE` strings: parsed by field type, then exgrpo.resolve.run_spec."""
-    method_fields = {f.name: f.type for f in dataclasses.fields(ExGRPOConfig)}
-    trainer_fields = {f.name: f.type for f in dataclasses.fields(TrainerSettings)}
-    method: dict[str, Any] = {}
-    trainer: dict[str, Any] = {}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ConfigError("--set", f"expected KEY=VALUE, got {item!r}")
-        if key in method_fields:
-            method[key] = _parse(key, raw, method_fields[key])
-        elif key in trainer_fields:
-            trainer[key] = _parse(key, raw, trainer_fields[key])
-        else:
-            raise ConfigError(key, "unknown setting (neither an ExGRPOConfig nor a TrainerSettings field)")
-    return run_spec(
-        backbone_name,
-        backbone,
-        variant,
-        seed,
-        budget=budget,
-        overrides=method,
-        trainer_overrides=trainer,
-        where="--set ",
-    )
-
-
-def _parse(key: str, raw: str, typ: Any) -> Any:
-    name = typ if isinstance(typ, str) else typ.__name__
-    try:
-        if name == "bool":
-            if raw.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return raw.lower() in ("true", "1")
-        if name.startswith("tuple"):  # tuple[int, ...]: comma-separated
-            return tuple(int(x) for x in raw.split(",") if x.strip())
-        return {"int": int, "float": float}.get(name, str)(raw)
-    except ValueError:
-        raise ConfigError(key, f"expected {name}, got {raw!r}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     from exgrpo.backbones import load_backbone
     from exgrpo.tiny.run import load_questions, run_training
@@ -132,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         if not (args.backbone and args.variant):
             raise ConfigError("--backbone", "give --run-file, or --backbone and --variant")
         entry = load_backbone(args.backbones, args.backbone, scale="tiny")
-        spec = resolve_cli(args.backbone, entry, args.variant, args.seed, args.budget, args.overrides)
+        spec = run_from_flags(args.backbone, entry, args.variant, args.seed, args.budget, args.overrides)
     trainer = dict(spec.trainer)
     if args.threads is not None:
         trainer["threads"] = args.threads

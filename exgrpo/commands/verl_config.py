@@ -16,10 +16,9 @@ the release's 16k edit (exgrpo.backbones.extended_model_dir), in `<run_dir>/mode
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from exgrpo.commands._flags import deprecated_alias
+from exgrpo.commands._flags import deprecated_alias, run_from_flags
 
 HELP = "Write the verl Hydra config (exgrpo_run.yaml) of a paper-scale run: a backbone x a method variant."
 
@@ -79,8 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="overrides",
         action="append",
         default=[],
-        metavar="FIELD=VALUE",
-        help="ExGRPOConfig field override (VALUE parsed as JSON when possible); repeatable",
+        metavar="KEY=VALUE",
+        help="override an ExGRPOConfig field, or a TrainerSettings field on a tiny backbone (repeatable)",
     )
     parser.add_argument(
         "--resolve",
@@ -88,21 +87,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="compose with Hydra + verl and write resolved_config.json (auto: when verl is installed)",
     )
-
-
-def _parse_overrides(items: list[str]) -> dict:
-    from exgrpo.config import ConfigError
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError("set", f"expected FIELD=VALUE, got {item!r}")
-        key, raw = item.split("=", 1)
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
 
 
 def run_fingerprint(
@@ -161,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from exgrpo.backbones import extended_model_dir, load_backbone
     from exgrpo.config import ConfigError
     from exgrpo.io import write_json
-    from exgrpo.resolve import read_run_file, run_spec
+    from exgrpo.resolve import read_run_file
     from exgrpo.verl_plugin import hydra_config as hc
 
     scale = None if args.device == "cpu" else "paper"  # the CPU mode also trains tiny backbones (tiny_route)
@@ -174,14 +158,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.backbone:
             raise ConfigError("--backbone", "give --run-file, or --backbone")
         backbone = load_backbone(args.backbones, args.backbone, scale=scale)
-        spec = run_spec(
-            args.backbone,
-            backbone,
-            args.variant,
-            args.seed,
-            overrides=_parse_overrides(args.overrides),
-            where="--set ",
-        )
+        spec = run_from_flags(args.backbone, backbone, args.variant, args.seed, "full", args.overrides)
     model_path = args.model_path
     if model_path and Path(model_path).is_dir():  # the launch script runs in the run directory
         model_path = str(Path(model_path).resolve())

@@ -22,7 +22,8 @@ trainer's names with the CPU trainer's meanings:
 - `update/<k>` are the plug-in loss's `actor/exgrpo/<k>` (verl averages them over micro-batches and ranks);
   verl's own `actor/entropy` aggregates with `loss_agg_mode` and the constant normaliser, so it is not a token
   mean and is kept under its own name.
-- `val/<benchmark>` is `val-core/<data_source>/acc/mean@N` (N = the largest logged), named after the benchmark
+- `val/<benchmark>` is `val-core/<data_source>/acc/mean@N` (N = the largest logged; both names are the registry's:
+  `VAL_BENCHMARK`, `VERL_VAL_CORE_ACC`), named after the benchmark
   whose released data source it is (`aime` -> `aime24`, exgrpo.eval.benchmarks; unknown sources keep their
   name); `val/acc` is their unweighted mean (the paper's benchmark average), on a separate row, same step.
 - `wall_time_s` in run.json is the sum of `time/step` over the kept steps: start-up and work lost to failed
@@ -43,7 +44,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from exgrpo.metrics import is_verl_passthrough, lookup, verl_key_map
+from exgrpo.metrics import (
+    VAL_ACC,
+    VERL_VAL_CORE_ACC,
+    VERL_VALIDATION_NAMESPACES,
+    is_validation_key,
+    is_verl_passthrough,
+    lookup,
+    val_benchmark_key,
+    verl_key_map,
+)
 
 METRICS_GLOB = "metrics.attempt*.jsonl"
 _METRICS_NAME = re.compile(r"^metrics\.attempt(\d+)\.(\d+)\.jsonl$")
@@ -55,8 +65,6 @@ EXPORT_MARKER = "exgrpo_export.json"
 
 KEY_MAP: dict[str, str] = verl_key_map()
 """verl / plug-in metric -> results-log key (exgrpo.metrics). `exp/*` keys already have their names."""
-VAL_PREFIXES = ("val-core/", "val-aux/")
-_VAL_CORE_ACC = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
 
 
 def contract_key(key: str) -> str:
@@ -108,7 +116,7 @@ def read_metrics(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _is_training(metrics: dict[str, Any]) -> bool:
-    return any(not key.startswith(VAL_PREFIXES) for key in metrics)
+    return any(not key.startswith(VERL_VALIDATION_NAMESPACES) for key in metrics)
 
 
 def merge_attempts(attempts: Sequence[Sequence[tuple[int, dict[str, Any]]]]) -> dict[int, dict[str, Any]]:
@@ -157,9 +165,9 @@ def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
             keep, value = clean_value(raw)
             if not keep or key == "step":
                 continue
-            if key.startswith(VAL_PREFIXES):
+            if key.startswith(VERL_VALIDATION_NAMESPACES):
                 val[key] = value
-                match = _VAL_CORE_ACC.match(key)
+                match = VERL_VAL_CORE_ACC.match(key)
                 if match and int(match["n"]) >= accs.get(match["source"], (-1, None))[0]:
                     accs[match["source"]] = (int(match["n"]), value)
             else:
@@ -168,10 +176,10 @@ def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
             rows.append(train)
         if len(val) > 1:
             for source, (_, acc) in sorted(accs.items()):
-                val[f"val/{names.get(source, source)}"] = acc
+                val[val_benchmark_key(names.get(source, source))] = acc
             finite = [acc for _, acc in accs.values() if acc is not None]
             if finite:
-                val["val/acc"] = sum(finite) / len(finite)
+                val[VAL_ACC.name] = sum(finite) / len(finite)
             rows.append(val)
     return rows
 
@@ -289,7 +297,7 @@ def collect_run(
 
     files = metric_files(run_dir)
     rows = contract_rows(merge_attempts([read_metrics(p) for p in files]))
-    train_steps = [r["step"] for r in rows if not any(k.startswith(("val/", *VAL_PREFIXES)) for k in r)]
+    train_steps = [r["step"] for r in rows if not any(is_validation_key(k) for k in r)]
     last = max(train_steps, default=0)
     if last != total:
         raise CollectError(f"{run_dir}: run incomplete, last logged step {last} of {total}")
@@ -302,7 +310,7 @@ def collect_run(
     final_model = str(export_hf(actor, export_to, ckpt_step, run=run)) if export_to is not None else None
     write_jsonl(out_dir / TRAIN_LOG, rows)
 
-    val = [r["val/acc"] for r in rows if r.get("val/acc") is not None]
+    val = [r[VAL_ACC.name] for r in rows if r.get(VAL_ACC.name) is not None]
     fp_path = (
         run_dir / "fingerprint.json"
     )  # `exgrpo verl-config`: what made the run (resolution, data, init, code)

@@ -9,6 +9,7 @@ import pytest
 
 from analysis import regimes
 from analysis.loader import ResultsError, load
+from analysis.regime_tree import REGIME_FILE
 from analysis.report import render
 from tests.analysis.conftest import REGIME_STEPS, build_tree, write_regime
 
@@ -80,7 +81,7 @@ def test_the_table_and_forest_plot_are_rendered(regime_tree: Path):
     ],
 )
 def test_a_bad_regime_spec_is_named(regime_tree: Path, edit, field):
-    path = regime_tree / "tiny" / "regimes" / "long_horizon" / regimes.REGIME_FILE
+    path = regime_tree / "tiny" / "regimes" / "long_horizon" / REGIME_FILE
     spec = json.loads(path.read_text(encoding="utf-8"))
     edit(spec)
     path.write_text(json.dumps(spec), encoding="utf-8")

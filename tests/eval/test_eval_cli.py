@@ -62,10 +62,10 @@ def test_bad_settings(model_dir, tmp_path, capsys, extra, message):
 
 def test_missing_data_folder_and_file(model_dir, tmp_path, capsys):
     args = eval_args(model_dir, tmp_path / "o", "--benchmarks", "tiny_test", "--profile", "tiny")
-    assert cli([*args, "--data-dir", str(tmp_path / "nodata")]) == 2
+    assert cli([*args, "--data", str(tmp_path / "nodata")]) == 2
     assert "nodata: data folder not found" in capsys.readouterr().err
     (tmp_path / "data").mkdir()
-    assert cli([*args, "--data-dir", str(tmp_path / "data")]) == 2
+    assert cli([*args, "--data", str(tmp_path / "data")]) == 2
     assert "tiny_test: no test{.jsonl" in capsys.readouterr().err
 
 
@@ -148,7 +148,7 @@ def test_regrade_to_a_new_folder(tmp_path, capsys):
                 str(tmp_path / "results"),
                 "--out",
                 str(tmp_path / "new"),
-                "--workers",
+                "--grader-workers",
                 "1",
             ]
         )
@@ -173,7 +173,9 @@ def test_regrade_in_place_with_other_settings(tmp_path):
     src = tmp_path / "math500.paper.samples.parquet"
     write_stale_cache(src)
     # grading the whole response: p4's boxed 7 now counts
-    assert cli(["regrade", "--cache", str(src), "--in-place", "--region", "full", "--workers", "1"]) == 0
+    assert (
+        cli(["regrade", "--cache", str(src), "--in-place", "--region", "full", "--grader-workers", "1"]) == 0
+    )
     records, meta = cache.read_samples(src)
     assert records.set_index("problem_id")["score"]["p4"] == 1.0
     assert meta["grading"]["region"] == "full" and "region_by_problem" not in meta["grading"]

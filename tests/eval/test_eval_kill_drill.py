@@ -61,7 +61,7 @@ def _cmd(data: Path, out: Path) -> list[str]:
         ",".join(BENCHMARKS),
         "--profile",
         "tiny",
-        "--data-dir",
+        "--data",
         str(data),
         "--out",
         str(out),

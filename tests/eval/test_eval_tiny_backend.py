@@ -80,7 +80,7 @@ def run_eval(tiny, out: Path, benchmarks: str, *extra: str) -> int:
             "tiny",
             "--out",
             str(out),
-            "--data-dir",
+            "--data",
             str(tiny["data"]),
             "--threads",
             "1",
@@ -254,7 +254,7 @@ def test_eval_command_passes_these_arguments_to_the_tiny_backend(tmp_path, captu
                 "tiny",
                 "--seed",
                 "5",
-                "--data-dir",
+                "--data",
                 str(tiny["data"]),
                 "--no-progress",
             ]

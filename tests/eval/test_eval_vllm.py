@@ -97,7 +97,7 @@ def test_eval_command_passes_these_arguments_to_the_vllm_backend(
                 "5",
                 "--tensor-parallel-size",
                 "2",
-                "--data-dir",
+                "--data",
                 str(paper_data),
                 "--no-progress",
             ]
@@ -165,7 +165,7 @@ def test_tiny_model_on_vllm(tmp_path: Path):
             "tiny",
             "--out",
             str(tmp_path / "out"),
-            "--data-dir",
+            "--data",
             str(tmp_path / "data"),
             "--backend",
             "vllm",

@@ -78,7 +78,8 @@ def test_regrade_with_each_grader(tmp_path, grader, column):
     write_old_cache(src)
     extra = [] if grader is None else ["--grader", grader]
     assert (
-        cli(["regrade", "--cache", str(src), "--out", str(tmp_path / "new"), "--workers", "1", *extra]) == 0
+        cli(["regrade", "--cache", str(src), "--out", str(tmp_path / "new"), "--grader-workers", "1", *extra])
+        == 0
     )
     records, meta = cache.read_samples(tmp_path / "new" / src.name)
     assert records["score"].tolist() == [c[column] for c in CASES]
@@ -107,7 +108,7 @@ def test_regrade_multiple_choice_release_needs_a_boxed_letter(tmp_path):
                     str(tmp_path / grader),
                     "--grader",
                     grader,
-                    "--workers",
+                    "--grader-workers",
                     "1",
                 ]
             )

@@ -65,7 +65,7 @@ def train_cmd(tiny_data: Path, sft_fixture: Path) -> Callable[..., list[str]]:
             "train",
             "--backbone",
             "tiny-math-small",
-            "--method",
+            "--variant",
             method,
             "--data",
             str(tiny_data),

@@ -37,7 +37,7 @@ def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_ques
             "train",
             "--backbone",
             "tiny-math-small",
-            "--method",
+            "--variant",
             "exgrpo",
             "--data",
             str(tiny_data),

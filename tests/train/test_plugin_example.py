@@ -1,4 +1,4 @@
-"""The plug-in example of docs/plugins.md end to end at the smoke budget: `exgrpo train --method median_entropy`
+"""The plug-in example of docs/plugins.md end to end at the smoke budget: `exgrpo train --variant median_entropy`
 trains with the plug-in's selection mode, replays, and records the setting in run.json."""
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def test_cli_writes_run_config_and_launch_script(tmp_path, capsys):
     script = (run / "launch_single_node.sh").read_text().splitlines()
     assert f"cd {run.resolve()}" in script and "export WANDB_MODE=offline" in script
     assert f"export HF_HOME={(tmp_path / 'hf').resolve()}" in script
-    assert cli(["verl-launch", "--run-dir", str(run), "--nodes", "2"]) == 0
+    assert cli(["verl-launch", "--run-dir", str(run), "--nnodes", "2"]) == 0
     assert (run / "launch_multi_node.sbatch").exists()
     capsys.readouterr()
     assert (

@@ -1,5 +1,5 @@
 """The paper route on a tiny backbone (exgrpo.verl_plugin.tiny_route): the task as verl data, the CPU-trainer
-settings as verl keys, and `exgrpo verl-config --device cpu --tiny-data` writing a run a tiny base trains in."""
+settings as verl keys, and `exgrpo verl-config --device cpu --data` writing a run a tiny base trains in."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def test_verl_config_writes_a_cpu_run_of_the_tiny_task_and_base(task_dir, tmp_pa
         BACKBONES,
         "--device",
         "cpu",
-        "--tiny-data",
+        "--data",
         str(task_dir),
         "--model-path",
         str(BASE),
@@ -164,7 +164,7 @@ def test_a_changed_base_moves_old_checkpoints_aside(task_dir, tmp_path):
         BACKBONES,
         "--device",
         "cpu",
-        "--tiny-data",
+        "--data",
         str(task_dir),
         "--model-path",
         str(base),
@@ -196,7 +196,7 @@ def test_the_cpu_run_composes_with_verl(task_dir, tmp_path):
                 BACKBONES,
                 "--device",
                 "cpu",
-                "--tiny-data",
+                "--data",
                 str(task_dir),
                 "--model-path",
                 str(BASE),

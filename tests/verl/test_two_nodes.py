@@ -1,6 +1,6 @@
 """Two Ray nodes on one machine: the multi-node launch script, as on a cluster, under the stand-in SLURM commands.
 
-`exgrpo verl-launch --nodes 2 --gpus-per-node 1` renders `launch_multi_node.sbatch` for the plug-in's CPU-mode
+`exgrpo verl-launch --nnodes 2 --gpus-per-node 1` renders `launch_multi_node.sbatch` for the plug-in's CPU-mode
 toy demo; the stand-in `sbatch --nodes=2` runs it with two fake nodes whose addresses are two loopback addresses
 of this machine (its own address and 127.0.0.3: `srun -w fakenodeN hostname --ip-address`). The script starts the Ray head
 on node 1 and a Ray worker on node 2 (`ray_cluster start`: token authentication, per-job ports), waits for both,
@@ -117,7 +117,7 @@ def two_node_run(tmp_path_factory):
             "verl-launch",
             "--run-dir",
             str(run),
-            "--nodes",
+            "--nnodes",
             "2",
             "--gpus-per-node",
             "1",

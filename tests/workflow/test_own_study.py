@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from exgrpo.config import ConfigError
-from exgrpo.studies import load_studies, study_rows
-from exgrpo.workflow_config import target_studies
+from exgrpo.studies import study_rows
+from exgrpo.workflow_config import load_config, target_studies
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny-sft"
@@ -48,7 +48,7 @@ def _overlay(where: Path, name: str = "my_study", study: dict | None = None) -> 
 
 
 def test_an_overlay_study_is_a_target_and_listed_with_its_jobs(tmp_path):
-    wf = load_studies([ROOT / "config/config.yaml", _overlay(tmp_path)], workdir=ROOT)
+    wf = load_config([ROOT / "config/config.yaml", _overlay(tmp_path)], workdir=ROOT)
     targets = target_studies(wf.studies)
     assert targets["my_study"] == "my_study" and targets["all"] == "paper_repro" and targets["tiny"] == "tiny"
     (row,) = [r for r in study_rows(wf, tmp_path) if r.target == "my_study"]
@@ -60,7 +60,7 @@ def test_an_overlay_study_is_a_target_and_listed_with_its_jobs(tmp_path):
 
 def test_the_tiny_study_counts_the_jobs_the_checks_measured():
     """13 training and 18 evaluation jobs for `tiny` (measured on the real DAG), 10,212 GPU-h for `all`."""
-    rows = {r.target: r for r in study_rows(load_studies(workdir=ROOT), ROOT / "results")}
+    rows = {r.target: r for r in study_rows(load_config(workdir=ROOT), ROOT / "results")}
     assert (rows["tiny"].jobs["train"], rows["tiny"].jobs["eval"]) == (13, 18)
     assert round(rows["all"].gpu_h) == 10212 and rows["all"].study == "paper_repro"
 
@@ -70,7 +70,7 @@ def test_a_study_named_like_a_target_or_rule_is_refused(tmp_path, name, wf, snak
     overlay = _overlay(wf, name, {**STUDY, "source": "other"})
     if name == "all":  # the alias is refused by the config loader itself
         with pytest.raises(ConfigError, match=r"studies\.all"):
-            load_studies([ROOT / "config/config.yaml", overlay], workdir=ROOT)
+            load_config([ROOT / "config/config.yaml", overlay], workdir=ROOT)
     result = snakemake("-n", "--configfile", "config/config.yaml", overlay.name, cwd=wf)
     assert result.returncode != 0 and f"studies.{name}" in result.stdout, result.stdout[-2000:]
     assert not result.jobs

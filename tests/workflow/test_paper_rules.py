@@ -89,7 +89,9 @@ def _gpus_used(job, registry: dict) -> int:
     if job.rule == "eval_paper":
         return _flag(job.shell, "--tensor-parallel-size") * _flag(job.shell, "--data-parallel-size")
     if job.rule == "prelim_paper":  # the policy's engine is freed before the judge's starts
-        return max(_flag(job.shell, "--tp"), _flag(job.shell, "--judge-tp"))
+        return max(
+            _flag(job.shell, "--tensor-parallel-size"), _flag(job.shell, "--judge-tensor-parallel-size")
+        )
     if (
         job.rule == "train_paper"
     ):  # `exgrpo verl-config` writes trainer.nnodes x n_gpus_per_node from the registry
@@ -226,7 +228,7 @@ def test_exact_shell_of_a_train_and_an_eval_job(dry_all):
     assert _norm(ev.shell) == _norm(
         f"(export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 && model={run}/final"
         f' && exgrpo eval --model "$model" --benchmarks {",".join(BENCHMARKS)} --profile paper'
-        f" --data-dir work/hf/files --out {out} --seed 0 --backend vllm --tensor-parallel-size 2"
+        f" --data work/hf/files --out {out} --seed 0 --backend vllm --tensor-parallel-size 2"
         " --data-parallel-size 1 --prompt-format chat --no-progress)"
         " > logs/eval/paper-repro/qwen2.5-math-7b/exgrpo/s0/paper.log 2>&1"
     )
@@ -249,7 +251,8 @@ def test_base_models_prelim_and_variant_overrides_in_the_shell(dry_all):
         "(export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
         " && judge=$(python -m exgrpo.verl_plugin.collect model-dir work/hf/models/judge-qwen3-32b.json)"
         " && exgrpo prelim-analyze --engine vllm --model work/paper-repro/ckpt/qwen2.5-math-7b/on_policy/s0/final"
-        " --data work/hf/files/openr1_math_46k.parquet --questions 1000 --k 8 --tp 2 --judge-tp 4 --judge llm"
+        " --data work/hf/files/openr1_math_46k.parquet --questions 1000 --k 8 --tensor-parallel-size 2 --judge-tensor-parallel-size 4"
+        " --judge llm"
         ' --judge-model "$judge" --judge-cache work/paper-repro/prelim/judge_cache.jsonl --seed 0'
         " --backbone qwen2.5-math-7b --out reruns/paper-repro/prelim/qwen2.5-math-7b/trajectories.on_policy.s0.parquet"
         " --no-progress) > logs/prelim/paper-repro/qwen2.5-math-7b/on_policy/s0.log 2>&1"

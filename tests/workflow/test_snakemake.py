@@ -72,10 +72,7 @@ def test_paper_cpu_trains_with_verl_on_cpu_and_evaluates_with_the_tiny_rules(wf,
     )
     for job in (j for j in result.jobs if j.rule == "train_verl_cpu"):
         assert job.wildcards["source"] == "paper-cpu" and not job.resources.get("gpu")
-        assert (
-            "exgrpo verl-config" in job.shell
-            and "--device cpu --tiny-data work/paper-cpu/data/s0" in job.shell
-        )
+        assert "exgrpo verl-config" in job.shell and "--device cpu --data work/paper-cpu/data/s0" in job.shell
         assert "--model-path models/tiny/tiny-math" in job.shell and "exgrpo verl-collect" in job.shell
         assert f"--export-hf work/paper-cpu/ckpt/tiny-math/{job.wildcards['variant']}/s0/final" in job.shell
 

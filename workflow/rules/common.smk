@@ -30,11 +30,14 @@ from exgrpo.cluster import (
 )
 from exgrpo.workflow_config import load_workflow_config
 
-# Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is.
+# Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is. The
+# Snakefile read config/config.yaml strictly before Snakemake did (STRICTLY_READ), so only the
+# overlays are read again here; a Snakefile that did not (a test's probe) has every file checked.
 WF = load_workflow_config(
     config,
     schema_dir=f"{workflow.current_basedir}/../schemas",
     config_files=workflow.configfiles,
+    already_read=globals().get("STRICTLY_READ", ()),
 )
 REPORT_DIR = f"{workflow.current_basedir}/../report"
 RESULTS = WF.results_dir
@@ -232,7 +235,7 @@ def data_for(source):
 
 
 def eval_data_for(source):
-    """`exgrpo eval --data-dir`: the tiny splits, or the released eval files `exgrpo download` wrote."""
+    """`exgrpo eval --data`: the tiny splits, or the released eval files `exgrpo download` wrote."""
     study = study_of_source(source)
     if study.scale == "tiny":
         return data_dir(source, study.data_seed)
@@ -351,7 +354,7 @@ def prelim_parallel_args(backbone):
     on its own (the job requests the larger of the two)."""
     policy_tp, _ = vllm_parallel(BACKBONES[backbone], "eval")
     judge_tp, _ = vllm_parallel(BACKBONES[backbone], "judge")
-    return f"--tp {policy_tp} --judge-tp {judge_tp}"
+    return f"--tensor-parallel-size {policy_tp} --judge-tensor-parallel-size {judge_tp}"
 
 
 # Paper-scale helpers (verl plug-in, vLLM) and the targets of each study, by responsibility.

@@ -37,7 +37,7 @@ rule eval_tiny:
         limit=lambda wc: eval_limit_arg(wc.source),
     shell:
         "exgrpo eval --backend tiny --model {params.model} --benchmarks {params.benchmarks}"
-        " --profile {wildcards.profile} --data-dir {params.data} --out {params.out}"
+        " --profile {wildcards.profile} --data {params.data} --out {params.out}"
         " --seed {wildcards.seed} --threads {threads} {params.limit} --no-progress > {log} 2>&1"
 
 
@@ -79,7 +79,7 @@ rule eval_paper:
     shell:
         "(export {params.offline} && model={params.model}"
         ' && exgrpo eval --model "$model" --benchmarks {params.benchmarks}'
-        " --profile {wildcards.profile} --data-dir {params.data} --out {params.out}"
+        " --profile {wildcards.profile} --data {params.data} --out {params.out}"
         " --seed {wildcards.seed} --backend vllm {params.parallel}"
         " --prompt-format {params.prompt_format} --no-progress) > {log} 2>&1"
 

@@ -131,7 +131,7 @@ rule train_verl_cpu:
         backbones=backbones_file(),
     shell:
         "(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
-        " --device cpu --tiny-data {params.data} --model-path {params.init}"
+        " --device cpu --data {params.data} --model-path {params.init}"
         " && exgrpo verl-launch --run-dir {params.run_dir}"
         " && bash {params.run_dir}/launch_single_node.sh"
         " && exgrpo verl-collect --run-dir {params.run_dir} --out {params.out}"

@@ -1,0 +1,167 @@
+"""One study of the workflow configuration (`studies.<name>` in config/config.yaml), resolved and checked.
+
+exgrpo.workflow_config validates the whole configuration and calls `resolve_study` for each entry (after the
+JSON Schema, so the entry's shape is known); a failure is a `ConfigError` naming the field
+(`studies.tiny.backbones[0]`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from exgrpo.config import ConfigError
+from exgrpo.suggest import unknown
+from exgrpo.yaml_files import field_path
+
+VARIANT_GROUPS = ("methods", "ablations", "prelim")
+"""Config sections that name variants (keys of exgrpo.config.ABLATIONS) with extra overrides."""
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study (a target's worth of runs), resolved: `backbones` is a concrete list."""
+
+    name: str
+    source: str
+    scale: str
+    backbones: tuple[str, ...]
+    ablation_backbones: tuple[str, ...]
+    budget: str
+    data_seed: int | None
+    data_order_seed: int | None
+    """Seed of the training-data shuffle; None = each run's own seed (config `data_order_seed: run`)."""
+    seeds: tuple[int, ...]
+    methods: tuple[str, ...]
+    ablations: tuple[str, ...]
+    prelim: tuple[str, ...]
+    benchmarks: tuple[str, ...]
+    """Benchmark names (sets expanded, order kept, duplicates dropped)."""
+    profiles: tuple[str, ...]
+    runtime: str = "tiny"
+    """What trains the runs: `tiny` (the CPU trainer, exgrpo/tiny) or `verl` (the plug-in; always at paper
+    scale, and on CPU for a tiny-scale study: exgrpo.verl_plugin.tiny_route)."""
+    trainer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Trainer settings (TrainerSettings fields) for every run of the study, on top of its budget's."""
+
+    def runs(self) -> list[tuple[str, str, int]]:
+        """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
+        preliminary-study variants on the ablation backbones."""
+        out = [(b, v, s) for b in self.backbones for v in self.methods for s in self.seeds]
+        out += [
+            (b, v, s)
+            for b in self.ablation_backbones
+            for v in self.ablations + self.prelim
+            for s in self.seeds
+        ]
+        return out
+
+
+def resolve_study(
+    name: str, raw: Mapping[str, Any], config: Mapping[str, Any], backbones: Mapping[str, Mapping[str, Any]]
+) -> Study:
+    where = ["studies", name]
+    scale = raw["scale"]
+    of_scale = [b for b, e in backbones.items() if e["scale"] == scale]
+    if raw["backbones"] == "all":
+        chosen = [b for b in of_scale if backbones[b].get("in_all", True)]
+        if not chosen:
+            raise ConfigError(
+                field_path([*where, "backbones"]), f"no backbone of scale {scale!r} is registered"
+            )
+    else:
+        chosen = [
+            _known_backbone(b, [*where, "backbones", i], backbones, scale)
+            for i, b in enumerate(raw["backbones"])
+        ]
+    ablation_backbones = list(raw.get("ablation_backbones", []))
+    for i, b in enumerate(ablation_backbones):
+        if b not in chosen:
+            _known_backbone(b, [*where, "ablation_backbones", i], backbones, scale)
+            raise ConfigError(
+                field_path([*where, "ablation_backbones", i]),
+                f"backbone {b!r} is not among the study's backbones",
+            )
+    if (raw["ablations"] or raw["prelim"]) and not ablation_backbones:
+        raise ConfigError(
+            field_path([*where, "ablation_backbones"]), "required when ablations or prelim are set"
+        )
+    for group in VARIANT_GROUPS:
+        for i, variant in enumerate(raw[group]):
+            if variant not in (config[group] or {}):
+                raise ConfigError(
+                    field_path([*where, group, i]),
+                    f"unknown {group} variant {variant!r}; defined under `{group}`: "
+                    f"{', '.join(config[group] or {}) or 'none'}",
+                )
+    from exgrpo.eval.profiles import PROFILES
+
+    benchmarks: list[str] = []
+    for i, bench_set in enumerate(raw["eval"]["benchmarks"]):
+        if bench_set not in config["benchmarks"]:
+            raise ConfigError(
+                field_path([*where, "eval", "benchmarks", i]),
+                unknown("benchmark set", bench_set, config["benchmarks"]),
+            )
+        benchmarks += [b for b in config["benchmarks"][bench_set] if b not in benchmarks]
+    for i, profile in enumerate(raw["eval"]["profiles"]):
+        if profile not in PROFILES:
+            raise ConfigError(
+                field_path([*where, "eval", "profiles", i]),
+                unknown("decoding profile", profile, PROFILES, " (exgrpo.eval.profiles)"),
+            )
+    return Study(
+        name=name,
+        source=raw["source"],
+        scale=scale,
+        backbones=tuple(chosen),
+        ablation_backbones=tuple(ablation_backbones),
+        budget=raw["budget"],
+        data_seed=raw.get("data_seed"),
+        data_order_seed=_data_order_seed(raw),
+        seeds=tuple(raw["seeds"]),
+        methods=tuple(raw["methods"]),
+        ablations=tuple(raw["ablations"]),
+        prelim=tuple(raw["prelim"]),
+        benchmarks=tuple(benchmarks),
+        profiles=tuple(raw["eval"]["profiles"]),
+        runtime=raw.get("runtime", "tiny" if scale == "tiny" else "verl"),
+        trainer=dict(raw.get("trainer") or {}),
+    )
+
+
+def _data_order_seed(raw: Mapping[str, Any]) -> int | None:
+    value = raw.get("data_order_seed", "run")
+    return None if value == "run" else int(value)
+
+
+def _known_backbone(
+    name: str, where: list[Any], backbones: Mapping[str, Mapping[str, Any]], scale: str
+) -> str:
+    if name not in backbones:
+        raise ConfigError(field_path(where), unknown("backbone", name, backbones))
+    if backbones[name]["scale"] != scale:
+        raise ConfigError(
+            field_path(where),
+            f"backbone {name!r} has scale {backbones[name]['scale']!r}, the study's scale is {scale!r}",
+        )
+    return name
+
+
+def check_shared_sources(studies: Mapping[str, Study]) -> None:
+    first: dict[str, Study] = {}
+    for study in studies.values():
+        other = first.setdefault(study.source, study)
+        # every setting that changes what a run of the same (backbone, variant, seed) writes to the shared path
+        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer"):
+            if getattr(study, attr) != getattr(other, attr):
+                raise ConfigError(
+                    f"studies.{study.name}.{attr}",
+                    f"{getattr(study, attr)!r} differs from study {other.name!r} "
+                    f"({getattr(other, attr)!r}), which writes to the same source {study.source!r}",
+                )
+
+
+__all__ = ["VARIANT_GROUPS", "Study", "check_shared_sources", "resolve_study"]
