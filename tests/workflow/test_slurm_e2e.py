@@ -58,6 +58,7 @@ def e2e(tmp_path_factory, snakemake, workflow_copier, probe_writer):
         cwd=wf,
         path_prefix=STANDINS,
         env=env,
+        timeout=900,  # the whole smoke study (SFT, training, evaluation, render): minutes on a loaded machine
     )
     calls = (
         [json.loads(line)["argv"] for line in (state / "sbatch_calls.jsonl").read_text().splitlines()]
