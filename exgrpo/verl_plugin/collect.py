@@ -26,6 +26,7 @@ trainer's names with the CPU trainer's meanings:
   `VAL_BENCHMARK`, `VERL_VAL_CORE_ACC`), named after the benchmark
   whose released data source it is (`aime` -> `aime24`, exgrpo.eval.benchmarks; unknown sources keep their
   name); `val/acc` is their unweighted mean (the paper's benchmark average), on a separate row, same step.
+  The plug-in's trainer logs the same two live (`validation_accuracies`); collect makes them again from verl's.
 - `wall_time_s` in run.json is the sum of `time/step` over the kept steps: start-up and work lost to failed
   attempts are not counted.
 Every other metric is kept under its verl name (`contract_key`); non-numeric values are dropped, non-finite ones
@@ -46,6 +47,7 @@ from typing import Any
 
 from exgrpo.metrics import (
     VAL_ACC,
+    VAL_PREFIX,
     VERL_VAL_CORE_ACC,
     VERL_VALIDATION_NAMESPACES,
     is_validation_key,
@@ -152,6 +154,27 @@ def released_benchmarks() -> dict[str, str]:
     }
 
 
+def validation_accuracies(
+    metrics: dict[str, Any], names: dict[str, str] | None = None
+) -> dict[str, float | None]:
+    """`val/<benchmark>` (verl's `val-core/<source>/acc/mean@N`, the largest N) and `val/acc` (their unweighted
+    mean, over the finite ones) of one step's metrics; empty when the step did not validate. `names` maps a data
+    source to its benchmark (default: the release's, `released_benchmarks`; unknown sources keep their name)."""
+    names = released_benchmarks() if names is None else names
+    accs: dict[str, tuple[int, float | None]] = {}
+    for key, value in metrics.items():
+        match = VERL_VAL_CORE_ACC.match(key)
+        if match and int(match["n"]) >= accs.get(match["source"], (-1, None))[0]:
+            accs[match["source"]] = (int(match["n"]), value)
+    out: dict[str, float | None] = {
+        val_benchmark_key(names.get(source, source)): acc for source, (_, acc) in sorted(accs.items())
+    }
+    finite = [acc for _, acc in accs.values() if acc is not None]
+    if finite:
+        out[VAL_ACC.name] = sum(finite) / len(finite)
+    return out
+
+
 def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of log.jsonl.gz: per step a training row (contract keys + verl's other metrics) and, when the step
     validated, a validation row (`val/acc`, `val/<benchmark>` + the raw `val-*` metrics)."""
@@ -160,26 +183,18 @@ def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     for step in sorted(records):
         train: dict[str, Any] = {"step": step}
         val: dict[str, Any] = {"step": step}
-        accs: dict[str, tuple[int, float | None]] = {}
         for key, raw in records[step].items():
             keep, value = clean_value(raw)
             if not keep or key == "step":
                 continue
             if key.startswith(VERL_VALIDATION_NAMESPACES):
                 val[key] = value
-                match = VERL_VAL_CORE_ACC.match(key)
-                if match and int(match["n"]) >= accs.get(match["source"], (-1, None))[0]:
-                    accs[match["source"]] = (int(match["n"]), value)
-            else:
+            elif not key.startswith(VAL_PREFIX):  # the live `val/...` keys are made again below, from verl's
                 train[contract_key(key)] = value
         if len(train) > 1:
             rows.append(train)
         if len(val) > 1:
-            for source, (_, acc) in sorted(accs.items()):
-                val[val_benchmark_key(names.get(source, source))] = acc
-            finite = [acc for _, acc in accs.values() if acc is not None]
-            if finite:
-                val[VAL_ACC.name] = sum(finite) / len(finite)
+            val.update(validation_accuracies(val, names))
             rows.append(val)
     return rows
 

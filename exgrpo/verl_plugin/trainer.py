@@ -65,6 +65,7 @@ from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import resolve_norm_const
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin import checkpoint as ckpt
+from exgrpo.verl_plugin.collect import validation_accuracies
 from exgrpo.verl_plugin.cpu.debug import debug_dir, dumping_actor_loss, fault_point
 from exgrpo.verl_plugin.failures import ERROR_PARTITION, FailureBudget
 from exgrpo.verl_plugin.hydra_config import check_verl_config
@@ -265,6 +266,9 @@ class ExGRPOTrainer(PPOTrainerSync):
         the last hook before verl's trackers log the step, so they show the CPU trainer's names live."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
         M.live_names(metrics)
+        metrics.update(
+            validation_accuracies(metrics)
+        )  # val/<benchmark>, val/acc live, as verl-collect writes them
 
     # ------------------------------------------------------------------ replay plan and selection
     def on_init_end(self) -> None:

@@ -363,3 +363,21 @@ def test_run_json_records_torch_and_the_library_versions_though_collect_never_im
             want = None
         assert run["versions"][name] == want, name  # recorded, None only where not installed
     assert run["versions"]["torch"] is not None
+
+
+def test_validation_accuracies_by_hand_and_live_keys_are_not_kept_twice():
+    step = {
+        "val-core/aime/acc/mean@1": 0.2,
+        "val-core/aime/acc/mean@4": 0.3,  # the largest N wins
+        "val-core/other/acc/mean@2": 0.5,
+        "val-core/nan/acc/mean@1": None,  # logged non-finite: kept as null, left out of the mean
+        "val-aux/aime/len": 7.0,
+    }
+    got = vc.validation_accuracies(step, {"aime": "aime24"})
+    assert got == {"val/aime24": 0.3, "val/other": 0.5, "val/nan": None, "val/acc": pytest.approx(0.4)}
+    assert vc.validation_accuracies({"actor/loss": 1.0}) == {}
+    # the trainer logs the same keys live; collect makes them again on the validation row only
+    live = {**step, **got, "actor/loss": 1.0}
+    train, val = vc.contract_rows({3: live})
+    assert not any(k.startswith("val") for k in train)
+    assert val["val/acc"] == pytest.approx(0.4) and val["step"] == 3
