@@ -231,7 +231,8 @@ def verl_rollout_arg(source):
 
 def tiny_eval_backend_args(source):
     """`exgrpo eval` backend flags of a tiny-scale evaluation: the `tiny` sampler, or lm-eval's `vllm`
-    backend with the paper route's model_args changed by exgrpo.eval.backends.VLLM_CPU_ARGS only."""
+    backend with the paper route's model_args changed by exgrpo.eval.backends.VLLM_CPU_ARGS only.
+    """
     if study_engines(source) != "vllm":
         return "--backend tiny"
     from exgrpo.eval.backends import vllm_cpu_flags
