@@ -228,9 +228,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="folder for the model, data and run directory")
     parser.add_argument("--steps", type=int, default=4, help="training steps")
     parser.add_argument("--save-freq", type=int, default=2, help="verl checkpoint every N steps")
+    parser.add_argument(
+        "--rollout",
+        choices=("exgrpo_cpu", "vllm"),
+        default="exgrpo_cpu",
+        help="vllm: verl's own vLLM rollout (the engine environment; vLLM's CPU attention needs head size 32, 64, ...)",
+    )
+    parser.add_argument(
+        "--model", type=Path, default=None, help="HF model folder (default: a random tiny Qwen2)"
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args(argv)
-    paths = write_demo(args.out, steps=args.steps)
+    paths = write_demo(args.out, steps=args.steps, model=args.model, rollout=args.rollout)
     print(f"[exgrpo] CPU-mode run directory: {paths['run']}", flush=True)
     done = launch(
         paths["run"],
