@@ -45,6 +45,10 @@ class Study:
     scale, and on CPU for a tiny-scale study: exgrpo.verl_plugin.tiny_route)."""
     trainer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Trainer settings (TrainerSettings fields) for every run of the study, on top of its budget's."""
+    engines: str = "stand_in"
+    """A tiny-scale verl study's engines: `stand_in` (the plug-in's `exgrpo_cpu` rollout, the `tiny` eval
+    backend) or `vllm` (verl's vLLM rollout and lm-eval's `vllm` backend on vLLM's CPU build: the engine
+    environment, docs/real-engines.md; backbones with head size 32)."""
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
@@ -112,6 +116,12 @@ def resolve_study(
                 field_path([*where, "eval", "profiles", i]),
                 unknown("decoding profile", profile, PROFILES, " (exgrpo.eval.profiles)"),
             )
+    engines = raw.get("engines", "stand_in")
+    if engines != "stand_in" and (raw.get("runtime"), scale) != ("verl", "tiny"):
+        raise ConfigError(
+            field_path([*where, "engines"]),
+            f"{engines!r} chooses the CPU engines of a tiny-scale study with runtime: verl",
+        )
     return Study(
         name=name,
         source=raw["source"],
@@ -129,6 +139,7 @@ def resolve_study(
         profiles=tuple(raw["eval"]["profiles"]),
         runtime=raw.get("runtime", "tiny" if scale == "tiny" else "verl"),
         trainer=dict(raw.get("trainer") or {}),
+        engines=engines,
     )
 
 
@@ -155,7 +166,7 @@ def check_shared_sources(studies: Mapping[str, Study]) -> None:
     for study in studies.values():
         other = first.setdefault(study.source, study)
         # every setting that changes what a run of the same (backbone, variant, seed) writes to the shared path
-        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer"):
+        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer", "engines"):
             if getattr(study, attr) != getattr(other, attr):
                 raise ConfigError(
                     f"studies.{study.name}.{attr}",

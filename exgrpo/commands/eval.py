@@ -98,6 +98,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "benchmark, so one replica over tensor parallelism starts the engine once",
     )
     parser.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="vllm: no CUDA graphs / torch.compile (vLLM's CPU build: the engine environment)",
+    )
+    parser.add_argument(
         "--gpu-memory-utilization", type=float, default=0.85, help="vllm: memory share (released: 0.85)"
     )
     parser.add_argument(
@@ -209,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
             dtype=args.dtype or "auto",
             revision=args.revision,
             data_parallel_size=args.data_parallel_size,
+            enforce_eager=args.enforce_eager,
         )
 
     def make_lm():

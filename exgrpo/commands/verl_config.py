@@ -74,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "transformers rollout exgrpo_cpu), for debugging without a GPU (docs/verl-plugin.md)",
     )
     parser.add_argument(
+        "--rollout",
+        choices=("exgrpo_cpu", "vllm"),
+        default="exgrpo_cpu",
+        help="with --device cpu: the rollout engine; vllm = verl's own vLLM rollout on vLLM's CPU build (the "
+        "engine environment, docs/real-engines.md; keys exgrpo.verl_plugin.cpu.VLLM_ROLLOUT_KEYS)",
+    )
+    parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -196,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
         data_order_seed=spec.data_order_seed,
         device=args.device,
     )
+    if args.rollout != "exgrpo_cpu":
+        if args.device != "cpu":
+            raise ConfigError("--rollout", f"{args.rollout!r} is a CPU-mode rollout: add --device cpu")
+        from exgrpo.verl_plugin.cpu import ROLLOUTS
+
+        flat.update(ROLLOUTS[args.rollout])
     if backbone["scale"] == "tiny":
         from exgrpo.verl_plugin.tiny_route import trainer_overrides
 

@@ -49,8 +49,11 @@ def vllm_model_args(
     revision: str | None = None,
     data_parallel_size: int = 1,
     trust_remote_code: bool = False,
+    enforce_eager: bool = False,
 ) -> dict[str, Any]:
     """`model_args` for lm-eval's `vllm` backend (released: TP over all visible GPUs, 0.85 memory).
+
+    `enforce_eager`: no CUDA graphs or torch.compile (set only on vLLM's CPU build, docs/real-engines.md).
 
     `max_model_len` None leaves the context to vLLM, which takes the model's own (the release's engine);
     prompts that do not fit with the full budget are filtered by the harness (`overlong_prompts`).
@@ -84,7 +87,30 @@ def vllm_model_args(
         args["max_model_len"] = int(max_model_len)
     if revision:
         args["revision"] = revision
+    if enforce_eager:
+        args["enforce_eager"] = True
     return args
+
+
+VLLM_CPU_ARGS: dict[str, Any] = {
+    "tensor_parallel_size": 1,  # no GPU to count: vLLM's CPU build runs one rank
+    "data_parallel_size": 1,  # one engine per job (the cluster's default too)
+    "dtype": "float32",  # the tiny models' dtype; bfloat16 is slower on a CPU
+    "max_model_len": 256,  # the tiny models' positions (max_position_embeddings)
+    "enforce_eager": True,  # no CUDA graphs or torch.compile on a CPU
+}
+"""What `vllm_model_args` gets on vLLM's CPU build (the engine environment, docs/real-engines.md) where the
+cluster takes its defaults; everything else is the cluster's. `gpu_memory_utilization` stays, with no effect:
+on a CPU the KV cache is `VLLM_CPU_KVCACHE_SPACE` GiB."""
+
+
+def vllm_cpu_flags() -> list[str]:
+    """`VLLM_CPU_ARGS` as `exgrpo eval` flags (the tiny-scale evaluation rule on the real engines)."""
+    flags: list[str] = []
+    for key, value in VLLM_CPU_ARGS.items():
+        flag = "--" + key.replace("_", "-")
+        flags += [flag] if value is True else [flag, str(value)]
+    return flags
 
 
 def tiny_model_args(
@@ -138,6 +164,8 @@ def build_lm(
 
 
 __all__ = [
+    "VLLM_CPU_ARGS",
+    "vllm_cpu_flags",
     "BACKENDS",
     "build_lm",
     "check_model_dir",

@@ -245,3 +245,27 @@ def test_cli_device_cpu_writes_a_cpu_mode_run_config(tmp_path):
     fps = [json.loads((tmp_path / d / "fingerprint.json").read_text()) for d in ("gpu", "cpu")]
     assert "device" not in fps[0]["parts"] and fps[1]["parts"]["device"] == "cpu"
     assert fps[0]["fingerprint"] != fps[1]["fingerprint"]
+
+
+def test_cli_rollout_vllm_writes_the_cpu_vllm_keys_and_only_with_device_cpu(tmp_path, capsys):
+    import yaml
+
+    from exgrpo.verl_plugin.cpu import VLLM_ROLLOUT_KEYS
+
+    args = ["verl-config", "--backbones", BACKBONES, "--backbone", "qwen2.5-math-7b"]
+    args += ["--train-files", "/d/t.parquet", "--val-files", "/d/v.parquet", "--resolve", "no"]
+    assert cli([*args, "--out", str(tmp_path / "gpu"), "--rollout", "vllm"]) == 2
+    assert "--device cpu" in capsys.readouterr().err
+    assert cli([*args, "--out", str(tmp_path / "cpu"), "--device", "cpu", "--rollout", "vllm"]) == 0
+    run = yaml.safe_load((tmp_path / "cpu" / "exgrpo_run.yaml").read_text())
+    rollout = run["actor_rollout_ref"]["rollout"]
+    assert rollout["name"] == "vllm" and rollout["enable_sleep_mode"] is False and rollout["enforce_eager"]
+    assert rollout["engine_kwargs"]["vllm"]["worker_extension_cls"] == (
+        "exgrpo.verl_plugin.cpu.vllm_rollout.CPUReloadWorkerExtension"
+    )
+    assert run["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    for dotted, value in VLLM_ROLLOUT_KEYS.items():  # every key lands where its dotted name says
+        node = run
+        for part in dotted.split("."):
+            node = node[part]
+        assert node == value, dotted

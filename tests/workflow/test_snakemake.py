@@ -75,6 +75,33 @@ def test_paper_cpu_trains_with_verl_on_cpu_and_evaluates_with_the_tiny_rules(wf,
         assert "exgrpo verl-config" in job.shell and "--device cpu --data work/paper-cpu/data/s0" in job.shell
         assert "--model-path models/tiny/tiny-math" in job.shell and "exgrpo verl-collect" in job.shell
         assert f"--export-hf work/paper-cpu/ckpt/tiny-math/{job.wildcards['variant']}/s0/final" in job.shell
+        assert "--rollout" not in job.shell  # engines: stand_in (exgrpo_cpu, the base config's rollout)
+    for job in (j for j in result.jobs if j.rule == "eval_tiny"):
+        assert job.shell.startswith("exgrpo eval --backend tiny --model ")
+
+
+def test_paper_cpu_with_engines_vllm_trains_on_verls_vllm_rollout_and_evaluates_on_lm_evals_vllm(
+    wf, snakemake
+):
+    import shutil
+
+    from exgrpo.eval.backends import vllm_cpu_flags
+
+    shutil.copytree(ROOT / "models" / "tiny", wf / "models" / "tiny")
+    config = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    config["studies"]["paper_cpu"].update(
+        engines="vllm", backbones=["tiny-math-h32"], ablation_backbones=["tiny-math-h32"]
+    )
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    result = snakemake("-n", "-p", "paper_cpu", cwd=wf)
+    assert result.returncode == 0, result.stdout
+    trains = [j for j in result.jobs if j.rule == "train_verl_cpu"]
+    evals = [j for j in result.jobs if j.rule == "eval_tiny"]
+    assert len(trains) == 3 and evals
+    for job in trains:
+        assert "--model-path models/tiny/tiny-math-h32 --rollout vllm" in job.shell
+    for job in evals:
+        assert f"exgrpo eval --backend vllm {' '.join(vllm_cpu_flags())} --model " in job.shell
 
 
 def test_figures_lists_the_analysis_job_only(wf, snakemake):

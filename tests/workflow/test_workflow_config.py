@@ -170,6 +170,8 @@ BAD_CONFIGS = [
         _set("studies/paper_repro/runtime", "tiny"),
         "studies.paper_repro.runtime",
     ),
+    ("unknown CPU engines", _set("studies/paper_cpu/engines", "sglang"), "studies.paper_cpu.engines"),
+    ("vLLM engines on the CPU trainer", _set("studies/tiny/engines", "vllm"), "studies.tiny.engines"),
     (
         "unknown CPU-trainer setting of a study",
         _set("studies/paper_cpu/trainer", {"stepz": 8}),
@@ -195,6 +197,14 @@ def test_paper_cpu_trains_tiny_bases_with_verl_and_its_own_trainer_settings():
     spec = wf.study_run("paper-cpu", "tiny-math", "exgrpo", 0)
     assert spec.trainer["steps"] == study.trainer["steps"] == 8
     assert wf.study_run("tiny", "tiny-math", "exgrpo", 0).trainer.get("steps") != 8
+
+
+def test_paper_cpu_keeps_the_stand_in_engines_and_can_switch_to_vllm():
+    assert load().studies["paper_cpu"].engines == "stand_in"
+    assert {s.engines for s in load().studies.values()} == {"stand_in"}
+    config = copy.deepcopy(CONFIG)
+    _set("studies/paper_cpu/engines", "vllm")(config)
+    assert load(config).studies["paper_cpu"].engines == "vllm"
 
 
 def test_cli_style_booleans_are_accepted():

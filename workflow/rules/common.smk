@@ -219,6 +219,27 @@ def sources_of_runtime(runtime, scale):
     )
 
 
+def study_engines(source):
+    """`stand_in` or `vllm`: the CPU engines of a source's study (Study.engines)."""
+    return study_of_source(source).engines
+
+
+def verl_rollout_arg(source):
+    """`exgrpo verl-config` flag choosing a tiny-scale verl study's rollout (verl's vLLM or exgrpo_cpu)."""
+    return "--rollout vllm" if study_engines(source) == "vllm" else ""
+
+
+def tiny_eval_backend_args(source):
+    """`exgrpo eval` backend flags of a tiny-scale evaluation: the `tiny` sampler, or lm-eval's `vllm`
+    backend with the paper route's model_args changed by exgrpo.eval.backends.VLLM_CPU_ARGS only.
+    """
+    if study_engines(source) != "vllm":
+        return "--backend tiny"
+    from exgrpo.eval.backends import vllm_cpu_flags
+
+    return " ".join(["--backend vllm", *vllm_cpu_flags()])
+
+
 VERL_CPU_THREADS = 2
 """Cores of a verl CPU-mode run: its driver, Ray, the FSDP worker and the rollout server share them."""
 VERL_CPU_RESOURCES = {"mem_mb": 16000, "runtime": 120}

@@ -35,8 +35,9 @@ rule eval_tiny:
         out=output_folder(),
         code=code_digest_of("eval"),  # a change to the evaluation code re-evaluates
         limit=lambda wc: eval_limit_arg(wc.source),
+        backend=lambda wc: tiny_eval_backend_args(wc.source),
     shell:
-        "exgrpo eval --backend tiny --model {params.model} --benchmarks {params.benchmarks}"
+        "exgrpo eval {params.backend} --model {params.model} --benchmarks {params.benchmarks}"
         " --profile {wildcards.profile} --data {params.data} --out {params.out}"
         " --seed {wildcards.seed} --threads {threads} {params.limit} --no-progress > {log} 2>&1"
 

@@ -129,9 +129,10 @@ rule train_verl_cpu:
         out=output_folder("run"),
         code=code_digest_of("train_verl_cpu"),
         backbones=backbones_file(),
+        rollout=lambda wc: verl_rollout_arg(wc.source),
     shell:
         "(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
-        " --device cpu --data {params.data} --model-path {params.init}"
+        " --device cpu --data {params.data} --model-path {params.init} {params.rollout}"
         " && exgrpo verl-launch --run-dir {params.run_dir}"
         " && bash {params.run_dir}/launch_single_node.sh"
         " && exgrpo verl-collect --run-dir {params.run_dir} --out {params.out}"

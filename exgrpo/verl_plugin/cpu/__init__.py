@@ -9,6 +9,10 @@ register with verl's registries when the plug-in is imported:
 - `platform.PlatformCPU` as verl platform `cpu` (`PlatformRegistry`), chosen only by `VERL_PLATFORM=cpu`;
 - `rollout` as rollout `exgrpo_cpu` (`_ROLLOUT_REGISTRY` and `RolloutReplicaRegistry`): a transformers model
   in a Ray actor, fed the actor's weights after every update.
+
+verl's own vLLM rollout (`rollout.name=vllm`) runs in the CPU mode too, on vLLM's CPU build (the engine
+environment, docs/real-engines.md), with the keys `VLLM_ROLLOUT_KEYS` and the worker extension of
+`vllm_rollout`; `ROLLOUTS` names the two choices.
 """
 
 from __future__ import annotations
@@ -24,6 +28,27 @@ CPU_ENV: dict[str, str] = {
 }
 """Environment of every process of a CPU-mode run. VERL_PLATFORM selects the CPU platform; the engine pair makes
 verl's engine registry return its FSDP engine (registered for cuda/npu only), which then runs on the CPU."""
+
+
+VLLM_WORKER_EXTENSION = "exgrpo.verl_plugin.cpu.vllm_rollout.CPUReloadWorkerExtension"
+VLLM_KV_CACHE_GIB = 1
+"""vLLM's CPU KV cache (`VLLM_CPU_KVCACHE_SPACE`, GiB): its default (4 GiB) is sized for real models; a tiny
+model's sequences need a few MiB, and the trainer's processes share the host memory."""
+VLLM_ROLLOUT_KEYS: dict[str, object] = {
+    "actor_rollout_ref.rollout.name": "vllm",
+    # vLLM has no sleep mode on CPU: LLM(enable_sleep_mode=True) fails at construction. verl still calls
+    # sleep / wake_up around every update; vLLM's CPU worker answers both with a no-op.
+    "actor_rollout_ref.rollout.enable_sleep_mode": False,
+    # No CUDA graphs on CPU; eager mode also skips torch.compile's start-up cost.
+    "actor_rollout_ref.rollout.enforce_eager": True,
+    # verl passes engine_kwargs.vllm to vLLM after its own worker_extension_cls, so this replaces verl's
+    # vLLMColocateWorkerExtension by its subclass with the CPU-safe weight sync (vllm_rollout's docstring).
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls": VLLM_WORKER_EXTENSION,
+    "ray_kwargs.ray_init.runtime_env.env_vars.VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_CACHE_GIB),
+}
+"""verl keys of a CPU-mode run on verl's vLLM rollout, written into the run yaml over config/exgrpo_cpu.yaml."""
+ROLLOUTS: dict[str, dict[str, object]] = {"exgrpo_cpu": {}, "vllm": VLLM_ROLLOUT_KEYS}
+"""CPU-mode rollout name -> the run keys it adds (`exgrpo_cpu`, the transformers fallback, is the base config's)."""
 
 
 def is_cpu_mode(env: Mapping[str, str] | None = None) -> bool:
@@ -42,4 +67,13 @@ def register() -> None:
     from exgrpo.verl_plugin.cpu import platform, rollout  # noqa: F401
 
 
-__all__ = ["CPU_ENV", "DEVICE", "apply_cpu_env", "is_cpu_mode", "register"]
+__all__ = [
+    "CPU_ENV",
+    "DEVICE",
+    "ROLLOUTS",
+    "VLLM_ROLLOUT_KEYS",
+    "VLLM_WORKER_EXTENSION",
+    "apply_cpu_env",
+    "is_cpu_mode",
+    "register",
+]

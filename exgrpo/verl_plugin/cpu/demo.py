@@ -120,20 +120,31 @@ def write_demo(
     n_val: int = 8,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
+    variant: str = "exgrpo",
+    model: str | Path | None = None,
+    rollout: str = "exgrpo_cpu",
 ) -> dict[str, Path]:
-    """Model, data, reward and a CPU-mode run directory under `root`; returns their paths."""
-    from exgrpo.verl_plugin import hydra_config as hc
+    """Model, data, reward and a CPU-mode run directory under `root`; returns their paths.
 
+    `model`: an existing HF model folder to train (e.g. models/tiny/tiny-math-h32, which vLLM's CPU attention
+    serves) instead of the random one written under `root`; `rollout`: a CPU-mode rollout of
+    `exgrpo.verl_plugin.cpu.ROLLOUTS` (`vllm` needs the engine environment)."""
+    from exgrpo.verl_plugin import hydra_config as hc
+    from exgrpo.verl_plugin.cpu import ROLLOUTS
+
+    if rollout not in ROLLOUTS:
+        raise ValueError(f"rollout {rollout!r}: expected one of {sorted(ROLLOUTS)}")
     root = Path(root).resolve()
     paths = {
         "root": root,
-        "model": root / "model",
+        "model": Path(model).resolve() if model is not None else root / "model",
         "run": root / "run",
         "reward": root / "toy_reward.py",
         "train": root / "train.parquet",
         "val": root / "valid.parquet",
     }
-    write_tiny_model(paths["model"], seed=seed)
+    if model is None:
+        write_tiny_model(paths["model"], seed=seed)
     write_toy_data(paths["train"], n_train)
     write_toy_data(paths["val"], n_val, start=n_train)
     paths["reward"].write_text(TOY_REWARD, encoding="utf-8")
@@ -145,20 +156,19 @@ def write_demo(
         "max_response_length": 16,
         "resources": {"train": {"nodes": 1, "gpus_per_node": 1}},
     }
-    cfg = hc.variant_config(
-        "exgrpo", backbone, {"n_rollouts": 4, "delayed_start": False, **(overrides or {})}
-    )
+    cfg = hc.variant_config(variant, backbone, {"n_rollouts": 4, "delayed_start": False, **(overrides or {})})
     flat = hc.verl_overrides(
         "toy",
         backbone,
         cfg,
-        variant="exgrpo",
+        variant=variant,
         seed=seed,
         run_dir=paths["run"],
         train_files=str(paths["train"]),
         val_files=str(paths["val"]),
     )
     flat["reward.custom_reward_function.path"] = str(paths["reward"])
+    flat.update(ROLLOUTS[rollout])
     hc.write_run_config(paths["run"], flat, device="cpu")
     return paths
 
@@ -218,9 +228,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="folder for the model, data and run directory")
     parser.add_argument("--steps", type=int, default=4, help="training steps")
     parser.add_argument("--save-freq", type=int, default=2, help="verl checkpoint every N steps")
+    parser.add_argument(
+        "--rollout",
+        choices=("exgrpo_cpu", "vllm"),
+        default="exgrpo_cpu",
+        help="vllm: verl's own vLLM rollout (the engine environment; vLLM's CPU attention needs head size 32, 64, ...)",
+    )
+    parser.add_argument(
+        "--model", type=Path, default=None, help="HF model folder (default: a random tiny Qwen2)"
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args(argv)
-    paths = write_demo(args.out, steps=args.steps)
+    paths = write_demo(args.out, steps=args.steps, model=args.model, rollout=args.rollout)
     print(f"[exgrpo] CPU-mode run directory: {paths['run']}", flush=True)
     done = launch(
         paths["run"],
