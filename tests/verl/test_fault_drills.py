@@ -51,6 +51,7 @@ SIGTERM_GRACE_S = 60
 POLL_S = 0.2
 STANDINS = Path(__file__).resolve().parents[1] / "workflow" / "slurm_standins"
 JOB_SCRIPT = """\
+#!/usr/bin/env bash
 # The drill's batch job: its first run is attempt 3, its requeued run (SLURM_RESTART_COUNT=1) attempt 4, which
 # also gets the injected rollout failures; each run's output, debug dumps and verl's metrics file are its own.
 set -euo pipefail

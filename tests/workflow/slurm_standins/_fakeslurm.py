@@ -48,7 +48,7 @@ def read_job(job_id: int | str) -> dict | None:
     return None
 
 
-def update_job(job_id: int | str, change=None, **fields) -> dict:
+def update_job(job_id: int | str, change=None, /, **fields) -> dict:
     """Set `fields` and apply `change(job)` under the job file's lock, then write it back atomically."""
     path = job_file(job_id)
     with open(path.with_suffix(".lock"), "a") as lock:
