@@ -192,7 +192,7 @@ class SlurmJob:
 
     def run_rc(self, restart: int) -> int | None:  # the exit status of run number `restart` once ended
         with contextlib.suppress(OSError, ValueError, IndexError):
-            return self.record()["runs"][restart]["rc"]
+            return self.record().get("runs", [])[restart]["rc"]
         return None
 
 
