@@ -1,6 +1,6 @@
 """Fault drills on the real verl route on the CPU: verl 0.9.1's trainer with the plug-in (CPU mode, demo assets,
-`exgrpo.verl_plugin.cpu.demo`), killed, terminated, corrupted and made to fail, each attempt a rerun of the same
-command on the same run directory, as a requeued cluster job is. One chain of five attempts, shared by every test
+`exgrpo.verl_plugin.cpu.demo`), killed, terminated, corrupted and made to fail, each attempt a rerun of the run
+on the same run directory, as a rerun or requeued cluster job is. One chain of five attempts, shared by every test
 (`drills`, module scope), checkpoint every step (`trainer.save_freq=1`), two kept (the paper config's
 `max_actor_ckpt_to_keep`):
 
@@ -8,10 +8,13 @@ command on the same run directory, as a requeued cluster job is. One chain of fi
    the rollout of step 3 (`EXGRPO_VERL_HOLD_AT`, cpu/debug.py) and killed with SIGKILL (driver, Ray, workers).
 1. Resumes from checkpoint 2; held at the update of step 4 and killed.
 2. Resumes from 3; held inside the checkpoint write of step 4 (verl's files staged, not published) and killed.
-3. Resumes from 3 (the staged step 4 is not a checkpoint); SIGTERM to the whole job (what SLURM sends at a time
-   limit or preemption) once it has checkpointed step 5 and gone on: it must exit within the grace period.
-4. The latest checkpoint (5) is corrupted by one byte: the rerun says it skips it and resumes from 4; injected
-   failures on 50% of sessions under the default budget (10%) stop it at its first step, naming the error.
+3. A batch job under the stand-in SLURM commands (tests/workflow/slurm_standins, run in the background) whose
+   script runs the run's `launch_single_node.sh` (`exgrpo verl-launch`): resumes from 3 (the staged step 4 is not
+   a checkpoint); once it has checkpointed step 5 and gone on, it is preempted (`scontrol requeuehold`: SIGTERM
+   to every process of the job, as SLURM at preemption, SIGKILL after the grace period): it must exit in time.
+4. The requeued job (same id, SLURM_RESTART_COUNT=1), released (`scontrol release`) once checkpoint 5 is
+   corrupted by one byte: it says it skips 5 and resumes from 4; injected failures on 50% of sessions (its
+   script sets them on a requeue) under the default budget (10%) stop it at its first step, naming the error.
 
 Rollouts are not bit-reproducible here, so every check reads state, not samples: which checkpoint each attempt
 took (its own words and the restored plug-in state it dumped, `EXGRPO_VERL_DEBUG_DIR`), the steps it logged,
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
+import os
+import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,26 +49,28 @@ TIMEOUT_S = 1500
 """Per attempt (start-up is most of it: ~2-3 min on 2 quiet cores)."""
 SIGTERM_GRACE_S = 60
 POLL_S = 0.2
-
-
-def _tree(proc: subprocess.Popen) -> list:
-    try:
-        root = psutil.Process(proc.pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _signal_tree(proc: subprocess.Popen, sig: int) -> list:
-    procs = _tree(proc)
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.send_signal(sig)
-    return procs
+STANDINS = Path(__file__).resolve().parents[1] / "workflow" / "slurm_standins"
+JOB_SCRIPT = """\
+#!/usr/bin/env bash
+# The drill's batch job: its first run is attempt 3, its requeued run (SLURM_RESTART_COUNT=1) attempt 4, which
+# also gets the injected rollout failures; each run's output, debug dumps and verl's metrics file are its own.
+set -euo pipefail
+attempt=$((3 + ${{SLURM_RESTART_COUNT:-0}}))
+export {debug_env}={root}/debug$attempt
+if [ "$attempt" = 4 ]; then export {fail_env}=0.5; fi
+exec > {root}/attempt$attempt.out 2>&1
+exec bash {run}/launch_single_node.sh {overrides}
+"""
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
-    psutil.wait_procs(_signal_tree(proc, signal.SIGKILL), timeout=30)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        root = psutil.Process(proc.pid)
+        procs = [root, *root.children(recursive=True)]
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(procs, timeout=30)
     proc.wait(timeout=30)
 
 
@@ -85,15 +92,50 @@ def _logged(path: Path) -> dict[int, dict]:
 
 
 class Attempt:
-    """One launch of the run: its output, metrics file and debug folder; `until(pred)` waits, `stop(sig)` ends it."""
+    """One run of the job: its output, metrics file and debug folder; `until(pred)` waits for a state of it."""
+
+    def __init__(self, paths: dict, root: Path, i: int):
+        time.sleep(max(0.0, 1.0 - (time.time() % 1)))  # metrics files are ordered by their unix-second stamp
+        self.i, self.run, self.ckpt = i, paths["run"], paths["run"] / "checkpoints"
+        self.debug, self.out = root / f"debug{i}", root / f"attempt{i}.out"
+        self.t0 = time.monotonic()
+
+    def ended(self) -> int | None:  # the run's exit status once it has ended
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def wait(self) -> int:
+        self.until(lambda: self.ended() is not None, "its end")
+        return self.ended()
+
+    def text(self) -> str:
+        return self.out.read_text(errors="replace") if self.out.exists() else ""
+
+    def until(self, done, what: str) -> None:
+        while not done():
+            if (rc := self.ended()) is not None:
+                pytest.fail(f"attempt {self.i} ended (rc {rc}) before {what}:\n{self.text()[-5000:]}")
+            if time.monotonic() - self.t0 > TIMEOUT_S:
+                self.abort()
+                pytest.fail(f"attempt {self.i}: no {what} within {TIMEOUT_S} s:\n{self.text()[-3000:]}")
+            time.sleep(POLL_S)
+
+    def held(self) -> dict | None:
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads((self.debug / "held.json").read_text())
+        return None
+
+
+class Launched(Attempt):
+    """A launch of the run straight from the test (as a rerun by hand is); `kill()` ends all its processes."""
 
     def __init__(self, paths: dict, root: Path, i: int, env: dict[str, str], overrides: list[str]):
         from exgrpo.verl_plugin.cpu import demo
         from exgrpo.verl_plugin.cpu.debug import DEBUG_ENV
 
-        time.sleep(max(0.0, 1.0 - (time.time() % 1)))  # metrics files are ordered by their unix-second stamp
-        self.i, self.run, self.ckpt = i, paths["run"], paths["run"] / "checkpoints"
-        self.debug, self.out = root / f"debug{i}", root / f"attempt{i}.out"
+        super().__init__(paths, root, i)
         self.log = self.run / f"metrics.attempt{i}.{int(time.time())}.jsonl"
         self._fh = open(self.out, "w")  # noqa: SIM115 (closed in kill / wait)
         # RAY_ADDRESS=local: a Ray cluster of its own, never one that other jobs on this machine started
@@ -105,26 +147,12 @@ class Attempt:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        self.t0 = time.monotonic()
 
-    def text(self) -> str:
-        return self.out.read_text(errors="replace")
+    def ended(self) -> int | None:
+        return self.proc.poll()
 
-    def until(self, done, what: str) -> None:
-        while not done():
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"attempt {self.i} ended (rc {self.proc.returncode}) before {what}:\n{self.text()[-5000:]}"
-                )
-            if time.monotonic() - self.t0 > TIMEOUT_S:
-                _kill_tree(self.proc)
-                pytest.fail(f"attempt {self.i}: no {what} within {TIMEOUT_S} s:\n{self.text()[-3000:]}")
-            time.sleep(POLL_S)
-
-    def held(self) -> dict | None:
-        with contextlib.suppress(OSError, ValueError):
-            return json.loads((self.debug / "held.json").read_text())
-        return None
+    def abort(self) -> None:
+        _kill_tree(self.proc)
 
     def kill(self) -> None:
         _kill_tree(self.proc)
@@ -137,6 +165,80 @@ class Attempt:
             _kill_tree(self.proc)  # Ray processes a failed driver left behind
             self._fh.close()
         return rc
+
+
+class SlurmJob:
+    """A batch job under the stand-in SLURM commands, run in the background (FAKE_SLURM_ASYNC=1), preemptable."""
+
+    def __init__(self, root: Path, env: dict[str, str]):
+        self.state = root / "slurm"
+        self.env = {
+            **env,
+            "PATH": os.pathsep.join([str(STANDINS), str(Path(sys.executable).parent), env["PATH"]]),
+            "FAKE_SLURM_STATE": str(self.state),
+            "FAKE_SLURM_ASYNC": "1",
+            "FAKE_SLURM_KILL_WAIT": str(SIGTERM_GRACE_S),
+        }
+        self.id = ""
+
+    def slurm(self, *argv: str) -> str:
+        return subprocess.run(argv, env=self.env, check=True, capture_output=True, text=True).stdout.strip()
+
+    def record(self) -> dict:  # its runs so far (_fakeslurm.py)
+        return json.loads((self.state / f"job_{self.id}.json").read_text())
+
+    def show(self) -> str:
+        return self.slurm("scontrol", "show", "job", self.id)
+
+    def run_rc(self, restart: int) -> int | None:  # the exit status of run number `restart` once ended
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return self.record().get("runs", [])[restart]["rc"]
+        return None
+
+
+class SlurmRun(Attempt):
+    """One run of a `SlurmJob` (the first, or a requeued one): its metrics file is the launch script's own,
+    `metrics.attempt<SLURM_RESTART_COUNT>.<unix time>.jsonl`, started no earlier than this object."""
+
+    def __init__(self, paths: dict, root: Path, i: int, job: SlurmJob, restart: int):
+        super().__init__(paths, root, i)
+        self.job, self.restart, self.since = job, restart, int(time.time())
+
+    @property
+    def log(self) -> Path:
+        mine = [
+            p
+            for p in self.run.glob(f"metrics.attempt{self.restart}.*.jsonl")
+            if int(p.name.split(".")[2]) >= self.since
+        ]
+        return min(mine, default=self.run / f"metrics.attempt{self.restart}.none.jsonl")
+
+    def ended(self) -> int | None:
+        return self.job.run_rc(self.restart)
+
+    def abort(self) -> None:
+        self.job.slurm("scancel", self.job.id)
+
+
+def _drill_job(paths: dict, root: Path, overrides: list[str]) -> SlurmJob:
+    """The run's launch script rendered by `exgrpo verl-launch` and the drill's job script around it."""
+    from exgrpo.verl_plugin.cpu import demo
+    from exgrpo.verl_plugin.cpu.debug import DEBUG_ENV
+    from exgrpo.verl_plugin.failures import FAIL_ENV
+
+    cli = [sys.executable, "-m", "exgrpo.cli", "verl-launch", "--run-dir", str(paths["run"])]
+    subprocess.run(cli, check=True, capture_output=True, text=True)
+    (root / "drill_job.sh").write_text(
+        JOB_SCRIPT.format(
+            debug_env=DEBUG_ENV,
+            fail_env=FAIL_ENV,
+            root=shlex.quote(str(root)),
+            run=shlex.quote(str(paths["run"])),
+            overrides=shlex.join([*demo.SMALL_OVERRIDES, *overrides]),
+        )
+    )
+    # RAY_ADDRESS=local: a Ray cluster of its own, never one that other jobs on this machine started
+    return SlurmJob(root, demo.launch_env(None, {"RAY_ADDRESS": "local"}))
 
 
 def _hold(phase: str, step: int) -> dict[str, str]:
@@ -157,13 +259,13 @@ def drills(tmp_path_factory):
     a = {}
     on_disk = {}
 
-    a[0] = Attempt(paths, root, 0, {FAIL_ENV: "0.1", **_hold("rollout", 3)}, [*common, *lenient])
+    a[0] = Launched(paths, root, 0, {FAIL_ENV: "0.1", **_hold("rollout", 3)}, [*common, *lenient])
     a[0].until(lambda: a[0].held() is not None, "the hold at the rollout of step 3")
     a[0].kill()
-    a[1] = Attempt(paths, root, 1, _hold("update", 4), common)
+    a[1] = Launched(paths, root, 1, _hold("update", 4), common)
     a[1].until(lambda: a[1].held() is not None, "the hold at the update of step 4")
     a[1].kill()
-    a[2] = Attempt(paths, root, 2, _hold("checkpoint", 4), common)
+    a[2] = Launched(paths, root, 2, _hold("checkpoint", 4), common)
     a[2].until(lambda: a[2].held() is not None, "the hold inside the checkpoint write of step 4")
     a[2].kill()
     ckpt = a[2].ckpt
@@ -173,30 +275,38 @@ def drills(tmp_path_factory):
     )
     on_disk["tracker_after_checkpoint_kill"] = _tracker(ckpt)
 
-    a[3] = Attempt(paths, root, 3, {}, common)
-    a[3].until(lambda: _tracker(ckpt) >= 5 and max(_logged(a[3].log), default=0) >= 5, "checkpoint 5")
-    t_term = time.monotonic()
-    procs = _signal_tree(a[3].proc, signal.SIGTERM)
-    gone, alive = psutil.wait_procs(procs, timeout=SIGTERM_GRACE_S)
-    on_disk["sigterm"] = {
-        "exit_s": time.monotonic() - t_term,
-        "alive": len(alive),
-        "rc": a[3].proc.poll(),
-        "logged": max(_logged(a[3].log), default=0),
-        "tracker": _tracker(ckpt),
-    }
-    a[3].kill()
+    job = _drill_job(paths, root, common)
+    try:
+        a[3] = SlurmRun(paths, root, 3, job, restart=0)
+        job.id = job.slurm("sbatch", "--requeue", "-D", str(paths["run"]), str(root / "drill_job.sh"))
+        a[3].until(lambda: _tracker(ckpt) >= 5 and max(_logged(a[3].log), default=0) >= 5, "checkpoint 5")
+        job.slurm("scontrol", "requeuehold", job.id)  # preempted: SIGTERM now, SIGKILL after SIGTERM_GRACE_S
+        a[3].wait()  # until the job has ended and is pending
+        (run,) = job.record()["runs"]
+        on_disk["sigterm"] = {**run, "logged": max(_logged(a[3].log), default=0), "tracker": _tracker(ckpt)}
+        on_disk["sigterm"]["show"] = job.show()
 
-    latest = _tracker(ckpt)
-    on_disk["corrupted"] = latest
-    weights = sorted((ckpt / f"global_step_{latest}" / "actor").rglob("*.pt")) or sorted(
-        p for p in (ckpt / f"global_step_{latest}" / "actor").rglob("*") if p.is_file()
-    )
-    data = bytearray(weights[0].read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    weights[0].write_bytes(bytes(data))
-    a[4] = Attempt(paths, root, 4, {FAIL_ENV: "0.5"}, common)
-    on_disk["failed_rc"] = a[4].wait()
+        latest = _tracker(ckpt)
+        on_disk["corrupted"] = latest
+        weights = sorted((ckpt / f"global_step_{latest}" / "actor").rglob("*.pt")) or sorted(
+            p for p in (ckpt / f"global_step_{latest}" / "actor").rglob("*") if p.is_file()
+        )
+        data = bytearray(weights[0].read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        weights[0].write_bytes(bytes(data))
+        a[4] = SlurmRun(paths, root, 4, job, restart=1)
+        job.slurm("scontrol", "release", job.id)  # the requeued job starts
+        on_disk["failed_rc"] = a[4].wait()
+        on_disk["job"] = {
+            "id": job.id,
+            "show": job.show(),
+            "sacct": job.slurm("sacct"),
+            "runs": job.record()["runs"],
+        }
+    except BaseException:
+        with contextlib.suppress(Exception):
+            job.slurm("scancel", job.id)
+        raise
     return {"a": a, "ckpt": ckpt, "on_disk": on_disk, "root": root}
 
 
@@ -266,11 +376,21 @@ def test_kill_during_checkpoint_write_leaves_the_previous_checkpoint_whole(drill
     _resumed(drills["a"][3], 3, drills["ckpt"])  # the staged step 4 was not taken
 
 
-def test_sigterm_exits_within_the_grace_period_losing_at_most_one_interval(drills):
+def test_a_preempted_job_exits_within_the_grace_period_losing_at_most_one_interval(drills):
     s = drills["on_disk"]["sigterm"]
-    assert s["alive"] == 0, s  # every process of the job ended within SIGTERM_GRACE_S
+    assert s["ended"] == "REQUEUED" and "JobState=PENDING" in s["show"] and "Restarts=0" in s["show"], s
+    assert s["killed"] == 0 and s["term_to_exit_s"] < SIGTERM_GRACE_S, s  # every process ended on SIGTERM
     assert s["logged"] - s["tracker"] <= 1, s  # save_freq=1: at most the step in flight is lost
-    _resumed(drills["a"][4], s["tracker"] - 1, drills["ckpt"])  # (the latest was then corrupted: next test)
+
+
+def test_the_requeued_job_resumes_from_its_last_checkpoint(drills):
+    s, job, a4 = drills["on_disk"]["sigterm"], drills["on_disk"]["job"], drills["a"][4]
+    # one job id, rerun once (by the stand-in: SLURM_RESTART_COUNT=1); it failed on the failure budget (below)
+    assert [r["ended"] for r in job["runs"]] == ["REQUEUED", "FAILED"] and job[
+        "sacct"
+    ] == f"{job['id']}|FAILED"
+    assert "Restarts=1" in job["show"]
+    _resumed(a4, s["tracker"] - 1, drills["ckpt"])  # (the latest was then corrupted: next test)
 
 
 def test_corrupt_latest_checkpoint_is_skipped_and_named(drills):
@@ -289,6 +409,4 @@ def test_failures_above_the_budget_stop_the_run_naming_the_error(drills):
         "rollout sessions failed" in text
         and "the engine's last error: RuntimeError: injected rollout failure" in text
     )
-    assert (
-        _logged(a4.log) == {}
-    )  # stopped before the update of its first step: nothing trained, nothing logged
+    assert _logged(a4.log) == {}  # stopped before its first step's update: nothing trained, nothing logged
