@@ -160,12 +160,14 @@ def validation_accuracies(
     """`val/<benchmark>` (verl's `val-core/<source>/acc/mean@N`, the largest N) and `val/acc` (their unweighted
     mean, over the finite ones) of one step's metrics; empty when the step did not validate. `names` maps a data
     source to its benchmark (default: the release's, `released_benchmarks`; unknown sources keep their name)."""
-    names = released_benchmarks() if names is None else names
     accs: dict[str, tuple[int, float | None]] = {}
     for key, value in metrics.items():
         match = VERL_VAL_CORE_ACC.match(key)
         if match and int(match["n"]) >= accs.get(match["source"], (-1, None))[0]:
             accs[match["source"]] = (int(match["n"]), value)
+    if not accs:  # most steps do not validate: the trainer calls this on every step
+        return {}
+    names = released_benchmarks() if names is None else names
     out: dict[str, float | None] = {
         val_benchmark_key(names.get(source, source)): acc for source, (_, acc) in sorted(accs.items())
     }
