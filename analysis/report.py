@@ -8,6 +8,7 @@ index.md is written last and is the sentinel a workflow rule can declare.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -89,20 +90,24 @@ def render(
     for line in skipped:
         log.info("skip %s", line)
 
-    stage = results.root / ".render"
-    shutil.rmtree(stage, ignore_errors=True)
-    (stage / "tables").mkdir(parents=True)
-    (stage / "figures").mkdir(parents=True)
-    try:
-        for table in tables:
-            write(table, stage / "tables")
-        for plot in plots:
-            figures.save(plot, stage / "figures")
-        for sub in ("tables", "figures"):
-            _swap(stage / sub, results.root / sub)
-    finally:
+    # Two studies of one source (e.g. tiny_plugins and tiny_continuous) render it in parallel jobs: the
+    # lock makes them take turns over the shared staging folder, the swap and index.md.
+    with (results.root / ".render.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stage = results.root / ".render"
         shutil.rmtree(stage, ignore_errors=True)
-    index = write_index(results, chosen, tables, plots, skipped)
+        (stage / "tables").mkdir(parents=True)
+        (stage / "figures").mkdir(parents=True)
+        try:
+            for table in tables:
+                write(table, stage / "tables")
+            for plot in plots:
+                figures.save(plot, stage / "figures")
+            for sub in ("tables", "figures"):
+                _swap(stage / sub, results.root / sub)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        index = write_index(results, chosen, tables, plots, skipped)
     return Rendering(
         source,
         [f"tables/{t.name}.md" for t in tables],

@@ -181,3 +181,22 @@ def test_split_averages_are_means_of_benchmark_scores_and_exclude_probes(rendere
     assert ("avg", "probe") not in arm.index
     t1 = (results / "tiny" / "tables" / "table1_main.md").read_text()
     assert "arith_probe" in t1
+
+
+def test_two_renders_of_one_source_at_once_both_succeed(rendered, tmp_path):
+    """Two studies of one source render it in parallel Snakemake jobs; they take turns (report.render's lock)
+    and leave the same tables as one render."""
+    import shutil
+    import subprocess
+    import sys
+
+    results, _ = rendered
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    shutil.rmtree(copy / "tiny" / "tables")
+    cmd = [sys.executable, "-m", "analysis", "render", "--results", str(copy), "--source", "tiny"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    outputs = [p.communicate()[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    for path in (results / "tiny" / "tables").iterdir():
+        assert (copy / "tiny" / "tables" / path.name).read_bytes() == path.read_bytes(), path.name
