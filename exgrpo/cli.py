@@ -13,11 +13,26 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
+import platform
 import sys
 
 from exgrpo import __version__, commands
 from exgrpo.config import ConfigError
+
+# torch picks its CPU kernels by the machine's instruction set (AVX2 or AVX-512 on x86-64), and the two sum
+# floats in different orders: the same run trained on a Zen 3 (AVX2) and a Zen 4 (AVX-512) machine differs
+# from step 1 in the last bits, and RL amplifies that. Pinning the AVX2 kernels makes every x86-64 machine with
+# AVX2 compute like the one that made the committed tiny results (README, "Reproducibility, as it is").
+CPU_KERNELS = "avx2"
+
+
+def pin_cpu_kernels() -> None:
+    """Set `ATEN_CPU_CAPABILITY` to `CPU_KERNELS` on x86-64 unless the caller set it (before torch dispatches
+    a kernel; torch reads it once). Provenance records the value (`machine.env`, `machine.torch`)."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        os.environ.setdefault("ATEN_CPU_CAPABILITY", CPU_KERNELS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +71,7 @@ def flag_table() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    pin_cpu_kernels()
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args) or 0)
