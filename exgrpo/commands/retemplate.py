@@ -12,7 +12,7 @@ What the copy holds: the input's rows in order, every column, type and footer me
 the prompt column. Each prompt becomes ONE user message whose content is the plain prompt built by
 `exgrpo.eval.benchmarks.format_question(question, "llama_base")`, the definition that `exgrpo eval
 --prompt-format llama_base` also uses. The question is the row's last user message, stripped, which is
-how evaluation reads released rows (`benchmarks.user_message`). The system message is dropped.
+how evaluation reads released rows (`benchmark_documents.user_message`). The system message is dropped.
 
 Why one user message and not a raw string: verl 0.9.1 has no raw-string prompt path. `RLHFDataset` passes
 the prompt column on as `raw_prompt`, a list of messages. The agent loop always renders that list with
@@ -68,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plain_prompt(prompt: Any, prompt_format: str) -> str:
     """The text of one re-templated prompt: the row's question (last user message) in `prompt_format`."""
-    from exgrpo.eval.benchmarks import format_question, user_message
+    from exgrpo.eval.benchmark_documents import user_message
+    from exgrpo.eval.benchmarks import format_question
 
     return format_question(user_message(prompt).strip(), prompt_format)
 

@@ -12,7 +12,8 @@ import pytest
 
 from exgrpo.config import ConfigError
 from exgrpo.eval import backends, cache, harness
-from exgrpo.eval.benchmarks import load_docs_with_info, parse_benchmarks
+from exgrpo.eval.benchmark_documents import load_docs_with_info
+from exgrpo.eval.benchmarks import parse_benchmarks
 from exgrpo.eval.contexts import overlong_policy
 from exgrpo.eval.grading import GradingSettings
 from exgrpo.eval.profiles import get_profile

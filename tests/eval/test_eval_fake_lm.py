@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from exgrpo.eval import cache, harness
-from exgrpo.eval.benchmarks import load_docs_with_info, parse_benchmarks
+from exgrpo.eval.benchmark_documents import load_docs_with_info
+from exgrpo.eval.benchmarks import parse_benchmarks
 from exgrpo.eval.grading import GradingSettings
 from exgrpo.eval.profiles import get_profile
 

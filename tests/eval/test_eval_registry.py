@@ -9,13 +9,12 @@ import pytest
 import yaml
 
 from exgrpo.config import ConfigError
+from exgrpo.eval.benchmark_documents import docs_sha256, load_docs_with_info
 from exgrpo.eval.benchmarks import (
     BENCHMARKS,
     SUITES,
-    docs_sha256,
     format_question,
     get_benchmark,
-    load_docs_with_info,
     parse_benchmarks,
 )
 from exgrpo.eval.profiles import PROFILES, get_profile

@@ -216,7 +216,8 @@ def test_a_changed_file_stops_the_download_with_a_named_error(tmp_path, monkeypa
 
 
 def test_a_file_changed_after_the_download_stops_the_evaluation(tmp_path, monkeypatch):
-    from exgrpo.eval.benchmarks import DataChangedError, get_benchmark, load_docs_with_info
+    from exgrpo.eval.benchmark_documents import DataChangedError, load_docs_with_info
+    from exgrpo.eval.benchmarks import get_benchmark
 
     rows = [
         {
