@@ -159,7 +159,10 @@ def run(args: argparse.Namespace) -> int:
     from exgrpo.eval.metrics import split_averages
     from exgrpo.eval.profiles import get_profile
 
+    from exgrpo.eval.chat_benchmarks import refuse_unscored
+
     profile = get_profile(args.profile)
+    refuse_unscored([b.strip() for b in str(args.benchmarks).split(",")])
     benchmarks = parse_benchmarks(args.benchmarks)
     if args.backend not in backends.BACKENDS:
         raise ConfigError(
