@@ -332,7 +332,11 @@ ABLATIONS: dict[str, dict[str, Any]] = PluginDict(
             "difficulty_signal": "reward_std",
             "delayed_start": False,
         },
-        "rm_exgrpo": {"reward_kind": "reward_model", "difficulty_signal": "reward_std", "delayed_start": False},
+        "rm_exgrpo": {
+            "reward_kind": "reward_model",
+            "difficulty_signal": "reward_std",
+            "delayed_start": False,
+        },
         "masked_easy": {"method": "on_policy", "difficulty_mask": "easy"},
         "masked_medium": {"method": "on_policy", "difficulty_mask": "medium"},
         "masked_hard": {"method": "on_policy", "difficulty_mask": "hard"},

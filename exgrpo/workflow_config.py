@@ -274,7 +274,9 @@ def _check_benchmark_names(sets: Mapping[str, list[str]]) -> None:
             if name not in known:
                 raise ConfigError(
                     field_path(["benchmarks", set_name, i]),
-                    unknown("benchmark", name, known, " (exgrpo.eval.benchmarks, exgrpo.eval.chat_benchmarks)"),
+                    unknown(
+                        "benchmark", name, known, " (exgrpo.eval.benchmarks, exgrpo.eval.chat_benchmarks)"
+                    ),
                 )
 
 

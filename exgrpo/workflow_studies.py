@@ -165,7 +165,9 @@ def _data_and_reward_model(
     data, reward_model = raw.get("data", "math"), raw.get("reward_model")
     if scale != "paper" and (data != "math" or reward_model is not None):
         key = "data" if data != "math" else "reward_model"
-        raise ConfigError(field_path([*where, key]), f"is a paper-scale setting (the study's scale is {scale!r})")
+        raise ConfigError(
+            field_path([*where, key]), f"is a paper-scale setting (the study's scale is {scale!r})"
+        )
     if reward_model is not None and reward_model not in registered:
         raise ConfigError(
             field_path([*where, "reward_model"]),

@@ -66,9 +66,12 @@ class CPUTrainer:
         valid: list[Question],
         seed: int,
     ):
-        if cfg.reward_kind == "reward_model":  # never graded as step credit by the `else` of the reward branch
+        if (
+            cfg.reward_kind == "reward_model"
+        ):  # never graded as step credit by the `else` of the reward branch
             raise ConfigError(
-                "reward_kind", "'reward_model' is the verl plug-in's (a served reward model); the CPU trainer "
+                "reward_kind",
+                "'reward_model' is the verl plug-in's (a served reward model); the CPU trainer "
                 "trains on 'binary' or 'step_credit'",
             )
         self.model, self.tok, self.cfg, self.args, self.seed = model, tokenizer, cfg, args, seed

@@ -62,7 +62,11 @@ def test_the_study_config_serves_its_reward_model_and_buckets_by_reward_std(tmp_
         use_reference_policy=need_reference_policy(composed),
         use_critic=need_critic(composed),
     )
-    assert (cfg.reward_kind, cfg.difficulty_signal, cfg.delayed_start) == ("reward_model", "reward_std", False)
+    assert (cfg.reward_kind, cfg.difficulty_signal, cfg.delayed_start) == (
+        "reward_model",
+        "reward_std",
+        False,
+    )
     assert cfg.method == ("on_policy" if variant == "rm_on_policy" else "exgrpo")
     r = OmegaConf.to_container(composed, resolve=True)
     entry = load_reward_models(REGISTRY)[REWARD_MODEL]
@@ -81,7 +85,9 @@ def test_the_study_config_serves_its_reward_model_and_buckets_by_reward_std(tmp_
 def test_the_reward_and_the_serving_must_agree(tmp_path):
     with pytest.raises(ConfigError, match="reward.custom_reward_function.path"):
         hc.check_verl_config(
-            _compose(tmp_path, "rm_exgrpo", ["reward.custom_reward_function.path=pkg://exgrpo.verl_plugin.reward"])
+            _compose(
+                tmp_path, "rm_exgrpo", ["reward.custom_reward_function.path=pkg://exgrpo.verl_plugin.reward"]
+            )
         )
     with pytest.raises(ConfigError, match="reward.reward_model.enable"):
         hc.check_verl_config(_compose(tmp_path, "rm_exgrpo", ["reward.reward_model.enable=false"]))

@@ -51,7 +51,10 @@ def test_table2_trains_grpo_and_exgrpo_against_the_reward_model(dry_table2):
     assert "--only wildchat_if --lock-dir config/locks" in chat.shell
     (rm,) = _by_rule(result, "download_reward_model")
     pinned = registry["reward_models"][REWARD_MODEL]["revision"]
-    assert f"--model Skywork/Skywork-Reward-Llama-3.1-8B-v0.2 --name {REWARD_MODEL} --revision {pinned}" in rm.shell
+    assert (
+        f"--model Skywork/Skywork-Reward-Llama-3.1-8B-v0.2 --name {REWARD_MODEL} --revision {pinned}"
+        in rm.shell
+    )
     (model,) = _by_rule(result, "download_model")
     assert f"--revision {registry['backbones']['qwen2.5-7b']['revision']}" in model.shell
     (render,) = _by_rule(result, "render_study")
