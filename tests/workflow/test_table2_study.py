@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 BENCHMARKS = ["arenahard_v2", "ifeval", "ifbench"]
 REWARD_MODEL = "skywork-reward-llama-3.1-8b-v0.2"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,36 @@ def test_plan_of_table2_prints_its_gpu_hours_from_the_registry(workflow_copier, 
     assert "13 jobs" in done.stdout
     # two trainings, the base model's and the two runs' evaluations
     assert f"GPU-hours requested: {2 * train_h + 3 * eval_h:,.1f}" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"reward_model": "no-such-rm"}, "studies.paper_continuous.reward_model", "unknown reward model"),
+        ({"reward_model": None}, "studies.paper_continuous.methods[0]", "set the study's `reward_model`"),
+        ({"methods": ["exgrpo"]}, "studies.paper_continuous.methods[0]", "no reference answer"),
+        ({"data": "math"}, "studies.paper_continuous.reward_model", "is for `data: chat_if`"),
+    ],
+)
+def test_the_study_refuses_what_its_runs_could_not_train(change, field, reason):
+    from exgrpo.config import ConfigError
+    from exgrpo.workflow_config import load_workflow_config
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    study = config["studies"]["paper_continuous"]
+    study.update(change)
+    if study["reward_model"] is None:
+        del study["reward_model"]
+    with pytest.raises(ConfigError) as err:
+        load_workflow_config(config, workdir=ROOT)
+    assert err.value.field == field and reason in err.value.reason
+
+
+def test_a_tiny_study_cannot_name_a_reward_model():
+    from exgrpo.config import ConfigError
+    from exgrpo.workflow_config import load_workflow_config
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["studies"]["smoke"]["reward_model"] = "skywork-reward-llama-3.1-8b-v0.2"
+    with pytest.raises(ConfigError, match="studies.smoke.reward_model.*paper-scale setting"):
+        load_workflow_config(config, workdir=ROOT)
