@@ -95,9 +95,9 @@ rule download_reward_model:
         "logs/download_model/{reward_model}.log",
     benchmark:
         "logs/download_model/{reward_model}.benchmark.tsv"
-    localrule: True
     wildcard_constraints:
         reward_model=one_of(WF.reward_models),
+    localrule: True
     conda:
         "../envs/gpu.yaml"
     params:

@@ -93,7 +93,9 @@ def verl_data_args(backbone, source):
 def reward_model_inputs(wc):
     """The manifest of the study's reward model (rule download_reward_model), for a run that trains on it."""
     name = study_of_source(wc.source).reward_model
-    return [model_manifest(name)] if name and run_reward_kind(wc) == "reward_model" else []
+    return (
+        [model_manifest(name)] if name and run_reward_kind(wc) == "reward_model" else []
+    )
 
 
 def reward_model_args(wc):
@@ -105,7 +107,9 @@ def reward_model_args(wc):
 
 
 def run_reward_kind(wc):
-    return WF.study_run(wc.source, wc.backbone, wc.variant, int(wc.seed)).method.reward_kind
+    return WF.study_run(
+        wc.source, wc.backbone, wc.variant, int(wc.seed)
+    ).method.reward_kind
 
 
 def launch_script(backbone):
