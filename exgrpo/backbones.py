@@ -162,6 +162,23 @@ def run_context(entry: Mapping[str, Any]) -> int:
     return int(ext["max_position_embeddings"]) if ext else int(entry["max_context"])
 
 
+def load_reward_models(
+    path: str | Path = DEFAULT_BACKBONES, schema_dir: str | Path = SCHEMA_DIR
+) -> dict[str, dict[str, Any]]:
+    """The registry's `reward_models` (paper §5.3's reward model, served by verl), name -> entry; checked by
+    the same schema as the backbones. Empty when the file registers none."""
+    load_backbones(path, schema_dir)
+    return dict(load_yaml(Path(path), "backbones_file").get("reward_models") or {})
+
+
+def reward_model_entry(path: str | Path, name: str) -> dict[str, Any]:
+    """One registered reward model by name (an unknown name is refused with the known ones)."""
+    entries = load_reward_models(path)
+    if name not in entries:
+        raise ConfigError("reward_model", unknown("reward model", name, entries, f" in {path}"))
+    return entries[name]
+
+
 def load_backbone(path: str | Path, name: str, scale: str | None = None) -> dict[str, Any]:
     """One validated entry by name, optionally checking its `scale` (tiny | paper)."""
     entries = load_backbones(path)
@@ -236,6 +253,8 @@ __all__ = [
     "extended_model_dir",
     "load_backbone",
     "load_backbones",
+    "load_reward_models",
+    "reward_model_entry",
     "run_context",
 ]
 

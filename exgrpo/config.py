@@ -71,10 +71,12 @@ class ExGRPOConfig:
     reward_workers: int = 1
     """Processes in the verifier pool."""
     reward_kind: str = "binary"
-    """The training reward: `binary` (1 iff the final answer is right, paper §3.1) or `step_credit`, the tiny
-    task's continuous reward for the Table 2 analogue (paper §5.3 trains on a reward model's score): (reasoning
-    steps equal to the canonical step at their position + the binary answer reward) / (steps + 1), in [0, 1]
-    and 1 only for a fully right response (CPU trainer; needs `difficulty_signal: reward_std`)."""
+    """The training reward: `binary` (1 iff the final answer is right, paper §3.1); `step_credit`, the tiny
+    task's continuous reward for the Table 2 analogue: (reasoning steps equal to the canonical step at their
+    position + the binary answer reward) / (steps + 1), in [0, 1] and 1 only for a fully right response (CPU
+    trainer); or `reward_model`, paper §5.3's: a discriminative reward model's score of (prompt, response),
+    the model named by the study and served by verl (verl plug-in only). Both continuous kinds need
+    `difficulty_signal: reward_std`."""
 
     drop_fresh_overflow: bool = False
     """Released: each step consumes B fresh questions and drops the n_exp it does not use (docs/method.md §7); False consumes B - n_exp."""
@@ -282,7 +284,7 @@ STATIC_CHOICES: dict[str, frozenset[str]] = {
     "sigma_units": frozenset({"count", "accuracy"}),
     "sample_range": frozenset({"all", "first_half", "last_half"}),
     "difficulty_signal": frozenset({"success", "reward_std"}),
-    "reward_kind": frozenset({"binary", "step_credit"}),
+    "reward_kind": frozenset({"binary", "step_credit", "reward_model"}),
     "selection_policy": frozenset({"current", "at_collection"}),
     "entropy_mask": frozenset({"response", "as_released"}),
     "loss_agg": frozenset({"seq_sum_const", "token_mean", "seq_mean"}),
@@ -322,6 +324,19 @@ ABLATIONS: dict[str, dict[str, Any]] = PluginDict(
             "difficulty_signal": "reward_std",
         },
         "continuous_exgrpo": {"reward_kind": "step_credit", "difficulty_signal": "reward_std"},
+        # paper Table 2 at paper scale: a reward model's score. No pass@1 exists for a score, so the delayed
+        # start (batch pass@1 > 0.35) could never fire: replay is on from step 1 (the paper states no switch)
+        "rm_on_policy": {
+            "method": "on_policy",
+            "reward_kind": "reward_model",
+            "difficulty_signal": "reward_std",
+            "delayed_start": False,
+        },
+        "rm_exgrpo": {
+            "reward_kind": "reward_model",
+            "difficulty_signal": "reward_std",
+            "delayed_start": False,
+        },
         "masked_easy": {"method": "on_policy", "difficulty_mask": "easy"},
         "masked_medium": {"method": "on_policy", "difficulty_mask": "medium"},
         "masked_hard": {"method": "on_policy", "difficulty_mask": "hard"},

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exgrpo.backbones import SCHEMA_DIR, load_backbones
+from exgrpo.backbones import SCHEMA_DIR, load_backbones, load_reward_models
 from exgrpo.config import ABLATIONS, VARIANT_ALIASES, ConfigError, ExGRPOConfig
 from exgrpo.regimes import Regime, arm_run, regime_studies
 from exgrpo.resolve import RunSpec, run_spec
@@ -65,6 +65,8 @@ class WorkflowConfig:
     raw: dict[str, Any]
     backbones: dict[str, dict[str, Any]]
     studies: dict[str, Study]
+    reward_models: dict[str, dict[str, Any]]
+    """The backbones file's `reward_models` (paper §5.3), by name."""
     variant_overrides: dict[str, dict[str, Any]]
     """Variant -> extra ExGRPOConfig overrides from the config (on top of ABLATIONS[variant])."""
     hf_cache: str
@@ -202,10 +204,14 @@ def load_workflow_config(
     if not backbones_path.is_absolute():
         backbones_path = Path(workdir) / backbones_path
     backbones = load_backbones(backbones_path, schema_dir)
+    reward_models = load_reward_models(backbones_path, schema_dir)
 
     overrides = _variant_overrides(config)
     _check_benchmark_names(config["benchmarks"])
-    studies = {name: resolve_study(name, raw, config, backbones) for name, raw in config["studies"].items()}
+    studies = {
+        name: resolve_study(name, raw, config, backbones, reward_models)
+        for name, raw in config["studies"].items()
+    }
     for target, study in {**TARGET_ALIASES, DEFAULT_STUDY: DEFAULT_STUDY}.items():
         if study not in studies:
             raise ConfigError(f"studies.{study}", f"missing; target `{target}` runs this study")
@@ -221,6 +227,7 @@ def load_workflow_config(
     wf = WorkflowConfig(
         raw=config,
         backbones=backbones,
+        reward_models=reward_models,
         studies=studies,
         variant_overrides=overrides,
         hf_cache=hf_cache,
@@ -258,14 +265,18 @@ def _with_regimes(wf: WorkflowConfig, raw: Mapping[str, Any] | None) -> Workflow
 
 
 def _check_benchmark_names(sets: Mapping[str, list[str]]) -> None:
-    from exgrpo.eval.benchmarks import BENCHMARKS  # the evaluation layer's registry is the one source
+    from exgrpo.eval.benchmarks import BENCHMARKS  # the evaluation layer's registries are the one source
+    from exgrpo.eval.chat_benchmarks import CHAT_BENCHMARKS
 
+    known = {**BENCHMARKS, **CHAT_BENCHMARKS}
     for set_name, names in sets.items():
         for i, name in enumerate(names):
-            if name not in BENCHMARKS:
+            if name not in known:
                 raise ConfigError(
                     field_path(["benchmarks", set_name, i]),
-                    unknown("benchmark", name, BENCHMARKS, " (exgrpo.eval.benchmarks)"),
+                    unknown(
+                        "benchmark", name, known, " (exgrpo.eval.benchmarks, exgrpo.eval.chat_benchmarks)"
+                    ),
                 )
 
 

@@ -49,6 +49,10 @@ class Study:
     """A tiny-scale verl study's engines: `stand_in` (the plug-in's `exgrpo_cpu` rollout, the `tiny` eval
     backend) or `vllm` (verl's vLLM rollout and lm-eval's `vllm` backend on vLLM's CPU build: the engine
     environment, docs/real-engines.md; backbones with head size 32)."""
+    data: str = "math"
+    """A paper-scale study's training data: `math` (the released set) or `chat_if` (paper §5.3's WildChat-IF)."""
+    reward_model: str | None = None
+    """The reward model (backbones file `reward_models`) its `reward_kind: reward_model` variants train against."""
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
@@ -64,8 +68,13 @@ class Study:
 
 
 def resolve_study(
-    name: str, raw: Mapping[str, Any], config: Mapping[str, Any], backbones: Mapping[str, Mapping[str, Any]]
+    name: str,
+    raw: Mapping[str, Any],
+    config: Mapping[str, Any],
+    backbones: Mapping[str, Mapping[str, Any]],
+    reward_models: Mapping[str, Any] | None = None,
 ) -> Study:
+    """The study `studies.<name>` resolved; `reward_models` is the backbones file's registry of them."""
     where = ["studies", name]
     scale = raw["scale"]
     of_scale = [b for b, e in backbones.items() if e["scale"] == scale]
@@ -122,6 +131,7 @@ def resolve_study(
             field_path([*where, "engines"]),
             f"{engines!r} chooses the CPU engines of a tiny-scale study with runtime: verl",
         )
+    data, reward_model = _data_and_reward_model(where, raw, reward_models or {}, scale)
     return Study(
         name=name,
         source=raw["source"],
@@ -140,7 +150,46 @@ def resolve_study(
         runtime=raw.get("runtime", "tiny" if scale == "tiny" else "verl"),
         trainer=dict(raw.get("trainer") or {}),
         engines=engines,
+        data=data,
+        reward_model=reward_model,
     )
+
+
+def _data_and_reward_model(
+    where: list[Any], raw: Mapping[str, Any], registered: Mapping[str, Any], scale: str
+) -> tuple[str, str | None]:
+    """The study's `data` and `reward_model`, checked: both are paper-scale settings; every variant that trains
+    on a reward model's score needs the study to name a registered one, and the chat data has no other reward."""
+    from exgrpo.config import config_for
+
+    data, reward_model = raw.get("data", "math"), raw.get("reward_model")
+    if scale != "paper" and (data != "math" or reward_model is not None):
+        key = "data" if data != "math" else "reward_model"
+        raise ConfigError(
+            field_path([*where, key]), f"is a paper-scale setting (the study's scale is {scale!r})"
+        )
+    if reward_model is not None and reward_model not in registered:
+        raise ConfigError(
+            field_path([*where, "reward_model"]),
+            unknown("reward model", reward_model, registered, " (backbones file, reward_models)"),
+        )
+    for group in VARIANT_GROUPS:
+        for i, variant in enumerate(raw[group]):
+            kind = config_for(variant).reward_kind
+            if kind == "reward_model" and reward_model is None:
+                raise ConfigError(
+                    field_path([*where, group, i]),
+                    f"{variant!r} trains on a reward model's score: set the study's `reward_model`",
+                )
+            if data == "chat_if" and kind != "reward_model":
+                raise ConfigError(
+                    field_path([*where, group, i]),
+                    f"{variant!r} trains on reward_kind {kind!r}: the chat_if prompts have no reference answer "
+                    "(use a reward-model variant, e.g. rm_exgrpo)",
+                )
+    if reward_model is not None and data != "chat_if":
+        raise ConfigError(field_path([*where, "reward_model"]), "is for `data: chat_if` (paper §5.3)")
+    return data, reward_model
 
 
 def _data_order_seed(raw: Mapping[str, Any]) -> int | None:
@@ -166,7 +215,17 @@ def check_shared_sources(studies: Mapping[str, Study]) -> None:
     for study in studies.values():
         other = first.setdefault(study.source, study)
         # every setting that changes what a run of the same (backbone, variant, seed) writes to the shared path
-        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer", "engines"):
+        for attr in (
+            "scale",
+            "budget",
+            "data_seed",
+            "data_order_seed",
+            "runtime",
+            "trainer",
+            "engines",
+            "data",
+            "reward_model",
+        ):
             if getattr(study, attr) != getattr(other, attr):
                 raise ConfigError(
                     f"studies.{study.name}.{attr}",

@@ -13,6 +13,13 @@ release trained on is not known and none could be found without hub access, so i
 workflow's download refuses it until its lock (config/locks/openr1_math_46k.json) pins a commit, which
 `exgrpo download --out DIR --only openr1_math_46k --lock-dir config/locks --pin` records once, with hub access
 (README, "Pinned inputs").
+
+Table 2's prompts (paper §5.3: "7k WildChat-IF prompts") are, inferred, the WildChat-IF subset of Tulu 3 as
+RLMT (the setup §5.3 follows: WildChat-IF, Skywork reward model, ArenaHardV2/IFEval/IFBench) names it,
+`allenai/tulu-3-wildchat-if-on-policy-8b` (10.8k rows; the paper's 7k selection is not published). Its commit is
+not known either: `revision` None, refused the same way until config/locks/wildchat_if.json pins one. It is
+data `chat_if`: only `exgrpo download --only wildchat_if` fetches it (rule download_chat_if), so the math studies'
+download never waits for it.
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ class Source:
     git_blob: str | None = None
     """Git blob id (SHA-1 of `blob <size>\\0<bytes>`) of the file in the release's tree: the check of files
     whose sha256 could not be recorded."""
+    data: str = "math"
+    """The studies it serves: `math` (what `exgrpo download` fetches by default) or `chat_if` (paper §5.3's
+    prompts, fetched only when named by `--only`)."""
 
 
 def _released(name: str, path: str, rows: int | None, sha256: str | None, git_blob: str) -> Source:
@@ -68,6 +78,16 @@ def _released(name: str, path: str, rows: int | None, sha256: str | None, git_bl
 SOURCES: tuple[Source, ...] = (
     # revision None: no commit known (module docstring); pinned by config/locks/openr1_math_46k.json
     Source("openr1_math_46k", "hf_dataset", "Elliott/Openr1-Math-46k-8192", "train", "train", revision=None),
+    # revision None: no commit known (module docstring); pinned by config/locks/wildchat_if.json
+    Source(
+        "wildchat_if",
+        "hf_dataset",
+        "allenai/tulu-3-wildchat-if-on-policy-8b",
+        "train",
+        "train",
+        revision=None,
+        data="chat_if",
+    ),
     _released(
         "exgrpo_test_id",
         "ExGRPO/data/test.id.parquet",

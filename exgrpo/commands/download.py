@@ -243,9 +243,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def select_sources(only: str | None) -> list[Source]:
-    """The sources named by `--only` (all when None), in registry order."""
+    """The sources named by `--only` (when None: the math studies' data, `Source.data == "math"`), in
+    registry order."""
     if only is None:
-        return list(SOURCES)
+        return [s for s in SOURCES if s.data == "math"]
     wanted = [name.strip() for name in only.split(",") if name.strip()]
     known = {s.name for s in SOURCES}
     for name in wanted:

@@ -155,11 +155,13 @@ def run(args: argparse.Namespace) -> int:
     from exgrpo.eval import backends, harness
     from exgrpo.eval.benchmarks import parse_benchmarks
     from exgrpo.eval.cache import CacheError
+    from exgrpo.eval.chat_benchmarks import refuse_unscored
     from exgrpo.eval.grading import GradingSettings
     from exgrpo.eval.metrics import split_averages
     from exgrpo.eval.profiles import get_profile
 
     profile = get_profile(args.profile)
+    refuse_unscored([b.strip() for b in str(args.benchmarks).split(",")])
     benchmarks = parse_benchmarks(args.benchmarks)
     if args.backend not in backends.BACKENDS:
         raise ConfigError(

@@ -55,6 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-path", default=None, help="local model directory instead of the backbone's hf_id"
     )
+    parser.add_argument(
+        "--reward-model",
+        default=None,
+        help="a run with reward_kind reward_model (paper §5.3): the reward model, a name under `reward_models` "
+        "in the backbones file, served by verl (exgrpo.verl_plugin.reward_serving)",
+    )
+    parser.add_argument(
+        "--reward-model-path",
+        default=None,
+        help="with --reward-model: its local snapshot folder (default: its hf_id)",
+    )
     data = parser.add_argument(
         "--data",
         dest="tiny_data",
@@ -188,6 +199,15 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--data", "replaces --train-files and --val-files: give one or the other")
         files = write_verl_data(args.tiny_data, args.out / "data")
         train, val = (str(files[role].resolve()) for role in ("train", "val"))
+    reward_model = None
+    if args.reward_model is not None:
+        from exgrpo.backbones import reward_model_entry
+
+        entry = reward_model_entry(args.backbones, args.reward_model)
+        path = args.reward_model_path or entry["hf_id"]
+        reward_model = {**entry, "path": str(Path(path).resolve()) if Path(path).is_dir() else path}
+    elif args.reward_model_path is not None:
+        raise ConfigError("--reward-model-path", "needs --reward-model (the registry entry it is a copy of)")
     flat = hc.verl_overrides(
         spec.backbone,
         backbone,
@@ -202,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node,
         data_order_seed=spec.data_order_seed,
         device=args.device,
+        reward_model=reward_model,
     )
     if args.rollout != "exgrpo_cpu":
         if args.device != "cpu":

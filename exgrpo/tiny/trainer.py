@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from exgrpo import metrics as M
-from exgrpo.config import ExGRPOConfig
+from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core import step as core_step
 from exgrpo.core import step_batch as core_batch
 from exgrpo.core import step_metrics as core_metrics
@@ -66,6 +66,14 @@ class CPUTrainer:
         valid: list[Question],
         seed: int,
     ):
+        if (
+            cfg.reward_kind == "reward_model"
+        ):  # never graded as step credit by the `else` of the reward branch
+            raise ConfigError(
+                "reward_kind",
+                "'reward_model' is the verl plug-in's (a served reward model); the CPU trainer "
+                "trains on 'binary' or 'step_credit'",
+            )
         self.model, self.tok, self.cfg, self.args, self.seed = model, tokenizer, cfg, args, seed
         self.questions = {q.qid: q for q in train}
         self.valid = valid[: args.val_size]

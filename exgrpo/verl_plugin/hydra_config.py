@@ -34,6 +34,7 @@ import yaml
 
 from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.resolve import resolve
+from exgrpo.verl_plugin.reward_serving import check_reward_serving, reward_keys
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 """The plug-in's Hydra config directory (exgrpo_trainer.yaml)."""
@@ -88,8 +89,12 @@ def verl_overrides(
     gpus_per_node: int | None = None,
     data_order_seed: int | None = None,
     device: str = "cuda",
+    reward_model: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Dotted verl config keys → values for one run (everything not fixed in exgrpo_trainer.yaml).
+
+    `reward_model` (`reward_kind: reward_model` only, paper §5.3): the study's reward model, its registry entry
+    (config/backbones.yaml `reward_models`) with `path`, the local snapshot verl serves (reward_model_keys).
 
     `data_order_seed` seeds the training-data shuffle (`data.seed`); None = the run's `seed`. A `tiny`
     backbone trains only in the CPU mode (`device="cpu"`), from a local `model_path` (its shipped base):
@@ -137,14 +142,7 @@ def verl_overrides(
         f"{actor}.loss_scale_factor": norm,
         f"{actor}.optim.clip_grad": cfg.grad_clip if cfg.grad_clip > 0 else NO_CLIP_GRAD,
         f"{actor}.data_loader_seed": int(seed),
-        "reward.custom_reward_function.reward_kwargs": {
-            "region": cfg.reward_region,
-            "require_think_close": cfg.reward_require_think_close,
-            "max_chars": cfg.reward_max_chars,
-            "timeout_s": cfg.reward_timeout_s,
-            "workers": cfg.reward_workers,
-            "rule": cfg.reward_answer_rule,
-        },
+        **reward_keys(cfg, backbone, reward_model, tiny=tiny),
         "trainer.total_training_steps": int(backbone["steps"]),
         "trainer.nnodes": nodes,
         "trainer.n_gpus_per_node": gpus,
@@ -259,14 +257,13 @@ def check_verl_config(config: Any) -> ExGRPOConfig:
             "is a CPU-trainer setting (the tiny regime map); the "
             "verl plug-in trains B - n_exp fresh + n_exp replayed",
         )
-    if (
-        cfg.reward_kind != "binary"
-    ):  # the plug-in's reward function grades answers; step credit is the tiny trainer's
+    if cfg.reward_kind == "step_credit":  # the plug-in grades answers or serves a reward model
         raise ConfigError(
             "exgrpo.config.reward_kind",
-            f"{cfg.reward_kind!r} is a CPU-trainer reward (the tiny Table 2 "
-            "analogue); the verl plug-in trains on the binary reward",
+            "'step_credit' is a CPU-trainer reward (the tiny Table 2 analogue); the verl plug-in trains on the "
+            "binary reward or a reward model's score",
         )
+    check_reward_serving(config, cfg)
     actor = "actor_rollout_ref.actor"
     expected = {
         "actor_rollout_ref.rollout.n": cfg.n_rollouts,

@@ -236,8 +236,9 @@ class ExGRPOTrainer(PPOTrainerSync):
         trajectory = core_batch.row_trajectories(ids, old, ent, self.global_steps)
         records = core_step.record_groups(self.manager, rows, trajectory, self.global_steps)
         for rec in records:
-            if (rec.rewards == 1.0).any() and rec.qid not in self.prompt_cache:
-                # a real row: verl's synthetic padding rows copy a real row's qid but have a dummy prompt
+            # every complete group's prompt (its rows are real: verl's padding rows carry a dummy prompt), whatever
+            # the reward kind decides is stored; `step` keeps only the buffered questions' prompts
+            if rec.qid not in self.prompt_cache:
                 self.prompt_cache[rec.qid] = prompts[rec.fresh_rows[0]].numpy().astype(np.int32)
 
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:

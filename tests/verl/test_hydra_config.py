@@ -15,15 +15,14 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
-from exgrpo.backbones import load_backbones  # noqa: E402
+from exgrpo.backbones import load_backbones, load_reward_models  # noqa: E402
 from exgrpo.config import ABLATIONS, ConfigError  # noqa: E402
 from exgrpo.core.loss import resolve_norm_const  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
-BACKBONES = {
-    k: v
-    for k, v in load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml").items()
-    if v["scale"] == "paper"
+REGISTRY = Path(__file__).resolve().parents[2] / "config" / "backbones.yaml"
+BACKBONES = {  # Tables 1 and 5 (Table 2's Qwen2.5-7B base is out of `all`: tests/verl/test_reward_model_route.py)
+    k: v for k, v in load_backbones(REGISTRY).items() if v["scale"] == "paper" and v.get("in_all", True)
 }
 PAPER_STEPS = {
     "qwen2.5-math-7b": 700,
@@ -40,6 +39,9 @@ def _compose(tmp_path, backbone, variant, seed=0):
     bb = BACKBONES[backbone]
     cfg = hc.variant_config(variant, bb)
     run = tmp_path / f"{backbone}-{variant}"
+    served = None  # a reward-model variant (Table 2) gets the registry's reward model
+    if cfg.reward_kind == "reward_model":
+        served = {**load_reward_models(REGISTRY)["skywork-reward-llama-3.1-8b-v0.2"], "path": "/cache/rm"}
     flat = hc.verl_overrides(
         backbone,
         bb,
@@ -49,6 +51,7 @@ def _compose(tmp_path, backbone, variant, seed=0):
         run_dir=run,
         train_files="/data/train.parquet",
         val_files="/data/valid.parquet",
+        reward_model=served,
     )
     hc.write_run_config(run, flat)
     return run, hc.compose_run_config(run)
@@ -167,8 +170,17 @@ def test_overrides_for_all_backbone_variant_pairs_are_consistent(tmp_path):
     for name, bb in BACKBONES.items():
         for variant in ABLATIONS:
             cfg = hc.variant_config(variant, bb)
+            served = {"path": "/cache/rm"} if cfg.reward_kind == "reward_model" else None
             flat = hc.verl_overrides(
-                name, bb, cfg, variant=variant, seed=0, run_dir=tmp_path, train_files="a", val_files="b"
+                name,
+                bb,
+                cfg,
+                variant=variant,
+                seed=0,
+                run_dir=tmp_path,
+                train_files="a",
+                val_files="b",
+                reward_model=served,
             )
             assert (
                 flat["actor_rollout_ref.actor.loss_scale_factor"]

@@ -65,7 +65,7 @@ def test_manifest_records_rows_and_checksums(tmp_path, fake_fetchers):
 
 def test_all_sources_by_default(tmp_path, fake_fetchers):
     assert main(["download", "--out", str(tmp_path)]) == 0
-    assert fake_fetchers == [s.name for s in download.SOURCES]
+    assert fake_fetchers == [s.name for s in download.SOURCES if s.data == "math"]  # Table 2's: by name only
 
 
 def test_row_count_mismatch_fails_without_manifest(tmp_path, monkeypatch, capsys, fake_fetchers):
@@ -159,8 +159,12 @@ def test_every_released_file_is_pinned_to_a_commit_and_a_checksum():
             )
     mmlu = next(s for s in urls if s.name == "luffy_mmlu_pro")
     assert mmlu.sha256 is None and mmlu.expected_rows is None  # bytes and count unknown: checked by blob id
-    (train,) = [s for s in download.SOURCES if s.kind == "hf_dataset"]
+    train, chat = [s for s in download.SOURCES if s.kind == "hf_dataset"]
     assert train.revision is None  # its commit is unknown here: pinned by its lock (test_download_pins.py)
+    # Table 2's prompts (paper §5.3): unpinned too, and fetched only when named
+    assert (chat.name, chat.data, chat.revision) == ("wildchat_if", "chat_if", None)
+    assert download.select_sources(None) == [s for s in download.SOURCES if s is not chat]
+    assert download.select_sources("wildchat_if") == [chat]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

@@ -153,8 +153,9 @@ def figure_sources():
 
 
 # ---------------------------------------------------------------- evaluated models
-def eval_benchmarks(scale):
-    """Every benchmark the studies of `scale` evaluate, in config order.
+def eval_benchmarks(scale, data="math"):
+    """Every benchmark the studies of `scale` (and training `data`: `chat_if` is Table 2's) evaluate, in
+    config order.
 
     A model is evaluated on all of them in one `exgrpo eval` call (one job per model and profile):
     one start of lm-eval (~8 s, which dominates a tiny benchmark) or of the vLLM engine (minutes at
@@ -162,7 +163,7 @@ def eval_benchmarks(scale):
     """
     names = []
     for study in STUDIES.values():
-        if study.scale == scale:
+        if study.scale == scale and study.data == data:
             names += [b for b in study.benchmarks if b not in names]
     return names
 
@@ -256,11 +257,12 @@ def data_for(source):
 
 
 def eval_data_for(source):
-    """`exgrpo eval --data`: the tiny splits, or the released eval files `exgrpo download` wrote."""
+    """`exgrpo eval --data`: the tiny splits, the released eval files `exgrpo download` wrote, or (a
+    `data: chat_if` study) the folder of Table 2's download."""
     study = study_of_source(source)
     if study.scale == "tiny":
         return data_dir(source, study.data_seed)
-    return downloads_dir()
+    return f"{chat_if_dir()}/files" if study.data == "chat_if" else downloads_dir()
 
 
 def init_for(source, backbone):

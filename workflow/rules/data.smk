@@ -68,6 +68,53 @@ rule download_model:
         " {params.pin}--lock {params.lock} --revision-field '{params.field}' > {log} 2>&1"
 
 
+# Paper §5.3 (Table 2): the WildChat-IF prompts, in their own folder and manifest (the math studies' download
+# never waits for them), and the study's reward model, fetched into the cache like a backbone. Both pinned
+# like the rest (config/locks/<name>.json; an unpinned one is refused naming its registry field).
+rule download_chat_if:
+    output:
+        manifest=chat_if_manifest(),
+    log:
+        "logs/download/chat_if.log",
+    benchmark:
+        "logs/download/chat_if.benchmark.tsv"
+    localrule: True
+    conda:
+        "../envs/gpu.yaml"
+    params:
+        out=output_folder("manifest"),
+        locks="config/locks",
+    shell:
+        "exgrpo download --out {params.out} --only wildchat_if --lock-dir {params.locks} > {log} 2>&1"
+
+
+rule download_reward_model:
+    output:
+        manifest=model_manifest("{reward_model}"),
+    log:
+        "logs/download_model/{reward_model}.log",
+    benchmark:
+        "logs/download_model/{reward_model}.benchmark.tsv"
+    wildcard_constraints:
+        reward_model=one_of(WF.reward_models),
+    localrule: True
+    conda:
+        "../envs/gpu.yaml"
+    params:
+        out=lambda wc, output: os.path.dirname(os.path.dirname(output.manifest)),
+        hf_id=lambda wc: WF.reward_models[wc.reward_model]["hf_id"],
+        pin=lambda wc: (
+            f"--revision {WF.reward_models[wc.reward_model]['revision']} "
+            if WF.reward_models[wc.reward_model].get("revision")
+            else ""
+        ),
+        lock=lambda wc: f"config/locks/{wc.reward_model}.json",
+        field=lambda wc: f"reward_models.{wc.reward_model}.revision (config/backbones.yaml)",
+    shell:
+        "exgrpo download --out {params.out} --model {params.hf_id} --name {wildcards.reward_model}"
+        " {params.pin}--lock {params.lock} --revision-field '{params.field}' > {log} 2>&1"
+
+
 rule retemplate:
     input:
         manifest=download_manifest(),

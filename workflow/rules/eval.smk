@@ -88,5 +88,46 @@ rule eval_paper:
 ruleorder: eval_paper > eval_tiny
 
 
+# Table 2's benchmarks (paper §5.3) for a `data: chat_if` study's models: one job per model and profile like
+# eval_paper. `exgrpo eval` refuses them by name until their scorers are wired (exgrpo.eval.chat_benchmarks),
+# so these jobs plan and resolve but do not run yet (docs/studies.md).
+rule eval_paper_chat_if:
+    input:
+        model=paper_eval_model_input,
+        data=chat_if_manifest(),
+    output:
+        [
+            f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{bench}.{{profile}}.json"
+            for bench in eval_benchmarks("paper", data="chat_if")
+        ],
+    log:
+        log_file("eval", "{source}", "{backbone}", "{variant}", "s{seed}", "{profile}"),
+    benchmark:
+        bench_file(
+            "{source}", "eval", "{backbone}", "{variant}", "s{seed}", "{profile}"
+        )
+    wildcard_constraints:
+        backbone=backbones_of_scale("paper"),
+        source=one_of(s.source for s in STUDIES.values() if s.data == "chat_if"),
+    conda:
+        "../envs/gpu.yaml"
+    threads: backbone_threads("eval")
+    resources:
+        **backbone_resources("eval"),
+    params:
+        offline=offline_env(),
+        model=paper_eval_model,
+        benchmarks=",".join(eval_benchmarks("paper", data="chat_if")),
+        data=lambda wc: eval_data_for(wc.source),
+        out=output_folder(),
+        code=code_digest_of("eval"),
+        parallel=lambda wc: eval_parallel_args(wc.backbone),
+    shell:
+        "(export {params.offline} && model={params.model}"
+        ' && exgrpo eval --model "$model" --benchmarks {params.benchmarks}'
+        " --profile {wildcards.profile} --data {params.data} --out {params.out}"
+        " --seed {wildcards.seed} --backend vllm {params.parallel} --no-progress) > {log} 2>&1"
+
+
 register_stage("eval", scales=("paper",))
 register_stage("eval_base", scales=("paper",))

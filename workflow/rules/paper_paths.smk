@@ -10,6 +10,9 @@ def backbones_of_scale(scale):
 VERL_DATA_FILES = {"train": "openr1_math_46k", "val": "exgrpo_valid"}
 """`exgrpo download` files (<hf_cache>/files/<name>.parquet) that verl trains and validates on:
 the released training set (paper §3.2) and the released 2.2k validation set (`valid.parquet`, 2,259 rows)."""
+CHAT_IF_FILES = {"train": "wildchat_if", "val": "wildchat_if"}
+"""A `data: chat_if` study's verl files (paper §5.3): the WildChat-IF prompts for training, and the same file as
+verl's validation set, which the reward-model runs never evaluate (trainer.test_freq -1, reward_serving)."""
 JUDGE_MODEL = "Qwen/Qwen3-32B"
 JUDGE_NAME = "judge-qwen3-32b"
 JUDGE_REVISION = "9216db5781bf21249d130ec9da846c4624c16137"
@@ -40,10 +43,31 @@ def retemplated_formats():
     return one_of({prompt_format_of(b) for b in BACKBONES} - {"chat"})
 
 
-def verl_data_files(backbone):
-    """role (train, val) -> the parquet verl reads for `backbone`: the downloaded file, or
+def chat_if_dir():
+    """Where `exgrpo download --only wildchat_if` writes Table 2's prompts (own manifest, paper §5.3)."""
+    return f"{hf_cache()}/chat_if"
+
+
+def chat_if_manifest():
+    return f"{chat_if_dir()}/manifest.json"
+
+
+def data_manifest_of(wc):
+    """The download a paper-scale run trains on: the math data, or a `data: chat_if` study's prompts."""
+    if study_of_source(wc.source).data == "chat_if":
+        return chat_if_manifest()
+    return download_manifest()
+
+
+def verl_data_files(backbone, source):
+    """role (train, val) -> the parquet verl reads for `backbone` in `source`: the downloaded file, or
     for a backbone not prompted through its chat template (Llama base, paper §G.1) its
-    re-templated copy."""
+    re-templated copy; a `data: chat_if` study's WildChat-IF file."""
+    if study_of_source(source).data == "chat_if":
+        return {
+            role: f"{chat_if_dir()}/files/{name}.parquet"
+            for role, name in CHAT_IF_FILES.items()
+        }
     fmt = prompt_format_of(backbone)
     return {
         role: downloaded_file(name) if fmt == "chat" else retemplated_file(name, fmt)
@@ -55,15 +79,37 @@ def retemplated_inputs(wildcards):
     """train_paper's re-templated data files: none for chat-template backbones."""
     if prompt_format_of(wildcards.backbone) == "chat":
         return []
-    return list(verl_data_files(wildcards.backbone).values())
+    return list(verl_data_files(wildcards.backbone, wildcards.source).values())
 
 
-def verl_data_args(backbone):
+def verl_data_args(backbone, source):
     """`--train-files/--val-files` of `exgrpo verl-config`, absolute: the launch script runs in the
     run directory."""
-    files = verl_data_files(backbone)
+    files = verl_data_files(backbone, source)
     train, val = (os.path.abspath(files[r]) for r in ("train", "val"))
     return f"--train-files {train} --val-files {val}"
+
+
+def reward_model_inputs(wc):
+    """The manifest of the study's reward model (rule download_reward_model), for a run that trains on it."""
+    name = study_of_source(wc.source).reward_model
+    return (
+        [model_manifest(name)] if name and run_reward_kind(wc) == "reward_model" else []
+    )
+
+
+def reward_model_args(wc):
+    """`exgrpo verl-config --reward-model NAME --reward-model-path <its snapshot>` (paper §5.3), or nothing."""
+    if not reward_model_inputs(wc):
+        return ""
+    name = study_of_source(wc.source).reward_model
+    return f"--reward-model {name} --reward-model-path {cached_model_cmd(model_manifest(name))}"
+
+
+def run_reward_kind(wc):
+    return WF.study_run(
+        wc.source, wc.backbone, wc.variant, int(wc.seed)
+    ).method.reward_kind
 
 
 def launch_script(backbone):

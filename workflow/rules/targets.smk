@@ -6,6 +6,12 @@
 def data_targets(study):
     if study.scale == "tiny":
         return [data_manifest(study.source, study.data_seed)]
+    if (
+        study.data == "chat_if"
+    ):  # paper §5.3: the WildChat-IF prompts and the study's reward model
+        return [chat_if_manifest(), model_manifest(study.reward_model)] + [
+            model_manifest(b) for b in study.backbones
+        ]
     return [download_manifest()] + [model_manifest(b) for b in study.backbones]
 
 

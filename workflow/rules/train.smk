@@ -149,8 +149,9 @@ ruleorder: train_verl_cpu > train_tiny
 # ckpt_dir/final (HF format) for evaluation. run.json is written last.
 rule train_paper:
     input:
-        data=download_manifest(),
+        data=data_manifest_of,
         model=model_manifest("{backbone}"),
+        reward_model=reward_model_inputs,  # paper §5.3: the study's reward model, served by verl
         prompts=retemplated_inputs,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
     output:
@@ -171,16 +172,17 @@ rule train_paper:
         offline=offline_env(),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         out=output_folder("run"),
-        data=lambda wc: verl_data_args(wc.backbone),
+        data=lambda wc: verl_data_args(wc.backbone, wc.source),
+        reward_model=reward_model_args,
         code=code_digest_of("train_paper"),
         launch=lambda wc: launch_script(wc.backbone),
-        hf_home=input_folder("data"),
+        hf_home=lambda wc: hf_cache(),  # the shared cache (a chat_if study's data sit in a subfolder)
         backbones=backbones_file(),
     shell:
         "(export {params.offline}"
         " && model=$(python -m exgrpo.verl_plugin.collect model-dir {input.model})"
         " && exgrpo verl-config --run-file {input.run} --out {params.run_dir}"
-        ' --backbones {params.backbones} --model-path "$model" {params.data}'
+        ' --backbones {params.backbones} --model-path "$model" {params.data} {params.reward_model}'
         " && exgrpo verl-launch --run-dir {params.run_dir} --hf-home {params.hf_home}"
         " && bash {params.run_dir}/{params.launch}"
         " && exgrpo verl-collect --run-dir {params.run_dir} --out {params.out}"

@@ -1,0 +1,96 @@
+"""How a verl run gets its reward: the plug-in's answer grader or verl's own reward-model serving.
+
+`reward_kind: binary` (paper §3.1): verl calls the plug-in's reward function (exgrpo.verl_plugin.reward,
+`reward.custom_reward_function`) with the ExGRPOConfig's grading settings. `reward_kind: reward_model` (paper
+§5.3, Table 2; no released code): verl 0.9.1 scores each (prompt, response) with a discriminative reward model
+when `reward.reward_model.enable` is set and no custom reward function is (verl/experimental/reward_loop: the
+/classify score of its vLLM server). The model is the study's (config/backbones.yaml `reward_models`), fetched
+at its pinned commit. The within-question std of those scores is the difficulty signal (`difficulty_signal:
+reward_std`), bucketed by the core (exgrpo.core.sampler.std_bucket_keys via ExperienceManager.end_step).
+
+Departures, stated up front: the paper does not say how its reward model was served. Here it is colocated with
+the actor (verl's default mode: asleep during rollout and update), `serve.tensor_parallel` GPUs a replica and
+`serve.gpu_memory_utilization` of each; in-training validation is off (`trainer.test_freq: -1`): there is no
+held-out chat set with reference scores, and the paper reports only the final benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from exgrpo.config import ConfigError, ExGRPOConfig
+
+
+def reward_keys(
+    cfg: ExGRPOConfig, backbone: Mapping[str, Any], reward_model: Mapping[str, Any] | None, *, tiny: bool
+) -> dict[str, Any]:
+    """The run's `reward.*` keys: the plug-in's answer grader (binary), or verl's own reward-model serving.
+
+    `reward_kind: reward_model` (paper §5.3, no released code): verl 0.9.1 scores each (prompt, response)
+    with the discriminative reward model when `reward.reward_model.enable` is set and no custom reward
+    function is (experimental/reward_loop: its vLLM server's /classify score). Served colocated with the
+    actor (verl's default, asleep during rollout and update), one replica per `tensor_parallel` GPUs of the
+    registry entry, its inputs as long as the run's prompts and responses. The paper states no serving."""
+    if cfg.reward_kind != "reward_model":  # binary (step_credit is refused by check_verl_config)
+        if reward_model is not None:
+            raise ConfigError("reward_model", "given, but reward_kind is 'binary' (the answer grader)")
+        return {
+            "reward.custom_reward_function.reward_kwargs": {
+                "region": cfg.reward_region,
+                "require_think_close": cfg.reward_require_think_close,
+                "max_chars": cfg.reward_max_chars,
+                "timeout_s": cfg.reward_timeout_s,
+                "workers": cfg.reward_workers,
+                "rule": cfg.reward_answer_rule,
+            }
+        }
+    if tiny or reward_model is None or not reward_model.get("path"):
+        raise ConfigError(
+            "reward_model",
+            "reward_kind 'reward_model' needs the study's reward model (its local snapshot) at paper scale"
+            + (": a tiny backbone has none" if tiny else ""),
+        )
+    serve = reward_model.get("serve") or {}
+    rm = "reward.reward_model"
+    return {
+        "reward.custom_reward_function.path": None,
+        f"{rm}.enable": True,
+        f"{rm}.enable_resource_pool": False,
+        f"{rm}.model_path": str(reward_model["path"]),
+        f"{rm}.rollout.name": "vllm",
+        f"{rm}.rollout.tensor_model_parallel_size": int(serve.get("tensor_parallel", 1)),
+        f"{rm}.rollout.gpu_memory_utilization": float(serve.get("gpu_memory_utilization", 0.5)),
+        f"{rm}.rollout.prompt_length": int(backbone["max_prompt_length"]),
+        f"{rm}.rollout.response_length": int(backbone["max_response_length"]),
+        # no held-out chat set with scores to validate on (the paper reports only the final benchmarks)
+        "trainer.test_freq": -1,
+    }
+
+
+def check_reward_serving(config: Any, cfg: ExGRPOConfig) -> None:
+    """The reward verl computes is the one `reward_kind` names: the plug-in's grader (binary) or the served
+    reward model, never both (verl prefers a custom function over an enabled reward model)."""
+    from exgrpo.verl_plugin.hydra_config import _get  # hydra_config imports this module
+
+    served = bool(_get(config, "reward.reward_model.enable"))
+    custom = _get(config, "reward.custom_reward_function.path")
+    if cfg.reward_kind == "reward_model":
+        if not served or not _get(config, "reward.reward_model.model_path"):
+            raise ConfigError(
+                "reward.reward_model.enable",
+                "must be true with a model_path: exgrpo.config.reward_kind is 'reward_model'",
+            )
+        if custom is not None:
+            raise ConfigError(
+                "reward.custom_reward_function.path",
+                f"is {custom!r}: verl would score with it instead of the reward model (reward_kind "
+                "'reward_model' needs null)",
+            )
+    elif served:
+        raise ConfigError(
+            "reward.reward_model.enable", "must be false: exgrpo.config.reward_kind is 'binary' (the grader)"
+        )
+
+
+__all__ = ["check_reward_serving", "reward_keys"]
