@@ -49,6 +49,9 @@ class Study:
     """A tiny-scale verl study's engines: `stand_in` (the plug-in's `exgrpo_cpu` rollout, the `tiny` eval
     backend) or `vllm` (verl's vLLM rollout and lm-eval's `vllm` backend on vLLM's CPU build: the engine
     environment, docs/real-engines.md; backbones with head size 32)."""
+    inputs: str = "local"
+    """A tiny-scale study's inputs: `local` (models/tiny, the make-data folder) or `hub_cache` (the same files as
+    hub repos in the HF cache, read by repo id and revision offline: workflow/rules/hub_inputs.smk)."""
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
@@ -122,6 +125,12 @@ def resolve_study(
             field_path([*where, "engines"]),
             f"{engines!r} chooses the CPU engines of a tiny-scale study with runtime: verl",
         )
+    inputs = raw.get("inputs", "local")
+    if inputs != "local" and scale != "tiny":
+        raise ConfigError(
+            field_path([*where, "inputs"]),
+            f"{inputs!r} chooses how a tiny-scale study reads its inputs (paper scale always reads the HF cache)",
+        )
     return Study(
         name=name,
         source=raw["source"],
@@ -140,6 +149,7 @@ def resolve_study(
         runtime=raw.get("runtime", "tiny" if scale == "tiny" else "verl"),
         trainer=dict(raw.get("trainer") or {}),
         engines=engines,
+        inputs=inputs,
     )
 
 
@@ -166,7 +176,7 @@ def check_shared_sources(studies: Mapping[str, Study]) -> None:
     for study in studies.values():
         other = first.setdefault(study.source, study)
         # every setting that changes what a run of the same (backbone, variant, seed) writes to the shared path
-        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer", "engines"):
+        for attr in ("scale", "budget", "data_seed", "data_order_seed", "runtime", "trainer", "engines", "inputs"):
             if getattr(study, attr) != getattr(other, attr):
                 raise ConfigError(
                     f"studies.{study.name}.{attr}",

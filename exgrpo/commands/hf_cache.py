@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument(
         "--pin", action="store_true", help="record the data repo's commit in its lock when unpinned"
     )
+    build.add_argument(
+        "--manifest", type=Path, default=None, help="manifest to write (default OUT/tiny/s<seed>.json)"
+    )
     path = sub.add_parser("path", help="print a cached repo's snapshot folder (offline)")
     path.add_argument("repo_id", help="org/name")
     path.add_argument("--revision", required=True, help="commit (40 hex digits) or a ref such as main")
@@ -70,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             data_seed=args.seed,
             lock_dir=args.lock_dir,
             pin=args.pin,
+            manifest_path=args.manifest,
         )
     except DownloadError as err:
         print(f"exgrpo hf-cache build: error: {type(err).__name__}: {err}", file=sys.stderr)

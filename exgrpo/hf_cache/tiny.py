@@ -152,6 +152,7 @@ def build(
     data_seed: int | None,
     lock_dir: Path,
     pin: bool = False,
+    manifest_path: Path | None = None,
 ) -> dict[str, Any]:
     """Publish the tiny models (and the data of `data_dir`) into `out/hub`, check them by the offline download,
     write `out/tiny/<data seed | models>.json`; returns that manifest."""
@@ -160,6 +161,7 @@ def build(
     from exgrpo.provenance import provenance
 
     _require_offline()
+    out = Path(out).resolve()  # hub clients return absolute snapshot paths
     hub = out / "hub"
     entries = []
     for name, folder in model_repos(backbones, models_dir).items():
@@ -180,7 +182,8 @@ def build(
         "offline_env": _offline_env(out),
         "provenance": provenance(),
     }
-    write_json(out / "tiny" / (f"s{data_seed}.json" if data_dir is not None else "models.json"), manifest)
+    default = out / "tiny" / (f"s{data_seed}.json" if data_dir is not None else "models.json")
+    write_json(manifest_path or default, manifest)
     return manifest
 
 
