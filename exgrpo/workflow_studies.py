@@ -53,6 +53,9 @@ class Study:
     """A paper-scale study's training data: `math` (the released set) or `chat_if` (paper §5.3's WildChat-IF)."""
     reward_model: str | None = None
     """The reward model (backbones file `reward_models`) its `reward_kind: reward_model` variants train against."""
+    inputs: str = "local"
+    """A tiny-scale study's inputs: `local` (models/tiny, the make-data folder) or `hub_cache` (the same files as
+    hub repos in the HF cache, read by repo id and revision offline: workflow/rules/hub_inputs.smk)."""
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and
@@ -132,6 +135,12 @@ def resolve_study(
             f"{engines!r} chooses the CPU engines of a tiny-scale study with runtime: verl",
         )
     data, reward_model = _data_and_reward_model(where, raw, reward_models or {}, scale)
+    inputs = raw.get("inputs", "local")
+    if inputs != "local" and scale != "tiny":
+        raise ConfigError(
+            field_path([*where, "inputs"]),
+            f"{inputs!r} chooses how a tiny-scale study reads its inputs (paper scale always reads the HF cache)",
+        )
     return Study(
         name=name,
         source=raw["source"],
@@ -152,6 +161,7 @@ def resolve_study(
         engines=engines,
         data=data,
         reward_model=reward_model,
+        inputs=inputs,
     )
 
 
@@ -225,6 +235,7 @@ def check_shared_sources(studies: Mapping[str, Study]) -> None:
             "engines",
             "data",
             "reward_model",
+            "inputs",
         ):
             if getattr(study, attr) != getattr(other, attr):
                 raise ConfigError(

@@ -76,7 +76,7 @@ _sleep = time.sleep  # tests replace it
 
 def _transient(err: BaseException) -> bool:
     """Whether a failed fetch is worth retrying: network and time-out errors, HTTP 429 and 5xx."""
-    if isinstance(err, DownloadError):
+    if isinstance(err, DownloadError) or _offline_miss(err):
         return False
     status = getattr(err, "code", None)  # urllib's HTTPError
     response = getattr(err, "response", None)  # requests / huggingface_hub HTTP errors
@@ -86,12 +86,24 @@ def _transient(err: BaseException) -> bool:
     return isinstance(err, (OSError, TimeoutError, ConnectionError))
 
 
+def _offline_miss(err: BaseException) -> bool:
+    """A hub client told not to use the network (HF_HUB_OFFLINE=1, local_files_only) found no cached copy:
+    an OSError to Python, but no retry can change the cache (huggingface_hub's LocalEntryNotFoundError and
+    OfflineModeIsEnabled)."""
+    return any(c.__name__ in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") for c in type(err).__mro__)
+
+
 def with_retries(fetch: Callable[[], Any], what: str) -> Any:
     """`fetch()`, retried on transient errors with exponential backoff; then a DownloadError naming `what`."""
     for attempt in range(RETRIES + 1):
         try:
             return fetch()
         except Exception as err:
+            if _offline_miss(err):
+                raise DownloadError(
+                    f"{what}: not in the local cache, and the hub is not asked (offline: HF_HUB_OFFLINE=1); "
+                    f"{type(err).__name__}: {err}"
+                ) from err
             if not _transient(err):
                 raise
             if attempt == RETRIES:

@@ -87,6 +87,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--judge-max-tokens", type=int, default=judge.max_tokens, help="judge reply cap")
+    # the judge engine's CPU settings (exgrpo.prelim.judge.JUDGE_VLLM_CPU_ARGS); the defaults are the paper route's
+    p.add_argument(
+        "--judge-max-model-len", type=int, default=judge.max_model_len, help="judge context length"
+    )
+    p.add_argument("--judge-dtype", default=judge.dtype, help="judge weights' dtype (vLLM dtype)")
+    p.add_argument("--judge-enforce-eager", action="store_true", help="judge engine without CUDA graphs")
+    p.add_argument(
+        "--judge-max-position-embeddings",
+        type=int,
+        default=None,
+        help="served context window of the judge (vLLM hf_overrides; default: the model's)",
+    )
     p.add_argument(
         "--judge-cache",
         type=Path,
@@ -179,6 +191,10 @@ def run(args: argparse.Namespace) -> int:
         tensor_parallel_size=args.judge_tp,
         max_tokens=args.judge_max_tokens,
         seed=args.seed,
+        max_model_len=args.judge_max_model_len,
+        dtype=args.judge_dtype,
+        enforce_eager=args.judge_enforce_eager,
+        max_position_embeddings=args.judge_max_position_embeddings,
     )
     template = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
     judge = make_judge(

@@ -162,6 +162,10 @@ class JudgeSettings:
     gpu_memory_utilization: float = 0.9
     enable_thinking: bool = True
     """Qwen3 chat-template switch; the paper uses the model as a reasoning model (LRM)."""
+    dtype: str = "auto"
+    enforce_eager: bool = False
+    max_position_embeddings: int | None = None
+    """Served context window (vLLM `hf_overrides`); None = the model's own (`JUDGE_VLLM_CPU_ARGS`)."""
 
     def validate(self) -> JudgeSettings:
         if not self.model:
@@ -170,6 +174,8 @@ class JudgeSettings:
             raise ConfigError("judge_temperature", f"must be >= 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ConfigError("judge_top_p", f"must be in (0, 1], got {self.top_p!r}")
+        if self.max_position_embeddings is not None and self.max_position_embeddings < self.max_model_len:
+            raise ConfigError("judge_max_position_embeddings", "must be >= judge_max_model_len")
         for name in ("max_tokens", "tensor_parallel_size", "max_model_len"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"judge_{name}", f"must be >= 1, got {getattr(self, name)!r}")
@@ -180,25 +186,69 @@ class JudgeSettings:
         return self
 
 
+JUDGE_VLLM_CPU_ARGS: dict[str, Any] = {
+    "tensor_parallel_size": 1,  # vLLM's CPU build runs one rank
+    "dtype": "float32",  # the tiny models' dtype
+    "enforce_eager": True,  # no CUDA graphs or torch.compile on a CPU
+    "max_model_len": 2048,  # the judge prompt alone is ~1,100 tokens for a character-level tiny tokenizer
+    "max_position_embeddings": 2048,  # served window of a 256-position tiny judge (RoPE: no position weights)
+    "max_tokens": 64,  # a verdict, not a Qwen3 chain of thought
+}
+"""How the judge's vLLM engine differs on vLLM's CPU build with a tiny judge model (docs/real-engines.md); the
+prompt, chat template call, sampling (temperature, top-p, seed), parsing and caching are the paper route's."""
+
+
+def judge_vllm_cpu_flags() -> list[str]:
+    """`JUDGE_VLLM_CPU_ARGS` as `exgrpo prelim-analyze` flags (the tiny-scale prelim rule on the real engines)."""
+    flags: list[str] = []
+    for key, value in JUDGE_VLLM_CPU_ARGS.items():
+        flag = "--judge-" + key.replace("_", "-")
+        flags += [flag] if value is True else [flag, str(value)]
+    return flags
+
+
 Conversation = list[dict[str, str]]
-Backend = Callable[[list[Conversation]], list[str]]
-"""Turns chat conversations into reply texts, one per conversation, in order."""
 
 
-def vllm_chat(conversations: list[Conversation], settings: JudgeSettings) -> list[str]:
+@dataclass(frozen=True)
+class EngineReply:
+    """A reply with the token ids the engine was prompted with (what the chat template rendered)."""
+
+    text: str
+    prompt_token_ids: list[int]
+
+
+Backend = Callable[[list[Conversation]], "list[str] | list[EngineReply]"]
+"""Turns chat conversations into replies (texts, or EngineReply), one per conversation, in order."""
+
+
+def prompt_digest(token_ids: Sequence[int]) -> str:
+    """sha256 of a prompt's token ids (stored in the judge cache: which exact tokens the judge saw)."""
+    return hashlib.sha256(json.dumps(list(token_ids)).encode()).hexdigest()
+
+
+def vllm_chat(conversations: list[Conversation], settings: JudgeSettings) -> list[EngineReply]:
     """Run the judge model over `conversations` with vLLM (one engine for the whole batch).
 
     The only place vLLM is touched for judging; tests replace the `vllm` module and check these exact
-    arguments. Returns the first (n=1) completion text of each conversation, in input order.
+    arguments. Returns the first (n=1) completion of each conversation with its prompt's token ids, in order.
     """
     import vllm
 
+    cpu_only: dict[str, Any] = {}  # set only where they differ from vLLM's defaults (JUDGE_VLLM_CPU_ARGS)
+    if settings.dtype != "auto":
+        cpu_only["dtype"] = settings.dtype
+    if settings.enforce_eager:
+        cpu_only["enforce_eager"] = True
+    if settings.max_position_embeddings is not None:
+        cpu_only["hf_overrides"] = {"max_position_embeddings": settings.max_position_embeddings}
     llm = vllm.LLM(
         model=settings.model,
         tensor_parallel_size=settings.tensor_parallel_size,
         max_model_len=settings.max_model_len,
         gpu_memory_utilization=settings.gpu_memory_utilization,
         seed=settings.seed,
+        **cpu_only,
     )
     params = vllm.SamplingParams(
         n=1,
@@ -213,7 +263,10 @@ def vllm_chat(conversations: list[Conversation], settings: JudgeSettings) -> lis
         use_tqdm=True,
         chat_template_kwargs={"enable_thinking": settings.enable_thinking},
     )
-    return [out.outputs[0].text for out in outputs]
+    return [
+        EngineReply(out.outputs[0].text, list(getattr(out, "prompt_token_ids", None) or []))
+        for out in outputs
+    ]
 
 
 # ------------------------------------------------------------------------------------------ cache
@@ -290,7 +343,8 @@ class LLMJudge:
             outputs = self.backend(list(todo.values()))
             if len(outputs) != len(todo):
                 raise RuntimeError(f"judge backend returned {len(outputs)} replies for {len(todo)} prompts")
-            for (key, prompt), output in zip(todo.items(), outputs):
+            for (key, prompt), reply in zip(todo.items(), outputs):
+                output = reply.text if isinstance(reply, EngineReply) else reply
                 self.cache.entries[key] = {
                     "key": key,
                     "model": self.settings.model,
@@ -300,6 +354,11 @@ class LLMJudge:
                     "prompt_version": JUDGE_PROMPT_VERSION,
                     "settings": asdict(self.settings),
                 }
+                if isinstance(reply, EngineReply):
+                    self.cache.entries[key]["engine_prompt"] = {
+                        "tokens": len(reply.prompt_token_ids),
+                        "sha256": prompt_digest(reply.prompt_token_ids),
+                    }
             self.cache.save()
         return [parse_verdict(self.cache.entries[key]["output"]) for key in keys]
 
@@ -330,6 +389,10 @@ def make_judge(
 
 
 __all__ = [
+    "JUDGE_VLLM_CPU_ARGS",
+    "EngineReply",
+    "judge_vllm_cpu_flags",
+    "prompt_digest",
     "JUDGES",
     "JUDGE_PROMPT",
     "JUDGE_PROMPT_VERSION",

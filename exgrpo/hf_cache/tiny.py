@@ -1,0 +1,208 @@
+"""The tiny study's inputs as hub repos in a local hub cache, read offline by repo id and revision.
+
+`build` publishes (exgrpo.hf_cache.layout) what a tiny-scale study reads:
+- every tiny backbone with an `hf_id` in the registry whose shipped folder `models/tiny/<name>` exists, as the
+  model repo `hf_id` (e.g. `exgrpo-tiny/tiny-math-h32`): all the folder's files, weights, tokenizer and chat
+  template included;
+- the task data of one data seed (an `exgrpo make-data` folder) as the dataset repo `exgrpo-tiny/tiny-task-s<seed>`:
+  every split file (the training splits and the tiny benchmarks) with a manifest.json reduced to what the data
+  are (`DATA_MANIFEST_KEYS`: no time, host or git commit, so the commit depends on the rows only) and a dataset
+  card whose `configs` let `datasets.load_dataset(<snapshot folder>, split=...)` read each split (how the
+  paper route's download exports a hub dataset; datasets itself does not read the hub cache offline);
+
+then runs the paper route's download on each repo (exgrpo.commands.download: `download_model` for models, the
+dataset snapshot + lock check of `fetch_hf_dataset` for the data) with HF_HUB_OFFLINE=1 against that cache, so
+pins and locks are checked exactly as a cluster's download checks them. Pins: a model's commit is its registry
+`revision` (config/backbones.yaml), the data's the lock config/locks/tiny-task-s<seed>.json; a published commit
+other than the pinned one is refused naming the field, and a file other than the lock's naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from exgrpo.config import ConfigError
+from exgrpo.hf_cache.layout import Published, publish, repo_files
+
+DATA_ORG = "exgrpo-tiny"
+DATA_MANIFEST_KEYS = ("format", "seed", "sizes", "train_difficulties", "splits")
+"""The make-data manifest keys a data repo keeps (its `provenance` names a time, a host and a commit)."""
+
+
+def data_repo_id(seed: int) -> str:
+    return f"{DATA_ORG}/tiny-task-s{int(seed)}"
+
+
+def data_lock_name(seed: int) -> str:
+    return f"tiny-task-s{int(seed)}"
+
+
+def _dataset_card(repo_id: str, split_files: Mapping[str, str]) -> str:
+    lines = ["---", "configs:", "- config_name: default", "  data_files:"]
+    for split, file in split_files.items():
+        lines += [f"  - split: {split}", f"    path: {file}"]
+    lines += [
+        "---",
+        "",
+        f"# {repo_id}",
+        "",
+        "The tiny task's splits (`exgrpo make-data`), one file per split.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def data_files(data_dir: Path, seed: int) -> dict[str, bytes]:
+    """The files of the data repo of `data_dir` (a make-data folder written with `seed`)."""
+    from exgrpo.tiny.splits import load_manifest
+
+    manifest = load_manifest(data_dir)
+    if manifest.get("seed") != seed:
+        raise ConfigError(
+            "data_seed", f"{data_dir}/manifest.json has seed {manifest.get('seed')!r}, expected {seed}"
+        )
+    missing = [k for k in DATA_MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise ConfigError("data", f"{data_dir}/manifest.json lacks {missing}: not a make-data folder")
+    split_files = {name: info["file"] for name, info in manifest["splits"].items()}
+    files = repo_files(data_dir, sorted(split_files.values()))
+    reduced = {k: manifest[k] for k in DATA_MANIFEST_KEYS}
+    files["manifest.json"] = (json.dumps(reduced, indent=1, sort_keys=True) + "\n").encode()
+    files["README.md"] = _dataset_card(data_repo_id(seed), split_files).encode()
+    return files
+
+
+def model_repos(backbones: Mapping[str, Mapping[str, Any]], models_dir: Path) -> dict[str, Path]:
+    """name -> shipped folder of each tiny backbone the cache publishes (an `hf_id` and a shipped folder)."""
+    return {
+        name: models_dir / name
+        for name, entry in backbones.items()
+        if entry["scale"] == "tiny" and entry.get("hf_id") and (models_dir / name / "config.json").is_file()
+    }
+
+
+def _require_offline() -> None:
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE:
+        raise ConfigError(
+            "HF_HUB_OFFLINE",
+            "set HF_HUB_OFFLINE=1 for `exgrpo hf-cache`: its download check must read the local cache, never the hub",
+        )
+
+
+def _check_model(
+    out: Path, name: str, entry: Mapping[str, Any], published: Published, lock_dir: Path
+) -> dict:
+    from exgrpo.commands.download import download_model
+
+    field = f"backbones.{name}.revision (config/backbones.yaml)"
+    revision = entry.get("revision")
+    if revision is None:
+        raise ConfigError(
+            field, f"{published.repo_id} is not pinned; its files publish commit {published.commit}"
+        )
+    if revision != published.commit:
+        raise ConfigError(
+            field,
+            f"pins {revision}, but models/tiny/{name} publishes {published.commit} as {published.repo_id}: the "
+            f"shipped files changed; set {published.commit} and delete {lock_dir / (name + '.json')} deliberately",
+        )
+    return download_model(
+        out, published.repo_id, name, revision, lock_dir / f"{name}.json", revision_field=field
+    )
+
+
+def _check_data(out: Path, seed: int, published: Published, lock_dir: Path, pin: bool) -> dict:
+    from exgrpo.commands._download_locks import ChecksumError, check_lock, file_lock, pinned_revision
+    from exgrpo.commands.download import fetch_dataset_snapshot, with_retries
+
+    lock = lock_dir / f"{data_lock_name(seed)}.json"
+    field = f"the lock {lock}"
+    revision = pinned_revision(None, lock, published.repo_id, field, pin=pin)
+    if revision is not None and revision != published.commit:
+        # name the changed file: the lock of the pinned commit against what was published
+        snapshot = published.snapshot
+        check_lock(
+            lock,
+            file_lock(snapshot, sorted(p for p in snapshot.rglob("*") if p.is_file())),
+            published.repo_id,
+        )
+        raise ChecksumError(
+            f"{published.repo_id}: published {published.commit}, the lock {lock} pins {revision}"
+        )
+    snapshot = with_retries(
+        lambda: fetch_dataset_snapshot(published.repo_id, out, revision),
+        f"{data_lock_name(seed)} ({published.repo_id})",
+    )
+    files = sorted(p for p in snapshot.rglob("*") if p.is_file())
+    check_lock(lock, file_lock(snapshot, files), published.repo_id, snapshot.name, pin=pin)
+    return {"repo_id": published.repo_id, "commit": snapshot.name, "path": str(snapshot.relative_to(out))}
+
+
+def build(
+    out: Path,
+    *,
+    backbones: Mapping[str, Mapping[str, Any]],
+    models_dir: Path,
+    data_dir: Path | None,
+    data_seed: int | None,
+    lock_dir: Path,
+    pin: bool = False,
+    manifest_path: Path | None = None,
+) -> dict[str, Any]:
+    """Publish the tiny models (and the data of `data_dir`) into `out/hub`, check them by the offline download,
+    write `out/tiny/<data seed | models>.json`; returns that manifest."""
+    from exgrpo.commands.download import _offline_env
+    from exgrpo.io import write_json
+    from exgrpo.provenance import provenance
+
+    _require_offline()
+    out = Path(out).resolve()  # hub clients return absolute snapshot paths
+    hub = out / "hub"
+    entries = []
+    for name, folder in model_repos(backbones, models_dir).items():
+        published = publish(hub, backbones[name]["hf_id"], "model", repo_files(folder))
+        manifest = _check_model(out, name, backbones[name], published, lock_dir)
+        entries.append(
+            {"name": name, "repo_type": "model", "repo_id": published.repo_id, "commit": manifest["commit"]}
+        )
+    if data_dir is not None:
+        if data_seed is None:
+            raise ConfigError("--seed", "give the data seed of --data")
+        published = publish(hub, data_repo_id(data_seed), "dataset", data_files(data_dir, data_seed))
+        checked = _check_data(out, data_seed, published, lock_dir, pin)
+        entries.append({"name": data_lock_name(data_seed), "repo_type": "dataset", **checked})
+    manifest = {
+        "kind": "tiny_hub_cache",
+        "repos": entries,
+        "offline_env": _offline_env(out),
+        "provenance": provenance(),
+    }
+    default = out / "tiny" / (f"s{data_seed}.json" if data_dir is not None else "models.json")
+    write_json(manifest_path or default, manifest)
+    return manifest
+
+
+def snapshot_path(repo_id: str, revision: str, repo_type: str = "model") -> Path:
+    """The snapshot folder of `repo_id` at `revision`, resolved by huggingface_hub from its cache only
+    (HF_HOME / HF_HUB_CACHE), as a job under HF_HUB_OFFLINE=1 resolves it."""
+    from huggingface_hub import snapshot_download
+
+    return Path(
+        snapshot_download(repo_id=repo_id, repo_type=repo_type, revision=revision, local_files_only=True)
+    )
+
+
+__all__ = [
+    "DATA_ORG",
+    "build",
+    "data_files",
+    "data_lock_name",
+    "data_repo_id",
+    "model_repos",
+    "snapshot_path",
+]

@@ -1,0 +1,126 @@
+"""`inputs: hub_cache` (workflow/rules/hub_inputs.smk): rule hf_cache_tiny builds the hub cache from the study's
+make-data folder and the shipped bases, and the helpers the tiny-scale rules use resolve every model and the data
+by repo id and revision, offline, to the snapshots in that cache (run for real in a copy of the workflow)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exgrpo.config import ConfigError
+from exgrpo.workflow_studies import resolve_study
+from tests.workflow.conftest import ROOT
+
+PROBE = """
+
+rule probe_hub_inputs:
+    input:
+        tiny_hub_inputs,
+    output:
+        "probe/{source}.json",
+    params:
+        offline=lambda wc: tiny_offline_prefix(wc.source),
+        data=lambda wc: tiny_data_arg(wc.source),
+        base=lambda wc: tiny_base_arg(wc.source, "tiny-math-h32"),
+        judge=lambda wc: tiny_prelim_judge_args(wc.source),
+    shell:
+        "({params.offline} python -c 'import json, os, sys; json.dump({{\\"data\\": sys.argv[1], \\"base\\": sys.argv[2],"
+        " \\"offline\\": os.environ.get(\\"HF_HUB_OFFLINE\\"), \\"judge\\": sys.argv[3]}}, open(sys.argv[4], \\"w\\"))'"
+        " {params.data} {params.base} \\"$(printf '%s ' {params.judge})\\" {output})"
+"""
+
+OVERLAY = {
+    "studies": {
+        "paper_cpu": {
+            "inputs": "hub_cache",
+            "engines": "vllm",
+            "backbones": ["tiny-math-h32"],
+            "ablation_backbones": ["tiny-math-h32"],
+        },
+    }
+}
+
+
+def _workflow(workflow_copier, tmp_path: Path) -> Path:
+    wf = workflow_copier(tmp_path / "wf")
+    os.symlink(ROOT / "models", wf / "models")
+    with open(wf / "Snakefile", "a") as fh:
+        fh.write(PROBE)
+    (wf / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
+    return wf
+
+
+def test_hub_cache_inputs_resolve_offline_to_the_built_snapshots(workflow_copier, snakemake, tmp_path):
+    wf = _workflow(workflow_copier, tmp_path)
+    args = ("probe/paper-cpu.json", "--cores", "1", "--configfile", "overlay.yaml")
+    done = snakemake(*args, cwd=wf, env={"PYTHONPATH": str(ROOT)}, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert {j.rule for j in done.jobs} >= {"make_data", "hf_cache_tiny", "probe_hub_inputs"}
+    got = json.loads((wf / "probe/paper-cpu.json").read_text())
+    registry = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
+    data_rev = json.loads((ROOT / "config/locks/tiny-task-s0.json").read_text())["revision"]
+    hub = wf / "work/hf/hub"
+    assert got["offline"] == "1"
+    assert Path(got["data"]) == hub / "datasets--exgrpo-tiny--tiny-task-s0/snapshots" / data_rev
+    assert (
+        Path(got["base"])
+        == hub / "models--exgrpo-tiny--tiny-math-h32/snapshots" / registry["tiny-math-h32"]["revision"]
+    )
+    # the snapshot's splits are the bytes make-data wrote for the study
+    assert (Path(got["data"]) / "train.jsonl").read_bytes() == (
+        wf / "work/paper-cpu/data/s0/train.jsonl"
+    ).read_bytes()
+    # engines: vllm: the prelim judge is the LLM judge on the tiny judge model read from the cache, CPU flags
+    assert got["judge"].startswith(
+        f"--judge llm --judge-model {got['base']} --judge-cache work/paper-cpu/prelim/"
+    )
+    assert "--judge-max-position-embeddings 2048" in got["judge"] and "--judge-enforce-eager" in got["judge"]
+    manifest = json.loads((wf / "work/hf/tiny/paper-cpu/s0.json").read_text())
+    commits = {r["repo_id"]: r["commit"] for r in manifest["repos"]}
+    assert commits["exgrpo-tiny/tiny-task-s0"] == data_rev and len(commits) == 8
+
+
+def test_local_inputs_keep_the_local_paths(workflow_copier, snakemake, tmp_path):
+    """The default (`inputs: local`, `engines: stand_in`): no cache, local folders, the exact step judge."""
+    wf = _workflow(workflow_copier, tmp_path)
+    (wf / "overlay.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "studies": {
+                    "paper_cpu": {"backbones": ["tiny-math-h32"], "ablation_backbones": ["tiny-math-h32"]}
+                }
+            }
+        )
+    )
+    done = snakemake(
+        "probe/paper-cpu.json",
+        "--cores",
+        "1",
+        "--configfile",
+        "overlay.yaml",
+        cwd=wf,
+        env={"PYTHONPATH": str(ROOT)},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "hf_cache_tiny" not in {j.rule for j in done.jobs}
+    got = json.loads((wf / "probe/paper-cpu.json").read_text())
+    assert got == {
+        "data": "work/paper-cpu/data/s0",
+        "base": "models/tiny/tiny-math-h32",
+        "offline": None,
+        "judge": "--judge step ",
+    }
+
+
+def test_hub_cache_is_a_tiny_scale_setting():
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    backbones = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
+    raw = {**config["studies"]["paper_repro"], "inputs": "hub_cache"}
+    with pytest.raises(ConfigError, match=r"studies\.paper_repro\.inputs"):
+        resolve_study("paper_repro", raw, config, backbones)
+    assert resolve_study("paper_cpu", config["studies"]["paper_cpu"], config, backbones).inputs == "local"
