@@ -31,7 +31,12 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=8, help="rows per question (GRPO's K)")
     parser.add_argument("--max-new-tokens", type=int, default=72)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of the project's sampler")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="torch threads of the project's sampler (default: this process's cores, as vLLM's CPU worker uses)",
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "engines.json"))
     args = parser.parse_args()
     if args.batch % args.group:
@@ -71,8 +76,13 @@ def main() -> None:
     vllm_start = time.perf_counter() - t0
     vllm_threads = torch.get_num_threads()
 
+    observed: dict[str, int] = {}
+
     def ours(seed: int) -> int:
+        # vLLM's CPU worker binds the process's threads after construction and then skips set_num_threads
+        # (it logs so): record what each sampler actually ran with, not what was asked
         torch.set_num_threads(args.threads)
+        observed["exgrpo_generate"] = torch.get_num_threads()
         out = generate(
             model,
             tok,
@@ -84,6 +94,7 @@ def main() -> None:
 
     def vllm(seed: int) -> int:
         torch.set_num_threads(vllm_threads)
+        observed["vllm_cpu"] = torch.get_num_threads()
         params = SamplingParams(
             temperature=1.0, top_p=1.0, top_k=0, max_tokens=args.max_new_tokens, logprobs=0, seed=seed
         )
@@ -120,7 +131,11 @@ def main() -> None:
         "group": args.group,
         "max_new_tokens": args.max_new_tokens,
         "repeats": args.repeats,
-        "threads": {"exgrpo_generate": args.threads, "vllm_cpu": vllm_threads},
+        "threads": {
+            "requested_exgrpo_generate": args.threads,
+            "vllm_cpu": vllm_threads,
+            "observed": observed,
+        },
         "samplers": samplers,
         "vllm_over_exgrpo_tokens_per_s": round(ratio, 3),
         "startup_s": {

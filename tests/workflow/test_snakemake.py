@@ -60,10 +60,18 @@ def test_smoke_and_tiny_full_resolve(wf, snakemake):
     assert sources == ["smoke", "tiny"]  # tiny_full shares the tiny source
 
 
-def test_paper_cpu_trains_with_verl_on_cpu_and_evaluates_with_the_tiny_rules(wf, snakemake):
+def test_paper_cpu_on_the_stand_in_engines_trains_with_verl_on_cpu_and_evaluates_with_the_tiny_rules(
+    wf, snakemake
+):
+    """`engines: stand_in`, the fallback a config names: the exgrpo_cpu rollout and the tiny sampler."""
     import shutil
 
     shutil.copytree(ROOT / "models" / "tiny", wf / "models" / "tiny")  # the shipped bases, as in a clone
+    config = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    config["studies"]["paper_cpu"].update(
+        engines="stand_in", backbones=["tiny-math"], ablation_backbones=["tiny-math"]
+    )
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     result = snakemake("--profile", "slurm", "-n", "-p", "paper_cpu", cwd=wf, env=SITE)
     assert result.returncode == 0, result.stdout
     # on_policy, exgrpo and masked_hard, from the shipped base (no SFT)
@@ -82,19 +90,14 @@ def test_paper_cpu_trains_with_verl_on_cpu_and_evaluates_with_the_tiny_rules(wf,
         assert job.shell.startswith("exgrpo eval --backend tiny --model ")
 
 
-def test_paper_cpu_with_engines_vllm_trains_on_verls_vllm_rollout_and_evaluates_on_lm_evals_vllm(
-    wf, snakemake
-):
+def test_paper_cpu_trains_on_verls_vllm_rollout_and_evaluates_on_lm_evals_vllm(wf, snakemake):
     import shutil
 
     from exgrpo.eval.backends import vllm_cpu_flags
 
     shutil.copytree(ROOT / "models" / "tiny", wf / "models" / "tiny")
-    config = yaml.safe_load((wf / "config" / "config.yaml").read_text())
-    config["studies"]["paper_cpu"].update(
-        engines="vllm", backbones=["tiny-math-h32"], ablation_backbones=["tiny-math-h32"]
-    )
-    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    study = yaml.safe_load((wf / "config" / "config.yaml").read_text())["studies"]["paper_cpu"]
+    assert (study["engines"], study["backbones"]) == ("vllm", ["tiny-math-h32"])  # the study as committed
     result = snakemake("-n", "-p", "paper_cpu", cwd=wf)
     assert result.returncode == 0, result.stdout
     trains = [j for j in result.jobs if j.rule == "train_verl_cpu"]

@@ -194,17 +194,18 @@ def test_paper_cpu_trains_tiny_bases_with_verl_and_its_own_trainer_settings():
     study = wf.studies["paper_cpu"]
     assert (study.scale, study.runtime, study.source) == ("tiny", "verl", "paper-cpu")
     assert {s.runtime for n, s in wf.studies.items() if n != "paper_cpu"} == {"tiny", "verl"}
-    spec = wf.study_run("paper-cpu", "tiny-math", "exgrpo", 0)
+    spec = wf.study_run("paper-cpu", "tiny-math-h32", "exgrpo", 0)
     assert spec.trainer["steps"] == study.trainer["steps"] == 8
     assert wf.study_run("tiny", "tiny-math", "exgrpo", 0).trainer.get("steps") != 8
 
 
-def test_paper_cpu_keeps_the_stand_in_engines_and_can_switch_to_vllm():
-    assert load().studies["paper_cpu"].engines == "stand_in"
-    assert {s.engines for s in load().studies.values()} == {"stand_in"}
+def test_paper_cpu_runs_the_real_engines_and_can_fall_back_to_the_stand_ins():
+    studies = load().studies
+    assert studies["paper_cpu"].engines == "vllm" and studies["paper_cpu"].backbones == ("tiny-math-h32",)
+    assert {s.engines for n, s in studies.items() if n != "paper_cpu"} == {"stand_in"}  # the schema's default
     config = copy.deepcopy(CONFIG)
-    _set("studies/paper_cpu/engines", "vllm")(config)
-    assert load(config).studies["paper_cpu"].engines == "vllm"
+    _set("studies/paper_cpu/engines", "stand_in")(config)
+    assert load(config).studies["paper_cpu"].engines == "stand_in"
 
 
 def test_cli_style_booleans_are_accepted():
