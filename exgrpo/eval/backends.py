@@ -98,10 +98,13 @@ VLLM_CPU_ARGS: dict[str, Any] = {
     "dtype": "float32",  # the tiny models' dtype; bfloat16 is slower on a CPU
     "max_model_len": 256,  # the tiny models' positions (max_position_embeddings)
     "enforce_eager": True,  # no CUDA graphs or torch.compile on a CPU
+    # On CPU this is the share of host memory vLLM's worker demands free at start-up (cpu_worker.py refuses to
+    # start below it): 0.85 failed on the shared 2-core machine with 18.6 of 23.5 GiB free. The KV cache itself
+    # is VLLM_CPU_KVCACHE_SPACE GiB.
+    "gpu_memory_utilization": 0.1,
 }
 """What `vllm_model_args` gets on vLLM's CPU build (the engine environment, docs/real-engines.md) where the
-cluster takes its defaults; everything else is the cluster's. `gpu_memory_utilization` stays, with no effect:
-on a CPU the KV cache is `VLLM_CPU_KVCACHE_SPACE` GiB."""
+cluster takes its defaults; everything else is the cluster's."""
 
 
 def vllm_cpu_flags() -> list[str]:

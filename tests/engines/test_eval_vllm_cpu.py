@@ -51,7 +51,10 @@ def test_exgrpo_eval_on_lm_evals_vllm_backend_writes_the_contract(tmp_path):
         **{k: v for k, v in backends.VLLM_CPU_ARGS.items()},
     )
     assert model["model_args"] == want  # the paper route's args, CPU differences only
-    assert model["model_args"]["seed"] == 3 and model["model_args"]["gpu_memory_utilization"] == 0.85
+    assert (
+        model["model_args"]["seed"] == 3
+        and model["model_args"]["gpu_memory_utilization"] == backends.VLLM_CPU_ARGS["gpu_memory_utilization"]
+    )
     rows = splits["test"]
     assert list(dict.fromkeys(records["problem_id"])) == [r["qid"] for r in rows]
     k = profile.k_for("tiny_test")
