@@ -1,13 +1,15 @@
 """The paper path for real on a CPU: verl 0.9.1's own trainer runs ExGRPO, is killed, resumes, and is collected.
 
-One run, shared by every test of this module (`cpu_run`, module scope), through the plug-in's CPU mode and
+One run, shared by every test of this module and by tests/security/test_no_secret_in_outputs.py
+(`verl_cpu_run`, tests/conftest.py, session scope), through the plug-in's CPU mode and
 `exgrpo.verl_plugin.cpu.demo`'s assets (a tiny random Qwen2, toy questions, a toy reward that a random model
 solves about half the time, replay active from step 1): verl's TaskRunner, Ray, FSDP2 workers, TransferQueue,
 agent loop and the plug-in's transformers rollout, with the debug dumps on (`EXGRPO_VERL_DEBUG_DIR`).
 
 1. Attempt 0 trains with a checkpoint every SAVE_FREQ steps and is killed (SIGKILL to the driver and every
    process under it, Ray included) once it has checkpointed step k >= SAVE_FREQ and logged it.
-2. Attempt 1 is the same command with `trainer.total_training_steps=k+1`: verl resumes from its tracker.
+2. Attempt 1 is the requeued job running the rendered `launch_single_node.sh` with
+   `trainer.total_training_steps=k+1`: verl resumes from its tracker.
 3. `exgrpo verl-collect` turns the run into log.jsonl.gz + run.json and exports the final actor as HF.
 
 Every assertion reads what the run wrote: verl's metrics files, its checkpoints, the dumps of the loss inputs
@@ -16,14 +18,8 @@ and of the restored plug-in state, the rollout server's weight-sync log, the col
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -32,51 +28,9 @@ pytestmark = [pytest.mark.verl, pytest.mark.verl_cpu_e2e]
 
 pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
 pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
-psutil = pytest.importorskip("psutil")  # required by snakemake (cpu extra) and TransferQueue (verl extra)
 
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
-
-SAVE_FREQ = 2
-FIRST_TOTAL = 12
-"""Attempt 0 is planned for this many steps and killed long before (a run that ends on its own fails the test)."""
-LEARNING_RATE = 1e-3
-"""The toy run's actor learning rate (the paper's 1e-6 moves a weight by ~1e-6 per step, below the bf16 rounding
-of verl's HF export, so the exported model would not show the training)."""
-LAUNCH_TIMEOUT_S = 1200
-POLL_S = 0.2
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL `proc` and every process under it (Ray's GCS, raylet and workers are its descendants)."""
-    try:
-        root = psutil.Process(proc.pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        procs = []
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.send_signal(signal.SIGKILL)
-    psutil.wait_procs(procs, timeout=30)
-    proc.wait(timeout=30)
-
-
-def _tracker(ckpt_root: Path) -> int:
-    try:
-        text = (ckpt_root / "latest_checkpointed_iteration.txt").read_text().strip()
-    except OSError:
-        return 0
-    return int(text) if text.isdigit() else 0
-
-
-def _logged_steps(path: Path) -> list[int]:
-    if not path.exists():
-        return []
-    steps = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError, KeyError, TypeError):  # a line being written
-            steps.append(int(json.loads(line)["step"]))
-    return steps
 
 
 def _read_log(path: Path) -> dict[int, dict]:
@@ -90,106 +44,9 @@ def _safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory):
-    """Run attempts 0 (killed) and 1 (resumed) and the collection; returns the paths and what was measured."""
-    from exgrpo.verl_plugin.cpu import demo
-    from exgrpo.verl_plugin.cpu.rollout import LOG_ENV
-
-    root = tmp_path_factory.mktemp("verl_cpu_e2e")
-    paths = demo.write_demo(root / "demo", steps=FIRST_TOTAL)
-    run = paths["run"]
-    ckpt = run / "checkpoints"
-    debug = root / "debug"
-    env = {"EXGRPO_VERL_DEBUG_DIR": str(debug), LOG_ENV: str(root / "rollout_weights.jsonl")}
-    timings: dict[str, float] = {}
-    common = [f"trainer.save_freq={SAVE_FREQ}", f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}"]
-
-    t0 = time.monotonic()
-    log0 = run / f"metrics.attempt0.{int(time.time())}.jsonl"
-    with open(root / "attempt0.out", "w") as out:
-        proc = subprocess.Popen(
-            demo.launch_command(run, common),
-            cwd=run,
-            env=demo.launch_env(log0, env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            while True:
-                k = _tracker(ckpt)
-                if k >= SAVE_FREQ and max(_logged_steps(log0), default=0) >= k:
-                    break
-                if proc.poll() is not None:
-                    pytest.fail(
-                        f"attempt 0 ended (rc {proc.returncode}) before it could be killed after a "
-                        f"checkpoint; see {root / 'attempt0.out'}:\n{(root / 'attempt0.out').read_text()[-4000:]}"
-                    )
-                if time.monotonic() - t0 > LAUNCH_TIMEOUT_S:
-                    pytest.fail(
-                        f"attempt 0 saved no checkpoint in {LAUNCH_TIMEOUT_S} s; see {root / 'attempt0.out'}"
-                    )
-                time.sleep(POLL_S)
-        finally:
-            _kill_tree(proc)
-    timings["attempt0_s"] = time.monotonic() - t0
-    k = _tracker(ckpt)
-    killed_after = max(_logged_steps(log0))
-
-    t1 = time.monotonic()
-    time.sleep(max(0.0, 1.0 - (time.time() % 1)))  # the attempt files are ordered by their unix-second stamp
-    log1 = run / f"metrics.attempt1.{int(time.time())}.jsonl"
-    second = demo.launch(
-        run,
-        [*common, f"trainer.total_training_steps={k + 1}"],
-        log=log1,
-        env=env,
-        timeout=LAUNCH_TIMEOUT_S,
-        capture=True,
-    )
-    (root / "attempt1.out").write_text(second.stdout + second.stderr)
-    assert second.returncode == 0, (second.stdout + second.stderr)[-6000:]
-    timings["attempt1_s"] = time.monotonic() - t1
-
-    t2 = time.monotonic()
-    results = root / "results" / "train" / "toy" / "exgrpo" / "s0"
-    collected = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "exgrpo.cli",
-            "verl-collect",
-            "--run-dir",
-            str(run),
-            "--out",
-            str(results),
-            "--export-hf",
-            str(root / "hf_final"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=os.environ.copy(),
-    )
-    assert collected.returncode == 0, collected.stdout + collected.stderr
-    timings["collect_s"] = time.monotonic() - t2
-    timings["total_s"] = time.monotonic() - t0
-    print(f"[verl_cpu_e2e] checkpoint k={k}, killed after logging step {killed_after}; timings {timings}")
-    (root / "timings.json").write_text(json.dumps(timings))
-    return {
-        "root": root,
-        "paths": paths,
-        "run": run,
-        "ckpt": ckpt,
-        "debug": debug,
-        "k": k,
-        "log0": log0,
-        "log1": log1,
-        "results": results,
-        "hf": root / "hf_final",
-        "timings": timings,
-        "collect_out": collected.stdout,
-    }
+def cpu_run(verl_cpu_run):
+    """The session's verl-on-CPU run (tests/conftest.py: also searched for secrets by tests/security)."""
+    return verl_cpu_run
 
 
 def test_replay_in_mixed_groups_and_finite_loss(cpu_run):
@@ -278,10 +135,10 @@ def _equal_state_dirs(saved: Path, restored: Path) -> int:
 
 
 def test_kill_and_restart_resume_at_k_plus_1_with_the_saved_state(cpu_run):
-    k, ckpt, debug = cpu_run["k"], cpu_run["ckpt"], cpu_run["debug"]
-    assert k >= SAVE_FREQ and k % SAVE_FREQ == 0
-    assert _logged_steps(cpu_run["log0"])[:k] == list(range(1, k + 1))
-    resumed = [s for s in _logged_steps(cpu_run["log1"])]
+    k, ckpt, debug, save_freq = cpu_run["k"], cpu_run["ckpt"], cpu_run["debug"], cpu_run["save_freq"]
+    assert k >= save_freq and k % save_freq == 0
+    assert cpu_run["steps0"][:k] == list(range(1, k + 1))
+    resumed = cpu_run["steps1"]
     assert resumed == [k + 1], f"attempt 1 logged steps {resumed}, expected to resume at {k + 1} and stop"
     restored = debug / f"resumed_step_{k}" / "exgrpo"
     assert restored.is_dir(), f"attempt 1 restored no plug-in state of step {k}"
@@ -291,7 +148,7 @@ def test_kill_and_restart_resume_at_k_plus_1_with_the_saved_state(cpu_run):
     state = json.loads((restored / "plugin_state.json").read_text())
     assert state["step"] == k and state["data_order"]["pos"] > 0
     assert (ckpt / f"global_step_{k + 1}" / "exgrpo" / "plugin_state.json").exists()
-    assert _tracker(ckpt) == k + 1
+    assert cpu_run["tracker_end"] == k + 1
 
 
 def test_rollout_gets_the_actors_weights_after_every_update_and_after_the_resume(cpu_run):

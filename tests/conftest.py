@@ -1,0 +1,224 @@
+"""The one verl-on-CPU run shared by the verl end-to-end tests and the no-secret-in-outputs test.
+
+A verl start costs about a minute of start-up (Ray, TransferQueue, workers importing torch and verl), so the
+run that tests/verl/test_verl_cpu_e2e.py kills, resumes and collects is also the run that
+tests/security/test_no_secret_in_outputs.py searches for planted secrets (`verl_cpu_run`, session scope):
+
+- every step runs with recognisable fake secrets (`PLANTED`) in its environment, HOME under the run's root,
+  Ray's session folder under a short RAY_TMPDIR (searched too), and no RAY_ADDRESS (the job starts its own Ray);
+- `exgrpo verl-launch` renders the run's `launch_single_node.sh`, as the workflow's `train_verl_cpu` job does;
+- attempt 0 (`python -m exgrpo.verl_plugin.main`, the script's last line) checkpoints every SAVE_FREQ steps and
+  is killed (SIGKILL to it and every process under it, Ray included) once it has checkpointed step k >= SAVE_FREQ
+  and logged it;
+- attempt 1 is the requeued job (SLURM_RESTART_COUNT=1) running the rendered `launch_single_node.sh` with
+  `trainer.total_training_steps=k+1` and verl's `wandb` logger added (`WANDB_MODE=offline`, its folder searched):
+  verl resumes from its tracker;
+- `exgrpo verl-collect` turns the run into log.jsonl.gz + run.json and exports the final actor as HF.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+PLANTED = {
+    # "hf_" apart, so the tracked-files token scan (tests/workflow/test_environment.py) never meets a token here.
+    "HF_TOKEN": "hf_" + "PLANTEDfakeHFtoken0123456789abcd",
+    "HUGGING_FACE_HUB_TOKEN": "hf_" + "PLANTEDfakeHubToken9876543210zyxw",
+    "WANDB_API_KEY": "PLANTEDwandb0123456789abcdef0123456789ab",
+    "RAY_AUTH_TOKEN": "PLANTEDray" + "5" * 54,
+    "VLLM_API_KEY": "PLANTEDvllm" + "7" * 53,
+    "EXGRPO_TEST_SECRET": "PLANTEDgeneric-secret-value-42",
+}
+"""Fake secrets, each recognisable and long enough that a match cannot be chance."""
+SAVE_FREQ = 2
+FIRST_TOTAL = 12
+"""Attempt 0 is planned for this many steps and killed long before (a run that ends on its own fails the test)."""
+LEARNING_RATE = 1e-3
+"""The toy run's actor learning rate (the paper's 1e-6 moves a weight by ~1e-6 per step, below the bf16 rounding
+of verl's HF export, so the exported model would not show the training)."""
+LAUNCH_TIMEOUT_S = 1200
+POLL_S = 0.2
+
+
+def _kill_tree(proc: subprocess.Popen, psutil) -> None:
+    """SIGKILL `proc` and every process under it (Ray's GCS, raylet and workers are its descendants)."""
+    try:
+        root = psutil.Process(proc.pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.send_signal(signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=30)
+    proc.wait(timeout=30)
+
+
+def tracker(ckpt_root: Path) -> int:
+    """verl's latest checkpointed step (0: none yet or being written)."""
+    try:
+        text = (ckpt_root / "latest_checkpointed_iteration.txt").read_text().strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def logged_steps(path: Path) -> list[int]:
+    """The steps a verl metrics file holds, in order (a line being written is left out)."""
+    if not path.exists():
+        return []
+    steps = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            steps.append(int(json.loads(line)["step"]))
+    return steps
+
+
+def _wait_for_second_boundary() -> None:
+    time.sleep(max(0.0, 1.0 - (time.time() % 1)))  # the attempt files are ordered by their unix-second stamp
+
+
+@pytest.fixture(scope="session")
+def verl_cpu_run(tmp_path_factory):
+    """Run attempts 0 (killed) and 1 (resumed) and the collection; returns the paths and what was read."""
+    pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
+    pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
+    psutil = pytest.importorskip("psutil")  # required by snakemake (cpu extra) and TransferQueue (verl extra)
+    from exgrpo.verl_plugin.cpu import demo
+    from exgrpo.verl_plugin.cpu.rollout import LOG_ENV
+
+    root = tmp_path_factory.mktemp("verl_cpu_e2e")
+    paths = demo.write_demo(root / "demo", steps=FIRST_TOTAL)
+    run = paths["run"]
+    ckpt = run / "checkpoints"
+    debug = root / "debug"
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    has_wandb = importlib.util.find_spec("wandb") is not None
+    env = {
+        **demo.launch_env(None, PLANTED),
+        "EXGRPO_VERL_DEBUG_DIR": str(debug),
+        LOG_ENV: str(root / "rollout_weights.jsonl"),
+        "HOME": str(root / "home"),
+        "RAY_TMPDIR": str(ray_tmp),
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(root / "wandb"),
+    }
+    env.pop("RAY_ADDRESS", None)  # the job starts its own Ray (main.py: RAY_ADDRESS=local), never another's
+    (root / "wandb").mkdir()
+    timings: dict[str, float] = {}
+    common = [f"trainer.save_freq={SAVE_FREQ}", f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}"]
+    cli = [sys.executable, "-m", "exgrpo.cli"]
+    try:
+        t0 = time.monotonic()
+        rendered = subprocess.run(
+            [*cli, "verl-launch", "--run-dir", str(run)], cwd=run, env=env, capture_output=True, text=True
+        )
+        assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+
+        log0 = run / f"metrics.attempt0.{int(time.time())}.jsonl"
+        with open(root / "attempt0.out", "w") as out:
+            proc = subprocess.Popen(
+                demo.launch_command(run, common),
+                cwd=run,
+                env={**env, "VERL_FILE_LOGGER_PATH": str(log0)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            try:
+                while True:
+                    k = tracker(ckpt)
+                    if k >= SAVE_FREQ and max(logged_steps(log0), default=0) >= k:
+                        break
+                    if proc.poll() is not None:
+                        pytest.fail(
+                            f"attempt 0 ended (rc {proc.returncode}) before it could be killed after a "
+                            f"checkpoint:\n{(root / 'attempt0.out').read_text()[-4000:]}"
+                        )
+                    if time.monotonic() - t0 > LAUNCH_TIMEOUT_S:
+                        pytest.fail(
+                            f"attempt 0 saved no checkpoint in {LAUNCH_TIMEOUT_S} s; see {root / 'attempt0.out'}"
+                        )
+                    time.sleep(POLL_S)
+            finally:
+                _kill_tree(proc, psutil)
+        timings["attempt0_s"] = time.monotonic() - t0
+        k = tracker(ckpt)
+        killed_after = max(logged_steps(log0))
+
+        t1 = time.monotonic()
+        _wait_for_second_boundary()
+        since = int(time.time())
+        overrides = [o for o in demo.SMALL_OVERRIDES if not o.startswith("trainer.logger=")]
+        logger = "trainer.logger=[console,file,wandb]" if has_wandb else "trainer.logger=[console,file]"
+        with open(root / "attempt1.out", "w") as out:
+            second = subprocess.run(
+                [
+                    "bash",
+                    str(run / "launch_single_node.sh"),
+                    *overrides,
+                    logger,
+                    *common,
+                    f"trainer.total_training_steps={k + 1}",
+                ],
+                cwd=run,
+                env={**env, "SLURM_RESTART_COUNT": "1"},  # requeued: the script names attempt 1's file
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=LAUNCH_TIMEOUT_S,
+            )
+        attempt1_out = (root / "attempt1.out").read_text()
+        assert second.returncode == 0, attempt1_out[-6000:]
+        (log1,) = [p for p in run.glob("metrics.attempt1.*.jsonl") if int(p.name.split(".")[2]) >= since]
+        timings["attempt1_s"] = time.monotonic() - t1
+
+        t2 = time.monotonic()
+        results = root / "results" / "train" / "toy" / "exgrpo" / "s0"
+        collected = subprocess.run(
+            [*cli, "verl-collect", "--run-dir", str(run), "--out", str(results)]
+            + ["--export-hf", str(root / "hf_final")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        assert collected.returncode == 0, collected.stdout + collected.stderr
+        timings["collect_s"] = time.monotonic() - t2
+        timings["total_s"] = time.monotonic() - t0
+        print(f"[verl_cpu_run] checkpoint k={k}, killed after logging step {killed_after}; timings {timings}")
+        (root / "timings.json").write_text(json.dumps(timings))
+        yield {
+            "root": root,
+            "paths": paths,
+            "run": run,
+            "ckpt": ckpt,
+            "debug": debug,
+            "k": k,
+            "log0": log0,
+            "log1": log1,
+            "steps0": logged_steps(log0),
+            "steps1": logged_steps(log1),
+            "tracker_end": tracker(ckpt),
+            "results": results,
+            "hf": root / "hf_final",
+            "timings": timings,
+            "collect_out": collected.stdout,
+            "job_log": attempt1_out,
+            "ray_tmp": ray_tmp,
+            "wandb": root / "wandb" if has_wandb else None,
+            "planted": PLANTED,
+            "save_freq": SAVE_FREQ,
+        }
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
