@@ -1,7 +1,6 @@
 """End to end through the real SLURM executor plugin, without a cluster: the stand-ins in
-slurm_standins/ (sbatch, srun, sacct, ...) come first on PATH, sbatch logs its argv and starts each
-job in the background (FAKE_SLURM_ASYNC=1: jobs that are ready at the same time run side by side, as on a
-cluster, and the plugin polls sacct for their ends), and the tests assert on the exact submission lines.
+slurm_standins/ (sbatch, srun, sacct, ...) come first on PATH, sbatch logs its argv and runs each
+job at once, and the tests assert on the exact submission lines.
 
 One Snakemake run serves every test here (each run costs a Snakemake start per job): the smoke target
 of the real Snakefile, plus one job of a probe rule that uses the per-backbone sizing helpers the
@@ -43,7 +42,6 @@ def e2e(tmp_path_factory, snakemake, workflow_copier, probe_writer):
     state = wf / ".fakeslurm"
     env = {
         "FAKE_SLURM_STATE": str(state),
-        "FAKE_SLURM_ASYNC": "1",
         "EXGRPO_SLURM_ACCOUNT": ACCOUNT,
         "EXGRPO_SLURM_PARTITION": "standin-cpu",
         "EXGRPO_SLURM_GPU_PARTITION": "standin-gpu",
