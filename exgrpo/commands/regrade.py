@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
 def regrade(args: argparse.Namespace) -> list[str]:
     """Regrade every cache under `args.cache`; returns one summary line per file."""
     from exgrpo.eval import cache
-    from exgrpo.eval.grading import GRADERS, GradingSettings, get_grader, grade_records
     from exgrpo.eval.generation import regions_from_meta
+    from exgrpo.eval.grading import GRADERS, GradingSettings, get_grader, grade_records
     from exgrpo.provenance import provenance
 
     if args.grader is not None and args.grader not in GRADERS:

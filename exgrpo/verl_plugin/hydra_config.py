@@ -35,6 +35,7 @@ import yaml
 from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.resolve import resolve
 from exgrpo.verl_plugin.reward_serving import check_reward_serving, reward_keys
+from exgrpo.verl_plugin.reward_serving import config_value as _get
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 """The plug-in's Hydra config directory (exgrpo_trainer.yaml)."""
@@ -222,16 +223,6 @@ def compose_run_config(run_dir: str | Path, overrides: list[str] | None = None) 
         raise FileNotFoundError(f"{run_dir / (RUN_CONFIG_NAME + '.yaml')}: run config not found")
     with initialize_config_dir(config_dir=str(run_dir), version_base=None):
         return compose(RUN_CONFIG_NAME, overrides=list(overrides or []))
-
-
-def _get(config: Any, dotted: str) -> Any:
-    node = config
-    for part in dotted.split("."):
-        try:
-            node = node[part]
-        except (KeyError, TypeError):
-            raise ConfigError(dotted, "missing from the verl config") from None
-    return node
 
 
 def exgrpo_config_from(config: Any) -> ExGRPOConfig:

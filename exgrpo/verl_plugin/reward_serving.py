@@ -71,12 +71,10 @@ def reward_keys(
 def check_reward_serving(config: Any, cfg: ExGRPOConfig) -> None:
     """The reward verl computes is the one `reward_kind` names: the plug-in's grader (binary) or the served
     reward model, never both (verl prefers a custom function over an enabled reward model)."""
-    from exgrpo.verl_plugin.hydra_config import _get  # hydra_config imports this module
-
-    served = bool(_get(config, "reward.reward_model.enable"))
-    custom = _get(config, "reward.custom_reward_function.path")
+    served = bool(config_value(config, "reward.reward_model.enable"))
+    custom = config_value(config, "reward.custom_reward_function.path")
     if cfg.reward_kind == "reward_model":
-        if not served or not _get(config, "reward.reward_model.model_path"):
+        if not served or not config_value(config, "reward.reward_model.model_path"):
             raise ConfigError(
                 "reward.reward_model.enable",
                 "must be true with a model_path: exgrpo.config.reward_kind is 'reward_model'",
@@ -94,3 +92,14 @@ def check_reward_serving(config: Any, cfg: ExGRPOConfig) -> None:
 
 
 __all__ = ["check_reward_serving", "reward_keys"]
+
+
+def config_value(config: Any, dotted: str) -> Any:
+    """The value at `dotted` (a.b.c) of a verl config, or an error naming the missing key."""
+    node = config
+    for part in dotted.split("."):
+        try:
+            node = node[part]
+        except (KeyError, TypeError):
+            raise ConfigError(dotted, "missing from the verl config") from None
+    return node

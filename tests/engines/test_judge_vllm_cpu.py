@@ -44,7 +44,10 @@ def test_prelim_judge_on_vllm_cpu_counts_unparseable_verdicts(tmp_path):
     entries = [json.loads(line) for line in cache.read_text().splitlines()]
     by_content = {e["prompt"][0]["content"]: e for e in entries}
     questions = {r["qid"]: r["question"] for r in make_splits(seed=0, sizes=SIZES)["train"]}
-    responses = {(t["problem_id"], t["sample_index"]): t["response"] for t in map(json.loads, texts.read_text().splitlines())}
+    responses = {
+        (t["problem_id"], t["sample_index"]): t["response"]
+        for t in map(json.loads, texts.read_text().splitlines())
+    }
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     verdicts = []
     for r in records:
@@ -54,7 +57,11 @@ def test_prelim_judge_on_vllm_cpu_counts_unparseable_verdicts(tmp_path):
         entry = by_content[text]
         assert entry["prompt"] == [{"role": "user", "content": text}]
         ids = tokenizer.apply_chat_template(
-            entry["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False, enable_thinking=True
+            entry["prompt"],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            enable_thinking=True,
         )
         # the token ids vLLM was prompted with are exactly the chat template's rendering of that prompt
         assert entry["engine_prompt"] == {"tokens": len(ids), "sha256": J.prompt_digest(ids)}

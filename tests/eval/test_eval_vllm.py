@@ -199,17 +199,23 @@ def test_the_cpu_args_change_only_what_vllms_cpu_build_needs():
     flags = backends.vllm_cpu_flags()
     assert flags == [
         "--tensor-parallel-size", "1", "--data-parallel-size", "1", "--dtype", "float32",
-        "--max-model-len", "256", "--enforce-eager",
+        "--max-model-len", "256", "--enforce-eager", "--gpu-memory-utilization", "0.1",
     ]  # fmt: skip
     parser = argparse.ArgumentParser()
     eval_cmd.add_arguments(parser)
     argv = ["--model", "/m", "--benchmarks", "tiny_test", "--profile", "tiny", "--out", "/o"]
     args = parser.parse_args([*argv, *flags])
     assert (args.tensor_parallel_size, args.data_parallel_size, args.dtype) == (1, 1, "float32")
-    assert (args.max_model_len, args.enforce_eager) == (256, True)
+    assert (args.max_model_len, args.enforce_eager, args.gpu_memory_utilization) == (256, True, 0.1)
     profile = get_profile("tiny")
     cluster = backends.vllm_model_args("/m", seed=0, profile=profile, tensor_parallel_size=8)
     cpu = backends.vllm_model_args("/m", seed=0, profile=profile, **backends.VLLM_CPU_ARGS)
     assert "enforce_eager" not in cluster and cpu["enforce_eager"] is True
     changed = {k for k in cpu if cluster.get(k) != cpu[k]}
-    assert changed == {"tensor_parallel_size", "dtype", "max_model_len", "enforce_eager"}
+    assert changed == {
+        "tensor_parallel_size",
+        "dtype",
+        "max_model_len",
+        "enforce_eager",
+        "gpu_memory_utilization",
+    }

@@ -53,7 +53,9 @@ def test_run_json_records_the_machine_and_torch_numerics(two_runs):
     assert machine["cpu_model"]["name"] and machine["logical_cpus"] >= 1
     numerics = machine["torch"]
     assert numerics["num_threads"] >= 1 and numerics["num_interop_threads"] >= 1
-    assert numerics["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    # the exgrpo command pins torch's AVX2 kernels on x86-64 (exgrpo.cli.CPU_KERNELS), and the run says so
+    pinned = machine["env"].get("ATEN_CPU_CAPABILITY") == "avx2"
+    assert numerics["cpu_capability"] == ("AVX2" if pinned else torch.backends.cpu.get_cpu_capability())
     assert numerics["blas"] and numerics["parallel_backend"]
     assert set(machine["env"]) >= {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR"}
 
