@@ -199,13 +199,18 @@ def test_paper_cpu_trains_tiny_bases_with_verl_and_its_own_trainer_settings():
     assert wf.study_run("tiny", "tiny-math", "exgrpo", 0).trainer.get("steps") != 8
 
 
-def test_paper_cpu_runs_the_real_engines_and_can_fall_back_to_the_stand_ins():
+def test_paper_cpu_is_on_the_stand_ins_and_can_run_the_real_engines():
+    """paper_cpu stays on the stand-in engines until its vLLM run passes end to end (config comment); a config
+    switches it to vLLM on the head-size-32 backbone."""
     studies = load().studies
-    assert studies["paper_cpu"].engines == "vllm" and studies["paper_cpu"].backbones == ("tiny-math-h32",)
-    assert {s.engines for n, s in studies.items() if n != "paper_cpu"} == {"stand_in"}  # the schema's default
+    assert studies["paper_cpu"].engines == "stand_in" and studies["paper_cpu"].backbones == ("tiny-math",)
+    assert {s.engines for s in studies.values()} == {"stand_in"}  # the schema's default
     config = copy.deepcopy(CONFIG)
-    _set("studies/paper_cpu/engines", "stand_in")(config)
-    assert load(config).studies["paper_cpu"].engines == "stand_in"
+    _set("studies/paper_cpu/engines", "vllm")(config)
+    _set("studies/paper_cpu/backbones", ["tiny-math-h32"])(config)
+    _set("studies/paper_cpu/ablation_backbones", ["tiny-math-h32"])(config)
+    study = load(config).studies["paper_cpu"]
+    assert study.engines == "vllm" and study.backbones == ("tiny-math-h32",)
 
 
 def test_cli_style_booleans_are_accepted():
