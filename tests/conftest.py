@@ -18,11 +18,9 @@ tests/security/test_no_secret_in_outputs.py searches for planted secrets (`verl_
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +28,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.verl_runs import kill_after_checkpoint, logged_steps, tracker
 
 PLANTED = {
     # "hf_" apart, so the tracked-files token scan (tests/workflow/test_environment.py) never meets a token here.
@@ -51,40 +51,6 @@ LAUNCH_TIMEOUT_S = 1200
 POLL_S = 0.2
 
 
-def _kill_tree(proc: subprocess.Popen, psutil) -> None:
-    """SIGKILL `proc` and every process under it (Ray's GCS, raylet and workers are its descendants)."""
-    try:
-        root = psutil.Process(proc.pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        procs = []
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.send_signal(signal.SIGKILL)
-    psutil.wait_procs(procs, timeout=30)
-    proc.wait(timeout=30)
-
-
-def tracker(ckpt_root: Path) -> int:
-    """verl's latest checkpointed step (0: none yet or being written)."""
-    try:
-        text = (ckpt_root / "latest_checkpointed_iteration.txt").read_text().strip()
-    except OSError:
-        return 0
-    return int(text) if text.isdigit() else 0
-
-
-def logged_steps(path: Path) -> list[int]:
-    """The steps a verl metrics file holds, in order (a line being written is left out)."""
-    if not path.exists():
-        return []
-    steps = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            steps.append(int(json.loads(line)["step"]))
-    return steps
-
-
 def _wait_for_second_boundary() -> None:
     time.sleep(max(0.0, 1.0 - (time.time() % 1)))  # the attempt files are ordered by their unix-second stamp
 
@@ -94,7 +60,7 @@ def verl_cpu_run(tmp_path_factory):
     """Run attempts 0 (killed) and 1 (resumed) and the collection; returns the paths and what was read."""
     pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
     pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
-    psutil = pytest.importorskip("psutil")  # required by snakemake (cpu extra) and TransferQueue (verl extra)
+    pytest.importorskip("psutil")  # required by snakemake (cpu extra) and TransferQueue (verl extra)
     from exgrpo.verl_plugin.cpu import demo
     from exgrpo.verl_plugin.cpu.rollout import LOG_ENV
 
@@ -136,23 +102,16 @@ def verl_cpu_run(tmp_path_factory):
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-            try:
-                while True:
-                    k = tracker(ckpt)
-                    if k >= SAVE_FREQ and max(logged_steps(log0), default=0) >= k:
-                        break
-                    if proc.poll() is not None:
-                        pytest.fail(
-                            f"attempt 0 ended (rc {proc.returncode}) before it could be killed after a "
-                            f"checkpoint:\n{(root / 'attempt0.out').read_text()[-4000:]}"
-                        )
-                    if time.monotonic() - t0 > LAUNCH_TIMEOUT_S:
-                        pytest.fail(
-                            f"attempt 0 saved no checkpoint in {LAUNCH_TIMEOUT_S} s; see {root / 'attempt0.out'}"
-                        )
-                    time.sleep(POLL_S)
-            finally:
-                _kill_tree(proc, psutil)
+            kill_after_checkpoint(
+                proc,
+                ckpt=ckpt,
+                log=log0,
+                out=root / "attempt0.out",
+                save_freq=SAVE_FREQ,
+                t0=t0,
+                timeout_s=LAUNCH_TIMEOUT_S,
+                poll_s=POLL_S,
+            )
         timings["attempt0_s"] = time.monotonic() - t0
         k = tracker(ckpt)
         killed_after = max(logged_steps(log0))

@@ -24,7 +24,9 @@ def test_main_command_installs_cpu_torch_and_runs_tiny():
     assert main, "the README must show the main command that runs the `tiny` target"
     assert "torch==2.13.0" in main[0]
     # the CPU build on any Linux machine: PyTorch's CPU index, not the registry's CUDA wheel of that version
-    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && " in main[0]
+    assert (
+        "pip install --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && " in main[0]
+    )
 
 
 def test_readme_switch_table_is_the_generated_one():

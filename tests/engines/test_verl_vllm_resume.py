@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.engines.conftest import HAS_VLLM, MODEL, SKIP_REASON
+from tests.verl_runs import kill_after_checkpoint, logged_steps, tracker
 
 pytestmark = [pytest.mark.real_engines, pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)]
 
@@ -130,7 +131,6 @@ def resumed_vllm_run(tmp_path_factory):
     pytest.importorskip("psutil")
     from exgrpo.verl_plugin.cpu import demo
     from exgrpo.verl_plugin.cpu.rollout import LOG_ENV
-    from tests.verl.test_verl_cpu_e2e import _kill_tree, _logged_steps, _tracker
 
     root = tmp_path_factory.mktemp("verl_vllm_resume")
     # Ray's sockets live under its temp dir; a short path keeps them within AF_UNIX's 107 bytes
@@ -162,24 +162,25 @@ def resumed_vllm_run(tmp_path_factory):
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-            try:
-                while True:
-                    if sockets is None and _logged_steps(log0):
-                        sockets = _inspect_vllm_server(proc.pid, ray_tmp / "ray" / "session_latest" / "logs")
-                    k = _tracker(ckpt)
-                    if sockets is not None and k >= SAVE_FREQ and max(_logged_steps(log0), default=0) >= k:
-                        break
-                    if proc.poll() is not None:
-                        pytest.fail(
-                            f"attempt 0 ended (rc {proc.returncode}) before it could be killed after a "
-                            f"checkpoint:\n{(root / 'attempt0.out').read_text()[-4000:]}"
-                        )
-                    if time.monotonic() - t0 > LAUNCH_TIMEOUT_S:
-                        pytest.fail(f"attempt 0 saved no checkpoint in {LAUNCH_TIMEOUT_S} s; see {out.name}")
-                    time.sleep(POLL_S)
-            finally:
-                _kill_tree(proc)
-        k = _tracker(ckpt)
+
+            def ready() -> bool:  # the vLLM server is inspected once, while the run is live
+                nonlocal sockets
+                if sockets is None and logged_steps(log0):
+                    sockets = _inspect_vllm_server(proc.pid, ray_tmp / "ray" / "session_latest" / "logs")
+                return sockets is not None
+
+            kill_after_checkpoint(
+                proc,
+                ckpt=ckpt,
+                log=log0,
+                out=root / "attempt0.out",
+                save_freq=SAVE_FREQ,
+                t0=t0,
+                timeout_s=LAUNCH_TIMEOUT_S,
+                poll_s=POLL_S,
+                ready=ready,
+            )
+        k = tracker(ckpt)
         # the attempt files are ordered by their unix-second stamp
         time.sleep(max(0.0, 1.0 - (time.time() % 1)))
         log1 = run / f"metrics.attempt1.{int(time.time())}.jsonl"
@@ -228,19 +229,19 @@ def test_replay_from_step_1_on_vllms_rollout_with_a_finite_loss(resumed_vllm_run
 
 
 def test_kill_and_restart_resumes_with_the_buffer_step_and_data_position_restored(resumed_vllm_run):
-    from tests.verl.test_verl_cpu_e2e import _equal_state_dirs, _logged_steps, _tracker
+    from tests.verl.test_verl_cpu_e2e import _equal_state_dirs
 
     k, ckpt, debug = resumed_vllm_run["k"], resumed_vllm_run["ckpt"], resumed_vllm_run["debug"]
     assert k >= SAVE_FREQ and k % SAVE_FREQ == 0
-    assert _logged_steps(resumed_vllm_run["log0"])[:k] == list(range(1, k + 1))
-    assert _logged_steps(resumed_vllm_run["log1"]) == [k + 1]  # resumed at k+1, not from the start
+    assert logged_steps(resumed_vllm_run["log0"])[:k] == list(range(1, k + 1))
+    assert logged_steps(resumed_vllm_run["log1"]) == [k + 1]  # resumed at k+1, not from the start
     restored = debug / f"resumed_step_{k}" / "exgrpo"
     assert restored.is_dir(), f"attempt 1 restored no plug-in state of step {k}"
     n_buffered = _equal_state_dirs(ckpt / f"global_step_{k}" / "exgrpo", restored)
     assert n_buffered > 0, "the checkpointed buffer was empty: the comparison proves nothing"
     state = json.loads((restored / "plugin_state.json").read_text())
     assert state["step"] == k and state["data_order"]["pos"] > 0
-    assert _tracker(ckpt) == k + 1
+    assert tracker(ckpt) == k + 1
 
 
 def test_the_resumed_vllm_engine_starts_from_the_checkpointed_actor(resumed_vllm_run):

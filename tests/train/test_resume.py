@@ -3,13 +3,15 @@
 Kill points (issue 4 item 5, issue 9): a mid-run step, the step where the data crosses an epoch
 boundary, and the step right after replay activates. Each is found in an uninterrupted reference
 run's log; the job is killed as soon as that step's row appears, then started again with the same
-arguments, and must reproduce the reference log (timings aside) and final weights exactly.
+arguments, and must reproduce the reference log (timings aside) and final weights exactly. One run is
+killed at each point in turn, so the three points cost one run's steps, not three.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -30,8 +32,12 @@ def _log(path: Path) -> list[dict]:
     return [json.loads(line) for line in open_text(path) if line.strip()]
 
 
-def _run_and_kill(cmd: list[str], live_log: Path, kill_step: int, timeout: float = 600) -> None:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+def _run_and_kill(cmd: list[str], live_log: Path, stdout: Path, kill_step: int, timeout: float = 600) -> int:
+    """Start `cmd`, SIGKILL it (and its verifier workers) once the live log has the row of `kill_step`;
+    return the step it started from. The log is read only after the job says where it starts, which it
+    does after truncating the log to its checkpoint, so a previous start's rows never trigger the kill."""
+    with open(stdout, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + timeout
     try:
         while time.time() < deadline:
@@ -39,16 +45,17 @@ def _run_and_kill(cmd: list[str], live_log: Path, kill_step: int, timeout: float
                 pytest.fail(
                     f"job finished before kill step {kill_step}: {proc.stderr.read().decode()[-2000:]}"
                 )
-            if live_log.exists():
+            started = re.search(r"(?:resuming|training) from step (\d+)", stdout.read_text())
+            if started and live_log.exists():
                 steps = [
                     json.loads(ln).get("step", 0)
                     for ln in live_log.read_text().splitlines()
                     if ln.strip().endswith("}")
                 ]
                 if steps and max(steps) >= kill_step:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the job and its verifier workers
+                    os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-                    return
+                    return int(started.group(1))
             time.sleep(0.05)
         pytest.fail(f"kill step {kill_step} not reached in {timeout} s")
     finally:
@@ -76,20 +83,29 @@ def _kill_points(rows: list[dict]) -> dict[str, int]:
     return {"mid_run": 4, "epoch_boundary": epoch + 1, "after_replay_activates": replay + 1}
 
 
-@pytest.mark.parametrize("point", ["mid_run", "epoch_boundary", "after_replay_activates"])
-def test_sigkill_then_resume_is_bit_identical(point, reference, train_cmd, tmp_path):
-    kill_step = _kill_points(reference["rows"])[point]
+def test_sigkill_at_each_point_then_resume_is_bit_identical(reference, train_cmd, tmp_path):
+    """One run killed at every kill point in turn (each restart resumes and is killed at the next point),
+    then finished: its log and weights are the uninterrupted reference's. A resume that went wrong at any
+    point would change every step after it; one chain costs half the training steps of a run per point."""
+    points = _kill_points(reference["rows"])
     last = max(r["step"] for r in reference["rows"])
-    assert kill_step < last, f"{point}: kill step {kill_step} must come before the last step {last}"
+    kill_steps = sorted(set(points.values()))
+    assert kill_steps[-1] < last, f"kill points {points} must come before the last step {last}"
     cmd = train_cmd(tmp_path / "res", tmp_path / "ckpt")
-    _run_and_kill(cmd, tmp_path / "ckpt" / "log.jsonl", kill_step)
-    assert not (tmp_path / "res" / "run.json").exists(), "a killed run must not look complete"
+    starts = []
+    for kill_step in kill_steps:
+        starts.append(_run_and_kill(cmd, tmp_path / "ckpt" / "log.jsonl", tmp_path / "stdout", kill_step))
+        assert not (tmp_path / "res" / "run.json").exists(), "a killed run must not look complete"
+    # each restart resumes from the checkpoint of the step before the kill, or of the kill step itself
+    assert starts[0] == 1, starts
+    for kill_step, start in zip(kill_steps, starts[1:]):
+        assert start - 1 in (kill_step - 1, kill_step), (points, starts)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     run = json.loads((tmp_path / "res" / "run.json").read_text())
-    assert run["resumed_from"] >= 1, "the second start must resume from a checkpoint, not from scratch"
-    assert _stable(_log(tmp_path / "res" / TRAIN_LOG)) == _stable(reference["rows"])
-    assert run["summary"]["weights_sha256"] == reference["sha"]
+    assert run["resumed_from"] >= kill_steps[-1] - 1, "the last start must resume from a checkpoint"
+    assert _stable(_log(tmp_path / "res" / TRAIN_LOG)) == _stable(reference["rows"]), points
+    assert run["summary"]["weights_sha256"] == reference["sha"], points
 
 
 def test_reference_run_exercises_replay_and_epochs(reference):

@@ -43,6 +43,8 @@ psutil = pytest.importorskip("psutil")
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
+from tests.verl_runs import kill_tree, tracker  # noqa: E402
+
 PLANNED = 12
 """Every attempt is planned for this many steps and stopped long before."""
 TIMEOUT_S = 1500
@@ -61,23 +63,6 @@ if [ "$attempt" = 4 ]; then export {fail_env}=0.5; fi
 exec > {root}/attempt$attempt.out 2>&1
 exec bash {run}/launch_single_node.sh {overrides}
 """
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(psutil.NoSuchProcess):
-        root = psutil.Process(proc.pid)
-        procs = [root, *root.children(recursive=True)]
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(procs, timeout=30)
-    proc.wait(timeout=30)
-
-
-def _tracker(ckpt: Path) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        return int((ckpt / "latest_checkpointed_iteration.txt").read_text().strip())
-    return 0
 
 
 def _logged(path: Path) -> dict[int, dict]:
@@ -152,17 +137,17 @@ class Launched(Attempt):
         return self.proc.poll()
 
     def abort(self) -> None:
-        _kill_tree(self.proc)
+        kill_tree(self.proc)
 
     def kill(self) -> None:
-        _kill_tree(self.proc)
+        kill_tree(self.proc)
         self._fh.close()
 
     def wait(self) -> int:
         try:
             rc = self.proc.wait(timeout=TIMEOUT_S)
         finally:
-            _kill_tree(self.proc)  # Ray processes a failed driver left behind
+            kill_tree(self.proc)  # Ray processes a failed driver left behind
             self._fh.close()
         return rc
 
@@ -273,20 +258,20 @@ def drills(tmp_path_factory):
     on_disk["staged_after_checkpoint_kill"] = sorted(
         p.name for p in (ckpt / ".staging").glob("global_step_*")
     )
-    on_disk["tracker_after_checkpoint_kill"] = _tracker(ckpt)
+    on_disk["tracker_after_checkpoint_kill"] = tracker(ckpt)
 
     job = _drill_job(paths, root, common)
     try:
         a[3] = SlurmRun(paths, root, 3, job, restart=0)
         job.id = job.slurm("sbatch", "--requeue", "-D", str(paths["run"]), str(root / "drill_job.sh"))
-        a[3].until(lambda: _tracker(ckpt) >= 5 and max(_logged(a[3].log), default=0) >= 5, "checkpoint 5")
+        a[3].until(lambda: tracker(ckpt) >= 5 and max(_logged(a[3].log), default=0) >= 5, "checkpoint 5")
         job.slurm("scontrol", "requeuehold", job.id)  # preempted: SIGTERM now, SIGKILL after SIGTERM_GRACE_S
         a[3].wait()  # until the job has ended and is pending
         (run,) = job.record()["runs"]
-        on_disk["sigterm"] = {**run, "logged": max(_logged(a[3].log), default=0), "tracker": _tracker(ckpt)}
+        on_disk["sigterm"] = {**run, "logged": max(_logged(a[3].log), default=0), "tracker": tracker(ckpt)}
         on_disk["sigterm"]["show"] = job.show()
 
-        latest = _tracker(ckpt)
+        latest = tracker(ckpt)
         on_disk["corrupted"] = latest
         weights = sorted((ckpt / f"global_step_{latest}" / "actor").rglob("*.pt")) or sorted(
             p for p in (ckpt / f"global_step_{latest}" / "actor").rglob("*") if p.is_file()
