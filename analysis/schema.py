@@ -12,6 +12,7 @@ object), "list". A trailing "?" means the value may be null / missing.
 from __future__ import annotations
 
 from exgrpo import metrics as M  # the metric registry: pure Python, no runtime
+from exgrpo.metrics_verl import is_verl_passthrough
 
 SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro", "paper-cpu", "smoke")
 """The shipped studies' sub-directories of results/ (`smoke`: the CI plumbing run, never committed), the
@@ -142,7 +143,7 @@ def train_row_problem(row: dict) -> tuple[str, str] | None:
                     f"legacy key (it meant {alias} in CPU-trainer logs, the all-rows mean in verl logs); "
                     f"here it differs from {alias!r}: re-collect the run (reward/batch_mean)"
                 )
-        elif M.lookup(key) is None and not M.is_verl_passthrough(key):
+        elif M.lookup(key) is None and not is_verl_passthrough(key):
             return key, "unknown metric: not in the registry exgrpo.metrics (nor a verl namespace there)"
     return None
 

@@ -4,15 +4,15 @@ A results log (`results/<source>/train/.../log.jsonl.gz`, results/README.md) has
 runtime made it. The step's counts are computed and named once, by the core (`exgrpo.core.step_metrics`), and
 both runtimes log them under these names, each the ones `writers` lists it for. verl computes some others under
 its own namespaces (`actor/exgrpo/...`, `critic/score/mean`, `timing_s/...`: `Metric.verl_key`), and the plug-in
-renames them to these names before verl's trackers log them (`live_names`), so both runtimes show one vocabulary
-live; `exgrpo verl-collect` applies the same map (`verl_key_map`) to read logs written before that (where the
+renames them to these names before verl's trackers log them (`exgrpo.metrics_verl.live_names`), so both runtimes
+show one vocabulary live; `exgrpo verl-collect` applies the same map (`metrics_verl.verl_key_map`) to read logs written before that (where the
 plug-in's own counts were `exgrpo/...` keys).
 `analysis.loader` checks every training log against `lookup`: an
 unknown key is an error naming it. Pure Python, no torch: the analysis imports it without a runtime.
 
 Where a metric is computed differently by the two runtimes, its meaning says how, and it is a number of the
 same quantity. Keys verl computes itself and the project does not interpret (its perf, timing and actor
-statistics) pass through under their verl names: `VERL_NAMESPACES`.
+statistics) pass through under their verl names: `metrics_verl.VERL_NAMESPACES`.
 """
 
 from __future__ import annotations
@@ -145,9 +145,6 @@ VAL_BENCHMARK = _m(
 )
 VERL_VALIDATION_NAMESPACES: tuple[str, ...] = ("val-core/", "val-aux/")
 """verl's validation namespaces: verl-collect puts a metric under one of them on the step's validation row."""
-VERL_VAL_CORE_ACC = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
-"""verl's accuracy on one data source, mean@N over N samples per question: `VAL_BENCHMARK` is read from the
-largest N logged."""
 
 
 def val_benchmark_key(benchmark: str) -> str:
@@ -253,17 +250,6 @@ UPDATE_BY_KEY: dict[str, Metric] = {
 }
 """The update's metrics by the key the core loss (`core.loss_batch.loss_metrics`) and the trainers report them
 under (`pg_loss`, `grad_norm`, ...)."""
-VERL_ACTOR_PREFIX = "actor/"
-"""verl prefixes every metric an actor worker's loss returns with this: the worker reports `verl_key` without it."""
-
-
-def worker_key(metric: Metric) -> str:
-    """The key verl's actor worker returns a loss metric under (its `verl_key` less verl's `actor/` prefix)."""
-    if metric.verl_key is None or not metric.verl_key.startswith(VERL_ACTOR_PREFIX):
-        raise ValueError(f"{metric.name} is not a metric of verl's actor worker")
-    return metric.verl_key.removeprefix(VERL_ACTOR_PREFIX)
-
-
 # ------------------------------------------------------------------------------------------ plug-in only
 FRESH_QUESTIONS = _m("exgrpo/fresh_questions", "Fresh questions in the step.", "count", VERL)
 REPLAY_ROWS = _m("exgrpo/replay_rows", "Replayed rows in the step's batch.", "count", VERL)
@@ -347,30 +333,6 @@ METRICS: tuple[Metric, ...] = (
 )
 """The registry: every key of a training log."""
 
-VERL_NAMESPACES: tuple[str, ...] = (
-    "actor/",
-    "critic/",
-    "training/",
-    "validation/",
-    "perf/",
-    "rollout/",
-    "rollout_corr/",
-    "global_seqlen/",
-    "response_length/",
-    "response_length_non_aborted/",
-    "prompt_length/",
-    "num_turns/",
-    "tool_call_counts/",
-    "agent_loop/",
-    "timing_s/",
-    "timing_per_token_ms/",
-    "response/",
-    *VERL_VALIDATION_NAMESPACES,
-    "verl/",
-)
-"""verl's own metric namespaces, kept in a collected log under their verl names (see verl's documentation).
-`verl/` holds any other key verl logged that the registry does not know (verl-collect prefixes it)."""
-
 LEGACY_ALIASES: dict[str, str] = {
     "reward/mean": "pass1",
 }
@@ -401,29 +363,6 @@ def lookup(key: str) -> Metric | None:
     return next((m for m in _FAMILIES if m.pattern().match(key)), None)
 
 
-def is_verl_passthrough(key: str) -> bool:
-    """A verl metric kept under its own name (one of `VERL_NAMESPACES`)."""
-    return key.startswith(VERL_NAMESPACES)
-
-
-def verl_key_map() -> dict[str, str]:
-    """verl / plug-in key -> results-log key, for every metric verl records under another name."""
-    return {m.verl_key: m.name for m in METRICS if m.verl_key}
-
-
-_LIVE_RENAMES = verl_key_map()
-
-
-def live_names(metrics: dict[str, object]) -> dict[str, object]:
-    """Rename, in place, every key verl or the plug-in records under another name (`Metric.verl_key`) to its
-    registry name, and return the dict: the plug-in calls it on each step's metrics before verl's trackers log
-    them, so console, file, TensorBoard and W&B show the CPU trainer's names live. Idempotent."""
-    for key, name in _LIVE_RENAMES.items():
-        if key in metrics:
-            metrics[name] = metrics.pop(key)
-    return metrics
-
-
 def written_by(runtime: str) -> list[Metric]:
     """The metrics a runtime writes."""
     return [m for m in METRICS if runtime in m.writers]
@@ -445,18 +384,12 @@ __all__ = [
     "TINY",
     "UPDATE_BY_KEY",
     "VERL",
-    "VERL_ACTOR_PREFIX",
-    "VERL_NAMESPACES",
     "VERL_VALIDATION_NAMESPACES",
-    "VERL_VAL_CORE_ACC",
     "Metric",
     "is_validation_key",
-    "is_verl_passthrough",
     "lookup",
     "markdown_table",
     "val_benchmark_key",
-    "verl_key_map",
-    "worker_key",
     "written_by",
 ]
 

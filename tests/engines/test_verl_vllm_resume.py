@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import HAS_VLLM, MODEL, SKIP_REASON
+from tests.engines.conftest import HAS_VLLM, MODEL, SKIP_REASON, children_on_torchs_own_kernels
 from tests.verl_runs import kill_after_checkpoint, logged_steps, tracker
 
 pytestmark = [pytest.mark.real_engines, pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)]
@@ -146,7 +146,8 @@ def resumed_vllm_run(tmp_path_factory):
     common = [f"trainer.save_freq={SAVE_FREQ}", f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}"]
 
     def launch_env(log: Path) -> dict[str, str]:
-        full = demo.launch_env(log, env)
+        with children_on_torchs_own_kernels():
+            full = demo.launch_env(log, env)
         return {k: v for k, v in full.items() if k not in drop}
 
     t0 = time.monotonic()
@@ -220,9 +221,11 @@ def test_replay_from_step_1_on_vllms_rollout_with_a_finite_loss(resumed_vllm_run
     assert steps[1]["update/replay_active"] == 1.0  # delayed start off: replay is on from the first step
     replaying = {s: d for s, d in steps.items() if d.get("exgrpo/replay_rows", 0) > 0}
     assert replaying, f"no step replayed: {[(s, d.get('exgrpo/replay_rows')) for s, d in steps.items()]}"
+    # a replayed trajectory is a stored correct one (binary reward). Whether its group is mixed (0 < k < K) is
+    # up to the fresh samples: tiny-math-h32 solves the demo task's questions nearly always (pass1 0.97-1.0 on
+    # 2026-12-04), so a replayed question's group can be all correct; tests/verl/test_verl_cpu_e2e.py checks
+    # the mixed groups on the stand-in rollout.
     for s, d in replaying.items():
-        assert d["groups/mixed_fraction"] > 0, f"step {s}"
-        # a replayed trajectory is a stored correct one (binary reward)
         assert d["exgrpo/replay_reward_mean"] == 1.0, f"step {s}"
     for s, d in steps.items():
         assert math.isfinite(d["update/loss"]), f"step {s}: loss {d['update/loss']}"

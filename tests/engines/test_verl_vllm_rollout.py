@@ -19,7 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.engines.conftest import HAS_VLLM, LOGPROB_ATOL, MODEL, SKIP_REASON
+from tests.engines.conftest import (
+    HAS_VLLM,
+    LOGPROB_ATOL,
+    MODEL,
+    SKIP_REASON,
+    children_on_torchs_own_kernels,
+)
 
 pytestmark = [pytest.mark.real_engines, pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)]
 
@@ -47,14 +53,15 @@ def vllm_run(tmp_path_factory):
     log = run / f"metrics.attempt0.{int(time.time())}.jsonl"
     weights_log = root / "rollout_weights.jsonl"
     t0 = time.monotonic()
-    done = demo.launch(
-        run,
-        ["trainer.save_freq=-1", f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}"],
-        log=log,
-        env={LOG_ENV: str(weights_log)},
-        timeout=LAUNCH_TIMEOUT_S,
-        capture=True,
-    )
+    with children_on_torchs_own_kernels():
+        done = demo.launch(
+            run,
+            ["trainer.save_freq=-1", f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}"],
+            log=log,
+            env={LOG_ENV: str(weights_log)},
+            timeout=LAUNCH_TIMEOUT_S,
+            capture=True,
+        )
     (root / "run.out").write_text(done.stdout + done.stderr)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
     print(f"[verl_vllm_cpu] {STEPS} steps in {time.monotonic() - t0:.0f} s; output {root / 'run.out'}")

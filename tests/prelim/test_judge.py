@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 
@@ -182,6 +183,22 @@ def test_vllm_judge_call_arguments(fake_vllm):
     assert conversations == [judge.prompt(item) for item in ITEMS[:3]]
     assert params.kwargs is fake_vllm["sampling"]
     assert kwargs == {"use_tqdm": True, "chat_template_kwargs": {"enable_thinking": True}}
+
+
+def test_the_cpu_judge_seeds_the_engine_not_each_request(fake_vllm):
+    """vLLM's CPU generators have no offset (JudgeSettings.request_seed): the CPU flags drop the per-request
+    seed, the engine keeps the run's seed, and the paper route's default keeps both."""
+    from exgrpo.commands import prelim_analyze
+
+    flags = J.judge_vllm_cpu_flags()
+    assert "--judge-no-request-seed" in flags and "--judge-request-seed" not in flags
+    parser = argparse.ArgumentParser()
+    prelim_analyze.add_arguments(parser)
+    base = ["--model", "m", "--data", "d", "--out", "o.parquet", "--judge", "llm", "--judge-model", "j"]
+    assert parser.parse_args(base).judge_request_seed is True
+    assert parser.parse_args([*base, *flags]).judge_request_seed is False
+    J.LLMJudge(J.JudgeSettings(seed=7, request_seed=False)).judge(ITEMS[:1])
+    assert fake_vllm["llm"]["seed"] == 7 and fake_vllm["sampling"]["seed"] is None
 
 
 def test_vllm_policy_sampling_arguments(fake_vllm):

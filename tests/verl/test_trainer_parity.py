@@ -221,6 +221,7 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
     assert t.manager.records == cpu.manager.records and len(cpu.manager.records) == 4  # q1 twice: two groups
     assert t.manager.pass1 == pytest.approx(cpu.manager.pass1)
     from exgrpo import metrics as M
+    from exgrpo import metrics_verl as MV
 
     # the step's counts come from the core under the registry's names on both routes: every key both write
     # holds the same number (timings aside; entropy and length are sums over differently padded rows)
@@ -239,14 +240,14 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
     assert verl_metrics[M.REPLAY_ROWS.name] == len(plan) and verl_metrics[M.FRESH_QUESTIONS.name] == 2.0
     # one vocabulary live: the plug-in's step metrics, renamed as its _compute_metrics hook does before verl's
     # trackers log them, carry the CPU trainer's names for every quantity both routes write
-    live = M.live_names(dict(verl_metrics))
+    live = MV.live_names(dict(verl_metrics))
     both = {k for k in live if (m := M.lookup(k)) is not None and M.TINY in m.writers}
     cpu_names = set(cpu_metrics) | {
         M.TRAINING_QUESTIONS.name,
         M.DATA_EPOCH.name,
     }  # run_training adds these two
     assert both and both <= cpu_names, sorted(both - cpu_names)
-    assert not set(live) & set(M.verl_key_map()), "a key left under its verl name"
+    assert not set(live) & set(MV.verl_key_map()), "a key left under its verl name"
     assert live["groups/mixed_fraction"] == cpu_metrics["groups/mixed_fraction"]
 
     # ---- the loss: the CPU trainer's call on its whole batch vs the installed loss on verl's layout

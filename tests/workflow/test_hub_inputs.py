@@ -117,6 +117,36 @@ def test_local_inputs_keep_the_local_paths(workflow_copier, snakemake, tmp_path)
     }
 
 
+def test_every_tiny_scale_job_of_a_hub_cache_study_reads_the_cache(wf, snakemake):
+    """The study's own jobs (not a probe): each training, evaluation and preliminary-study job waits for the
+    cache manifest and runs offline on the repos resolved by id and revision; the local folders appear only
+    where a job writes (its own run's final model is local, as on a cluster)."""
+    os.symlink(ROOT / "models", wf / "models")
+    (wf / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
+    done = snakemake(
+        "-n", "-p", "paper_cpu", "--configfile", "overlay.yaml", cwd=wf, env={"PYTHONPATH": str(ROOT)}
+    )
+    assert done.returncode == 0, done.stdout[-4000:]
+    registry = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
+    data_rev = json.loads((ROOT / "config/locks/tiny-task-s0.json").read_text())["revision"]
+    data = f"$(exgrpo hf-cache path exgrpo-tiny/tiny-task-s0 --revision {data_rev} --repo-type dataset)"
+    base = (
+        f"$(exgrpo hf-cache path exgrpo-tiny/tiny-math-h32 --revision {registry['tiny-math-h32']['revision']}"
+    )
+    jobs = [j for j in done.jobs if j.rule in ("train_verl_cpu", "eval_tiny", "prelim_tiny")]
+    assert {j.rule for j in jobs} == {"train_verl_cpu", "eval_tiny", "prelim_tiny"}
+    for job in jobs:
+        assert job.shell.startswith("export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 && "), job
+        assert f"--data {data}" in job.shell and "work/paper-cpu/data/s0" not in job.shell, job.shell
+        assert "models/tiny/" not in job.shell, job.shell
+    assert all(
+        base in j.shell for j in jobs if j.rule == "train_verl_cpu" or j.wildcards["variant"] == "base"
+    )
+    (prelim,) = [j for j in jobs if j.rule == "prelim_tiny"]
+    assert f'--judge llm --judge-model "{base}' in prelim.shell
+    assert "hf_cache_tiny" in {j.rule for j in done.jobs}
+
+
 def test_hub_cache_is_a_tiny_scale_setting():
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     backbones = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]

@@ -5,7 +5,9 @@ the runs say they ran on the cluster's engines: verl's vLLM rollout, lm-eval's `
 in every results file.
 
 `EXGRPO_PAPER_CPU_RESULTS=<folder>` points the checks at another run's `<results_dir>/paper-cpu` (a rerun into
-reruns/, before `exgrpo promote` copies it over the committed one)."""
+reruns/, before `exgrpo promote` copies it over the committed one); `EXGRPO_PAPER_CPU_CONFIG=<overlay.yaml>` and
+`EXGRPO_PAPER_CPU_STUDY=<name>` at a run made with an overlay `--configfile` (merged as Snakemake merges it) and a
+study of that name (default `paper_cpu`)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,12 @@ from exgrpo.io import read_jsonl
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(os.environ.get("EXGRPO_PAPER_CPU_RESULTS", ROOT / "results" / "paper-cpu"))
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-STUDY, BENCHMARKS = CONFIG["studies"]["paper_cpu"], CONFIG["benchmarks"]
+if os.environ.get("EXGRPO_PAPER_CPU_CONFIG"):
+    from snakemake.utils import update_config
+
+    update_config(CONFIG, yaml.safe_load(Path(os.environ["EXGRPO_PAPER_CPU_CONFIG"]).read_text()))
+STUDY = CONFIG["studies"][os.environ.get("EXGRPO_PAPER_CPU_STUDY", "paper_cpu")]
+BENCHMARKS = CONFIG["benchmarks"]
 BACKBONE, SEED = STUDY["backbones"][0], STUDY["seeds"][0]
 VARIANTS = [*STUDY["methods"], *STUDY["prelim"]]
 ON_VLLM = STUDY.get("engines", "stand_in") == "vllm"
@@ -59,6 +66,9 @@ def test_verl_trained_every_run_on_cpu_for_the_configured_steps(variant):
     assert (
         run["git_commit"] and run["machine"] and run["config"]["method"]["method"] in ("exgrpo", "on_policy")
     )
+    if STUDY.get("inputs") == "hub_cache":  # the base and the data were read by repo id from the hub cache
+        model = run["verl_config"]["actor_rollout_ref"]["model"]["path"]
+        assert f"/hub/models--exgrpo-tiny--{BACKBONE}/snapshots/" in model, model
     steps = sorted({row["step"] for row in _log(variant)})
     assert steps == list(range(1, STUDY["trainer"]["steps"] + 1))
 
@@ -125,6 +135,19 @@ def test_vllms_version_is_in_every_results_files_versions():
     assert here is None or all(
         v["vllm"] == here for _, d in _results_documents() for v in _versions(d)
     )  # one engine environment wrote them all (checked when this environment has vLLM)
+
+
+@pytest.mark.skipif(not ON_VLLM, reason="the study runs the stand-in engines (engines: stand_in)")
+def test_the_judge_ran_on_vllm_and_counted_every_verdict():
+    """The paper route's LLM judge on the real engine: its prompt, parsing and counting of replies that are no
+    verdict (a tiny judge model mostly answers with a number, not yes/no) ran for every trajectory."""
+    import pyarrow.parquet as pq
+
+    path = RESULTS / "prelim" / BACKBONE / f"trajectories.on_policy.s{SEED}.parquet"
+    meta = json.loads(pq.read_schema(path).metadata[b"exgrpo"])
+    assert meta["provenance"]["config"]["judge"].startswith("llm:"), meta["provenance"]["config"]["judge"]
+    assert meta["provenance"]["versions"]["vllm"]
+    assert sum(meta["summary"]["verdicts"].values()) == pq.read_metadata(path).num_rows > 0
 
 
 def test_the_preliminary_study_and_the_figures_were_rendered():

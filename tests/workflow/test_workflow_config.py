@@ -200,8 +200,8 @@ def test_paper_cpu_trains_tiny_bases_with_verl_and_its_own_trainer_settings():
 
 
 def test_paper_cpu_is_on_the_stand_ins_and_can_run_the_real_engines():
-    """paper_cpu stays on the stand-in engines until its vLLM run passes end to end (config comment); a config
-    switches it to vLLM on the head-size-32 backbone."""
+    """paper_cpu stays on the stand-in engines until results/paper-cpu is regenerated on vLLM (config comment); a
+    config switches it to vLLM on the head-size-32 backbone."""
     studies = load().studies
     assert studies["paper_cpu"].engines == "stand_in" and studies["paper_cpu"].backbones == ("tiny-math",)
     assert {s.engines for s in studies.values()} == {"stand_in"}  # the schema's default

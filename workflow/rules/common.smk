@@ -241,6 +241,25 @@ def tiny_eval_backend_args(source):
     return " ".join(["--backend vllm", *vllm_cpu_flags()])
 
 
+def tiny_engine_threads(wc):
+    """`threads:` of a tiny-scale evaluation or preliminary-study job: one (tiny_model_args) on the stand-ins;
+    on the real engines the cores of a verl CPU run (VERL_CPU_THREADS), so that a vLLM engine never shares
+    them with another: each binds every core of its NUMA node, and two evaluations started together on the
+    2-core machine lost their vLLM workers at the same moment (docs/real-engines.md)."""
+    return VERL_CPU_THREADS if study_engines(wc.source) == "vllm" else 1
+
+
+def tiny_engine_env(source):
+    """Shell prefix of a tiny-scale evaluation or preliminary-study job: on the real engines, the environment
+    vLLM's CPU build runs under there (exgrpo.eval.backends.VLLM_CPU_ENV); nothing on the stand-ins.
+    """
+    if study_engines(source) != "vllm":
+        return ""
+    from exgrpo.eval.backends import vllm_cpu_env_prefix
+
+    return vllm_cpu_env_prefix()
+
+
 VERL_CPU_THREADS = 2
 """Cores of a verl CPU-mode run: its driver, Ray, the FSDP worker and the rollout server share them."""
 VERL_CPU_RESOURCES = {"mem_mb": 16000, "runtime": 120}

@@ -12,6 +12,7 @@ rule eval_tiny:
     input:
         model=eval_model_input,
         data=study_data,
+        hub=tiny_hub_inputs,
     output:
         [
             f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{bench}.{{profile}}.json"
@@ -25,19 +26,21 @@ rule eval_tiny:
         )
     conda:
         "../envs/cpu.yaml"
-    threads: 1
+    threads: tiny_engine_threads
     resources:
         **backbone_resources("eval"),
     params:
-        model=eval_model_path,
+        model=tiny_eval_model_arg,
         benchmarks=",".join(eval_benchmarks("tiny")),
-        data=input_folder("data"),
+        data=lambda wc: tiny_data_arg(wc.source),
+        offline=lambda wc: tiny_offline_prefix(wc.source),
+        engine_env=lambda wc: tiny_engine_env(wc.source),
         out=output_folder(),
         code=code_digest_of("eval"),  # a change to the evaluation code re-evaluates
         limit=lambda wc: eval_limit_arg(wc.source),
         backend=lambda wc: tiny_eval_backend_args(wc.source),
     shell:
-        "exgrpo eval {params.backend} --model {params.model} --benchmarks {params.benchmarks}"
+        "{params.offline}{params.engine_env}exgrpo eval {params.backend} --model {params.model} --benchmarks {params.benchmarks}"
         " --profile {wildcards.profile} --data {params.data} --out {params.out}"
         " --seed {wildcards.seed} --threads {threads} {params.limit} --no-progress > {log} 2>&1"
 

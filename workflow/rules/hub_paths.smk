@@ -73,6 +73,13 @@ def tiny_base_arg(source, backbone):
     return _hub_path_cmd(entry["hf_id"], entry["revision"])
 
 
+def tiny_eval_model_arg(wc):
+    """`--model` of a tiny-scale evaluation: the run's final model, or for `base` the base (tiny_base_arg)."""
+    if wc.variant == "base":
+        return tiny_base_arg(wc.source, wc.backbone)
+    return eval_model_path(wc)
+
+
 def tiny_prelim_judge_args(source):
     """`exgrpo prelim-analyze` judge flags of a tiny-scale study: the exact step checker, or on the real engines
     the paper route's LLM judge on vLLM with a tiny judge model (JUDGE_VLLM_CPU_ARGS its only differences).

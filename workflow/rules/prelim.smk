@@ -9,6 +9,7 @@ rule prelim_tiny:
     input:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         data=study_data,
+        hub=tiny_hub_inputs,
     output:
         f"{RESULTS}/{{source}}/prelim/{{backbone}}/trajectories.{{variant}}.s{{seed}}.parquet",
     log:
@@ -17,16 +18,19 @@ rule prelim_tiny:
         bench_file("{source}", "prelim", "{backbone}", "{variant}", "s{seed}")
     conda:
         "../envs/cpu.yaml"
-    threads: 1
+    threads: tiny_engine_threads
     resources:
         **backbone_resources("judge"),
     params:
         model=lambda wc: f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final",
-        data=input_folder("data"),
+        data=lambda wc: tiny_data_arg(wc.source),
+        offline=lambda wc: tiny_offline_prefix(wc.source),
+        engine_env=lambda wc: tiny_engine_env(wc.source),
+        judge=lambda wc: tiny_prelim_judge_args(wc.source),
         questions=lambda wc: 64 if study_of_source(wc.source).budget == "smoke" else 400,
     shell:
-        "exgrpo prelim-analyze --model {params.model} --data {params.data} --split train"
-        " --questions {params.questions} --k 8 --judge step --seed {wildcards.seed}"
+        "{params.offline}{params.engine_env}exgrpo prelim-analyze --model {params.model} --data {params.data} --split train"
+        " --questions {params.questions} --k 8 {params.judge} --seed {wildcards.seed}"
         " --backbone {wildcards.backbone} --out {output} --no-progress > {log} 2>&1"
 
 

@@ -68,6 +68,7 @@ rule train_tiny:
         init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
         segments=last_segment,  # the segment before it, under a partition limit (segments.smk)
+        hub=tiny_hub_inputs,  # `inputs: hub_cache`: the published repos (hub_paths.smk)
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
@@ -84,13 +85,14 @@ rule train_tiny:
     resources:
         **train_resources(),
     params:
-        data=input_folder("data"),
-        init=input_folder("init"),
+        data=lambda wc: tiny_data_arg(wc.source),
+        init=lambda wc: tiny_base_arg(wc.source, wc.backbone),
+        offline=lambda wc: tiny_offline_prefix(wc.source),
         out=output_folder("run"),
         ckpt=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         code=code_digest_of("train_tiny"),
     shell:
-        "exgrpo train --run-file {input.run} --data {params.data} --init {params.init}"
+        "{params.offline}exgrpo train --run-file {input.run} --data {params.data} --init {params.init}"
         " --out {params.out} --ckpt {params.ckpt} --threads {threads} > {log} 2>&1"
 
 
@@ -107,6 +109,7 @@ rule train_verl_cpu:
         data=study_data,
         init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
+        hub=tiny_hub_inputs,
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
@@ -123,15 +126,16 @@ rule train_verl_cpu:
         **VERL_CPU_RESOURCES,
         **cpu_resources(),
     params:
-        data=input_folder("data"),
-        init=input_folder("init"),
+        data=lambda wc: tiny_data_arg(wc.source),
+        init=lambda wc: tiny_base_arg(wc.source, wc.backbone),
+        offline=lambda wc: tiny_offline_prefix(wc.source),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         out=output_folder("run"),
         code=code_digest_of("train_verl_cpu"),
         backbones=backbones_file(),
         rollout=lambda wc: verl_rollout_arg(wc.source),
     shell:
-        "(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
+        "{params.offline}(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
         " --device cpu --data {params.data} --model-path {params.init} {params.rollout}"
         " && exgrpo verl-launch --run-dir {params.run_dir}"
         " && bash {params.run_dir}/launch_single_node.sh"
