@@ -342,6 +342,7 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     "eval": (
         "eval",
         "core/reward.py",
+        "core/answer_grade.py",
         "core/answers.py",
         "core/_verify_worker.py",
         "core/math_verify_060.py",

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verl_runs import kill_after_checkpoint, logged_steps, tracker
+from tests.verl_runs import logged_steps, start_and_kill_after_checkpoint, tracker
 
 PLANTED = {
     # "hf_" apart, so the tracked-files token scan (tests/workflow/test_environment.py) never meets a token here.
@@ -48,7 +48,6 @@ LEARNING_RATE = 1e-3
 """The toy run's actor learning rate (the paper's 1e-6 moves a weight by ~1e-6 per step, below the bf16 rounding
 of verl's HF export, so the exported model would not show the training)."""
 LAUNCH_TIMEOUT_S = 1200
-POLL_S = 0.2
 
 
 def _wait_for_second_boundary() -> None:
@@ -93,25 +92,17 @@ def verl_cpu_run(tmp_path_factory):
         assert rendered.returncode == 0, rendered.stdout + rendered.stderr
 
         log0 = run / f"metrics.attempt0.{int(time.time())}.jsonl"
-        with open(root / "attempt0.out", "w") as out:
-            proc = subprocess.Popen(
-                demo.launch_command(run, common),
-                cwd=run,
-                env={**env, "VERL_FILE_LOGGER_PATH": str(log0)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            kill_after_checkpoint(
-                proc,
-                ckpt=ckpt,
-                log=log0,
-                out=root / "attempt0.out",
-                save_freq=SAVE_FREQ,
-                t0=t0,
-                timeout_s=LAUNCH_TIMEOUT_S,
-                poll_s=POLL_S,
-            )
+        start_and_kill_after_checkpoint(
+            demo.launch_command(run, common),
+            cwd=run,
+            env={**env, "VERL_FILE_LOGGER_PATH": str(log0)},
+            out=root / "attempt0.out",
+            ckpt=ckpt,
+            log=log0,
+            save_freq=SAVE_FREQ,
+            t0=t0,
+            timeout_s=LAUNCH_TIMEOUT_S,
+        )
         timings["attempt0_s"] = time.monotonic() - t0
         k = tracker(ckpt)
         killed_after = max(logged_steps(log0))

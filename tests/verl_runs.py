@@ -50,32 +50,37 @@ def logged_steps(path: Path) -> list[int]:
     return steps
 
 
-def kill_after_checkpoint(
-    proc: subprocess.Popen,
+def start_and_kill_after_checkpoint(
+    command: list[str],
     *,
+    cwd: Path,
+    env: dict[str, str],
+    out: Path,
     ckpt: Path,
     log: Path,
-    out: Path,
     save_freq: int,
     t0: float,
     timeout_s: float,
     poll_s: float = 0.2,
-    ready: Callable[[], bool] = lambda: True,
+    ready: Callable[[subprocess.Popen], bool] = lambda proc: True,
 ) -> None:
-    """Poll until the run has checkpointed a step k >= `save_freq` and logged it (and `ready()` holds), then
-    SIGKILL its whole tree (read the step after: a save may have gone on). Fails the test if the run ends first or nothing is saved in time."""
-    try:
-        while True:
-            k = tracker(ckpt)
-            if ready() and k >= save_freq and max(logged_steps(log), default=0) >= k:
-                return
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"attempt ended (rc {proc.returncode}) before it could be killed after a "
-                    f"checkpoint:\n{out.read_text()[-4000:]}"
-                )
-            if time.monotonic() - t0 > timeout_s:
-                pytest.fail(f"attempt saved no checkpoint in {timeout_s} s; see {out}")
-            time.sleep(poll_s)
-    finally:
-        kill_tree(proc)
+    """Start `command` (stdout and stderr to `out`), poll until it has checkpointed a step k >= `save_freq`
+    and logged it (and `ready(proc)` holds), then SIGKILL its whole tree (read the step after: a save may
+    have gone on). Fails the test if the run ends first or nothing is saved in time."""
+    with open(out, "w") as sink:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        try:
+            while True:
+                k = tracker(ckpt)
+                if ready(proc) and k >= save_freq and max(logged_steps(log), default=0) >= k:
+                    return
+                if proc.poll() is not None:
+                    pytest.fail(
+                        f"attempt ended (rc {proc.returncode}) before it could be killed after a "
+                        f"checkpoint:\n{out.read_text()[-4000:]}"
+                    )
+                if time.monotonic() - t0 > timeout_s:
+                    pytest.fail(f"attempt saved no checkpoint in {timeout_s} s; see {out}")
+                time.sleep(poll_s)
+        finally:
+            kill_tree(proc)

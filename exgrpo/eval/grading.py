@@ -163,7 +163,7 @@ class ReleaseGrader:
 def release_grader_version() -> str:
     """Versions that determine the release grader's labels, e.g. `math-verify==0.9.0;...;release-rules=2`:
     the training reward's grader libraries (`GRADER_DISTS`) and pylatexenc."""
-    from exgrpo.core.reward import GRADER_DISTS, dist_versions
+    from exgrpo.core.answer_grade import GRADER_DISTS, dist_versions
     from exgrpo.eval.release_grader import _RULES_VERSION
 
     return f"{dist_versions((*GRADER_DISTS, 'pylatexenc'))};release-rules={_RULES_VERSION}"

@@ -24,8 +24,11 @@ TransferQueue partition `exgrpo_errors` before verl sees the exception, so the d
 (failures.py) can name the engine's last error. The drills' fault injection (EXGRPO_VERL_FAIL_SESSIONS) raises
 there, in place of the engine.
 
-Departure, stated up front: the replayed row's reward is set to 1.0 without re-grading (stored trajectories
-are correct by construction), as the CPU trainer does and as released.
+Departure, stated up front: under the binary grader the replayed row's reward is set to 1.0 without
+re-grading (stored trajectories are correct by construction), as the CPU trainer does and as released. Under a
+served reward model (`reward_kind: reward_model`) a stored trajectory was above its group's mean, not 1, so the
+row is left unscored and verl's reward loop scores it as any other, as the CPU trainer re-scores its
+continuous reward.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from verl.workers.rollout.replica import TokenOutput
 from exgrpo.core import step as core_step
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin.failures import ERROR_PARTITION, FAIL_ENV, injected_failure
+from exgrpo.verl_plugin.reward_serving import config_value
 
 MAX_ERROR_CHARS = 600
 
@@ -117,7 +121,8 @@ class ReplayAgentLoop(ReportingAgentLoop):
             output = await super()._run_session(sampling_params, **kwargs)
         finally:
             self.server_manager = live_server
-        output.reward_score = 1.0
+        if not config_value(self.config, "reward.reward_model.enable"):
+            output.reward_score = 1.0  # verl's reward loop skips a row that already has a score
         output.extra_fields["exgrpo_replayed"] = True
         return output
 

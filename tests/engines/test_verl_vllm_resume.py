@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.engines.conftest import HAS_VLLM, MODEL, SKIP_REASON, children_on_torchs_own_kernels
-from tests.verl_runs import kill_after_checkpoint, logged_steps, tracker
+from tests.verl_runs import logged_steps, start_and_kill_after_checkpoint, tracker
 
 pytestmark = [pytest.mark.real_engines, pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)]
 
@@ -44,7 +44,6 @@ FIRST_TOTAL = 12
 LEARNING_RATE = 1e-3
 LAUNCH_TIMEOUT_S = 2400
 """verl + Ray + one vLLM engine start took several minutes on the loaded 2-core machine; steps take seconds."""
-POLL_S = 0.2
 LOOPBACK = {"127.0.0.1", "::1"}
 ALL_ADDRESSES = {"0.0.0.0", "::"}
 RAY_WORKER_PORT = re.compile(r"worker server started, listening on port (\d+)")
@@ -154,33 +153,25 @@ def resumed_vllm_run(tmp_path_factory):
     log0 = run / f"metrics.attempt0.{int(time.time())}.jsonl"
     sockets: dict | None = None
     try:
-        with open(root / "attempt0.out", "w") as out:
-            proc = subprocess.Popen(
-                demo.launch_command(run, common),
-                cwd=run,
-                env=launch_env(log0),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
 
-            def ready() -> bool:  # the vLLM server is inspected once, while the run is live
-                nonlocal sockets
-                if sockets is None and logged_steps(log0):
-                    sockets = _inspect_vllm_server(proc.pid, ray_tmp / "ray" / "session_latest" / "logs")
-                return sockets is not None
+        def ready(proc: subprocess.Popen) -> bool:  # the vLLM server is inspected once, while the run is live
+            nonlocal sockets
+            if sockets is None and logged_steps(log0):
+                sockets = _inspect_vllm_server(proc.pid, ray_tmp / "ray" / "session_latest" / "logs")
+            return sockets is not None
 
-            kill_after_checkpoint(
-                proc,
-                ckpt=ckpt,
-                log=log0,
-                out=root / "attempt0.out",
-                save_freq=SAVE_FREQ,
-                t0=t0,
-                timeout_s=LAUNCH_TIMEOUT_S,
-                poll_s=POLL_S,
-                ready=ready,
-            )
+        start_and_kill_after_checkpoint(
+            demo.launch_command(run, common),
+            cwd=run,
+            env=launch_env(log0),
+            out=root / "attempt0.out",
+            ckpt=ckpt,
+            log=log0,
+            save_freq=SAVE_FREQ,
+            t0=t0,
+            timeout_s=LAUNCH_TIMEOUT_S,
+            ready=ready,
+        )
         k = tracker(ckpt)
         # the attempt files are ordered by their unix-second stamp
         time.sleep(max(0.0, 1.0 - (time.time() % 1)))

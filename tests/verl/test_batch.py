@@ -171,10 +171,17 @@ class _ReplayTQ:
         return tu.list_of_dict_to_tensordict([{f: self.rows[k][f] for f in select_fields} for k in keys])
 
 
-def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_only(monkeypatch):
+@pytest.mark.parametrize("served_reward_model", [False, True])
+def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_only(
+    monkeypatch, served_reward_model
+):
     k = 4
     cfg = OmegaConf.create(
-        {"actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": 8, "n": k}}, "data": {}}
+        {
+            "actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": 8, "n": k}},
+            "data": {},
+            "reward": {"reward_model": {"enable": served_reward_model}},
+        }
     )
     server = _Server()
     row = vb.prompt_rows([], [_item("q7")])[0]
@@ -204,11 +211,14 @@ def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_on
     assert fresh.response_ids == [11, 12, 1] and fresh.reward_score is None
     assert replay.response_ids == [13, 14, 1] and replay.response_mask == [1, 1, 1]
     np.testing.assert_allclose(replay.response_logprobs, [-1.0, -2.0, -0.5])
-    assert replay.reward_score == 1.0 and replay.extra_fields["exgrpo_replayed"] is True
+    assert replay.extra_fields["exgrpo_replayed"] is True
     assert replay.prompt_ids == fresh.prompt_ids  # same tokenisation path as a fresh rollout
     assert replay.extra_fields["min_global_steps"] == 4  # step 5 is generated with weights of step 4
     d = replay.as_dict()  # what the TransferQueue receives
-    assert d["rm_scores"].tolist() == [0.0, 0.0, 1.0]
+    if served_reward_model:  # left to verl's reward loop, which scores rows without a score
+        assert replay.reward_score is None and "rm_scores" not in d
+    else:  # binary: correct by construction, 1.0 on the last response token (released)
+        assert replay.reward_score == 1.0 and d["rm_scores"].tolist() == [0.0, 0.0, 1.0]
     assert torch.allclose(d["rollout_log_probs"], torch.tensor([-1.0, -2.0, -0.5]))
 
 
