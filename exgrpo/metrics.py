@@ -66,7 +66,7 @@ PASS1 = _m(
 REWARD_BATCH_MEAN = _m(
     "reward/batch_mean",
     "Mean reward over every row the update trained on, replayed o* "
-    "(reward 1) included (verl: its critic/score/mean).",
+    "(reward 1 under the binary grader) included (verl: its critic/score/mean).",
     "fraction",
     verl_key="critic/score/mean",
 )
@@ -254,7 +254,10 @@ under (`pg_loss`, `grad_norm`, ...)."""
 FRESH_QUESTIONS = _m("exgrpo/fresh_questions", "Fresh questions in the step.", "count", VERL)
 REPLAY_ROWS = _m("exgrpo/replay_rows", "Replayed rows in the step's batch.", "count", VERL)
 REPLAY_REWARD_MEAN = _m(
-    "exgrpo/replay_reward_mean", "Mean reward of the replayed rows (1 by construction).", "fraction", VERL
+    "exgrpo/replay_reward_mean",
+    "Mean reward of the replayed rows (1 by construction under the binary grader).",
+    "fraction",
+    VERL,
 )
 REPLAY_AGE_MEAN = _m(
     "exgrpo/replay_age_mean", "Mean age in steps of the replayed trajectories.", "step", VERL
