@@ -47,6 +47,7 @@ def set_at(path: str, value: Any):
 
 
 DELETE = object()
+"""The `set_at` value that removes the key."""
 
 
 def backbones_with(mutate) -> dict[str, Any]:
