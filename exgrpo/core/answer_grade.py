@@ -1,6 +1,6 @@
 """One answer's grade: the rules of the verifiable reward (exgrpo.core.reward documents them, paper §3.5).
 
-Kept apart from the batch `Verifier` (exgrpo.core.reward), which runs `_grade_prepared` in its timeout pool.
+Kept apart from the batch `Verifier` (exgrpo.core.reward), which runs `grade_prepared` in its timeout pool.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def grader_version() -> str:
 
 
 # ---------------------------------------------------------------------- grading
-def _prepare(
+def prepare_answer(
     response: str,
     gold: str,
     kind: str,
@@ -127,7 +127,7 @@ def _prepare(
     return source, boxed
 
 
-def _grade_prepared(
+def grade_prepared(
     text: str, boxed: str | None, gold: str, inner_timeout: int | None, as_060: bool = False
 ) -> GradeResult:
     """The math-verify part (runs in pool workers). `inner_timeout`: math-verify's own SIGALRM limit per
@@ -181,7 +181,7 @@ def _grade_prepared(
     return GradeResult(0.0, "ok" if compared else "error", shown)
 
 
-def _check_options(region: str, max_chars: int, rule: str = "release") -> None:
+def check_options(region: str, max_chars: int, rule: str = "release") -> None:
     if rule not in ANSWER_RULES:
         raise ConfigError("reward_answer_rule", f"got {rule!r}, expected one of {list(ANSWER_RULES)}")
     if region not in REGIONS:
@@ -190,7 +190,7 @@ def _check_options(region: str, max_chars: int, rule: str = "release") -> None:
         raise ConfigError("reward_max_chars", f"must be an int >= 1, got {max_chars!r}")
 
 
-def _check_item(response: Any, gold: Any, kind: Any, i: int | None = None) -> None:
+def check_item(response: Any, gold: Any, kind: Any, i: int | None = None) -> None:
     at = "" if i is None else f"[{i}]"
     if not isinstance(response, str):
         raise TypeError(f"responses{at}: expected str, got {type(response).__name__}")
@@ -200,8 +200,9 @@ def _check_item(response: Any, gold: Any, kind: Any, i: int | None = None) -> No
         raise ConfigError(f"kinds{at}", f"got {kind!r}, expected one of {list(KINDS)}")
 
 
-def _inner_timeout() -> int | None:
-    # math-verify's timeouts are SIGALRM: only usable in the main thread of a POSIX process.
+def main_thread_timeout() -> int | None:
+    """math-verify's own 5 s limit where it works, else None: its timeouts are SIGALRM, usable only in the main
+    thread of a POSIX process."""
     on_main = threading.current_thread() is threading.main_thread()
     return 5 if on_main and os.name == "posix" else None
 
@@ -219,14 +220,34 @@ def grade_one(
     """Grade one response in this process (paper §3.5). No outer timeout: a pathological answer can
     block for a long time, so trainers use `Verifier`. In the main thread math-verify's own 5 s
     SIGALRM limits apply (they cancel any outer `signal.alarm`); in other threads none do."""
-    _check_options(region, max_chars, rule)
-    _check_item(response, gold, kind)
-    prepared = _prepare(response, gold, kind, region, require_think_close, max_chars, rule)
+    check_options(region, max_chars, rule)
+    check_item(response, gold, kind)
+    prepared = prepare_answer(response, gold, kind, region, require_think_close, max_chars, rule)
     if isinstance(prepared, GradeResult):
         return prepared
-    return _grade_prepared(*prepared, gold, _inner_timeout(), rule == "release_060")
+    return grade_prepared(*prepared, gold, main_thread_timeout(), rule == "release_060")
 
 
-def _warmup() -> None:
+def warmup_grader() -> None:
     """Pool worker start-up: import sympy/ANTLR and fill lazy caches (~0.2-1 s) before any deadline."""
-    _grade_prepared("\\boxed{0.5}", "0.5", "\\frac{1}{2}", 5)
+    grade_prepared("\\boxed{0.5}", "0.5", "\\frac{1}{2}", 5)
+
+
+__all__ = [
+    "ANSWER_RULES",
+    "GRADER_DISTS",
+    "GRADER_NAME",
+    "KINDS",
+    "REGIONS",
+    "STATUSES",
+    "GradeResult",
+    "check_item",
+    "check_options",
+    "dist_versions",
+    "grade_one",
+    "grade_prepared",
+    "grader_version",
+    "main_thread_timeout",
+    "prepare_answer",
+    "warmup_grader",
+]

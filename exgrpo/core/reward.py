@@ -51,14 +51,14 @@ from exgrpo.core.answer_grade import (
     REGIONS,
     STATUSES,
     GradeResult,
-    _check_item,
-    _check_options,
-    _grade_prepared,
-    _inner_timeout,
-    _prepare,
-    _warmup,
+    check_item,
+    check_options,
     grade_one,
+    grade_prepared,
     grader_version,
+    main_thread_timeout,
+    prepare_answer,
+    warmup_grader,
 )
 from exgrpo.core.answers import (
     THINK_CLOSE,
@@ -95,7 +95,7 @@ class Verifier:
         rule: str = "release",
         start_method: str | None = None,
     ):
-        _check_options(region, max_chars, rule)
+        check_options(region, max_chars, rule)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ConfigError("reward_timeout_s", f"must be > 0, got {timeout_s!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
@@ -134,14 +134,14 @@ class Verifier:
                 f"responses, golds and kinds differ in length: {len(responses)}, {len(golds)}, {len(kinds)}"
             )
         for i, (response, gold, kind) in enumerate(zip(responses, golds, kinds)):
-            _check_item(response, gold, kind, i)
+            check_item(response, gold, kind, i)
         with self._lock:
             start = time.perf_counter()
             results: list[GradeResult | None] = []
             todo: list[int] = []
             tasks: list[tuple] = []
             for i, (response, gold, kind) in enumerate(zip(responses, golds, kinds)):
-                prepared = _prepare(
+                prepared = prepare_answer(
                     response, gold, kind, self.region, self.require_think_close, self.max_chars, self.rule
                 )
                 if isinstance(prepared, GradeResult):
@@ -171,20 +171,20 @@ class Verifier:
         if not tasks:
             return []
         if self.workers == 0:
-            inner = _inner_timeout()
+            inner = main_thread_timeout()
             return [
-                _grade_prepared(text, boxed, gold, inner, self.rule == "release_060")
+                grade_prepared(text, boxed, gold, inner, self.rule == "release_060")
                 for text, boxed, gold in tasks
             ]
         from exgrpo.core._verify_worker import CRASHED, TIMED_OUT, TimeoutPool
 
         if self._pool is None:
             self._pool = TimeoutPool(
-                self.workers, self.timeout_s, warmup=_warmup, start_method=self._start_method
+                self.workers, self.timeout_s, warmup=warmup_grader, start_method=self._start_method
             )
         restarts_before = self._pool.restarts
         raw = self._pool.run(
-            _grade_prepared, [(*t, self._inner_timeout, self.rule == "release_060") for t in tasks]
+            grade_prepared, [(*t, self._inner_timeout, self.rule == "release_060") for t in tasks]
         )
         self._counts["pool_restarts"] += self._pool.restarts - restarts_before
         out = []

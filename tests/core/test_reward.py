@@ -22,12 +22,12 @@ from exgrpo.core.reward import (
     GRADER_NAME,
     GradeResult,
     Verifier,
-    _grade_prepared,
-    _prepare,
     extract_choice,
     find_boxes,
     grade_one,
+    grade_prepared,
     grader_version,
+    prepare_answer,
     select_region,
 )
 
@@ -185,16 +185,16 @@ INT_PAIRS = [
 def test_integer_fast_path_agrees_with_math_verify(rule):
     for boxed, gold in INT_PAIRS:
         for response in ("</think>\\boxed{" + boxed + "}", "</think>\n$\\boxed{" + boxed + "}$."):
-            fast = _prepare(response, gold, "math", "after_think", True, 4000, rule)
+            fast = prepare_answer(response, gold, "math", "after_think", True, 4000, rule)
             assert isinstance(fast, GradeResult), (boxed, gold)  # decided without math-verify
-            slow = _grade_prepared("\\boxed{" + boxed + "}", boxed, gold, 5)
+            slow = grade_prepared("\\boxed{" + boxed + "}", boxed, gold, 5)
             assert (fast.score, fast.status) == (slow.score, slow.status), (boxed, gold)
     for boxed, gold in [("1,000", "1000"), ("5.0", "5"), ("10^3", "1000"), ("5", "\\frac{10}{2}")]:
         assert not isinstance(
-            _prepare(answer(boxed), gold, "math", "after_think", True, 4000, rule), GradeResult
+            prepare_answer(answer(boxed), gold, "math", "after_think", True, 4000, rule), GradeResult
         )
     # `release` reads the whole region: text around the box goes to math-verify, never the fast path
-    prepared = _prepare(answer("12"), "12", "math", "after_think", True, 4000, "release")
+    prepared = prepare_answer(answer("12"), "12", "math", "after_think", True, 4000, "release")
     assert not isinstance(prepared, GradeResult)
 
 
