@@ -10,19 +10,9 @@ from pathlib import Path
 
 import pytest
 
-WORDS = [
-    "<pad>",
-    "<eos>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "system",
-    "user",
-    "assistant",
-    "what",
-    "is",
-    "?",
-    *[str(i) for i in range(100)],
-]
+CHAT_WORDS = ["<pad>", "<eos>", "<|im_start|>", "<|im_end|>", "system", "user", "assistant", "what", "is"]
+"""The words every test vocabulary starts with: the special tokens, the chat roles and the question's start."""
+WORDS = [*CHAT_WORDS, "?", *[str(i) for i in range(100)]]
 
 TOY_REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -31,19 +21,27 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 '''
 
 
-def _tiny_model(path: Path) -> None:
-    import torch
+def word_tokenizer(words: list[str]):
+    """A whitespace word-level tokenizer over `words` (id = position; `<pad>` 0 doubles as unknown, `<eos>` 1)
+    with a plain chat template."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(WORDS)}, unk_token="<pad>"))
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
     fast.chat_template = (
         "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
         "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
     )
-    fast.save_pretrained(path)
+    return fast
+
+
+def _tiny_model(path: Path) -> None:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    word_tokenizer(WORDS).save_pretrained(path)
     config = Qwen2Config(
         vocab_size=128,
         hidden_size=128,

@@ -1,9 +1,8 @@
-"""Batch assembly with replayed rows on verl's real data structures: prompt rows, the replay payload and agent
-loop, group ids, short groups, masks, advantages, records and behaviour log-probs."""
+"""Batch assembly with replayed rows on verl's real data structures: prompt rows, the replay payload, group ids,
+short groups, masks, advantages, records and behaviour log-probs (the replay agent loop:
+tests/verl/test_replay_agent_loop.py)."""
 
 from __future__ import annotations
-
-import asyncio
 
 import numpy as np
 import pytest
@@ -11,40 +10,19 @@ import pytest
 pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
 
 import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 from tensordict import NonTensorData, NonTensorStack  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
-from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
-from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+from verl.utils.dataset.rl_dataset import collate_fn  # noqa: E402
 from verl.workers.utils.padding import response_from_nested  # noqa: E402
 
-import exgrpo.verl_plugin.agent_loop as agent_loop_mod  # noqa: E402
 from exgrpo import metrics as M  # noqa: E402
 from exgrpo.config import config_for  # noqa: E402
 from exgrpo.core import step as core_step  # noqa: E402
 from exgrpo.core import step_batch as core_batch  # noqa: E402
 from exgrpo.core import step_metrics as core_metrics  # noqa: E402
-from exgrpo.core.buffer import Trajectory  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
-from exgrpo.verl_plugin.agent_loop import ReplayAgentLoop  # noqa: E402
-
-
-def _item(qid: str, question: str = "what is 1+1 ?") -> dict:
-    """A dataset item as RLHFDataset.__getitem__ returns it."""
-    return {
-        "data_source": "math",
-        "qid": qid,
-        "raw_prompt": [{"role": "user", "content": question}],
-        "reward_model": {"ground_truth": "2"},
-        "extra_info": {"index": 0},
-        "index": 0,
-        "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
-    }
-
-
-def _traj(ids, logp, step=3, entropy=float("nan")) -> Trajectory:
-    return Trajectory(np.asarray(ids, dtype=np.int32), np.asarray(logp, dtype=np.float32), step, entropy)
+from tests.verl.batch_items import dataset_item, trajectory  # noqa: E402
 
 
 def _worker_rows(batch) -> list[dict]:
@@ -64,7 +42,9 @@ def _worker_rows(batch) -> list[dict]:
 
 
 def test_prompt_rows_survive_collate_tensordict_and_worker_chunking():
-    rows = vb.prompt_rows([_item("q0"), _item("q1"), _item("q2")], [_item("q7"), _item("q9")])
+    rows = vb.prompt_rows(
+        [dataset_item("q0"), dataset_item("q1"), dataset_item("q2")], [dataset_item("q7"), dataset_item("q9")]
+    )
     batch = tu.get_tensordict(collate_fn(rows))
     assert len(batch) == 5
     seen = [
@@ -81,8 +61,8 @@ def test_replay_data_is_no_prompt_column_and_travels_once_to_the_replayed_sessio
     """verl copies every prompt column into each of the K trajectories (`field.update(kwargs)` in
     AgentLoopWorkerTQ._agent_loop_postprocess) and into every reward request: an experiential prompt row must
     carry exactly the columns of a fresh one; its stored trajectory goes to the replay partition, once."""
-    chosen = [_traj([14, 15, 1], [-1.0, -2.0, -0.5]), _traj([13, 1], [-0.25, -0.75])]
-    rows = vb.prompt_rows([_item("q0")], [_item("q7"), _item("q9")])
+    chosen = [trajectory([14, 15, 1], [-1.0, -2.0, -0.5]), trajectory([13, 1], [-0.25, -0.75])]
+    rows = vb.prompt_rows([dataset_item("q0")], [dataset_item("q7"), dataset_item("q9")])
     seen = _worker_rows(tu.get_tensordict(collate_fn(rows)))
     assert all(set(r) == set(seen[0]) for r in seen)  # one schema, nothing per token on replay rows
     assert not any(k.startswith("exgrpo_replay") for k in seen[0])
@@ -94,7 +74,7 @@ def test_replay_data_is_no_prompt_column_and_travels_once_to_the_replayed_sessio
     with pytest.raises(ValueError, match="chosen"):
         vb.replay_payload(keys, chosen[:1])
     with pytest.raises(ValueError, match="0 tokens"):
-        vb.replay_payload(keys[:1], [_traj([], [])])
+        vb.replay_payload(keys[:1], [trajectory([], [])])
 
 
 def test_question_ids_and_positions():
@@ -107,119 +87,6 @@ def test_question_ids_and_positions():
     assert vb.qid_positions(["a", "b"]) == {"a": 0, "b": 1}
     with pytest.raises(ValueError, match="twice"):
         vb.qid_positions(["a", "b", "a"])
-
-
-# --------------------------------------------------------------------------- the replay agent loop
-WORDS = [
-    "<pad>",
-    "<eos>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "system",
-    "user",
-    "assistant",
-    "what",
-    "is",
-    "1+1",
-    "?",
-    "2",
-    "a",
-    "b",
-    "c",
-]
-
-
-def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(WORDS)}, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
-    fast.chat_template = (
-        "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
-        "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
-    )
-    return fast
-
-
-class _Server:
-    """A rollout server that 'samples' a fixed response and counts its calls."""
-
-    def __init__(self):
-        self.calls = 0
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
-        self.calls += 1
-        return TokenOutput(
-            token_ids=[11, 12, 1],
-            log_probs=[-0.1, -0.2, -0.3],
-            extra_fields={"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4},
-        )
-
-
-class _ReplayTQ:
-    """The TransferQueue read the agent loop does, over entries put by `replay_payload`; counts the reads."""
-
-    def __init__(self, keys, fields):
-        self.rows = dict(zip(keys, fields))
-        self.reads = []
-
-    async def async_kv_batch_get(self, keys, partition_id, select_fields=None):
-        assert partition_id == vb.REPLAY_PARTITION
-        self.reads.extend(keys)
-        return tu.list_of_dict_to_tensordict([{f: self.rows[k][f] for f in select_fields} for k in keys])
-
-
-@pytest.mark.parametrize("served_reward_model", [False, True])
-def test_replay_agent_loop_returns_the_stored_trajectory_for_the_last_session_only(
-    monkeypatch, served_reward_model
-):
-    k = 4
-    cfg = OmegaConf.create(
-        {
-            "actor_rollout_ref": {"rollout": {"prompt_length": 32, "response_length": 8, "n": k}},
-            "data": {},
-            "reward": {"reward_model": {"enable": served_reward_model}},
-        }
-    )
-    server = _Server()
-    row = vb.prompt_rows([], [_item("q7")])[0]
-    fake = _ReplayTQ(*vb.replay_payload([row["uid"]], [_traj([13, 14, 1], [-1.0, -2.0, -0.5])]))
-    monkeypatch.setattr(agent_loop_mod, "tq", fake)
-    row = {key: val for key, val in row.items() if key not in ("dummy_tensor", vb.AGENT_NAME)}
-
-    async def run_all():
-        outs = []
-        for session in range(k):
-            loop = ReplayAgentLoop(
-                trainer_config=DictConfigWrap(cfg),
-                server_manager=server,
-                tokenizer=_tokenizer(),
-                processor=None,
-                dataset_cls=RLHFDataset,
-                data_config=DictConfigWrap(cfg.data),
-                hf_model_type=None,
-            )
-            outs.append(await loop.run({"temperature": 1.0}, session_id=session, global_steps=5, **row))
-        return outs
-
-    outs = asyncio.run(run_all())
-    assert server.calls == k - 1  # the replayed session never reaches the server
-    assert fake.reads == [row["uid"]]  # the stored trajectory is read once, by the replayed session
-    fresh, replay = outs[0], outs[core_step.replayed_session(k)]
-    assert fresh.response_ids == [11, 12, 1] and fresh.reward_score is None
-    assert replay.response_ids == [13, 14, 1] and replay.response_mask == [1, 1, 1]
-    np.testing.assert_allclose(replay.response_logprobs, [-1.0, -2.0, -0.5])
-    assert replay.extra_fields["exgrpo_replayed"] is True
-    assert replay.prompt_ids == fresh.prompt_ids  # same tokenisation path as a fresh rollout
-    assert replay.extra_fields["min_global_steps"] == 4  # step 5 is generated with weights of step 4
-    d = replay.as_dict()  # what the TransferQueue receives
-    if served_reward_model:  # left to verl's reward loop, which scores rows without a score
-        assert replay.reward_score is None and "rm_scores" not in d
-    else:  # binary: correct by construction, 1.0 on the last response token (released)
-        assert replay.reward_score == 1.0 and d["rm_scores"].tolist() == [0.0, 0.0, 1.0]
-    assert torch.allclose(d["rollout_log_probs"], torch.tensor([-1.0, -2.0, -0.5]))
 
 
 # --------------------------------------------------------------------------- rows after sampling
@@ -404,7 +271,7 @@ def test_group_records_hand_fresh_rows_to_the_manager_in_session_order():
 # --------------------------------------------------------------------------- selection
 def test_scoring_rows_follow_verls_layout_and_scores_are_response_means():
     prompts = [[5, 6, 7], [5, 6]]
-    cands = {"q1": [_traj([8, 9], [0, 0]), _traj([10, 11, 12], [0, 0, 0])]}
+    cands = {"q1": [trajectory([8, 9], [0, 0]), trajectory([10, 11, 12], [0, 0, 0])]}
     rows = vb.scoring_rows([prompts[0], prompts[0]], [c.token_ids for c in cands["q1"]])
     td = tu.list_of_dict_to_tensordict(rows)
     assert td["input_ids"].is_nested and td["input_ids"].offsets().diff().tolist() == [5, 6]
