@@ -12,7 +12,7 @@ from exgrpo.config import ConfigError
 from exgrpo.tiny import models
 from exgrpo.tiny.tokenizer import build_tokenizer
 from exgrpo.workflow_config import load_backbones, load_workflow_config
-from tests.workflow.test_workflow_config import BACKBONES, CONFIG, ROOT
+from tests.workflow.config_cases import BACKBONES, CONFIG, ROOT
 
 H32 = {"tiny-math-h32": "qwen2", "tiny-llama-h32": "llama"}
 #: vLLM 0.24's CPU attention (docs/real-engines.md).
