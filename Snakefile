@@ -50,6 +50,7 @@ include: "workflow/rules/regimes.smk"
 
 onstart:
     refuse_without_gpus(workflow.dag, workflow.dag_settings.targets)
+    refuse_without_vllm(workflow.dag)
 
 
 localrules:

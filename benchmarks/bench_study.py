@@ -4,9 +4,9 @@ benchmark files the run wrote (results/<source>/benchmarks/) summed per rule wit
 
 Each clone is installed as its own README documents for the target (`readme_install`): the first command
 (`python3 -m venv ... && snakemake --cores 2 tiny`) up to `snakemake` for `tiny` and the other tiny-scale
-targets; for `paper_cpu` a fresh venv and the test install (`pip install ... ".[cpu,test,verl]"`, up to
-`pytest`), since verl's trainer needs the verl extra. `--venv DIR` instead runs every clone in an existing
-environment with the clone first on PYTHONPATH (no install timed): the fast path for trying the script.
+targets. `paper_cpu` runs vLLM's CPU build, so it needs `--venv .venv-engines` (the engine environment
+`.ci/engines_env` sets up once; README "Real engines on CPU"). `--venv DIR` runs every clone in an existing
+environment with the clone first on PYTHONPATH (no install timed): also the fast path for trying the script.
 
 `--commit SHA` also times that commit the same way in the same run (its own fresh clone and venv,
 measured first, then this checkout's HEAD) and reports `ratio` = HEAD total / SHA total and
@@ -41,29 +41,28 @@ from exgrpo.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-VENV = "python3 -m venv .venv && . .venv/bin/activate"
 MAIN_COMMAND = re.compile(
     r"^(?P<install>python3 -m venv \S+ && \. \S+ && .*?) && snakemake --cores \d+ tiny$", re.M
 )
 """The README's first command: its install is everything before `&& snakemake`."""
-TEST_COMMAND = re.compile(r"^(?P<install>pip install .*?) && pytest$", re.M)
-"""The README's test command: its install is everything before `&& pytest`."""
-TEST_INSTALL_TARGETS = frozenset({"paper_cpu"})
-"""Targets whose documented install is the test install (the verl extra), in a fresh venv."""
+ENGINE_TARGETS = frozenset({"paper_cpu"})
+"""Targets that run inside the engine environment (`--venv`), whose install is not timed."""
 GOALS = {"tiny": ("ratio", 0.5), "paper_cpu": ("ratio_snakemake", 0.75)}
 """Issue 32's targets: which ratio, and its bound."""
 
 
 def readme_install(readme: str, target: str) -> str:
     """The install command a README documents for `target` (module docstring), or an error saying what is missing."""
-    pattern = TEST_COMMAND if target in TEST_INSTALL_TARGETS else MAIN_COMMAND
-    found = pattern.search(readme)
+    if target in ENGINE_TARGETS:
+        raise SystemExit(
+            f"target {target!r} runs vLLM's CPU build: pass --venv .venv-engines (.ci/engines_env)"
+        )
+    found = MAIN_COMMAND.search(readme)
     if found is None:
         raise SystemExit(
-            f"README.md: no line matching {pattern.pattern!r} (the install for target {target!r})"
+            f"README.md: no line matching {MAIN_COMMAND.pattern!r} (the install for target {target!r})"
         )
-    install = found.group("install")
-    return f"{VENV} && {install}" if target in TEST_INSTALL_TARGETS else install
+    return found.group("install")
 
 
 def timed(command: str, cwd: Path, log: Path, venv: Path | None = None) -> float:

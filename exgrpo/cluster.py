@@ -201,10 +201,33 @@ def gpu_refusal(
     )
 
 
+VLLM_CPU_RULES = ("train_verl_cpu", "eval_tiny", "prelim_tiny")
+"""The tiny-scale rules that start vLLM's CPU build for a study with `engines: vllm`."""
+
+
+def engine_refusal(vllm_jobs: Iterable[tuple[str, str]], has_vllm: bool, config: str) -> str | None:
+    """Why a real run must not start in this environment, or None: `vllm_jobs` are the (study, rule) pairs of the
+    jobs to run that need vLLM (a study with `engines: vllm`), and vLLM is not importable here. Checked before
+    any job starts (`onstart`), so that the first vLLM job does not fail with an import error minutes in."""
+    pairs = sorted(set(vllm_jobs))
+    if has_vllm or not pairs:
+        return None
+    studies = sorted({study for study, _ in pairs})
+    fields = ", ".join(f"studies.{study}.engines: vllm" for study in studies)
+    return (
+        f"{config}: {fields} runs vLLM's CPU build (rules {', '.join(sorted({r for _, r in pairs}))}), and vLLM "
+        "is not installed in this environment. Run Snakemake inside the engine environment (`.ci/engines_env && "
+        '. .venv-engines/bin/activate`; README "Real engines on CPU"), or set `engines: stand_in` for the '
+        "plug-in's exgrpo_cpu rollout and the tiny route's evaluation."
+    )
+
+
 __all__ = [
     "GPU_SITE_ENV",
     "SITE_ENV",
     "STAGES",
+    "VLLM_CPU_RULES",
+    "engine_refusal",
     "gpu_refusal",
     "job_gpus",
     "job_resources",

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib.util
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +14,7 @@ import pytest
 pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
 torch = pytest.importorskip("torch")
 
-from exgrpo.verl_plugin.cpu.demo import write_tiny_model  # noqa: E402
+from exgrpo.verl_plugin.cpu.demo import TOY_REWARDS, write_demo, write_tiny_model  # noqa: E402
 from exgrpo.verl_plugin.cpu.rollout import HFRolloutServer, max_new_tokens, weights_fingerprint  # noqa: E402
 
 PROMPT = [1, 88, 74, 67, 86, 97, 75, 85, 97, 21, 97, 33, 2, 98, 1, 67]
@@ -107,3 +110,25 @@ def test_max_new_tokens_follows_verl():
     assert max_new_tokens({}, 40, **kw) == 4
     assert max_new_tokens({"max_tokens": 3}, 10, **kw) == 3
     assert max_new_tokens({}, 10, prompt_length=32, response_length=12, max_model_len=15) == 5
+
+
+def _toy_score(rule: str, text: str, folder: Path) -> float:
+    """The rule's `compute_score` on `text`, loaded from a file as verl's custom reward loader does."""
+    path = folder / f"{rule}.py"
+    path.write_text(TOY_REWARDS[rule])
+    spec = importlib.util.spec_from_file_location(f"toy_{rule}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.compute_score("toy", text, "0")["score"]
+
+
+def test_the_digest_parity_toy_reward_mixes_a_group_of_equal_length_answers(tmp_path):
+    """tiny-math-h32's answers to the toy questions have one length, so the even-length rule grades them all
+    alike; the digest rule grades each text by the parity of its sha256's first byte."""
+    answers = ["6*3=18</think>\\boxed{18}", "7*3=29</think>\\boxed{29}", "7*3=21</think>\\boxed{21}"]
+    assert {_toy_score("even_length", a, tmp_path) for a in answers} == {1.0}
+    expected = [float(hashlib.sha256(a.encode()).digest()[0] % 2 == 0) for a in answers]
+    assert [_toy_score("digest_parity", a, tmp_path) for a in answers] == expected
+    assert len(set(expected)) == 2
+    with pytest.raises(ValueError, match="reward 'exact'"):
+        write_demo(tmp_path / "demo", reward="exact")

@@ -10,6 +10,7 @@ import yaml
 
 from exgrpo.cluster import (
     STAGES,
+    engine_refusal,
     gpu_refusal,
     job_gpus,
     job_resources,
@@ -105,3 +106,19 @@ def test_gpu_refusal(targets, gpu_jobs, local, gpus, allow, refused):
     assert (why is not None) == refused
     if refused:
         assert "nvidia-smi" in why and "--profile slurm" in why
+
+
+@pytest.mark.parametrize(
+    ("jobs", "has_vllm", "refused"),
+    [
+        ([("paper_cpu", "train_verl_cpu"), ("paper_cpu", "eval_tiny")], False, True),
+        ([("paper_cpu", "train_verl_cpu")], True, False),  # inside the engine environment
+        ([], False, False),  # no vLLM job among those to run (another target, or all up to date)
+    ],
+)
+def test_engine_refusal(jobs, has_vllm, refused):
+    why = engine_refusal(jobs, has_vllm=has_vllm, config="mine.yaml")
+    assert (why is not None) == refused
+    if refused:
+        assert why.startswith("mine.yaml: studies.paper_cpu.engines: vllm runs vLLM's CPU build")
+        assert "rules eval_tiny, train_verl_cpu" in why and ".ci/engines_env" in why

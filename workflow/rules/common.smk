@@ -10,6 +10,7 @@
 #   <hf_cache>/                                    paper-scale downloads (shared, see config.yaml)
 #   logs/<rule>/...                                job logs; logs of shared jobs also hold
 #                                                  their benchmark files (no study to charge)
+import importlib.util
 import json
 import os
 import re
@@ -19,6 +20,8 @@ from exgrpo.resolve import code_digest
 from exgrpo.cluster import (
     GPU_SITE_ENV,
     SITE_ENV,
+    VLLM_CPU_RULES,
+    engine_refusal,
     gpu_refusal,
     job_gpus,
     job_resources,

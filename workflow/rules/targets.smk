@@ -161,3 +161,22 @@ def refuse_without_gpus(dag, targets):
     )
     if why:
         raise WorkflowError(why)
+
+
+# ---------------------------------------------------------------- engine guard
+def refuse_without_vllm(dag):
+    """Stop a real run whose jobs start vLLM's CPU build where vLLM is not installed (called from `onstart`)."""
+    vllm_jobs = [
+        (study_of_source(job.wildcards.source).name, job.rule.name)
+        for job in dag.needrun_jobs()
+        if job.rule.name in VLLM_CPU_RULES
+        and study_engines(job.wildcards.source) == "vllm"
+    ]
+    config_files = ", ".join(map(str, workflow.configfiles)) or "the config"
+    why = engine_refusal(
+        vllm_jobs,
+        has_vllm=importlib.util.find_spec("vllm") is not None,
+        config=config_files,
+    )
+    if why:
+        raise WorkflowError(why)

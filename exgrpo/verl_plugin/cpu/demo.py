@@ -11,8 +11,12 @@ The test assets, stated up front:
   `<|endoftext|>`, `<|im_start|>`, `<|im_end|>` as special tokens). A byte-level vocabulary is what makes it
   survive transformers' AutoTokenizer, which rebuilds any `model_type: qwen2` tokenizer as `Qwen2Tokenizer`
   (byte-level pre-tokenisation), and verl's Qwen chat-boundary code needs "\\n" to be one token.
-- The reward is a toy rule (an even number of response characters is "correct"), so a random model solves
-  groups partially and replay happens from step 1 (delayed start off).
+- The reward is a toy rule (`TOY_REWARDS`): by default an even number of response characters is "correct",
+  so a random model solves groups partially and replay happens from step 1 (delayed start off). A trained
+  base answers in a fixed format whose length hardly varies (tiny-math-h32: 22 or 24 characters, nearly all
+  "correct"), so its groups are rarely mixed; `reward="digest_parity"` grades a response by the parity of its
+  text's sha256 instead, a coin flip per distinct response, so a group of differing samples is mixed with
+  probability 1 - 2^(1-d) for d distinct texts.
 """
 
 from __future__ import annotations
@@ -32,11 +36,22 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-TOY_REWARD = '''
+TOY_REWARDS = {
+    "even_length": '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     """Toy rule: an even number of response characters is 'correct' (a random model solves ~half)."""
     return {"score": float(len(solution_str) % 2 == 0)}
-'''
+''',
+    "digest_parity": '''
+import hashlib
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """Toy rule: a response whose text's sha256 starts with an even byte is 'correct' (a coin flip per text)."""
+    return {"score": float(hashlib.sha256(solution_str.encode()).digest()[0] % 2 == 0)}
+''',
+}
+"""The toy reward rules a demo run can grade with (`write_demo(reward=...)`; module docstring)."""
 SMALL_OVERRIDES = (
     "data.train_batch_size=8",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
@@ -123,17 +138,20 @@ def write_demo(
     variant: str = "exgrpo",
     model: str | Path | None = None,
     rollout: str = "exgrpo_cpu",
+    reward: str = "even_length",
 ) -> dict[str, Path]:
     """Model, data, reward and a CPU-mode run directory under `root`; returns their paths.
 
     `model`: an existing HF model folder to train (e.g. models/tiny/tiny-math-h32, which vLLM's CPU attention
     serves) instead of the random one written under `root`; `rollout`: a CPU-mode rollout of
-    `exgrpo.verl_plugin.cpu.ROLLOUTS` (`vllm` needs the engine environment)."""
+    `exgrpo.verl_plugin.cpu.ROLLOUTS` (`vllm` needs the engine environment); `reward`: a rule of TOY_REWARDS."""
     from exgrpo.verl_plugin import hydra_config as hc
     from exgrpo.verl_plugin.cpu import ROLLOUTS
 
     if rollout not in ROLLOUTS:
         raise ValueError(f"rollout {rollout!r}: expected one of {sorted(ROLLOUTS)}")
+    if reward not in TOY_REWARDS:
+        raise ValueError(f"reward {reward!r}: expected one of {sorted(TOY_REWARDS)}")
     root = Path(root).resolve()
     paths = {
         "root": root,
@@ -147,7 +165,7 @@ def write_demo(
         write_tiny_model(paths["model"], seed=seed)
     write_toy_data(paths["train"], n_train)
     write_toy_data(paths["val"], n_val, start=n_train)
-    paths["reward"].write_text(TOY_REWARD, encoding="utf-8")
+    paths["reward"].write_text(TOY_REWARDS[reward], encoding="utf-8")
     backbone = {
         "scale": "paper",
         "hf_id": str(paths["model"]),
@@ -237,9 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model", type=Path, default=None, help="HF model folder (default: a random tiny Qwen2)"
     )
+    parser.add_argument(
+        "--reward",
+        choices=sorted(TOY_REWARDS),
+        default="even_length",
+        help="the toy reward rule (digest_parity: partial groups also for a trained base such as tiny-math-h32)",
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args(argv)
-    paths = write_demo(args.out, steps=args.steps, model=args.model, rollout=args.rollout)
+    paths = write_demo(args.out, steps=args.steps, model=args.model, rollout=args.rollout, reward=args.reward)
     print(f"[exgrpo] CPU-mode run directory: {paths['run']}", flush=True)
     done = launch(
         paths["run"],
