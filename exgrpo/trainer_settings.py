@@ -171,7 +171,7 @@ class TrainerSettings:
             paper=NOT_AT_PAPER,
             lo=0,
             runtime_only=True,
-            refused="a CPU-trainer drill (exit after step N); verl's trainer has no such switch",
+            refused="a per-job stop, not a run setting: on verl a segment job's launch override exgrpo.stop_after",
         ),
     )
     """Exit after this step without finishing (tests and failure drills); 0 = run to the end."""

@@ -66,6 +66,7 @@ from exgrpo.core.loss import resolve_norm_const
 from exgrpo.metrics_verl import live_names
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin import checkpoint as ckpt
+from exgrpo.verl_plugin import segments
 from exgrpo.verl_plugin.collect import validation_accuracies
 from exgrpo.verl_plugin.cpu.debug import debug_dir, dumping_actor_loss, fault_point
 from exgrpo.verl_plugin.failures import ERROR_PARTITION, FailureBudget
@@ -282,7 +283,16 @@ class ExGRPOTrainer(PPOTrainerSync):
         super().on_init_end()
 
     def on_step_end(self) -> None:
-        if self.global_steps < self.total_training_steps:
+        """Plan the next step's replay; at a segment's stop step instead checkpoint and end verl's loop (segments.py)."""
+        stop = segments.stop_after(self.config.exgrpo, self.total_training_steps)
+        if stop is not None and self.global_steps >= stop:
+            if not segments.checkpointed_by_verl(
+                self.global_steps, self.total_training_steps, int(self.config.trainer.save_freq)
+            ):
+                self._save_checkpoint()
+            print(f"[exgrpo] segment ends after step {self.global_steps} (exgrpo.stop_after)", flush=True)
+            self.total_training_steps = self.global_steps  # verl's loop: log this step, then end
+        elif self.global_steps < self.total_training_steps:
             self._plan_next_step()
         super().on_step_end()
 

@@ -106,3 +106,51 @@ def test_a_run_cut_into_segments_ends_where_one_job_ends(tmp_path, snakemake, wo
     assert a["summary"]["weights_sha256"] == b["summary"]["weights_sha256"]
     # (fingerprints are not compared: they include the two workflow copies' own paths)
     assert _log(one) == _log(cut)  # every logged value but timings: rewards, buffer, data position, replay
+
+
+@pytest.mark.segments
+def test_the_paper_route_under_a_24_hour_limit_is_two_verl_jobs_per_run(wf, snakemake):
+    """Qwen2.5-Math-7B asks for 48 h and 700 steps: at a 1,440-minute limit each run is a segment job whose launch
+    stops after step 350 (`exgrpo.stop_after`, nothing collected) and the run's own job, which waits for it,
+    resumes and collects; each asks for 24 h."""
+    from tests.workflow.conftest import SLURM_SITE
+
+    args = ("--profile", "slurm", "-n", "-p", "paper_headline", "--config", "partition_limit_min=1440")
+    result = snakemake(*args, cwd=wf, env=SLURM_SITE)
+    assert result.returncode == 0, result.stdout[-3000:]
+    segments = [j for j in result.jobs if j.rule == "train_paper_segment"]
+    finals = [j for j in result.jobs if j.rule == "train_paper"]
+    assert len(segments) == len(finals) == 2  # on-policy and ExGRPO
+    for job in segments:
+        assert job.wildcards["segment"] == "1" and job.resources["runtime"] == "1440"
+        assert "launch_single_node.sh exgrpo.stop_after=350 && : segment done)" in job.shell
+        assert "verl-collect" not in job.shell
+    for job in finals:
+        assert job.resources["runtime"] == "1440" and "stop_after" not in job.shell
+        assert "&& exgrpo verl-collect --run-dir work/paper-repro/ckpt/" in job.shell
+    unlimited = snakemake("--profile", "slurm", "-n", "-p", "paper_headline", cwd=wf, env=SLURM_SITE)
+    assert "train_paper_segment" not in unlimited.counts  # no limit: the DAG is unchanged
+    assert {j.resources["runtime"] for j in unlimited.jobs if j.rule == "train_paper"} == {"2880"}
+
+
+@pytest.mark.segments
+def test_a_verl_cpu_run_under_a_limit_is_a_chain_of_segment_jobs(wf, snakemake):
+    """paper_cpu on the stand-ins: a verl CPU-mode job asks for 120 min; at 50 each 8-step run is three jobs
+    (stops after steps 3 and 6), each asking for 40 min."""
+    import yaml
+
+    shutil.copytree(HERE.parents[1] / "models" / "tiny", wf / "models" / "tiny")
+    config = yaml.safe_load((wf / "config" / "config.yaml").read_text())
+    config["studies"]["paper_cpu"].update(
+        engines="stand_in", inputs="local", backbones=["tiny-math"], ablation_backbones=["tiny-math"]
+    )
+    (wf / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    result = snakemake("-n", "-p", "paper_cpu", "--config", "partition_limit_min=50", cwd=wf)
+    assert result.returncode == 0, result.stdout[-3000:]
+    segments = [j for j in result.jobs if j.rule == "train_verl_cpu_segment"]
+    assert len(segments) == 6 and result.counts["train_verl_cpu"] == 3
+    stops = {(j.wildcards["variant"], j.wildcards["segment"]): j.shell for j in segments}
+    for variant in ("on_policy", "exgrpo", "masked_hard"):
+        assert "launch_single_node.sh exgrpo.stop_after=3 &&" in stops[(variant, "1")]
+        assert "launch_single_node.sh exgrpo.stop_after=6 &&" in stops[(variant, "2")]
+    assert {j.resources["runtime"] for j in result.jobs if j.rule.startswith("train_verl_cpu")} == {"40"}

@@ -109,6 +109,7 @@ rule train_verl_cpu:
         data=study_data,
         init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
+        segments=segment_before,  # under a partition limit (segment_paths.smk, verl_segments.smk)
         hub=tiny_hub_inputs,
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
@@ -123,24 +124,23 @@ rule train_verl_cpu:
         "../envs/verl-cpu.yaml"
     threads: VERL_CPU_THREADS
     resources:
-        **VERL_CPU_RESOURCES,
-        **cpu_resources(),
+        **verl_cpu_train_resources(),
     params:
         data=lambda wc: tiny_data_arg(wc.source),
         init=lambda wc: tiny_base_arg(wc.source, wc.backbone),
         offline=lambda wc: tiny_offline_prefix(wc.source),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
-        out=output_folder("run"),
         code=code_digest_of("train_verl_cpu"),
         backbones=backbones_file(),
         rollout=lambda wc: verl_rollout_arg(wc.source),
+        stop="",  # a segment's `exgrpo.stop_after=S` (verl_segments.smk)
+        finish=verl_collect_command,
     shell:
         "{params.offline}(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
         " --device cpu --data {params.data} --model-path {params.init} {params.rollout}"
         " && exgrpo verl-launch --run-dir {params.run_dir}"
-        " && bash {params.run_dir}/launch_single_node.sh"
-        " && exgrpo verl-collect --run-dir {params.run_dir} --out {params.out}"
-        " --export-hf {params.run_dir}/final) > {log} 2>&1"
+        " && bash {params.run_dir}/launch_single_node.sh {params.stop}"
+        " && {params.finish}) > {log} 2>&1"
 
 
 ruleorder: train_verl_cpu > train_tiny
@@ -158,6 +158,7 @@ rule train_paper:
         reward_model=reward_model_inputs,  # paper §5.3: the study's reward model, served by verl
         prompts=retemplated_inputs,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
+        segments=segment_before,  # under a partition limit (segment_paths.smk, verl_segments.smk)
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
@@ -171,26 +172,26 @@ rule train_paper:
         "../envs/gpu.yaml"
     threads: backbone_threads("train")
     resources:
-        **backbone_resources("train"),
+        **train_resources(),
     params:
         offline=offline_env(),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
-        out=output_folder("run"),
         data=lambda wc: verl_data_args(wc.backbone, wc.source),
         reward_model=reward_model_args,
         code=code_digest_of("train_paper"),
         launch=lambda wc: launch_script(wc.backbone),
         hf_home=lambda wc: hf_cache(),  # the shared cache (a chat_if study's data sit in a subfolder)
         backbones=backbones_file(),
+        stop="",  # a segment's `exgrpo.stop_after=S` (verl_segments.smk)
+        finish=verl_collect_command,
     shell:
         "(export {params.offline}"
         " && model=$(python -m exgrpo.verl_plugin.collect model-dir {input.model})"
         " && exgrpo verl-config --run-file {input.run} --out {params.run_dir}"
         ' --backbones {params.backbones} --model-path "$model" {params.data} {params.reward_model}'
         " && exgrpo verl-launch --run-dir {params.run_dir} --hf-home {params.hf_home}"
-        " && bash {params.run_dir}/{params.launch}"
-        " && exgrpo verl-collect --run-dir {params.run_dir} --out {params.out}"
-        " --export-hf {params.run_dir}/final) > {log} 2>&1"
+        " && bash {params.run_dir}/{params.launch} {params.stop}"
+        " && {params.finish}) > {log} 2>&1"
 
 
 ruleorder: train_paper > train_tiny

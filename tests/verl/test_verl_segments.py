@@ -1,0 +1,129 @@
+"""A verl run cut into segment jobs (exgrpo.verl_plugin.segments, workflow/rules/verl_segments.smk): the plug-in's
+CPU mode on the demo task, 4 steps, checkpoint every 3 steps; segment 1 is launched with `exgrpo.stop_after=2`
+(not a checkpoint step: the trainer must save step 2 itself), segment 2 with the same command and no stop, as the
+run's own job. Rollouts are not bit-reproducible on this route, so the checks read state, not samples: segment 1
+ends cleanly after logging step 2 with step 2 checkpointed, segment 2 restores exactly that state and trains
+steps 3 and 4 under the run's own schedule, and `verl-collect` sees steps 1-4 once each.
+
+Opt-in (`EXGRPO_VERL_SEGMENT_DRILL=1`): two verl starts of about a minute each, which the CI budget has no room
+for; the workflow side (which jobs, which stop steps, which runtimes) is checked by dry runs in
+tests/workflow/test_segments.py, and the stop logic's rules below run always.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from exgrpo.config import ConfigError
+from exgrpo.verl_plugin.segments import checkpointed_by_verl, stop_after
+from tests.verl_runs import logged_steps, tracker
+
+STEPS = 4
+STOP = 2
+SAVE_FREQ = 3
+TIMEOUT_S = 1500
+
+
+@pytest.mark.parametrize(
+    ("value", "total", "expected"),
+    [(None, 700, None), (350, 700, 350), (700, 700, None), (900, 700, None), (1, 2, 1)],
+)
+def test_a_stop_before_the_last_step_ends_a_segment_and_any_other_is_none(value, total, expected):
+    assert stop_after(OmegaConf.create({"stop_after": value}), total) == expected
+
+
+@pytest.mark.parametrize("value", [0, -3, "2", True, 1.5])
+def test_a_bad_stop_is_refused_naming_the_field(value):
+    with pytest.raises(ConfigError, match=r"exgrpo\.stop_after"):
+        stop_after(OmegaConf.create({"stop_after": value}), 10)
+
+
+@pytest.mark.parametrize(
+    ("step", "total", "save_freq", "saved"),
+    [(2, 4, 3, False), (3, 4, 3, True), (4, 4, 3, True), (2, 4, -1, False), (4, 4, -1, False)],
+)
+def test_verls_own_checkpoint_steps(step, total, save_freq, saved):
+    """verl 0.9.1's loop saves when save_freq > 0 and (last step or step % save_freq == 0)."""
+    assert checkpointed_by_verl(step, total, save_freq) is saved
+
+
+@pytest.fixture(scope="module")
+def segmented_run(tmp_path_factory):
+    if os.environ.get("EXGRPO_VERL_SEGMENT_DRILL") != "1":
+        pytest.skip("opt-in: EXGRPO_VERL_SEGMENT_DRILL=1 (two verl starts; see the module docstring)")
+    pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
+    pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
+    from exgrpo.verl_plugin.cpu import demo
+
+    root = tmp_path_factory.mktemp("verl_segments")
+    paths = demo.write_demo(root / "demo", steps=STEPS)
+    run, debug = paths["run"], root / "debug"
+    ray_tmp = Path(tempfile.mkdtemp(prefix="sg", dir="/tmp"))  # Ray's socket paths must fit 107 bytes
+    env = {"EXGRPO_VERL_DEBUG_DIR": str(debug), "RAY_TMPDIR": str(ray_tmp)}
+    common = [f"trainer.save_freq={SAVE_FREQ}"]
+    outs, logs = [], []
+    try:
+        for i, extra in enumerate(([f"exgrpo.stop_after={STOP}"], [])):
+            log = run / f"metrics.attempt0.{1000 + i}.jsonl"  # the launch script's name: attempt, start order
+            done = demo.launch(run, [*common, *extra], log=log, env=env, timeout=TIMEOUT_S, capture=True)
+            outs.append(done.stdout + done.stderr)
+            logs.append(log)
+            assert done.returncode == 0, outs[-1][-6000:]
+            if i == 0:  # kept aside: the run's own checkpoint pruning removes step 2 once 3 and 4 are saved
+                after_first = tracker(run / "checkpoints")
+                shutil.copytree(run / "checkpoints" / f"global_step_{STOP}" / "exgrpo", root / "saved_stop")
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    results = root / "results" / "train" / "toy" / "exgrpo" / "s0"
+    collected = subprocess.run(
+        [sys.executable, "-m", "exgrpo.cli", "verl-collect", "--run-dir", str(run), "--out", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    return {
+        "run": run,
+        "root": root,
+        "debug": debug,
+        "outs": outs,
+        "logs": logs,
+        "after_first": after_first,
+        "results": results,
+    }
+
+
+def test_segment_one_checkpoints_its_stop_step_and_ends_cleanly(segmented_run):
+    assert logged_steps(segmented_run["logs"][0]) == [1, 2]
+    assert segmented_run["after_first"] == STOP  # saved by the trainer: 2 is not a multiple of save_freq
+    assert f"segment ends after step {STOP} (exgrpo.stop_after)" in segmented_run["outs"][0]
+    assert "segment ends" not in segmented_run["outs"][1]
+
+
+def test_segment_two_resumes_the_checkpointed_state_and_trains_to_the_end(segmented_run):
+    from tests.verl.test_verl_cpu_e2e import _equal_state_dirs
+
+    run, debug = segmented_run["run"], segmented_run["debug"]
+    assert logged_steps(segmented_run["logs"][1]) == [3, 4]
+    restored = debug / f"resumed_step_{STOP}" / "exgrpo"
+    assert restored.is_dir(), "segment 2 restored no plug-in state of the stop step"
+    _equal_state_dirs(segmented_run["root"] / "saved_stop", restored)
+    assert tracker(run / "checkpoints") == STEPS
+    # the learning rate follows the run's schedule in both segments (the stop does not shorten the run)
+    rows = [json.loads(line) for log in segmented_run["logs"] for line in log.read_text().splitlines()]
+    lrs = {r["step"]: r["data"]["actor/lr"] for r in rows if "actor/lr" in r.get("data", {})}
+    assert sorted(lrs) == [1, 2, 3, 4] and len(set(lrs.values())) == 1, lrs
+
+
+def test_collect_sees_every_step_once(segmented_run):
+    run = json.loads((segmented_run["results"] / "run.json").read_text())
+    assert run["steps"] == STEPS
