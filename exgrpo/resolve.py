@@ -337,6 +337,7 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
         "plugins",
         "verl_plugin",
         "tiny/rollout.py",
+        "tiny/decoder.py",
         "tiny/trainer.py",
         "tiny/splits.py",
         "tiny/task.py",
@@ -349,6 +350,7 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
         "core/_verify_worker.py",
         "core/math_verify_060.py",
         "tiny/rollout.py",
+        "tiny/decoder.py",
     ),
 }
 """Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint.
