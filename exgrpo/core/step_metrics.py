@@ -1,9 +1,10 @@
 """The counts of one training step that become logged metrics, computed once and named from the metric registry
-(`exgrpo.metrics`, the results contract) for both runtimes.
+(`exgrpo.metrics`, the results contract; the names of these are its core part, `exgrpo.core.metric_names`) for
+both runtimes.
 
 Each function returns {registry name: number}. A runtime logs the keys the registry says it writes
-(`logged_by`): the CPU trainer has no failed sessions, so it leaves out the plug-in's short-group and
-failure counts; neither runtime names a metric of its own here.
+(`exgrpo.metrics.logged_by`): the CPU trainer has no failed sessions, so it leaves out the plug-in's short-group
+and failure counts; neither runtime names a metric of its own here.
 
 - `plan_metrics`: the step's questions (replayed, fresh, the age of o*, the candidates looked at);
 - `step_metrics`: pass@1, the group histogram and its mixed share, the questions the difficulty mask keeps,
@@ -17,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from exgrpo import metrics as M
 from exgrpo.config import ExGRPOConfig
+from exgrpo.core import metric_names as M
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.step import ReplayedPlan, StepRows, batch_pass1, step_stats
 
@@ -78,17 +79,4 @@ def data_metrics(order: DataOrder) -> dict[str, float]:
     return {M.TRAINING_QUESTIONS.name: float(len(order.active)), M.DATA_EPOCH.name: float(order.epoch)}
 
 
-def logged_by(metrics: dict[str, float], runtime: str) -> dict[str, float]:
-    """The metrics a runtime (`M.TINY`, `M.VERL`) writes, by the registry's `writers`; an unregistered key is a
-    bug (the results loader would refuse the log)."""
-    out = {}
-    for key, value in metrics.items():
-        metric = M.lookup(key)
-        if metric is None:
-            raise KeyError(f"step metric {key!r} is not in the metric registry (exgrpo/metrics.py)")
-        if runtime in metric.writers:
-            out[key] = value
-    return out
-
-
-__all__ = ["data_metrics", "logged_by", "plan_metrics", "response_metrics", "step_metrics"]
+__all__ = ["data_metrics", "plan_metrics", "response_metrics", "step_metrics"]

@@ -147,7 +147,7 @@ class CPUTrainer:
             M.STEP.name: step,
             M.REWARD_BATCH_MEAN.name: float(rows.rewards.mean()) if len(rows.rewards) else 0.0,
             **core_metrics.response_metrics(roll.entropy, roll.response_mask, roll.truncated),
-            **core_metrics.logged_by(
+            **M.logged_by(
                 {**core_metrics.plan_metrics(self._replayed, len(fresh_qids), step), **counts}, M.TINY
             ),
             **exp_metrics,

@@ -133,11 +133,11 @@ def test_step_metrics_by_hand_and_by_runtime():
         M.REPLAY_AGE_MEAN.name: 2.0,
         M.SELECTION_CANDIDATES.name: 2.0,
     }
-    tiny = cm.logged_by({**m, **p}, M.TINY)
+    tiny = M.logged_by({**m, **p}, M.TINY)
     assert M.PASS1.name in tiny and M.REPLAY_QUESTIONS.name in tiny and M.FAILED_PROMPTS.name not in tiny
-    assert set(cm.logged_by({**m, **p}, M.VERL)) == set(m) | set(p)
+    assert set(M.logged_by({**m, **p}, M.VERL)) == set(m) | set(p)
     with pytest.raises(KeyError, match="not in the metric registry"):
-        cm.logged_by({"groups/mixd_fraction": 1.0}, M.TINY)
+        M.logged_by({"groups/mixd_fraction": 1.0}, M.TINY)
 
 
 def test_response_metrics_of_the_fresh_rows():
