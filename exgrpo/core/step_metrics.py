@@ -9,6 +9,7 @@ and failure counts; neither runtime names a metric of its own here.
 - `plan_metrics`: the step's questions (replayed, fresh, the age of o*, the candidates looked at);
 - `step_metrics`: pass@1, the group histogram and its mixed share, the questions the difficulty mask keeps,
   short groups, failed prompts, replayed rows and the rows that get gradient (`step.step_stats`);
+- `reward_metrics`: the mean reward of the step's rows (the CPU trainer's; verl logs its own);
 - `response_metrics`: entropy, length and truncation of the fresh responses;
 - `data_metrics`: where the data order stands.
 """
@@ -56,6 +57,13 @@ def step_metrics(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -
     }
 
 
+def reward_metrics(rows: StepRows) -> dict[str, float]:
+    """`reward/batch_mean`: the mean reward over every row the update trains on, replayed o* included (0 without
+    a row). The CPU trainer logs it; verl computes the same quantity itself (its `critic/score/mean`, renamed to
+    this key by `exgrpo.metrics_verl`), so the plug-in does not call this."""
+    return {M.REWARD_BATCH_MEAN.name: float(rows.rewards.mean()) if len(rows.rewards) else 0.0}
+
+
 def response_metrics(
     token_entropy: torch.Tensor, response_mask: torch.Tensor, truncated: torch.Tensor | None = None
 ) -> dict[str, float]:
@@ -79,4 +87,4 @@ def data_metrics(order: DataOrder) -> dict[str, float]:
     return {M.TRAINING_QUESTIONS.name: float(len(order.active)), M.DATA_EPOCH.name: float(order.epoch)}
 
 
-__all__ = ["data_metrics", "plan_metrics", "response_metrics", "step_metrics"]
+__all__ = ["data_metrics", "plan_metrics", "response_metrics", "reward_metrics", "step_metrics"]

@@ -140,6 +140,12 @@ def test_step_metrics_by_hand_and_by_runtime():
         M.logged_by({"groups/mixd_fraction": 1.0}, M.TINY)
 
 
+def test_reward_metrics_average_every_row_replayed_included():
+    rows = cs.step_rows(["a", "a", "b", "b"], [0, 0, 1, 1], [False, False, True, False], [1, 0, 1, 0], 2)
+    assert cm.reward_metrics(rows) == {M.REWARD_BATCH_MEAN.name: 0.5}  # (1 + 0 + 1 + 0) / 4, o* included
+    assert cm.reward_metrics(cs.step_rows([], [], [], [], 2)) == {M.REWARD_BATCH_MEAN.name: 0.0}
+
+
 def test_response_metrics_of_the_fresh_rows():
     ent = torch.tensor([[1.0, 3.0, 0.0], [2.0, 9.0, 9.0]])
     mask = torch.tensor([[True, True, False], [True, False, False]])
