@@ -325,23 +325,15 @@ def weights_digest(model_dir: str | Path) -> str:
 
 _SETTINGS = ("config.py", "variants.py", "trainer_settings.py", "resolve.py")
 """The method's settings, its named variants and their one resolution: code of every training stage."""
+_CPU_MODE = ("tiny/rollout.py", "tiny/decoder.py", "tiny/trainer.py", "tiny/splits.py", "tiny/task.py")
+"""The tiny-route modules the plug-in's CPU mode runs (`train_verl_cpu`, below)."""
 
 CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     # plugins/: the replay-idea plug-ins, imported by core/registry.py (docs/plugins.md)
     "train_tiny": (*_SETTINGS, "core", "plugins", "tiny"),
     "train_paper": (*_SETTINGS, "core", "plugins", "verl_plugin"),
     # the plug-in's CPU mode also runs the tiny route (tiny splits, trainer settings) and the project's sampler
-    "train_verl_cpu": (
-        *_SETTINGS,
-        "core",
-        "plugins",
-        "verl_plugin",
-        "tiny/rollout.py",
-        "tiny/decoder.py",
-        "tiny/trainer.py",
-        "tiny/splits.py",
-        "tiny/task.py",
-    ),
+    "train_verl_cpu": (*_SETTINGS, "core", "plugins", "verl_plugin", *_CPU_MODE),
     "eval": (
         "eval",
         "core/reward.py",
