@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-from exgrpo.config import config_for
 from exgrpo.core.data_order import DataOrder
 from exgrpo.io import write_json
 from exgrpo.provenance import provenance
 from exgrpo.tiny.run import load_questions
 from exgrpo.tiny.trainer import CPUTrainer
 from exgrpo.trainer_settings import TrainerSettings
+from exgrpo.variants import config_for
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))

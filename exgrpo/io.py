@@ -6,69 +6,21 @@ rename itself survives a power loss. `publish_dir` does the same for a whole dir
 fsync every file and folder of the staged copy, rename it into place, and only then remove what it
 replaces. `hash_file` is the one place that streams a file into a digest (manifests, fingerprints,
 download checks); `write_manifest` / `check_manifest` record and verify a directory's files by sha256.
+The single-file writes and the JSON read (`atomic_path`, `atomic_open`, `write_json`, `read_json`, `fsync_dir`)
+are `exgrpo.core.atomic_files`, which the core's state files use too; they are imported here for every caller.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import io
 import json
 import os
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; on success it replaces `path` atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp creates 0600; results files should be readable: the final mode is set on the open file, before
-        # anything is written, so no reader ever sees the file with another mode
-        os.fchmod(fd, 0o666 & ~_umask())
-    finally:
-        os.close(fd)
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
-    """Open a temporary file for writing; it replaces `path` atomically when the block succeeds."""
-    with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as fh:
-        yield fh
-
-
-def write_json(path: str | Path, obj: Any) -> None:
-    """Write `obj` as indented, key-sorted JSON, atomically."""
-    with atomic_open(path, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True, default=_json_default)
-        fh.write("\n")
-
-
-def read_json(path: str | Path) -> Any:
-    """Read JSON; a missing or corrupt file raises an error naming the file."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: file not found")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: corrupt JSON ({err})") from None
-
+from exgrpo.core.atomic_files import atomic_open, atomic_path, fsync_dir, json_default, read_json, write_json
 
 TRAIN_LOG = "log.jsonl.gz"
 """Results-contract name of a training run's per-step log (gzip JSON lines: the committed cache stays small)."""
@@ -83,7 +35,7 @@ def open_text(path: str | Path) -> IO[str]:
 def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
     """Write rows as JSON lines, atomically; a `.gz` path is gzipped with no name or time in its header,
     so equal rows give equal bytes."""
-    text = "".join(json.dumps(row, sort_keys=True, default=_json_default) + "\n" for row in rows)
+    text = "".join(json.dumps(row, sort_keys=True, default=json_default) + "\n" for row in rows)
     if Path(path).suffix != ".gz":
         with atomic_open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -124,15 +76,6 @@ def hash_file(path: str | Path, digest: Any = None) -> Any:
 def file_sha256(path: str | Path) -> str:
     """Hex sha256 of a file's bytes (what `sha256sum` prints)."""
     return hash_file(path).hexdigest()
-
-
-def fsync_dir(path: str | Path) -> None:
-    """fsync a directory, which makes the renames and creations inside it durable (POSIX)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_tree(path: str | Path) -> None:
@@ -206,17 +149,20 @@ def check_manifest(folder: str | Path) -> str | None:
     return None
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):  # numpy / torch scalars
-        return obj.item()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+__all__ = [
+    "MANIFEST",
+    "TRAIN_LOG",
+    "atomic_open",
+    "atomic_path",
+    "check_manifest",
+    "file_sha256",
+    "fsync_dir",
+    "fsync_tree",
+    "hash_file",
+    "publish_dir",
+    "read_json",
+    "read_jsonl",
+    "write_json",
+    "write_jsonl",
+    "write_manifest",
+]

@@ -1,8 +1,9 @@
 """Every key of a training log, defined once: its name, meaning, unit and the runtimes that write it.
 
 A results log (`results/<source>/train/.../log.jsonl.gz`, results/README.md) has the same keys whichever
-runtime made it. The step's counts are computed and named once, by the core (`exgrpo.core.step_metrics`), and
-both runtimes log them under these names, each the ones `writers` lists it for. verl computes some others under
+runtime made it. The step's counts are computed and named once, by the core (`exgrpo.core.step_metrics`; their
+names are defined in `exgrpo.core.metric_names` and listed here with the rest), and both runtimes log them under
+these names, each the ones `writers` lists it for (`logged_by`). verl computes some others under
 its own namespaces (`actor/exgrpo/...`, `critic/score/mean`, `timing_s/...`: `Metric.verl_key`), and the plug-in
 renames them to these names before verl's trackers log them (`exgrpo.metrics_verl.live_names`), so both runtimes
 show one vocabulary live; `exgrpo verl-collect` applies the same map (`metrics_verl.verl_key_map`) to read logs written before that (where the
@@ -17,127 +18,64 @@ statistics) pass through under their verl names: `metrics_verl.VERL_NAMESPACES`.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-TINY, VERL = "tiny", "verl"
-"""Runtime tags: the CPU trainer (exgrpo/tiny) and the verl plug-in (exgrpo/verl_plugin)."""
-BOTH = frozenset({TINY, VERL})
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One logged key."""
-
-    name: str
-    """The key in the results log; `{k}` / `{name}` stand for an integer / a benchmark in a family of keys."""
-    meaning: str
-    """What the number is, and how each runtime computes it when they differ."""
-    unit: str
-    """fraction, count, tokens, nats, seconds, bytes, step, loss, ratio or flag (0/1)."""
-    writers: frozenset[str]
-    """Runtimes that write it (`TINY`, `VERL`)."""
-    verl_key: str | None = None
-    """The key verl's own logger records for it, when that differs from `name` (renamed by verl-collect)."""
-
-    def pattern(self) -> re.Pattern[str]:
-        """A regex matching the key, or every key of the family."""
-        text = re.escape(self.name).replace(r"\{k\}", r"\d+").replace(r"\{name\}", r"[A-Za-z0-9_.@-]+")
-        return re.compile(f"^{text}$")
-
-
-def _m(
-    name: str, meaning: str, unit: str, writers: frozenset[str] | str = BOTH, verl_key: str | None = None
-) -> Metric:
-    return Metric(
-        name, meaning, unit, frozenset({writers}) if isinstance(writers, str) else writers, verl_key
-    )
-
+from exgrpo.core.metric_names import (
+    BOTH,
+    DATA_EPOCH,
+    ENTROPY,
+    FAILED_PROMPTS,
+    FRESH_QUESTIONS,
+    GROUP_BUCKET,
+    MASKED_QUESTIONS,
+    MISSING_ROLLOUTS,
+    MIXED_FRACTION,
+    PASS1,
+    REPLAY_AGE_MEAN,
+    REPLAY_QUESTIONS,
+    REPLAY_REWARD_MEAN,
+    REPLAY_ROWS,
+    RESPONSE_LENGTH,
+    REWARD_BATCH_MEAN,
+    SAMPLE_FRAC,
+    SELECTION_CANDIDATES,
+    SHORT_GROUPS,
+    TINY,
+    TRAINING_QUESTIONS,
+    TRUNCATED_FRACTION,
+    VERL,
+    Metric,
+    define,
+)
 
 # ------------------------------------------------------------------------------------------ the step
-STEP = _m("step", "Training step (1-based); validation rows carry the step they follow.", "step")
-PASS1 = _m(
-    "pass1",
-    "Mean reward of the step's freshly generated rollouts (replayed o* excluded): batch pass@1, "
-    "the delayed-start signal.",
-    "fraction",
-    verl_key="exgrpo/pass1",
-)
-REWARD_BATCH_MEAN = _m(
-    "reward/batch_mean",
-    "Mean reward over every row the update trained on, replayed o* "
-    "(reward 1 under the binary grader) included (verl: its critic/score/mean).",
-    "fraction",
-    verl_key="critic/score/mean",
-)
-ENTROPY = _m(
-    "entropy",
-    "Token-mean entropy of the fresh responses under the policy that generated them (CPU: "
-    "at sampling; verl: the old-policy recomputation before the update).",
-    "nats",
-    verl_key="exgrpo/entropy",
-)
-RESPONSE_LENGTH = _m(
-    "response_length",
-    "Mean response length of the fresh rollouts.",
-    "tokens",
-    verl_key="exgrpo/response_length",
-)
-TRUNCATED_FRACTION = _m("truncated_fraction", "Fresh rollouts that hit the length cap.", "fraction", TINY)
-REPLAY_QUESTIONS = _m(
-    "replay/n_trajectories",
-    "Replayed questions (one o* each) in the step.",
-    "count",
-    verl_key="exgrpo/replay_questions",
-)
-MIXED_FRACTION = _m(
-    "groups/mixed_fraction",
-    "Groups with 0 < k < K successes (k as trained, core.advantages.success_histogram).",
-    "fraction",
-    verl_key="exgrpo/mixed_fraction",
-)
-MASKED_QUESTIONS = _m(
-    "masked/questions",
-    "Questions that got gradient under the difficulty mask (all of them without one).",
-    "count",
-    verl_key="exgrpo/masked_questions",
-)
-GROUP_BUCKET = _m("exp/bucket_{k}", "Groups of the step with k successes (as trained).", "count")
-TRAINING_QUESTIONS = _m(
-    "data/training_questions",
-    "Questions left in the training data (retired pruned at epoch boundaries).",
-    "count",
-    verl_key="exgrpo/training_questions",
-)
-DATA_EPOCH = _m("data/epoch", "Epoch of the data order (0-based).", "count", verl_key="exgrpo/data_epoch")
-TIME_SELECTION = _m(
+STEP = define("step", "Training step (1-based); validation rows carry the step they follow.", "step")
+TIME_SELECTION = define(
     "time/selection",
     "Seconds choosing o* (scoring the candidates).",
     "seconds",
     verl_key="exgrpo/selection_seconds",
 )
-TIME_ROLLOUT = _m(
+TIME_ROLLOUT = define(
     "time/rollout",
     "Seconds generating rollouts (CPU: with grading; verl: its timing_s/gen).",
     "seconds",
     verl_key="timing_s/gen",
 )
-TIME_UPDATE = _m(
+TIME_UPDATE = define(
     "time/update",
     "Seconds of the actor update (CPU: with batch assembly).",
     "seconds",
     verl_key="timing_s/update_actor",
 )
-TIME_STEP = _m("time/step", "Seconds of the whole step.", "seconds", verl_key="timing_s/step")
+TIME_STEP = define("time/step", "Seconds of the whole step.", "seconds", verl_key="timing_s/step")
 VAL_PREFIX = "val/"
 """The prefix of the validation keys of a results log (`VAL_ACC`, `VAL_BENCHMARK`)."""
-VAL_ACC = _m(
+VAL_ACC = define(
     "val/acc",
     "Validation accuracy (CPU: one sample per question at T=0.6; verl: the unweighted mean "
     "of val/<benchmark>).",
     "fraction",
 )
-VAL_BENCHMARK = _m(
+VAL_BENCHMARK = define(
     "val/{name}",
     "Validation accuracy on one benchmark (verl: val-core/<source>/acc/mean@N, the largest N).",
     "fraction",
@@ -175,9 +113,9 @@ _EXP = {
     "buffer_payload_bytes": ("Stored token ids + log-probs (8 B/token).", "bytes"),
     "mean_key": ("Mean bucket key of the step's groups (success count, or the reward-std bucket).", "count"),
 }
-EXPERIENCE = tuple(_m(f"exp/{key}", meaning, unit) for key, (meaning, unit) in _EXP.items())
+EXPERIENCE = tuple(define(f"exp/{key}", meaning, unit) for key, (meaning, unit) in _EXP.items())
 EXPERIENCE_BY_NAME = {m.name: m for m in EXPERIENCE}
-BUFFER_BUCKET = _m("exp/buffer_bucket_{k}", "Eligible buffered questions in bucket k.", "count")
+BUFFER_BUCKET = define("exp/buffer_bucket_{k}", "Eligible buffered questions in bucket k.", "count")
 
 # ------------------------------------------------------------------------------------------ the reward (CPU trainer)
 _REWARD = {
@@ -199,7 +137,7 @@ _REWARD = {
     "error_rate": ("errors / graded.", "fraction"),
 }
 REWARD_COUNTERS = tuple(
-    _m(f"reward/{key}", f"Verifier: {meaning}", unit, TINY) for key, (meaning, unit) in _REWARD.items()
+    define(f"reward/{key}", f"Verifier: {meaning}", unit, TINY) for key, (meaning, unit) in _REWARD.items()
 )
 
 # ------------------------------------------------------------------------------------------ the update (the loss)
@@ -223,22 +161,22 @@ _UPDATE = {
     "kl": ("Token-mean k3 KL to the reference (kl_coef > 0).", "nats"),
 }
 UPDATE = tuple(
-    _m(f"update/{key}", meaning, unit, verl_key=f"actor/exgrpo/{key}")
+    define(f"update/{key}", meaning, unit, verl_key=f"actor/exgrpo/{key}")
     for key, (meaning, unit) in _UPDATE.items()
 )
-GRAD_NORM = _m(
+GRAD_NORM = define(
     "update/grad_norm",
     "Gradient norm before clipping, averaged over optimizer steps.",
     "ratio",
     verl_key="actor/grad_norm",
 )
-SKIPPED_STEPS = _m(
+SKIPPED_STEPS = define(
     "update/skipped_steps",
     "Optimizer steps skipped (non-finite or > skip_grad_bound grad norm).",
     "count",
     TINY,
 )
-REPLAY_ACTIVE_IN_LOSS = _m(
+REPLAY_ACTIVE_IN_LOSS = define(
     "update/replay_active",
     "The loss ran in mixed-policy mode.",
     "flag",
@@ -251,42 +189,14 @@ UPDATE_BY_KEY: dict[str, Metric] = {
 """The update's metrics by the key the core loss (`core.loss_batch.loss_metrics`) and the trainers report them
 under (`pg_loss`, `grad_norm`, ...)."""
 # ------------------------------------------------------------------------------------------ plug-in only
-FRESH_QUESTIONS = _m("exgrpo/fresh_questions", "Fresh questions in the step.", "count", VERL)
-REPLAY_ROWS = _m("exgrpo/replay_rows", "Replayed rows in the step's batch.", "count", VERL)
-REPLAY_REWARD_MEAN = _m(
-    "exgrpo/replay_reward_mean",
-    "Mean reward of the replayed rows (1 by construction under the binary grader).",
-    "fraction",
-    VERL,
-)
-REPLAY_AGE_MEAN = _m(
-    "exgrpo/replay_age_mean", "Mean age in steps of the replayed trajectories.", "step", VERL
-)
-SAMPLE_FRAC = _m("exgrpo/sample_frac", "Rows that get gradient under the difficulty mask.", "fraction", VERL)
-SELECTION_CANDIDATES = _m(
-    "exgrpo/selection_candidates", "Candidate trajectories scored for the step's o*.", "count", VERL
-)
-SHORT_GROUPS = _m(
-    "exgrpo/short_groups",
-    "Groups trained with fewer than K rollouts (failed agent-loop sessions; core.step.step_stats).",
-    "count",
-    VERL,
-)
-MISSING_ROLLOUTS = _m("exgrpo/missing_rollouts", "Rollouts the short groups lack.", "count", VERL)
-FAILED_PROMPTS = _m(
-    "exgrpo/failed_prompts",
-    "Submitted prompts with no rollout back at all (not trained, not recorded).",
-    "count",
-    VERL,
-)
-FAILED_SESSIONS = _m(
+FAILED_SESSIONS = define(
     "exgrpo/failed_sessions",
     "Rollout sessions of the step that failed: K per submitted prompt minus the rows "
     "back (verl_plugin.failures, the failure budget).",
     "count",
     VERL,
 )
-FAILED_SESSION_SHARE = _m(
+FAILED_SESSION_SHARE = define(
     "exgrpo/failed_session_share",
     "failed_sessions / (K x submitted prompts); past the failure budget's max_failed_share the run stops.",
     "fraction",
@@ -366,6 +276,19 @@ def lookup(key: str) -> Metric | None:
     return next((m for m in _FAMILIES if m.pattern().match(key)), None)
 
 
+def logged_by(metrics: dict[str, float], runtime: str) -> dict[str, float]:
+    """The metrics a runtime (`TINY`, `VERL`) writes, by the registry's `writers`; an unregistered key is a
+    bug (the results loader would refuse the log)."""
+    out = {}
+    for key, value in metrics.items():
+        metric = lookup(key)
+        if metric is None:
+            raise KeyError(f"step metric {key!r} is not in the metric registry (exgrpo/metrics.py)")
+        if runtime in metric.writers:
+            out[key] = value
+    return out
+
+
 def written_by(runtime: str) -> list[Metric]:
     """The metrics a runtime writes."""
     return [m for m in METRICS if runtime in m.writers]
@@ -390,6 +313,7 @@ __all__ = [
     "VERL_VALIDATION_NAMESPACES",
     "Metric",
     "is_validation_key",
+    "logged_by",
     "lookup",
     "markdown_table",
     "val_benchmark_key",

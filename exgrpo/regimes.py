@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exgrpo.config import ABLATIONS, ConfigError
+from exgrpo.config import ConfigError
 from exgrpo.resolve import RunSpec, run_spec
+from exgrpo.variants import ABLATIONS
 
 REGIME_SPEC_FORMAT = 1
 RELEASED_MASK_TAG = "released_mask"

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.backbones import backbone_method_settings
-from exgrpo.config import ABLATIONS, ConfigError, ExGRPOConfig, config_for
+from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.io import hash_file
 from exgrpo.suggest import unknown
 from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
+from exgrpo.variants import ABLATIONS, config_for
 
 PRECEDENCE = ("defaults", "backbone", "variant", "budget", "overrides")
 """Layers of `resolve`, lowest first (module docstring)."""
@@ -71,7 +72,7 @@ def check_overrides(variant: str, overrides: Mapping[str, Any], where: str = "")
             raise ConfigError(
                 f"{where}{key}",
                 f"{value!r} would change {what} (the variant sets {key}="
-                f"{own[key]!r}); add a named variant to exgrpo.config.ABLATIONS "
+                f"{own[key]!r}); add a named variant to exgrpo.variants.ABLATIONS "
                 "instead",
             )
     if not overrides:
@@ -322,23 +323,17 @@ def weights_digest(model_dir: str | Path) -> str:
     return file_digest(files)
 
 
+_SETTINGS = ("config.py", "variants.py", "trainer_settings.py", "resolve.py")
+"""The method's settings, its named variants and their one resolution: code of every training stage."""
+_CPU_MODE = ("tiny/rollout.py", "tiny/decoder.py", "tiny/trainer.py", "tiny/splits.py", "tiny/task.py")
+"""The tiny-route modules the plug-in's CPU mode runs (`train_verl_cpu`, below)."""
+
 CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
     # plugins/: the replay-idea plug-ins, imported by core/registry.py (docs/plugins.md)
-    "train_tiny": ("config.py", "trainer_settings.py", "resolve.py", "core", "plugins", "tiny"),
-    "train_paper": ("config.py", "trainer_settings.py", "resolve.py", "core", "plugins", "verl_plugin"),
+    "train_tiny": (*_SETTINGS, "core", "plugins", "tiny"),
+    "train_paper": (*_SETTINGS, "core", "plugins", "verl_plugin"),
     # the plug-in's CPU mode also runs the tiny route (tiny splits, trainer settings) and the project's sampler
-    "train_verl_cpu": (
-        "config.py",
-        "trainer_settings.py",
-        "resolve.py",
-        "core",
-        "plugins",
-        "verl_plugin",
-        "tiny/rollout.py",
-        "tiny/trainer.py",
-        "tiny/splits.py",
-        "tiny/task.py",
-    ),
+    "train_verl_cpu": (*_SETTINGS, "core", "plugins", "verl_plugin", *_CPU_MODE),
     "eval": (
         "eval",
         "core/reward.py",
@@ -347,6 +342,7 @@ CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
         "core/_verify_worker.py",
         "core/math_verify_060.py",
         "tiny/rollout.py",
+        "tiny/decoder.py",
     ),
 }
 """Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint.

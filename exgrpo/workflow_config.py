@@ -8,7 +8,7 @@ Used by the Snakefile (workflow/rules/common.smk), `exgrpo studies`, `exgrpo pla
 1. config/config.yaml against workflow/schemas/config.schema.yaml (JSON Schema, via `jsonschema`);
 2. the backbone registry (config/backbones.yaml by default): exgrpo.backbones.load_backbones;
 3. cross-references against the registries that own them: backbone names, variant names
-   (exgrpo.config.ABLATIONS), benchmark names (exgrpo.eval.benchmarks), decoding profiles
+   (exgrpo.variants.ABLATIONS), benchmark names (exgrpo.eval.benchmarks), decoding profiles
    (exgrpo.eval.profiles), studies sharing a source; and every run of every study resolved by
    `exgrpo.resolve.run_spec` (the one resolution, which also refuses an entry that overrides
    `method:` or turns a variant into another), so the core stays the one source of truth for
@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.backbones import SCHEMA_DIR, load_backbones, load_reward_models
-from exgrpo.config import ABLATIONS, VARIANT_ALIASES, ConfigError, ExGRPOConfig
+from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.regimes import Regime, arm_run, regime_studies
 from exgrpo.resolve import RunSpec, run_spec
 from exgrpo.suggest import unknown
+from exgrpo.variants import ABLATIONS, VARIANT_ALIASES
 from exgrpo.workflow_studies import VARIANT_GROUPS, Study, check_shared_sources, resolve_study
 from exgrpo.yaml_files import check_schema, field_path, load_yaml
 
@@ -289,11 +290,12 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                 raise ConfigError(
                     f"{group}.{variant}",
                     f"`{variant}` is the analysis' name for the `{VARIANT_ALIASES[variant]}` run "
-                    f"(exgrpo.config.VARIANT_ALIASES), not a variant to train: remove it",
+                    f"(exgrpo.variants.VARIANT_ALIASES), not a variant to train: remove it",
                 )
             if variant not in ABLATIONS:
                 raise ConfigError(
-                    f"{group}.{variant}", unknown("variant", variant, ABLATIONS, " (exgrpo.config.ABLATIONS)")
+                    f"{group}.{variant}",
+                    unknown("variant", variant, ABLATIONS, " (exgrpo.variants.ABLATIONS)"),
                 )
             if variant in seen:
                 raise ConfigError(f"{group}.{variant}", f"already defined under `{seen[variant]}`")

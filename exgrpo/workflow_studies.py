@@ -17,7 +17,7 @@ from exgrpo.suggest import unknown
 from exgrpo.yaml_files import field_path
 
 VARIANT_GROUPS = ("methods", "ablations", "prelim")
-"""Config sections that name variants (keys of exgrpo.config.ABLATIONS) with extra overrides."""
+"""Config sections that name variants (keys of exgrpo.variants.ABLATIONS) with extra overrides."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def _data_and_reward_model(
 ) -> tuple[str, str | None]:
     """The study's `data` and `reward_model`, checked: both are paper-scale settings; every variant that trains
     on a reward model's score needs the study to name a registered one, and the chat data has no other reward."""
-    from exgrpo.config import config_for
+    from exgrpo.variants import config_for
 
     data, reward_model = raw.get("data", "math"), raw.get("reward_model")
     if scale != "paper" and (data != "math" or reward_model is not None):

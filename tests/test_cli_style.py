@@ -162,10 +162,10 @@ def test_a_misspelt_backbone_gets_a_suggestion(capsys, tmp_path):
     ],
 )
 def test_misspelt_names_get_suggestions(lookup, typo, right):
-    from exgrpo.config import config_for
     from exgrpo.eval.benchmarks import get_benchmark
     from exgrpo.eval.profiles import get_profile
     from exgrpo.resolve import resolve
+    from exgrpo.variants import config_for
 
     call = {
         "variant": config_for,

@@ -18,6 +18,7 @@ METHOD_PACKAGES = ("core", "tiny", "eval", "verl_plugin", "prelim")
 _COLLECT = {"eval/benchmarks.py", "eval/schemas.py"}  # verl-collect names validation metrics by benchmark
 _CPU_MODE = {
     "tiny/rollout.py",
+    "tiny/decoder.py",
     "tiny/trainer.py",
     "tiny/splits.py",
     "tiny/task.py",

@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
-from exgrpo.config import ABLATIONS, CHOICES, ConfigError, ExGRPOConfig, config_for, field_docs
+from exgrpo.config import CHOICES, ConfigError, ExGRPOConfig, field_docs
 from exgrpo.switches import SWITCHES
+from exgrpo.variants import ABLATIONS, config_for
 
 
 def test_defaults_are_the_papers_constants():

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from exgrpo.config import config_for
 from exgrpo.resolve import TRAINING_LIBRARIES, library_versions_of
+from exgrpo.variants import config_for
 
 
 def _tiny_fingerprint(model_dir) -> str:

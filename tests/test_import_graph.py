@@ -2,15 +2,21 @@
 included, since a lazy import inside a circle is a circle that only bites later; `if TYPE_CHECKING:` blocks
 excluded, they never run), walked with ast, has no strongly connected component of more than one module.
 The configuration imports no runtime (the schema and resolve are torch-free: tests/test_trainer_settings.py).
+Imports flow command line -> runtimes -> core -> configuration: exgrpo/core imports nothing of the project but
+the core and exgrpo.config, and no third-party package but the method's own (`CORE_LIBRARIES`).
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("exgrpo", "analysis")
+CORE_LIBRARIES = frozenset({"torch", "numpy", "math_verify", "sympy", "safetensors"})
+"""Third-party packages the core may import: the method's tensors, the grader (math-verify and its sympy) and the
+buffer's array files."""
 
 
 def _modules() -> dict[str, Path]:
@@ -102,3 +108,42 @@ def test_no_import_circles():
 def test_the_walker_finds_a_circle():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
     assert _circles({"a": {"b"}, "b": set()}) == set()
+
+
+def _outside_core(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Per core module, the project modules it imports that are neither core nor the configuration."""
+    allowed = ("exgrpo.core", "exgrpo.config")
+    return {
+        module: bad
+        for module, targets in edges.items()
+        if module.startswith("exgrpo.core")
+        and (bad := {t for t in targets if not any(t == a or t.startswith(a + ".") for a in allowed)})
+    }
+
+
+def _libraries(path: Path) -> set[str]:
+    """Top-level names of the non-project, non-stdlib packages `path` imports (function-level ones included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"__future__", *PACKAGES}
+
+
+def test_the_core_imports_only_the_core_the_configuration_and_its_libraries():
+    known = _modules()
+    core = {m: p for m, p in known.items() if m == "exgrpo.core" or m.startswith("exgrpo.core.")}
+    assert _outside_core({m: _imports(m, p, known) for m, p in core.items()}) == {}
+    libraries = {m: bad for m, p in core.items() if (bad := _libraries(p) - CORE_LIBRARIES)}
+    assert libraries == {}
+
+
+def test_the_core_rule_finds_an_import_outside():
+    edges = {
+        "exgrpo.core.step": {"exgrpo.config", "exgrpo.core.buffer"},
+        "exgrpo.core.step_metrics": {"exgrpo.metrics", "exgrpo.core.step"},
+        "exgrpo.tiny.trainer": {"exgrpo.metrics"},
+    }
+    assert _outside_core(edges) == {"exgrpo.core.step_metrics": {"exgrpo.metrics"}}

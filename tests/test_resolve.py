@@ -11,7 +11,7 @@ import pytest
 
 from exgrpo.backbones import extended_model_dir, load_backbones
 from exgrpo.commands._flags import run_from_flags
-from exgrpo.config import ConfigError, ExGRPOConfig, config_for
+from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.resolve import (
     PRECEDENCE,
     fingerprint,
@@ -21,6 +21,7 @@ from exgrpo.resolve import (
     weights_digest,
     write_run_file,
 )
+from exgrpo.variants import config_for
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = load_backbones(ROOT / "config/backbones.yaml")

@@ -15,9 +15,9 @@ Pinned data: what is fetched and the checksums it is checked against are the reg
 exgrpo/commands/_download_sources.py; hub items (models, the training set) are pinned to a commit and
 checked against a lock of their files' sha256 (exgrpo/commands/_download_locks.py).
 
-Transient failures (a dropped connection, a time-out, HTTP 429 or 5xx) are retried `RETRIES` times with
-exponential backoff (`BACKOFF_S` x 1, 2, 4, ...); then the download stops with a `DownloadError` naming the
-file and the last error. Permanent ones (HTTP 4xx, a gated model, a checksum mismatch) are not retried.
+Transient failures (a dropped connection, a time-out, HTTP 429 or 5xx) are retried with exponential backoff,
+then the download stops with a `DownloadError` naming the file and the last error; permanent ones (HTTP 4xx, a
+gated model, a checksum mismatch) are not retried (exgrpo/commands/_download_retries.py).
 
 Departure from the paper's setup: the evaluation sets are the release's own parquet files
 (`ExGRPO/data/test.id.parquet`, Avg@32 rows duplicated, and LUFFY's OOD files) with the row counts
@@ -30,7 +30,6 @@ import argparse
 import os
 import re
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from exgrpo.commands._download_locks import (
     pinned_revision,
     verify_file,
 )
+from exgrpo.commands._download_retries import with_retries
 from exgrpo.commands._download_sources import RELEASE_COMMIT, SOURCES, Source
 from exgrpo.config import ConfigError
 from exgrpo.io import atomic_path, write_json
@@ -66,59 +66,6 @@ __all__ = [  # re-exported
 ]
 
 HELP = "Fetch paper-scale data, benchmarks and backbone weights into a shared HF cache (needs internet)."
-
-RETRIES = 4
-"""Attempts after the first for a transient download failure."""
-BACKOFF_S = 2.0
-"""First wait between attempts; doubled after each."""
-_sleep = time.sleep  # tests replace it
-
-
-def _transient(err: BaseException) -> bool:
-    """Whether a failed fetch is worth retrying: network and time-out errors, HTTP 429 and 5xx."""
-    if isinstance(err, DownloadError) or _offline_miss(err):
-        return False
-    status = getattr(err, "code", None)  # urllib's HTTPError
-    response = getattr(err, "response", None)  # requests / huggingface_hub HTTP errors
-    status = status if isinstance(status, int) else getattr(response, "status_code", None)
-    if isinstance(status, int):
-        return status == 429 or status >= 500
-    return isinstance(err, (OSError, TimeoutError, ConnectionError))
-
-
-def _offline_miss(err: BaseException) -> bool:
-    """A hub client told not to use the network (HF_HUB_OFFLINE=1, local_files_only) found no cached copy:
-    an OSError to Python, but no retry can change the cache (huggingface_hub's LocalEntryNotFoundError and
-    OfflineModeIsEnabled)."""
-    return any(c.__name__ in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") for c in type(err).__mro__)
-
-
-def with_retries(fetch: Callable[[], Any], what: str) -> Any:
-    """`fetch()`, retried on transient errors with exponential backoff; then a DownloadError naming `what`."""
-    for attempt in range(RETRIES + 1):
-        try:
-            return fetch()
-        except Exception as err:
-            if _offline_miss(err):
-                raise DownloadError(
-                    f"{what}: not in the local cache, and the hub is not asked (offline: HF_HUB_OFFLINE=1); "
-                    f"{type(err).__name__}: {err}"
-                ) from err
-            if not _transient(err):
-                raise
-            if attempt == RETRIES:
-                raise DownloadError(
-                    f"{what}: download failed after {RETRIES + 1} attempts; last error: "
-                    f"{type(err).__name__}: {err}"
-                ) from err
-            wait = BACKOFF_S * 2**attempt
-            print(
-                f"{what}: {type(err).__name__}: {err}; retrying in {wait:.0f} s ({attempt + 1}/{RETRIES})",
-                file=sys.stderr,
-                flush=True,
-            )
-            _sleep(wait)
-    raise AssertionError("unreachable")
 
 
 def parquet_rows(path: str | Path) -> int:

@@ -22,7 +22,8 @@ HELP = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from exgrpo.config import ExGRPOConfig
-    from exgrpo.prelim.judge import JUDGES, JudgeSettings
+    from exgrpo.prelim.judge import JUDGES
+    from exgrpo.prelim.judge_engine import JudgeSettings
 
     cfg, judge = ExGRPOConfig(), JudgeSettings()
     p.add_argument("--model", required=True, type=Path, help="checkpoint to analyse (HF model directory)")
@@ -87,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--judge-max-tokens", type=int, default=judge.max_tokens, help="judge reply cap")
-    # the judge engine's CPU settings (exgrpo.prelim.judge.JUDGE_VLLM_CPU_ARGS); the defaults are the paper route's
+    # the judge engine's CPU settings (exgrpo.prelim.judge_engine.JUDGE_VLLM_CPU_ARGS); the defaults are the paper route's
     p.add_argument(
         "--judge-max-model-len", type=int, default=judge.max_model_len, help="judge context length"
     )
@@ -155,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
 
     from exgrpo.io import write_jsonl
     from exgrpo.prelim import trajectories as T
-    from exgrpo.prelim.judge import JUDGE_PROMPT, JUDGE_PROMPT_VERSION, JudgeSettings, make_judge
+    from exgrpo.prelim.judge import JUDGE_PROMPT, JUDGE_PROMPT_VERSION, make_judge
+    from exgrpo.prelim.judge_engine import JudgeSettings
     from exgrpo.provenance import provenance
 
     _check(args)

@@ -11,9 +11,10 @@ import argparse
 from pathlib import Path
 
 from exgrpo.commands._flags import deprecated_alias, run_from_flags
-from exgrpo.config import ABLATIONS, ConfigError
+from exgrpo.config import ConfigError
 from exgrpo.resolve import BUDGETS, read_run_file
 from exgrpo.trainer_settings import TrainerSettings
+from exgrpo.variants import ABLATIONS
 
 HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant); resumes from --ckpt"
 

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="entry of the backbones file with scale: paper (or tiny, with --device cpu)",
     )
     parser.add_argument(
-        "--variant", default="exgrpo", help="method variant (exgrpo.config.ABLATIONS), default exgrpo"
+        "--variant", default="exgrpo", help="method variant (exgrpo.variants.ABLATIONS), default exgrpo"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path, help="run directory (config, checkpoints, logs)")

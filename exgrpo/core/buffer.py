@@ -360,7 +360,7 @@ def save_arrays(path: str | Path, arrays: dict[str, np.ndarray], metadata: dict[
     """Write `arrays` to a safetensors file atomically (plain format, no pickle)."""
     from safetensors.numpy import save_file
 
-    from exgrpo.io import atomic_path
+    from exgrpo.core.atomic_files import atomic_path
 
     with atomic_path(path) as tmp:
         save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp), metadata=metadata)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.atomic_files import read_json, write_json
 from exgrpo.core.buffer import ExperienceBuffer, load_arrays, save_arrays
 from exgrpo.core.ordered_set import IndexedOrderedSet
-from exgrpo.io import read_json, write_json
 
 if TYPE_CHECKING:
     from exgrpo.core.experience import ExperienceManager

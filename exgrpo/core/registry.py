@@ -8,7 +8,7 @@ is one new module and one config entry (docs/plugins.md):
 - the module, under `exgrpo/plugins/` (discovered: every module there is imported by `load_plugins`), or any
   importable module named by the environment variable `EXGRPO_PLUGINS` (comma-separated), registers its
   implementation with `@SELECTION_METRICS.register("name", doc=...)` (or another registry) and, optionally, a
-  named variant with `exgrpo.config.register_variant`;
+  named variant with `exgrpo.variants.register_variant`;
 - the config entry names the variant under `ablations:` in config/config.yaml and in a study's list.
 
 Validation (`ExGRPOConfig.validate` through `exgrpo.config.CHOICES`), the README switch table
@@ -144,7 +144,7 @@ class RegistryChoices(Mapping[str, frozenset]):
 
 
 class PluginDict(dict):
-    """A dict that plug-ins may extend: every read first runs `load_plugins` (exgrpo.config.ABLATIONS)."""
+    """A dict that plug-ins may extend: every read first runs `load_plugins` (exgrpo.variants.ABLATIONS)."""
 
     def __getitem__(self, key: Any) -> Any:
         load_plugins()

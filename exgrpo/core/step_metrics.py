@@ -1,13 +1,15 @@
 """The counts of one training step that become logged metrics, computed once and named from the metric registry
-(`exgrpo.metrics`, the results contract) for both runtimes.
+(`exgrpo.metrics`, the results contract; the names of these are its core part, `exgrpo.core.metric_names`) for
+both runtimes.
 
 Each function returns {registry name: number}. A runtime logs the keys the registry says it writes
-(`logged_by`): the CPU trainer has no failed sessions, so it leaves out the plug-in's short-group and
-failure counts; neither runtime names a metric of its own here.
+(`exgrpo.metrics.logged_by`): the CPU trainer has no failed sessions, so it leaves out the plug-in's short-group
+and failure counts; neither runtime names a metric of its own here.
 
 - `plan_metrics`: the step's questions (replayed, fresh, the age of o*, the candidates looked at);
 - `step_metrics`: pass@1, the group histogram and its mixed share, the questions the difficulty mask keeps,
   short groups, failed prompts, replayed rows and the rows that get gradient (`step.step_stats`);
+- `reward_metrics`: the mean reward of the step's rows (the CPU trainer's; verl logs its own);
 - `response_metrics`: entropy, length and truncation of the fresh responses;
 - `data_metrics`: where the data order stands.
 """
@@ -17,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from exgrpo import metrics as M
 from exgrpo.config import ExGRPOConfig
+from exgrpo.core import metric_names as M
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.step import ReplayedPlan, StepRows, batch_pass1, step_stats
 
@@ -55,6 +57,13 @@ def step_metrics(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -
     }
 
 
+def reward_metrics(rows: StepRows) -> dict[str, float]:
+    """`reward/batch_mean`: the mean reward over every row the update trains on, replayed o* included (0 without
+    a row). The CPU trainer logs it; verl computes the same quantity itself (its `critic/score/mean`, renamed to
+    this key by `exgrpo.metrics_verl`), so the plug-in does not call this."""
+    return {M.REWARD_BATCH_MEAN.name: float(rows.rewards.mean()) if len(rows.rewards) else 0.0}
+
+
 def response_metrics(
     token_entropy: torch.Tensor, response_mask: torch.Tensor, truncated: torch.Tensor | None = None
 ) -> dict[str, float]:
@@ -78,17 +87,4 @@ def data_metrics(order: DataOrder) -> dict[str, float]:
     return {M.TRAINING_QUESTIONS.name: float(len(order.active)), M.DATA_EPOCH.name: float(order.epoch)}
 
 
-def logged_by(metrics: dict[str, float], runtime: str) -> dict[str, float]:
-    """The metrics a runtime (`M.TINY`, `M.VERL`) writes, by the registry's `writers`; an unregistered key is a
-    bug (the results loader would refuse the log)."""
-    out = {}
-    for key, value in metrics.items():
-        metric = M.lookup(key)
-        if metric is None:
-            raise KeyError(f"step metric {key!r} is not in the metric registry (exgrpo/metrics.py)")
-        if runtime in metric.writers:
-            out[key] = value
-    return out
-
-
-__all__ = ["data_metrics", "logged_by", "plan_metrics", "response_metrics", "step_metrics"]
+__all__ = ["data_metrics", "plan_metrics", "response_metrics", "reward_metrics", "step_metrics"]

@@ -118,7 +118,8 @@ def _check_model(
 
 def _check_data(out: Path, seed: int, published: Published, lock_dir: Path, pin: bool) -> dict:
     from exgrpo.commands._download_locks import ChecksumError, check_lock, file_lock, pinned_revision
-    from exgrpo.commands.download import fetch_dataset_snapshot, with_retries
+    from exgrpo.commands._download_retries import with_retries
+    from exgrpo.commands.download import fetch_dataset_snapshot
 
     lock = lock_dir / f"{data_lock_name(seed)}.json"
     field = f"the lock {lock}"

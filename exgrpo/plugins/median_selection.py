@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from exgrpo.config import register_variant
 from exgrpo.core.registry import SELECTION_MODES
+from exgrpo.variants import register_variant
 
 
 @SELECTION_MODES.register(

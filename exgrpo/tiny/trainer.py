@@ -145,9 +145,9 @@ class CPUTrainer:
         exp_metrics = self.manager.end_step(step, counts[M.PASS1.name])
         metrics: dict[str, float] = {
             M.STEP.name: step,
-            M.REWARD_BATCH_MEAN.name: float(rows.rewards.mean()) if len(rows.rewards) else 0.0,
+            **core_metrics.reward_metrics(rows),
             **core_metrics.response_metrics(roll.entropy, roll.response_mask, roll.truncated),
-            **core_metrics.logged_by(
+            **M.logged_by(
                 {**core_metrics.plan_metrics(self._replayed, len(fresh_qids), step), **counts}, M.TINY
             ),
             **exp_metrics,

@@ -216,7 +216,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         self._step_pass1 = counts[M.PASS1.name]
         metrics.update(self._check_failures(int(rows.real.sum())))
         fresh = vb.fresh_response_metrics(rows, data["entropy"], response_mask)
-        metrics.update(core_metrics.logged_by({**counts, **fresh}, M.VERL))
+        metrics.update(M.logged_by({**counts, **fresh}, M.VERL))
         return batch
 
     def _check_failures(self, real_rows: int) -> dict[str, float]:

@@ -50,8 +50,10 @@ def test_committed_cache_is_small():
 def test_analysis_imports_no_training_runtime():
     code = (
         "import sys, analysis.report, analysis.__main__, analysis.extra_tables\n"
+        # the core's metric names (exgrpo.core.metric_names, pure Python) are part of the registry it reads
+        "names = ('exgrpo.core', 'exgrpo.core.metric_names')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'verl', 'vllm')"
-        " or m.startswith('exgrpo.tiny') or m.startswith('exgrpo.core'))\n"
+        " or m.startswith('exgrpo.tiny') or (m.startswith('exgrpo.core') and m not in names))\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)

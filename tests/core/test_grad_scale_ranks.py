@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from exgrpo.config import config_for
 from exgrpo.core.loss import exgrpo_policy_loss
+from exgrpo.variants import config_for
 from exgrpo.verl_plugin.loss import micro_batch_loss
 
 B, T, NORM = 8, 6, 16

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from exgrpo import metrics as M
-from exgrpo.config import config_for
 from exgrpo.core import step as cs
 from exgrpo.core import step_batch as cb
 from exgrpo.core import step_metrics as cm
@@ -17,6 +16,7 @@ from exgrpo.core import step_questions as sq
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
+from exgrpo.variants import config_for
 
 
 def _traj(tokens: list[int], step: int = 1, entropy: float = 0.5) -> Trajectory:
@@ -133,11 +133,17 @@ def test_step_metrics_by_hand_and_by_runtime():
         M.REPLAY_AGE_MEAN.name: 2.0,
         M.SELECTION_CANDIDATES.name: 2.0,
     }
-    tiny = cm.logged_by({**m, **p}, M.TINY)
+    tiny = M.logged_by({**m, **p}, M.TINY)
     assert M.PASS1.name in tiny and M.REPLAY_QUESTIONS.name in tiny and M.FAILED_PROMPTS.name not in tiny
-    assert set(cm.logged_by({**m, **p}, M.VERL)) == set(m) | set(p)
+    assert set(M.logged_by({**m, **p}, M.VERL)) == set(m) | set(p)
     with pytest.raises(KeyError, match="not in the metric registry"):
-        cm.logged_by({"groups/mixd_fraction": 1.0}, M.TINY)
+        M.logged_by({"groups/mixd_fraction": 1.0}, M.TINY)
+
+
+def test_reward_metrics_average_every_row_replayed_included():
+    rows = cs.step_rows(["a", "a", "b", "b"], [0, 0, 1, 1], [False, False, True, False], [1, 0, 1, 0], 2)
+    assert cm.reward_metrics(rows) == {M.REWARD_BATCH_MEAN.name: 0.5}  # (1 + 0 + 1 + 0) / 4, o* included
+    assert cm.reward_metrics(cs.step_rows([], [], [], [], 2)) == {M.REWARD_BATCH_MEAN.name: 0.0}
 
 
 def test_response_metrics_of_the_fresh_rows():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from exgrpo.commands import _download_retries as retries
 from exgrpo.commands import download as D
 from exgrpo.config import ConfigError
 from exgrpo.hf_cache import layout, tiny
@@ -177,7 +178,7 @@ def offline_hub(monkeypatch, cache, tmp_path):
     shutil.copytree(cache, hf, symlinks=True)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     sleeps: list[float] = []
-    monkeypatch.setattr(D, "_sleep", sleeps.append)
+    monkeypatch.setattr(retries, "_sleep", sleeps.append)
     return hf, sleeps
 
 
@@ -217,7 +218,7 @@ def test_download_retries_transient_failures_then_reads_the_cache(offline_hub, m
 
     monkeypatch.setattr(D, "fetch_model", flaky)
     manifest = _download_h32(hf, tmp_path / "new-lock.json")
-    assert len(calls) == 3 and sleeps == [D.BACKOFF_S, 2 * D.BACKOFF_S]
+    assert len(calls) == 3 and sleeps == [retries.BACKOFF_S, 2 * retries.BACKOFF_S]
     assert json.loads((tmp_path / "new-lock.json").read_text())["files"] == manifest["sha256"]
 
 

@@ -24,6 +24,7 @@ def test_prelim_judge_on_vllm_cpu_counts_unparseable_verdicts(tmp_path):
     from transformers import AutoTokenizer
 
     from exgrpo.prelim import judge as J
+    from exgrpo.prelim import judge_engine as E
     from exgrpo.prelim.trajectories import read_metadata
     from exgrpo.tiny.splits import make_splits, write_dataset
 
@@ -34,7 +35,7 @@ def test_prelim_judge_on_vllm_cpu_counts_unparseable_verdicts(tmp_path):
     argv = [sys.executable, "-m", "exgrpo.cli", "prelim-analyze", "--model", str(MODEL), "--data", str(data)]
     argv += ["--questions", "24", "--k", "4", "--judge", "llm", "--judge-model", str(MODEL), "--seed", "0"]
     argv += ["--judge-cache", str(cache), "--texts", str(texts), "--out", str(out), "--no-progress"]
-    argv += J.judge_vllm_cpu_flags()
+    argv += E.judge_vllm_cpu_flags()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1500, env=os.environ.copy())
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
 
@@ -64,7 +65,7 @@ def test_prelim_judge_on_vllm_cpu_counts_unparseable_verdicts(tmp_path):
             enable_thinking=True,
         )
         # the token ids vLLM was prompted with are exactly the chat template's rendering of that prompt
-        assert entry["engine_prompt"] == {"tokens": len(ids), "sha256": J.prompt_digest(ids)}
+        assert entry["engine_prompt"] == {"tokens": len(ids), "sha256": E.prompt_digest(ids)}
         assert entry["settings"]["max_tokens"] == 64 and entry["settings"]["temperature"] == 0.6
         assert entry["verdict"] == J.parse_verdict(entry["output"]) == r["reasoning_correct"]
         verdicts.append(r["reasoning_correct"])

@@ -10,6 +10,7 @@ import pytest
 
 from exgrpo.config import ConfigError
 from exgrpo.prelim import judge as J
+from exgrpo.prelim import judge_engine as E
 from exgrpo.prelim import policies
 from exgrpo.tiny import splits as tiny_splits
 from exgrpo.tiny import task
@@ -115,7 +116,7 @@ ITEMS = [
 def test_llm_judge_verdicts_prompt_and_cache(tmp_path):
     cache = tmp_path / "cache.jsonl"
     backend = FakeBackend()
-    judge = J.LLMJudge(J.JudgeSettings(model="judge-a"), backend=backend, cache_path=cache)
+    judge = J.LLMJudge(E.JudgeSettings(model="judge-a"), backend=backend, cache_path=cache)
     assert judge.judge(ITEMS) == [True, False, None, True]
     assert len(backend.calls) == 1 and len(backend.calls[0]) == 3  # the duplicate prompt is sent once
     prompt = backend.calls[0][0][0]["content"]
@@ -129,7 +130,7 @@ def test_llm_judge_verdicts_prompt_and_cache(tmp_path):
     assert len(backend.calls) == 1
     # a new judge over the same cache file does not call its backend either
     other = FakeBackend()
-    assert J.LLMJudge(J.JudgeSettings(model="judge-a"), backend=other, cache_path=cache).judge(ITEMS) == [
+    assert J.LLMJudge(E.JudgeSettings(model="judge-a"), backend=other, cache_path=cache).judge(ITEMS) == [
         True,
         False,
         None,
@@ -141,13 +142,13 @@ def test_llm_judge_verdicts_prompt_and_cache(tmp_path):
     assert all(r["settings"]["temperature"] == 0.6 and r["settings"]["top_p"] == 0.95 for r in rows)
     # another judge model is another cache key
     third = FakeBackend()
-    J.LLMJudge(J.JudgeSettings(model="judge-b"), backend=third, cache_path=cache).judge(ITEMS[:1])
+    J.LLMJudge(E.JudgeSettings(model="judge-b"), backend=third, cache_path=cache).judge(ITEMS[:1])
     assert len(third.calls) == 1
 
 
 def test_llm_judge_rejects_bad_settings_and_templates():
     with pytest.raises(ConfigError, match="judge_top_p"):
-        J.LLMJudge(J.JudgeSettings(top_p=0.0), backend=FakeBackend())
+        J.LLMJudge(E.JudgeSettings(top_p=0.0), backend=FakeBackend())
     with pytest.raises(ConfigError, match="judge_prompt"):
         J.LLMJudge(backend=FakeBackend(), prompt_template="no slots here")
     with pytest.raises(RuntimeError, match="replies"):
@@ -162,7 +163,7 @@ def test_custom_template_slots_are_filled_once():
 
 # ------------------------------------------------------------------------------------------ vLLM arguments (fake_vllm: conftest)
 def test_vllm_judge_call_arguments(fake_vllm):
-    settings = J.JudgeSettings(tensor_parallel_size=4, seed=7, max_tokens=12000)
+    settings = E.JudgeSettings(tensor_parallel_size=4, seed=7, max_tokens=12000)
     judge = J.LLMJudge(settings)  # default backend: vLLM
     assert judge.judge(ITEMS[:3]) == [True, False, True]
     assert fake_vllm["llm"] == {
@@ -190,14 +191,14 @@ def test_the_cpu_judge_seeds_the_engine_not_each_request(fake_vllm):
     seed, the engine keeps the run's seed, and the paper route's default keeps both."""
     from exgrpo.commands import prelim_analyze
 
-    flags = J.judge_vllm_cpu_flags()
+    flags = E.judge_vllm_cpu_flags()
     assert "--judge-no-request-seed" in flags and "--judge-request-seed" not in flags
     parser = argparse.ArgumentParser()
     prelim_analyze.add_arguments(parser)
     base = ["--model", "m", "--data", "d", "--out", "o.parquet", "--judge", "llm", "--judge-model", "j"]
     assert parser.parse_args(base).judge_request_seed is True
     assert parser.parse_args([*base, *flags]).judge_request_seed is False
-    J.LLMJudge(J.JudgeSettings(seed=7, request_seed=False)).judge(ITEMS[:1])
+    J.LLMJudge(E.JudgeSettings(seed=7, request_seed=False)).judge(ITEMS[:1])
     assert fake_vllm["llm"]["seed"] == 7 and fake_vllm["sampling"]["seed"] is None
 
 

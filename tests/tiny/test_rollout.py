@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exgrpo.tiny import models, rollout
+from exgrpo.tiny import decoder, models, rollout
 from exgrpo.tiny.tokenizer import build_tokenizer, encode_questions
 
 ARCH = {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 96}
@@ -215,9 +215,9 @@ def test_unwritten_cache_slots_are_never_read(model, tok, prompts, monkeypatch):
     hook = _eos_bias(model, tok, 1.5)  # rows end at different steps, so finished rows are dropped
     try:
         plain = sample()
-        allocate = rollout.StaticDecoder._cache
+        allocate = decoder.StaticDecoder._cache
         monkeypatch.setattr(
-            rollout.StaticDecoder, "_cache", lambda self, rows: allocate(self, rows).fill_(float("nan"))
+            decoder.StaticDecoder, "_cache", lambda self, rows: allocate(self, rows).fill_(float("nan"))
         )
         poisoned = sample()
     finally:

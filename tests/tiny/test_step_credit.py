@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exgrpo.config import ConfigError, ExGRPOConfig, config_for
+from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.tiny.task import step_credit, step_matches
+from exgrpo.variants import config_for
 
 STEPS = ("7*1=7", "7-7=0")
 

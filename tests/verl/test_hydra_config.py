@@ -16,8 +16,9 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E
 from verl.utils.config import validate_config  # noqa: E402
 
 from exgrpo.backbones import load_backbones, load_reward_models  # noqa: E402
-from exgrpo.config import ABLATIONS, ConfigError  # noqa: E402
+from exgrpo.config import ConfigError  # noqa: E402
 from exgrpo.core.loss import resolve_norm_const  # noqa: E402
+from exgrpo.variants import ABLATIONS  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
 REGISTRY = Path(__file__).resolve().parents[2] / "config" / "backbones.yaml"

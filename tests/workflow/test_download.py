@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exgrpo.cli import main
+from exgrpo.commands import _download_retries as retries
 from exgrpo.commands import download
 
 
@@ -277,7 +278,7 @@ def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path
     import urllib.error
 
     waits: list[float] = []
-    monkeypatch.setattr(download, "_sleep", waits.append)
+    monkeypatch.setattr(retries, "_sleep", waits.append)
     real = download.FETCHERS["url"]
     failures = iter(
         [
@@ -295,7 +296,7 @@ def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path
     monkeypatch.setitem(download.FETCHERS, "url", flaky)
     out = tmp_path / "hf"
     assert main(["download", "--out", str(out), "--only", "exgrpo_test_id"]) == 0
-    assert waits == [download.BACKOFF_S, 2 * download.BACKOFF_S]  # two retries, the delay doubled
+    assert waits == [retries.BACKOFF_S, 2 * retries.BACKOFF_S]  # two retries, the delay doubled
 
     def down(source, out):
         raise TimeoutError("timed out")
@@ -308,14 +309,14 @@ def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path
         r"attempts; last error: TimeoutError: timed out",
     ):
         download.download_data(out, download.select_sources("exgrpo_test_id"))
-    assert len(waits) == download.RETRIES
+    assert len(waits) == retries.RETRIES
 
 
 def test_permanent_failures_are_not_retried(tmp_path, fake_fetchers, monkeypatch):
     import urllib.error
 
     waits: list[float] = []
-    monkeypatch.setattr(download, "_sleep", waits.append)
+    monkeypatch.setattr(retries, "_sleep", waits.append)
 
     def missing(source, out):
         raise urllib.error.HTTPError("u", 404, "Not Found", {}, None)

@@ -15,7 +15,7 @@ import json
 import os
 import re
 
-from exgrpo.config import ABLATIONS
+from exgrpo.variants import ABLATIONS
 from exgrpo.resolve import code_digest
 from exgrpo.cluster import (
     GPU_SITE_ENV,

@@ -86,7 +86,7 @@ def tiny_prelim_judge_args(source):
     """
     if study_engines(source) != "vllm":
         return "--judge step"
-    from exgrpo.prelim.judge import judge_vllm_cpu_flags
+    from exgrpo.prelim.judge_engine import judge_vllm_cpu_flags
 
     judge = tiny_base_arg(source, TINY_JUDGE)
     return " ".join(
