@@ -29,6 +29,28 @@ def test_main_command_installs_cpu_torch_and_runs_tiny():
     )
 
 
+def test_real_engines_block_sets_up_the_engine_environment_and_runs_paper_cpu_on_vllm():
+    """The one block of the section "Real engines on CPU": the engine environment's installer, its activation,
+    then `snakemake --cores 2 paper_cpu` in it, whose committed study is on vLLM; `.ci/paper_cpu` runs the same."""
+    import yaml
+
+    text = (ROOT / "README.md").read_text()
+    (section,) = re.findall(r"\n## ([^\n]*[Rr]eal engines[^\n]*)\n(.*?)(?=\n## )", text, flags=re.S)
+    (block,) = _bash_blocks(section[1])
+    steps = [step.strip() for step in block.split("&&")]
+    assert steps[:3] == [
+        ".ci/engines_env",
+        ". .venv-engines/bin/activate",
+        "snakemake --cores 2 paper_cpu",
+    ], block
+    assert (ROOT / ".ci/engines_env").is_file()
+    study = yaml.safe_load((ROOT / "config/config.yaml").read_text())["studies"]["paper_cpu"]
+    assert (study["engines"], study["inputs"]) == ("vllm", "hub_cache")
+    ci = (ROOT / ".ci/paper_cpu").read_text()
+    assert "[ -x .venv-engines/bin/python ] || .ci/engines_env" in ci and ". .venv-engines/bin/activate" in ci
+    assert re.search(r"^snakemake --cores 2 --forceall paper_cpu --config ", ci, flags=re.M)
+
+
 def test_readme_switch_table_is_the_generated_one():
     from exgrpo.commands.switches import switch_table
 

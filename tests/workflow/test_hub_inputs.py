@@ -153,4 +153,7 @@ def test_hub_cache_is_a_tiny_scale_setting():
     raw = {**config["studies"]["paper_repro"], "inputs": "hub_cache"}
     with pytest.raises(ConfigError, match=r"studies\.paper_repro\.inputs"):
         resolve_study("paper_repro", raw, config, backbones)
-    assert resolve_study("paper_cpu", config["studies"]["paper_cpu"], config, backbones).inputs == "local"
+    assert resolve_study("paper_cpu", config["studies"]["paper_cpu"], config, backbones).inputs == "hub_cache"
+    assert (
+        resolve_study("tiny", config["studies"]["tiny"], config, backbones).inputs == "local"
+    )  # the default

@@ -66,6 +66,8 @@ def test_verl_trained_every_run_on_cpu_for_the_configured_steps(variant):
     assert (
         run["git_commit"] and run["machine"] and run["config"]["method"]["method"] in ("exgrpo", "on_policy")
     )
+    # the torch the workers trained with (verl-collect itself computes nothing with torch; it reads the version)
+    assert run["machine"]["torch"]["num_threads"] >= 1 and run["machine"]["torch"]["cpu_capability"]
     if STUDY.get("inputs") == "hub_cache":  # the base and the data were read by repo id from the hub cache
         model = run["verl_config"]["actor_rollout_ref"]["model"]["path"]
         assert f"/hub/models--exgrpo-tiny--{BACKBONE}/snapshots/" in model, model

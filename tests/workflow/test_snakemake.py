@@ -5,6 +5,7 @@ no-GPU guard. Each test runs Snakemake in a scratch copy of the workflow."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -69,7 +70,7 @@ def test_paper_cpu_on_the_stand_in_engines_trains_with_verl_on_cpu_and_evaluates
     shutil.copytree(ROOT / "models" / "tiny", wf / "models" / "tiny")  # the shipped bases, as in a clone
     config = yaml.safe_load((wf / "config" / "config.yaml").read_text())
     config["studies"]["paper_cpu"].update(
-        engines="stand_in", backbones=["tiny-math"], ablation_backbones=["tiny-math"]
+        engines="stand_in", inputs="local", backbones=["tiny-math"], ablation_backbones=["tiny-math"]
     )
     (wf / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     result = snakemake("--profile", "slurm", "-n", "-p", "paper_cpu", cwd=wf, env=SITE)
@@ -96,25 +97,39 @@ def test_paper_cpu_trains_on_verls_vllm_rollout_and_evaluates_on_lm_evals_vllm(w
     from exgrpo.eval.backends import vllm_cpu_env_prefix, vllm_cpu_flags
 
     shutil.copytree(ROOT / "models" / "tiny", wf / "models" / "tiny")
-    config_file = wf / "config" / "config.yaml"
-    config = yaml.safe_load(config_file.read_text())
-    # as committed, until results/paper-cpu is regenerated on vLLM
-    assert config["studies"]["paper_cpu"]["engines"] == "stand_in"
-    config["studies"]["paper_cpu"].update(
-        engines="vllm", backbones=["tiny-math-h32"], ablation_backbones=["tiny-math-h32"]
+    config = yaml.safe_load((wf / "config" / "config.yaml").read_text())["studies"]["paper_cpu"]
+    assert (config["engines"], config["inputs"], config["backbones"]) == (
+        "vllm",
+        "hub_cache",
+        ["tiny-math-h32"],
     )
-    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
     result = snakemake("-n", "-p", "paper_cpu", cwd=wf)
     assert result.returncode == 0, result.stdout
     trains = [j for j in result.jobs if j.rule == "train_verl_cpu"]
     evals = [j for j in result.jobs if j.rule == "eval_tiny"]
     assert len(trains) == 3 and evals
-    for job in trains:
-        assert "--model-path models/tiny/tiny-math-h32 --rollout vllm" in job.shell
+    hub = "export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 && "
+    for job in trains:  # the base by repo id and revision from the offline hub cache
+        assert job.shell.startswith(hub) and "--rollout vllm" in job.shell
+        assert "--model-path $(exgrpo hf-cache path exgrpo-tiny/tiny-math-h32 --revision " in job.shell
     for job in evals:  # under the engine environment the real-engine tests run vLLM under, one at a time
         assert job.shell.startswith(
-            f"{vllm_cpu_env_prefix()}exgrpo eval --backend vllm {' '.join(vllm_cpu_flags())} --model "
+            f"{hub}{vllm_cpu_env_prefix()}exgrpo eval --backend vllm {' '.join(vllm_cpu_flags())} --model "
         )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_paper_cpu_refuses_to_start_without_vllm(wf, snakemake):
+    """The committed paper_cpu runs vLLM's CPU build: outside the engine environment a real run stops before its
+    first job, naming the config field and both ways out."""
+    import shutil
+
+    shutil.copytree(ROOT / "models" / "tiny", wf / "models" / "tiny")  # the shipped bases, as in a clone
+    result = snakemake("-c1", "paper_cpu", cwd=wf)
+    assert result.returncode != 0
+    assert "config/config.yaml: studies.paper_cpu.engines: vllm runs vLLM's CPU build" in result.stdout
+    assert ".ci/engines_env" in result.stdout and "engines: stand_in" in result.stdout
+    assert not (wf / "logs").exists() and not (wf / "work").exists()  # stopped before the first job
 
 
 def test_figures_lists_the_analysis_job_only(wf, snakemake):

@@ -169,18 +169,19 @@ def test_paper_cpu_trains_tiny_bases_with_verl_and_its_own_trainer_settings():
     assert wf.study_run("tiny", "tiny-math", "exgrpo", 0).trainer.get("steps") != 8
 
 
-def test_paper_cpu_is_on_the_stand_ins_and_can_run_the_real_engines():
-    """paper_cpu stays on the stand-in engines until results/paper-cpu is regenerated on vLLM (config comment); a
-    config switches it to vLLM on the head-size-32 backbone."""
+def test_paper_cpu_runs_the_real_engines_from_the_hub_cache_and_can_fall_back_to_the_stand_ins():
+    """paper_cpu is on vLLM's CPU build (head-size-32 backbone, hub-cache inputs); every other study keeps the
+    schema's default, and a config names the stand-ins for any backbone."""
     studies = load().studies
-    assert studies["paper_cpu"].engines == "stand_in" and studies["paper_cpu"].backbones == ("tiny-math",)
-    assert {s.engines for s in studies.values()} == {"stand_in"}  # the schema's default
+    study = studies["paper_cpu"]
+    assert (study.engines, study.inputs, study.backbones) == ("vllm", "hub_cache", ("tiny-math-h32",))
+    assert {s.engines for n, s in studies.items() if n != "paper_cpu"} == {"stand_in"}  # the schema's default
     config = copy.deepcopy(CONFIG)
-    set_at("studies/paper_cpu/engines", "vllm")(config)
-    set_at("studies/paper_cpu/backbones", ["tiny-math-h32"])(config)
-    set_at("studies/paper_cpu/ablation_backbones", ["tiny-math-h32"])(config)
+    set_at("studies/paper_cpu/engines", "stand_in")(config)
+    set_at("studies/paper_cpu/backbones", ["tiny-math"])(config)
+    set_at("studies/paper_cpu/ablation_backbones", ["tiny-math"])(config)
     study = load(config).studies["paper_cpu"]
-    assert study.engines == "vllm" and study.backbones == ("tiny-math-h32",)
+    assert study.engines == "stand_in" and study.backbones == ("tiny-math",)
 
 
 def test_cli_style_booleans_are_accepted():
