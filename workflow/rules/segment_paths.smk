@@ -47,6 +47,23 @@ def segment_flag(source, backbone, variant, seed, k):
     return f"{ckpt_dir(source, backbone, variant, seed)}/segments/{k}.done"
 
 
+def segment_output():
+    """A segment job's flag file (output `done`, wrapped in touch())."""
+    return f"{ckpt_dir('{source}', '{backbone}', '{variant}', '{seed}')}/segments/{{segment}}.done"
+
+
+def segment_log():
+    return log_file(
+        "train", "{source}", "{backbone}", "{variant}", "s{seed}.segment{segment}"
+    )
+
+
+def segment_benchmark():
+    return bench_file(
+        "{source}", "train", "{backbone}", "{variant}", "s{seed}.segment{segment}"
+    )
+
+
 def previous_segment(wc):
     """Segment k waits for segment k-1 (the first for nothing)."""
     k = int(wc.segment)

@@ -8,17 +8,11 @@ rule train_tiny_segment:
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
         previous=previous_segment,
     output:
-        done=touch(
-            f"{ckpt_dir('{source}', '{backbone}', '{variant}', '{seed}')}/segments/{{segment}}.done"
-        ),
+        done=touch(segment_output()),
     log:
-        log_file(
-            "train", "{source}", "{backbone}", "{variant}", "s{seed}.segment{segment}"
-        ),
+        segment_log(),
     benchmark:
-        bench_file(
-            "{source}", "train", "{backbone}", "{variant}", "s{seed}.segment{segment}"
-        )
+        segment_benchmark()
     wildcard_constraints:
         segment=r"\d+",
     priority: 1

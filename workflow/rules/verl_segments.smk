@@ -7,17 +7,11 @@
 
 use rule train_verl_cpu as train_verl_cpu_segment with:
     output:
-        done=touch(
-            f"{ckpt_dir('{source}', '{backbone}', '{variant}', '{seed}')}/segments/{{segment}}.done"
-        ),
+        done=touch(segment_output()),
     log:
-        log_file(
-            "train", "{source}", "{backbone}", "{variant}", "s{seed}.segment{segment}"
-        ),
+        segment_log(),
     benchmark:
-        bench_file(
-            "{source}", "train", "{backbone}", "{variant}", "s{seed}.segment{segment}"
-        )
+        segment_benchmark()
     wildcard_constraints:  # replaced, not merged: the rule's own, and the segment's
         source=sources_of_runtime("verl", scale="tiny"),
         segment=r"\d+",
@@ -28,17 +22,11 @@ use rule train_verl_cpu as train_verl_cpu_segment with:
 
 use rule train_paper as train_paper_segment with:
     output:
-        done=touch(
-            f"{ckpt_dir('{source}', '{backbone}', '{variant}', '{seed}')}/segments/{{segment}}.done"
-        ),
+        done=touch(segment_output()),
     log:
-        log_file(
-            "train", "{source}", "{backbone}", "{variant}", "s{seed}.segment{segment}"
-        ),
+        segment_log(),
     benchmark:
-        bench_file(
-            "{source}", "train", "{backbone}", "{variant}", "s{seed}.segment{segment}"
-        )
+        segment_benchmark()
     wildcard_constraints:  # replaced, not merged: the rule's own, and the segment's
         backbone=backbones_of_scale("paper"),
         segment=r"\d+",
