@@ -48,8 +48,8 @@ def segment_flag(source, backbone, variant, seed, k):
 
 
 def segment_output():
-    """A segment job's flag file (output `done`, wrapped in touch())."""
-    return f"{ckpt_dir('{source}', '{backbone}', '{variant}', '{seed}')}/segments/{{segment}}.done"
+    """A segment job's flag file (output `done`, wrapped in touch()), as a wildcard pattern."""
+    return segment_flag("{source}", "{backbone}", "{variant}", "{seed}", "{segment}")
 
 
 def segment_log():
