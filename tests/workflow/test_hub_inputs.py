@@ -85,13 +85,19 @@ def test_hub_cache_inputs_resolve_offline_to_the_built_snapshots(workflow_copier
 
 
 def test_local_inputs_keep_the_local_paths(workflow_copier, snakemake, tmp_path):
-    """The default (`inputs: local`, `engines: stand_in`): no cache, local folders, the exact step judge."""
+    """The schema's defaults (`inputs: local`, `engines: stand_in`), which an overlay names for paper_cpu: no cache,
+    local folders, the exact step judge."""
     wf = _workflow(workflow_copier, tmp_path)
     (wf / "overlay.yaml").write_text(
         yaml.safe_dump(
             {
                 "studies": {
-                    "paper_cpu": {"backbones": ["tiny-math-h32"], "ablation_backbones": ["tiny-math-h32"]}
+                    "paper_cpu": {
+                        "inputs": "local",
+                        "engines": "stand_in",
+                        "backbones": ["tiny-math-h32"],
+                        "ablation_backbones": ["tiny-math-h32"],
+                    }
                 }
             }
         )

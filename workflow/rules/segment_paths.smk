@@ -103,9 +103,9 @@ def verl_cpu_train_resources():
 
 def segment_stop_override(wc):
     """The launch script's override that ends verl segment `wc.segment` after its stop step
-    (exgrpo.verl_plugin.segments)."""
+    (exgrpo.verl_plugin.segments), with its leading space (the run's own job passes none)."""
     stops = run_segments(wc.source, wc.backbone, wc.variant, wc.seed)
-    return f"exgrpo.stop_after={stops[int(wc.segment) - 1]}"
+    return f" exgrpo.stop_after={stops[int(wc.segment) - 1]}"
 
 
 def verl_collect_command(wc, output):

@@ -133,13 +133,13 @@ rule train_verl_cpu:
         code=code_digest_of("train_verl_cpu"),
         backbones=backbones_file(),
         rollout=lambda wc: verl_rollout_arg(wc.source),
-        stop="",  # a segment's `exgrpo.stop_after=S` (verl_segments.smk)
+        stop="",  # a segment's " exgrpo.stop_after=S" (verl_segments.smk)
         finish=verl_collect_command,
     shell:
         "{params.offline}(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
         " --device cpu --data {params.data} --model-path {params.init} {params.rollout}"
         " && exgrpo verl-launch --run-dir {params.run_dir}"
-        " && bash {params.run_dir}/launch_single_node.sh {params.stop}"
+        " && bash {params.run_dir}/launch_single_node.sh{params.stop}"
         " && {params.finish}) > {log} 2>&1"
 
 
@@ -182,7 +182,7 @@ rule train_paper:
         launch=lambda wc: launch_script(wc.backbone),
         hf_home=lambda wc: hf_cache(),  # the shared cache (a chat_if study's data sit in a subfolder)
         backbones=backbones_file(),
-        stop="",  # a segment's `exgrpo.stop_after=S` (verl_segments.smk)
+        stop="",  # a segment's " exgrpo.stop_after=S" (verl_segments.smk)
         finish=verl_collect_command,
     shell:
         "(export {params.offline}"
@@ -190,7 +190,7 @@ rule train_paper:
         " && exgrpo verl-config --run-file {input.run} --out {params.run_dir}"
         ' --backbones {params.backbones} --model-path "$model" {params.data} {params.reward_model}'
         " && exgrpo verl-launch --run-dir {params.run_dir} --hf-home {params.hf_home}"
-        " && bash {params.run_dir}/{params.launch} {params.stop}"
+        " && bash {params.run_dir}/{params.launch}{params.stop}"
         " && {params.finish}) > {log} 2>&1"
 
 
