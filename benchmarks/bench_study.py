@@ -27,6 +27,7 @@ Usage: python benchmarks/bench_study.py [--target tiny] [--source tiny] [--clone
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -82,12 +83,13 @@ def timed(command: str, cwd: Path, log: Path, venv: Path | None = None) -> float
     return time.perf_counter() - start
 
 
-def summarise(clone: Path, source: str) -> dict[str, Any]:
-    """Per-rule jobs, wall and CPU hours and peak RSS from the clone's Snakemake benchmark files."""
+def summarise(clone: Path, source: str, results_dir: str = "results") -> dict[str, Any]:
+    """Per-rule jobs, wall and CPU hours and peak RSS from the Snakemake benchmark files under
+    `clone/results_dir/source/benchmarks/`."""
     from analysis import ledger, loader
     from exgrpo.backbones import load_backbones
 
-    bench = loader.load_benchmarks(clone / "results" / source)  # only the benchmark TSVs, validated
+    bench = loader.load_benchmarks(clone / results_dir / source)  # only the benchmark TSVs, validated
     # this checkout's registry, not the clone's: an older commit's file may not pass today's schema, and the
     # ledger reads only each backbone's GPU count from it (none for the tiny backbones either way)
     rules = ledger.per_rule(ledger.jobs(bench, load_backbones(ROOT / "config" / "backbones.yaml")))
@@ -96,10 +98,20 @@ def summarise(clone: Path, source: str) -> dict[str, Any]:
             "jobs": int(row.jobs),
             "job_wall_min": round(row.wall_h * 60, 2),
             "cpu_min": round(row.cpu_h * 60, 2),
-            "max_rss_mb": round(float(row.max_rss_mb)),
+            # a job too short for Snakemake to sample has no RSS: None, not NaN
+            "max_rss_mb": None if math.isnan(float(row.max_rss_mb)) else round(float(row.max_rss_mb)),
         }
         for row in rules.itertuples()
     }
+
+
+def run_results_dir(clone: Path) -> str:
+    """Where the clone's workflow writes results: its config's `results_dir` (reruns/ since the committed
+    results became references; an older commit has no such key and writes results/)."""
+    import yaml
+
+    config = yaml.safe_load((clone / "config" / "config.yaml").read_text()) or {}
+    return str(config.get("results_dir", "results"))
 
 
 def head(repo: Path) -> str:
@@ -133,7 +145,7 @@ def measure(
         "install_s": None if install is None else round(install_s, 1),
         "snakemake_s": round(snakemake_s, 1),
         "total_min": round((install_s + snakemake_s) / 60, 2),
-        "per_rule": summarise(clone, source),
+        "per_rule": summarise(clone, source, run_results_dir(clone)),
         "load_avg_before": list(load_before),
         "load_avg_after": list(os.getloadavg()),
     }
