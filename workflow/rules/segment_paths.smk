@@ -103,7 +103,8 @@ def verl_cpu_train_resources():
 
 def segment_stop_override(wc):
     """The launch script's override that ends verl segment `wc.segment` after its stop step
-    (exgrpo.verl_plugin.segments), with its leading space (the run's own job passes none)."""
+    (exgrpo.verl_plugin.segments), with its leading space (the run's own job passes none).
+    """
     stops = run_segments(wc.source, wc.backbone, wc.variant, wc.seed)
     return f" exgrpo.stop_after={stops[int(wc.segment) - 1]}"
 
