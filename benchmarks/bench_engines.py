@@ -50,7 +50,7 @@ def main() -> None:
 
     from exgrpo.io import write_json
     from exgrpo.provenance import provenance
-    from exgrpo.tiny import models, task
+    from exgrpo.tiny import models, splits
     from exgrpo.tiny.rollout import generate
     from exgrpo.tiny.tokenizer import encode_questions
 
@@ -62,7 +62,7 @@ def main() -> None:
     ours_start = time.perf_counter() - t0
     rows = [
         row
-        for row in task.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
+        for row in splits.make_splits(0, {"train": 0})["test"][: args.batch // args.group]
         for _ in range(args.group)
     ]
     prompts = encode_questions(tok, [r["question"] for r in rows])
