@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from exgrpo.cluster import segment_count, segment_runtime, segment_stops
+from tests.workflow.conftest import ROOT, SLURM_SITE
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "slurm_standins"
@@ -113,8 +114,6 @@ def test_the_paper_route_under_a_24_hour_limit_is_two_verl_jobs_per_run(wf, snak
     """Qwen2.5-Math-7B asks for 48 h and 700 steps: at a 1,440-minute limit each run is a segment job whose launch
     stops after step 350 (`exgrpo.stop_after`, nothing collected) and the run's own job, which waits for it,
     resumes and collects; each asks for 24 h."""
-    from tests.workflow.conftest import SLURM_SITE
-
     args = ("--profile", "slurm", "-n", "-p", "paper_headline", "--config", "partition_limit_min=1440")
     result = snakemake(*args, cwd=wf, env=SLURM_SITE)
     assert result.returncode == 0, result.stdout[-3000:]
@@ -139,7 +138,7 @@ def test_a_verl_cpu_run_under_a_limit_is_a_chain_of_segment_jobs(wf, snakemake):
     (stops after steps 3 and 6), each asking for 40 min."""
     import yaml
 
-    shutil.copytree(HERE.parents[1] / "models" / "tiny", wf / "models" / "tiny")
+    shutil.copytree(ROOT / "models" / "tiny", wf / "models" / "tiny")  # the shipped bases, as in a clone
     config = yaml.safe_load((wf / "config" / "config.yaml").read_text())
     config["studies"]["paper_cpu"].update(
         engines="stand_in", inputs="local", backbones=["tiny-math"], ablation_backbones=["tiny-math"]
