@@ -42,8 +42,10 @@ def main() -> None:
     if args.batch % args.group:
         parser.error(f"--batch {args.batch} is not a multiple of --group {args.group}")
     load_before = os.getloadavg()
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from exgrpo.eval.backends import VLLM_CPU_ENV
+
+    for key, value in VLLM_CPU_ENV.items():  # the environment the workflow's vLLM jobs start under
+        os.environ.setdefault(key, value)
 
     import torch
     from _machine import machine

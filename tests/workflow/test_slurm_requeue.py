@@ -83,6 +83,7 @@ def test_a_preempted_job_is_terminated_killed_after_the_wait_and_rerun_under_its
     job = json.loads((Path(env["FAKE_SLURM_STATE"]) / f"job_{job_id}.json").read_text())
     (run0,) = job["runs"]
     assert run0["ended"] == "REQUEUED" and run0["killed"] == 1  # the SIGTERM-ignoring one, after the wait
+    assert run0["killed_commands"] == ["sleep 301 "]  # named in the record
     assert 1 <= run0["term_to_exit_s"] < 10 and run0["rc"] != 0
     time.sleep(1)
     assert (tmp_path / f"out-{job_id}.txt").read_text() == f"run 0 of job {job_id}\n"  # held: not rerun
@@ -96,6 +97,7 @@ def test_a_preempted_job_is_terminated_killed_after_the_wait_and_rerun_under_its
     job = json.loads((Path(env["FAKE_SLURM_STATE"]) / f"job_{job_id}.json").read_text())
     assert [r["ended"] for r in job["runs"]] == ["REQUEUED", "COMPLETED"]
     assert job["runs"][1]["term_to_exit_s"] is None and job["runs"][1]["killed"] == 0
+    assert job["runs"][1]["killed_commands"] == []
 
 
 def test_requeue_reruns_at_once_and_scancel_ends_a_job(tmp_path, env):

@@ -12,7 +12,8 @@ and SIGTERM to every process of the job, SIGKILL to those still alive after FAKE
 SLURM_RESTART_COUNT incremented, under the same id, its output appended to the same file; `requeuehold` keeps it
 pending until `scontrol release <id>`. `scancel <id>` kills it. Each run is recorded in the job file's `runs`:
 rc, how it ended, seconds from SIGTERM to the last process gone (`term_to_exit_s`) and how many processes had
-to be SIGKILLed (`killed`: alive after the wait, or left behind by a script that ended by itself).
+to be SIGKILLed (`killed`: alive after the wait, or left behind by a script that ended by itself) and their
+command lines (`killed_commands`).
 """
 
 from __future__ import annotations
@@ -83,6 +84,18 @@ def job_pids(job_id: int | str) -> list[int]:
     return pids
 
 
+def command_line(pid: int) -> str:
+    """The process's command line, at most 200 characters ("" once it is gone)."""
+    with contextlib.suppress(OSError):
+        return (
+            (Path("/proc") / str(pid) / "cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")[:200]
+        )
+    return ""
+
+
 def signal_job(job_id: int | str, *sigs: int) -> list[int]:
     pids = job_pids(job_id)
     for sig in sigs:
@@ -122,18 +135,20 @@ def cancel(job_id: int | str) -> None:
 def _end_run(job_id: int | str, proc: subprocess.Popen) -> dict:
     """Wait for the batch script and every other process of the job; once it is being terminated, SIGKILL
     what is left after the kill wait; when the script ends by itself, SIGKILL what it left (as SLURM does)."""
-    killed, deadline = 0, None
+    killed, deadline, survivors = 0, None, []
     while True:
         job = read_job(job_id) or {}
         if deadline is None and job.get("term_at") is not None:
             deadline = job["term_at"] + kill_wait_s()
         script_ended = proc.poll() is not None
         if job.get("cancel") or (deadline is not None and time.time() > deadline):
+            survivors = [command_line(pid) for pid in job_pids(job_id)]
             killed = len(signal_job(job_id, signal.SIGKILL))
             break
         if script_ended and not job_pids(job_id):
             break
         if script_ended and deadline is None:
+            survivors = [command_line(pid) for pid in job_pids(job_id)]
             killed = len(signal_job(job_id, signal.SIGKILL))
             break
         time.sleep(POLL_S)
@@ -143,6 +158,7 @@ def _end_run(job_id: int | str, proc: subprocess.Popen) -> dict:
     return {
         "rc": rc,
         "killed": killed,
+        "killed_commands": survivors,
         "term_to_exit_s": None if term_at is None else round(time.time() - term_at, 2),
     }
 
