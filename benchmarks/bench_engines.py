@@ -42,9 +42,12 @@ def main() -> None:
     if args.batch % args.group:
         parser.error(f"--batch {args.batch} is not a multiple of --group {args.group}")
     load_before = os.getloadavg()
+    from exgrpo.cli import pin_cpu_kernels
     from exgrpo.eval.backends import VLLM_CPU_ENV
 
-    for key, value in VLLM_CPU_ENV.items():  # the environment the workflow's vLLM jobs start under
+    # the environment and CPU kernels the workflow's vLLM jobs (`exgrpo eval`, the judge) start under
+    pin_cpu_kernels()
+    for key, value in VLLM_CPU_ENV.items():
         os.environ.setdefault(key, value)
 
     import torch
