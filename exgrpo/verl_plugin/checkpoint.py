@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ STAGING_DIR = ".staging"
 """Folder under `default_local_dir` where a checkpoint is written before it is renamed into place."""
 TRACKER = "latest_checkpointed_iteration.txt"
 """verl's resume tracker (informational here: `choose_checkpoint` checks the folders themselves)."""
+
+logger = logging.getLogger(__name__)
 
 
 def config_fingerprint(cfg: ExGRPOConfig) -> str:
@@ -190,6 +193,26 @@ def choose_checkpoint(default_local_dir: str | Path) -> tuple[Path | None, list[
     return None, skipped
 
 
+def announce_resume(default_local_dir: str | Path) -> Path | None:
+    """`choose_checkpoint`, said on stdout and in the log: each checkpoint skipped and why, then the one resumed
+    from; None when there is none. Raises when every checkpoint fails its checks (starting over would
+    silently discard them)."""
+    chosen, skipped = choose_checkpoint(default_local_dir)
+    for folder, why in skipped:
+        message = f"[exgrpo] skipping checkpoint {folder}: {why}"
+        print(message, flush=True)
+        logger.warning(message)
+    if chosen is None and skipped:
+        raise RuntimeError(
+            f"no checkpoint under {default_local_dir} passes its checks (see above); "
+            "move them away to start this run from scratch"
+        )
+    if chosen is not None:
+        suffix = f" (skipped {len(skipped)} newer)" if skipped else ""
+        print(f"[exgrpo] resuming from {chosen}{suffix}", flush=True)
+    return chosen
+
+
 def publish_step(root: Path, step: int, write: Callable[[Path, Path], None], keep: int | None) -> None:
     """Write checkpoint `step` whole, then make it the latest (the module docstring): `write(staging_root,
     staged)` fills `<root>/.staging/global_step_N` (verl's files and the plug-in's); then its manifest, the
@@ -253,6 +276,7 @@ __all__ = [
     "STAGING_DIR",
     "TRACKER",
     "PluginState",
+    "announce_resume",
     "checkpoint_problem",
     "checkpoint_steps",
     "choose_checkpoint",

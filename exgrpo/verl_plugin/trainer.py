@@ -349,25 +349,11 @@ class ExGRPOTrainer(PPOTrainerSync):
         ckpt.publish_step(self._checkpoint_root(), self.global_steps, write, keep)
 
     def _load_checkpoint(self) -> None:
-        """verl's load of the newest checkpoint that passes its checks (`choose_checkpoint`), then the plug-in's."""
+        """verl's load of the newest checkpoint that passes its checks (`checkpoint.announce_resume`), then the plug-in's."""
         mode = self.config.trainer.resume_mode
         if mode == "auto":
-            chosen, skipped = ckpt.choose_checkpoint(self._checkpoint_root())
-            for folder, why in skipped:
-                message = f"[exgrpo] skipping checkpoint {folder}: {why}"
-                print(message, flush=True)
-                logger.warning(message)
-            if chosen is None and skipped:
-                raise RuntimeError(
-                    f"no checkpoint under {self._checkpoint_root()} passes its checks (see above); "
-                    "move them away to start this run from scratch"
-                )
+            chosen = ckpt.announce_resume(self._checkpoint_root())
             if chosen is not None:
-                print(
-                    f"[exgrpo] resuming from {chosen}"
-                    + (f" (skipped {len(skipped)} newer)" if skipped else ""),
-                    flush=True,
-                )
                 with ckpt.trainer_settings(
                     self.config, resume_mode="resume_path", resume_from_path=str(chosen)
                 ):
