@@ -180,8 +180,10 @@ def test_verl_config_records_a_fingerprint_and_sets_stale_checkpoints_aside(tmp_
     assert main(argv) == 0
     first = json.loads((run_dir / "fingerprint.json").read_text())["fingerprint"]
     (run_dir / "checkpoints" / "global_step_50").mkdir(parents=True)
-    assert main(argv) == 0  # same run: verl resumes from its checkpoints
+    (run_dir / "metrics.attempt0.1000.jsonl").write_text('{"step": 1, "data": {"x": 1}}\n')
+    assert main(argv) == 0  # same run: verl resumes from its checkpoints, collect merges its attempts
     assert (run_dir / "checkpoints" / "global_step_50").is_dir()
+    assert (run_dir / "metrics.attempt0.1000.jsonl").is_file()
     changed = write_run_file(
         tmp_path / "method.json",
         run_spec("qwen2.5-math-7b", REGISTRY["qwen2.5-math-7b"], "exgrpo", 0, overrides={"rho": 0.4}),
@@ -189,6 +191,9 @@ def test_verl_config_records_a_fingerprint_and_sets_stale_checkpoints_aside(tmp_
     assert main(argv[:2] + [str(changed)] + argv[3:]) == 0
     assert not (run_dir / "checkpoints").exists()
     assert (run_dir / f"checkpoints.stale-{first[:12]}" / "global_step_50").is_dir()
+    # the old run's metrics go with its checkpoints: collect would otherwise merge them into the new run
+    assert not list(run_dir.glob("metrics.attempt*.jsonl"))
+    assert (run_dir / f"checkpoints.stale-{first[:12]}" / "metrics.attempt0.1000.jsonl").is_file()
     assert "training starts from step 1" in capsys.readouterr().out
     assert json.loads((run_dir / "exgrpo_config.json").read_text())["rho"] == 0.4
 

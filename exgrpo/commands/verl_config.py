@@ -5,8 +5,9 @@ or the same resolution made here from `--backbone`, `--variant`, `--seed` and `-
 
 Nothing stale: the run directory records the run's fingerprint (`fingerprint.json`: the resolved
 method, the verl keys, the data files' hashes, the model and the plug-in code's digest). verl resumes
-from `<run_dir>/checkpoints` (`resume_mode=auto`), so checkpoints of another fingerprint are moved
-aside to `checkpoints.stale-<fingerprint>` and the run starts from step 1, saying so.
+from `<run_dir>/checkpoints` (`resume_mode=auto`), so checkpoints of another fingerprint, and the metrics
+files of its attempts, are moved aside to `checkpoints.stale-<fingerprint>` and the run starts from step 1,
+saying so.
 
 Context extension: a backbone whose registry entry has a `context_extension` (Qwen2.5-Math-1.5B:
 4096 positions for 1024 + 8192 tokens) trains a copy of the model folder whose config.json carries
@@ -140,20 +141,31 @@ def run_fingerprint(
 
 
 def _set_aside_stale(run_dir: Path, fp: str) -> None:
+    """Checkpoints and per-attempt metrics files of another fingerprint go to `checkpoints.stale-<old>`: verl
+    would resume from the former, and `verl-collect` would merge the latter into this run's log."""
     from exgrpo.io import read_json
+    from exgrpo.verl_plugin.collect import METRICS_GLOB
 
     record = run_dir / "fingerprint.json"
     old = read_json(record).get("fingerprint") if record.is_file() else None
     checkpoints = run_dir / "checkpoints"
-    if not checkpoints.exists() or old == fp:
+    if old == fp:
         if checkpoints.exists():
             print(f"{run_dir}: checkpoints have this run's fingerprint {fp[:12]}; verl resumes from them")
         return
+    metrics = sorted(run_dir.glob(METRICS_GLOB))
+    if not checkpoints.exists() and not metrics:
+        return
     aside = run_dir / f"checkpoints.stale-{(old or 'unknown')[:12]}"
-    checkpoints.rename(aside)
+    if checkpoints.exists():
+        checkpoints.rename(aside)
+    aside.mkdir(exist_ok=True)
+    for path in metrics:
+        path.rename(aside / path.name)
     print(
-        f"{run_dir}: checkpoints were made by another configuration, data, model or code (fingerprint "
-        f"{(old or 'none')[:12]}, this run {fp[:12]}): moved to {aside}; training starts from step 1"
+        f"{run_dir}: checkpoints and {len(metrics)} metrics file(s) were made by another configuration, data, "
+        f"model or code (fingerprint {(old or 'none')[:12]}, this run {fp[:12]}): moved to {aside}; training "
+        "starts from step 1"
     )
 
 
