@@ -96,13 +96,25 @@ def command_line(pid: int) -> str:
     return ""
 
 
-def signal_job(job_id: int | str, *sigs: int) -> list[int]:
-    pids = job_pids(job_id)
+def _send(pids: list[int], *sigs: int) -> None:
     for sig in sigs:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
+
+
+def signal_job(job_id: int | str, *sigs: int) -> list[int]:
+    pids = job_pids(job_id)
+    _send(pids, *sigs)
     return pids
+
+
+def kill_survivors(job_id: int | str) -> list[str]:
+    """SIGKILL every live process of the job; their command lines, read before the kill from the same scan."""
+    pids = job_pids(job_id)
+    commands = [command_line(pid) for pid in pids]
+    _send(pids, signal.SIGKILL)
+    return commands
 
 
 def kill_wait_s() -> float:
@@ -135,21 +147,19 @@ def cancel(job_id: int | str) -> None:
 def _end_run(job_id: int | str, proc: subprocess.Popen) -> dict:
     """Wait for the batch script and every other process of the job; once it is being terminated, SIGKILL
     what is left after the kill wait; when the script ends by itself, SIGKILL what it left (as SLURM does)."""
-    killed, deadline, survivors = 0, None, []
+    deadline, survivors = None, []
     while True:
         job = read_job(job_id) or {}
         if deadline is None and job.get("term_at") is not None:
             deadline = job["term_at"] + kill_wait_s()
         script_ended = proc.poll() is not None
         if job.get("cancel") or (deadline is not None and time.time() > deadline):
-            survivors = [command_line(pid) for pid in job_pids(job_id)]
-            killed = len(signal_job(job_id, signal.SIGKILL))
+            survivors = kill_survivors(job_id)
             break
         if script_ended and not job_pids(job_id):
             break
         if script_ended and deadline is None:
-            survivors = [command_line(pid) for pid in job_pids(job_id)]
-            killed = len(signal_job(job_id, signal.SIGKILL))
+            survivors = kill_survivors(job_id)
             break
         time.sleep(POLL_S)
     rc = proc.wait()
@@ -157,7 +167,7 @@ def _end_run(job_id: int | str, proc: subprocess.Popen) -> dict:
     term_at = job.get("term_at")
     return {
         "rc": rc,
-        "killed": killed,
+        "killed": len(survivors),
         "killed_commands": survivors,
         "term_to_exit_s": None if term_at is None else round(time.time() - term_at, 2),
     }
