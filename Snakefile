@@ -19,7 +19,7 @@ import os
 
 from snakemake.utils import min_version
 
-from exgrpo.workflow_config import DEFAULT_CONFIG, DEFAULT_STUDY, check_config_files
+from exgrpo.workflow.workflow_config import DEFAULT_CONFIG, DEFAULT_STUDY, check_config_files
 
 min_version("9.0")
 
@@ -64,7 +64,7 @@ rule tiny_regimes:
 
 
 # One target per study, of the study's own name (and `all` for paper_repro): the map is
-# exgrpo.workflow_config.target_studies, so a study added by config or an overlay is a target too.
+# exgrpo.workflow.workflow_config.target_studies, so a study added by config or an overlay is a target too.
 for _target, _study in study_target_map().items():
 
     rule:

@@ -6,7 +6,7 @@
   published Table 2 (results/paper: ArenaHardV2, IFEval, IFBench on WildChat-IF, Qwen2.5-7B-Base). The two
   settings share the method, not the task: only the sign and size of the gain can be compared.
 - `plugin_table`: Table 6's reference arms and every paper ablation present, plus each plug-in variant
-  (`exgrpo.variants.PLUGIN_VARIANTS`, docs/plugins.md) as an extra row, each with its interval and its paired
+  (`exgrpo.core.variants.PLUGIN_VARIANTS`, docs/plugins.md) as an extra row, each with its interval and its paired
   difference from ExGRPO.
 """
 
@@ -146,7 +146,7 @@ def table2_continuous(results: Results, paper: Results | None, profile: str | No
 
 def plugin_table(results: Results, profile: str | None) -> Table | None:
     """The paper's ablations on the main backbone with each plug-in variant as an extra row (None without one)."""
-    from exgrpo.variants import PLUGIN_VARIANTS
+    from exgrpo.core.variants import PLUGIN_VARIANTS
 
     est = estimates.reproduced(results, profile)
     backbone = _main_backbone(results, est) if len(est) else None

@@ -48,7 +48,7 @@ def table4(results: Results) -> Table | None:
         )
     if results.runs.empty:
         return None
-    from exgrpo.config import field_docs  # pure configuration
+    from exgrpo.core.config import field_docs  # pure configuration
 
     docs = field_docs()
     flat = [

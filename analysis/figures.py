@@ -74,7 +74,7 @@ def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1) -> t
 
 def save(plot: Plot, directory: Path) -> list[Path]:
     """Write <name>.png, <name>.pdf (byte-stable) and <name>.rst (caption for the Snakemake report), atomically."""
-    from exgrpo.io import atomic_path
+    from exgrpo.records.io import atomic_path
 
     paths = []
     with matplotlib.rc_context(STYLE):

@@ -2,7 +2,7 @@
 
 A curve is the mean over seeds at each logged step; with several seeds a band shows the 95%
 bootstrap interval over seeds at that step. Curves are not smoothed (the paper does not say how its
-curves were smoothed). Axes and series follow the paper's figures; every key is one of `exgrpo.metrics`.
+curves were smoothed). Axes and series follow the paper's figures; every key is one of `exgrpo.records.metrics`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 from analysis import labels, stats
 from analysis.figures import Plot, new_figure, styled
 from analysis.loader import Results
-from exgrpo import metrics as M  # the metric registry (pure Python)
+from exgrpo.records import metrics as M  # the metric registry (pure Python)
 
 BUFFERED, RETIRED = (
     M.EXPERIENCE_BY_NAME["exp/buffered_questions"].name,

@@ -28,7 +28,9 @@ def gpus_for(rule: str, job: str, registry: dict[str, dict[str, Any]]) -> int:
     parts = job.replace("\\", "/").split("/")
     for name, entry in registry.items():
         if name in parts or any(p.startswith(name + "_") or p.endswith("_" + name) for p in parts):
-            from exgrpo.cluster import stage_gpus  # the rule's own sizing (a config reader, no runtime)
+            from exgrpo.workflow.cluster import (
+                stage_gpus,
+            )  # the rule's own sizing (a config reader, no runtime)
 
             stage = "eval" if rule.startswith("eval") else "judge" if rule.startswith("prelim") else "train"
             return stage_gpus(entry, stage)

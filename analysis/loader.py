@@ -53,7 +53,7 @@ class Results:
 
 def load_backbones(path: str | Path = DEFAULT_BACKBONES) -> dict[str, dict[str, Any]]:
     """The backbone registry (config/backbones.yaml) as {name: entry}, read by the project's one reader."""
-    from exgrpo.backbones import load_backbones as read_registry  # pure configuration, no runtime
+    from exgrpo.settings.backbones import load_backbones as read_registry  # pure configuration, no runtime
 
     return read_registry(path)
 

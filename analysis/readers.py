@@ -107,7 +107,7 @@ def read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------ training log
 def read_log(path: Path) -> list[dict[str, Any]]:
     """The rows of a training log (JSON lines, gzipped or not), each checked against schema.TRAIN_REQUIRED."""
-    from exgrpo.io import open_text  # stdlib-only reader shared with the trainer (gunzips .gz)
+    from exgrpo.records.io import open_text  # stdlib-only reader shared with the trainer (gunzips .gz)
 
     rows = []
     try:

@@ -5,7 +5,7 @@ backbone, what it tests, its arms and which comparisons it reports, the primary 
 results tree of the usual shape, `train/<backbone>/<arm>/s<seed>/` and `eval/<backbone>/<arm>/s<seed>/`. An arm
 is named `<variant>` or `<variant>-<tag>` (`on_policy-b24`), `<variant>` being a known method variant. An arm
 listed under `reused` (arm -> `../..`, the source's own tree) is a run of the base study, read from there
-(exgrpo.regimes).
+(exgrpo.workflow.regimes).
 """
 
 from __future__ import annotations

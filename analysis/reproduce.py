@@ -28,7 +28,7 @@ import pandas as pd
 from analysis import loader, stats
 from analysis.regimes import Regime
 from analysis.tables import fmt, write_text
-from exgrpo.io import atomic_path, write_json
+from exgrpo.records.io import atomic_path, write_json
 
 RULE = (
     "**Rule (fixed before the comparison).** A training run is *bit-identical* when its final weights have the "

@@ -30,7 +30,7 @@ from analysis.reproduce import (
     run_and_cell_sections,
 )
 from analysis.tables import fmt, write_text
-from exgrpo.io import write_json
+from exgrpo.records.io import write_json
 
 REGIME_RULE = (
     "**Regime rule (fixed before the comparison).** A regime comparison *keeps its verdict* when the rerun's "

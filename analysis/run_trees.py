@@ -22,7 +22,7 @@ _SEED_DIR = re.compile(r"^s(\d+)$")
 def known_variants() -> set[str]:
     """Variant names allowed in train/ and eval/: the ABLATIONS keys, their aliases (VARIANT_ALIASES) and
     'base' (the backbone before RL)."""
-    from exgrpo.variants import ABLATIONS, VARIANT_ALIASES  # pure configuration, no runtime
+    from exgrpo.core.variants import ABLATIONS, VARIANT_ALIASES  # pure configuration, no runtime
 
     return set(ABLATIONS) | set(VARIANT_ALIASES) | {"base"}
 
@@ -31,7 +31,7 @@ def with_aliases(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` plus, per backbone, the rows of an alias's target under the alias's name (VARIANT_ALIASES:
     Table 9's "Full" row `masked_full` is the `on_policy` run), where the backbone has runs of the alias's
     family (`masked_*`) but none under the alias itself."""
-    from exgrpo.variants import VARIANT_ALIASES
+    from exgrpo.core.variants import VARIANT_ALIASES
 
     if frame.empty or "variant" not in frame:
         return frame

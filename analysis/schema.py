@@ -11,8 +11,8 @@ object), "list". A trailing "?" means the value may be null / missing.
 
 from __future__ import annotations
 
-from exgrpo import metrics as M  # the metric registry: pure Python, no runtime
-from exgrpo.metrics_verl import is_verl_passthrough
+from exgrpo.records import metrics as M  # the metric registry: pure Python, no runtime
+from exgrpo.records.metrics_verl import is_verl_passthrough
 
 SOURCES: tuple[str, ...] = ("paper", "tiny", "paper-repro", "paper-cpu", "smoke")
 """The shipped studies' sub-directories of results/ (`smoke`: the CI plumbing run, never committed), the
@@ -126,14 +126,14 @@ TRAIN_KEYS: dict[str, str] = {
     )
 }
 """The per-step keys results/README.md documents (the analysis reads these). Every key of a log must be in the
-registry `exgrpo.metrics` (name, meaning, unit, writers), or a verl namespace there; every value is a number,
+registry `exgrpo.records.metrics` (name, meaning, unit, writers), or a verl namespace there; every value is a number,
 bool or null."""
 
 
 def train_row_problem(row: dict) -> tuple[str, str] | None:
     """(key, message) for the first key of a training-log row the registry does not know, else None.
 
-    A legacy `reward/mean` (`exgrpo.metrics.LEGACY_ALIASES`) is accepted where it equals its alias (`pass1`) in
+    A legacy `reward/mean` (`exgrpo.records.metrics.LEGACY_ALIASES`) is accepted where it equals its alias (`pass1`) in
     the same row, as in every CPU-trainer log written before the registry; `drop_legacy` then removes it."""
     for key, value in row.items():
         alias = M.LEGACY_ALIASES.get(key)
@@ -144,7 +144,10 @@ def train_row_problem(row: dict) -> tuple[str, str] | None:
                     f"here it differs from {alias!r}: re-collect the run (reward/batch_mean)"
                 )
         elif M.lookup(key) is None and not is_verl_passthrough(key):
-            return key, "unknown metric: not in the registry exgrpo.metrics (nor a verl namespace there)"
+            return (
+                key,
+                "unknown metric: not in the registry exgrpo.records.metrics (nor a verl namespace there)",
+            )
     return None
 
 

@@ -118,7 +118,7 @@ def write(table: Table, directory: Path) -> list[Path]:
 
 def write_text(path: Path, text: str) -> None:
     """Atomic text write with ordinary file permissions (the shared writer's temp files are 0600)."""
-    from exgrpo.io import atomic_path  # stdlib-only writer shared with the trainer
+    from exgrpo.records.io import atomic_path  # stdlib-only writer shared with the trainer
 
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -11,7 +11,7 @@ import os
 import platform
 from typing import Any
 
-from exgrpo.tiny.models import cpu_model
+from exgrpo.testbed.models import cpu_model
 
 
 def machine(load_before: tuple[float, float, float] | None = None) -> dict[str, Any]:

@@ -49,7 +49,7 @@ def _rss_bytes() -> int:
 
 
 def run_one(n_traj: int, steps: int, seed: int = 0) -> dict:
-    from exgrpo.config import ExGRPOConfig
+    from exgrpo.core.config import ExGRPOConfig
     from exgrpo.core.experience import ExperienceManager, Trajectory
 
     rng = np.random.default_rng(seed)
@@ -251,8 +251,8 @@ def main() -> int:
         print(json.dumps(run_one(args.one, args.steps)))
         return 0
 
-    from exgrpo.io import write_json
-    from exgrpo.provenance import git_commit, provenance
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import git_commit, provenance
 
     load_start = os.getloadavg()
     runs: dict[str, dict[str, list[dict]]] = {"current": {}, "baseline": {}}

@@ -1,7 +1,7 @@
 """Rollout throughput of vLLM's CPU engine against the project's sampler (exgrpo_cpu's), and each one's start-up.
 
 The two samplers the CPU route can roll out with, side by side on one model and the same prompts: vLLM 0.24's CPU
-build (`LLM.generate`, per-token log-probs on, as verl's rollout asks for them) and `exgrpo.tiny.rollout.generate`
+build (`LLM.generate`, per-token log-probs on, as verl's rollout asks for them) and `exgrpo.testbed.rollout.generate`
 (the KV-cache sampler behind the plug-in's `exgrpo_cpu` rollout, which returns log-probs and entropies). Both sample
 at temperature 1, top-p 1, no top-k, stop at eos, `--max-new-tokens` each. Prompts: ID test questions, each
 repeated `--group` times as a GRPO group is. The samplers alternate within each repeat, so machine load hits
@@ -53,11 +53,11 @@ def main() -> None:
     import torch
     from _machine import machine
 
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
-    from exgrpo.tiny import models, splits
-    from exgrpo.tiny.rollout import generate
-    from exgrpo.tiny.tokenizer import encode_questions
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
+    from exgrpo.testbed import models, splits
+    from exgrpo.testbed.rollout import generate
+    from exgrpo.testbed.tokenizer import encode_questions
 
     base = ROOT / "models" / "tiny" / args.backbone
     if not (base / "config.json").exists():

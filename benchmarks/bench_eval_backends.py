@@ -23,14 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from exgrpo.io import write_json
+from exgrpo.records.io import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_data(folder: Path, seed: int = 0) -> Path:
     """The tiny splits at their default sizes, as `exgrpo make-data` writes them (JSONL)."""
-    from exgrpo.tiny.splits import make_splits
+    from exgrpo.testbed.splits import make_splits
 
     folder.mkdir(parents=True, exist_ok=True)
     for name, rows in make_splits(seed=seed).items():

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from exgrpo.io import write_json
+from exgrpo.records.io import write_json
 
 KIND_MIX = (
     ("integer", 0.55),
@@ -146,7 +146,7 @@ def run(samples: int, workers_list: list[int], out: Path) -> dict:
                 f"({grading:.1f} s grading, {startup:.1f} s pool start-up)"
             )
     from exgrpo.core.reward import grader_version
-    from exgrpo.provenance import provenance
+    from exgrpo.records.provenance import provenance
 
     report = {
         "benchmark": "grading throughput of an evaluation cache (exgrpo regrade path)",

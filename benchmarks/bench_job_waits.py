@@ -110,8 +110,8 @@ def main() -> None:
     from _machine import machine
 
     from exgrpo.eval.benchmarks import TINY
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
 
     load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="exgrpo-job-waits-"))

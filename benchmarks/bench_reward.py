@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from exgrpo.core.reward import grader_version
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
 
     responses, golds, kinds, cats = make_answers(args.n, args.seed)
     load_start = os.getloadavg()

@@ -1,4 +1,4 @@
-"""Rollout throughput: exgrpo.tiny.rollout.generate vs transformers' model.generate, side by side.
+"""Rollout throughput: exgrpo.testbed.rollout.generate vs transformers' model.generate, side by side.
 
 Same model, prompts (ID test questions, each repeated `--group` times as the trainer's K rollouts of a
 question are; `--group 1` for distinct prompts), batch, threads and max_new_tokens; both sample at
@@ -37,8 +37,8 @@ def samplers(model, tok, prompts: list[list[int]], max_new_tokens: int) -> dict:
     `exgrpo_generate_prefill_every_row` is ours with `PREFILL_REPEATS_ONCE` off (each row prefilled, the
     same draws): its ratio to `exgrpo_generate` is what prefilling repeated prompts once saves.
     """
-    from exgrpo.tiny import rollout
-    from exgrpo.tiny.rollout import generate
+    from exgrpo.testbed import rollout
+    from exgrpo.testbed.rollout import generate
 
     width = max(map(len, prompts))
     ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts])
@@ -134,11 +134,11 @@ def main() -> None:
 
     from _machine import machine
 
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
-    from exgrpo.tiny import models
-    from exgrpo.tiny import splits as tiny_splits
-    from exgrpo.tiny.tokenizer import build_tokenizer, encode_questions
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
+    from exgrpo.testbed import models
+    from exgrpo.testbed import splits as tiny_splits
+    from exgrpo.testbed.tokenizer import build_tokenizer, encode_questions
 
     load_before = os.getloadavg()
     torch.set_num_threads(args.threads)

@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 
 from exgrpo.core.data_order import DataOrder
-from exgrpo.io import write_json
-from exgrpo.provenance import provenance
+from exgrpo.core.variants import config_for
+from exgrpo.records.io import write_json
+from exgrpo.records.provenance import provenance
+from exgrpo.settings.trainer_settings import TrainerSettings
 from exgrpo.tiny.run import load_questions
 from exgrpo.tiny.trainer import CPUTrainer
-from exgrpo.trainer_settings import TrainerSettings
-from exgrpo.variants import config_for
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,7 +52,7 @@ def main() -> None:
     from _machine import machine
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from exgrpo.tiny import splits as tiny_splits
+    from exgrpo.testbed import splits as tiny_splits
 
     load_before = os.getloadavg()
     torch.set_num_threads(1)

@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from exgrpo.io import write_json
-from exgrpo.provenance import provenance
+from exgrpo.records.io import write_json
+from exgrpo.records.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -87,7 +87,7 @@ def summarise(clone: Path, source: str, results_dir: str = "results") -> dict[st
     """Per-rule jobs, wall and CPU hours and peak RSS from the Snakemake benchmark files under
     `clone/results_dir/source/benchmarks/`."""
     from analysis import ledger, loader
-    from exgrpo.backbones import load_backbones
+    from exgrpo.settings.backbones import load_backbones
 
     bench = loader.load_benchmarks(clone / results_dir / source)  # only the benchmark TSVs, validated
     # this checkout's registry, not the clone's: an older commit's file may not pass today's schema, and the

@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     from _machine import machine
     from bench_reward import make_answers
 
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
 
     responses, golds, kinds, _ = make_answers(args.n, args.seed)
     load_before = os.getloadavg()

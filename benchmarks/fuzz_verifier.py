@@ -161,8 +161,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=2.0)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "verifier_fuzz.json")
     args = parser.parse_args()
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
 
     report = run_drill(args.n, args.timeout)
     report["provenance"] = provenance(seed=0)

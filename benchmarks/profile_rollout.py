@@ -81,9 +81,9 @@ def profile_rollout(model_dir: Path, batch: int, max_new_tokens: int, repeats: i
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from exgrpo.tiny import models
-    from exgrpo.tiny import splits as tiny_splits
-    from exgrpo.tiny.tokenizer import encode_questions
+    from exgrpo.testbed import models
+    from exgrpo.testbed import splits as tiny_splits
+    from exgrpo.testbed.tokenizer import encode_questions
 
     torch.set_num_threads(1)
     model, tok = models.load_checkpoint(model_dir)

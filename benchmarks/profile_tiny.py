@@ -238,7 +238,7 @@ def markdown(result: dict) -> str:
 
 def write_markdown(path: Path, block: str) -> None:
     """Replace the generated block of `path` (create the file if missing), keeping the hand-written text."""
-    from exgrpo.io import atomic_open
+    from exgrpo.records.io import atomic_open
 
     text = path.read_text() if path.exists() else "# Where the tiny study's time goes\n\n"
     if MARK_BEGIN in text and MARK_END in text:
@@ -265,8 +265,8 @@ def main() -> None:
 
     from _machine import machine
 
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
 
     load_before = os.getloadavg()
     model = (

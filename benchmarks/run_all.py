@@ -249,7 +249,7 @@ def _load() -> list[float]:
 
 def run_one(name: str, argv: list[str], results: Path) -> dict[str, Any]:
     """Run one benchmark, annotate its JSON with the run's load average; its summary entry."""
-    from exgrpo.io import read_json, write_json
+    from exgrpo.records.io import read_json, write_json
 
     bench = BENCHMARKS[name]
     load_before, start = _load(), time.perf_counter()
@@ -328,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from _machine import machine
 
-    from exgrpo.io import read_json, write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import read_json, write_json
+    from exgrpo.records.provenance import provenance
 
     args.results.mkdir(parents=True, exist_ok=True)
     summary = args.results / "run_all.json"

@@ -19,7 +19,7 @@ import platform
 import sys
 
 from exgrpo import __version__, commands
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 # torch picks its CPU kernels by the machine's instruction set (AVX2 or AVX-512 on x86-64), and the two sum
 # floats in different orders: the same run trained on a Zen 3 (AVX2) and a Zen 4 (AVX-512) machine differs

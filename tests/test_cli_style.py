@@ -15,7 +15,7 @@ import pytest
 from exgrpo import __version__
 from exgrpo.cli import build_parser, flag_table
 from exgrpo.cli import main as cli
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_NAMES = {
@@ -162,10 +162,10 @@ def test_a_misspelt_backbone_gets_a_suggestion(capsys, tmp_path):
     ],
 )
 def test_misspelt_names_get_suggestions(lookup, typo, right):
+    from exgrpo.core.variants import config_for
     from exgrpo.eval.benchmarks import get_benchmark
     from exgrpo.eval.profiles import get_profile
-    from exgrpo.resolve import resolve
-    from exgrpo.variants import config_for
+    from exgrpo.settings.resolve import resolve
 
     call = {
         "variant": config_for,
@@ -178,7 +178,7 @@ def test_misspelt_names_get_suggestions(lookup, typo, right):
 
 
 def test_no_suggestion_for_a_name_far_from_every_known_one():
-    from exgrpo.suggest import did_you_mean
+    from exgrpo.core.suggest import did_you_mean
 
     assert did_you_mean("qqqq", ["tiny-math", "exgrpo"]) == ""
     assert did_you_mean("tiny-mat", ["tiny-math", "exgrpo"]) == " did you mean 'tiny-math'?"

@@ -1,84 +1,99 @@
 """The code digest in every run's fingerprint: it must change with every file a stage runs, and only those.
 
-A stage whose digest missed a module it runs would reuse results made by other code (a stale rerun); the
-import check below finds such a module from the sources themselves.
+A stage whose digest missed a module it runs would reuse results made by other code (a stale rerun). The digest
+follows each stage's imports (`exgrpo.records.code_digest`), so these tests check the walk on a small package
+made here (hand-known imports, a module moved to another package) and the real stages' behaviour on a copy of
+the package (an edit to a file a stage runs changes its digest; other stages' files and byte code do not).
 """
 
 from __future__ import annotations
 
-import ast
+import shutil
 from pathlib import Path
 
 import pytest
 
-from exgrpo.resolve import CODE_OF_STAGE, PACKAGE_ROOT, stage_sources
-
-METHOD_PACKAGES = ("core", "tiny", "eval", "verl_plugin", "prelim")
-"""Where the code that decides a result lives; the rest (io, provenance, metrics names, CLI) does not."""
-_COLLECT = {"eval/benchmarks.py", "eval/schemas.py"}  # verl-collect names validation metrics by benchmark
-_CPU_MODE = {
-    "tiny/rollout.py",
-    "tiny/decoder.py",
-    "tiny/trainer.py",
-    "tiny/splits.py",
-    "tiny/task.py",
-}  # the tiny route, CPU rollouts
-NOT_RESULT_CODE = {
-    "train_paper": _COLLECT | _CPU_MODE,  # CPU-mode code is digested as train_verl_cpu, so a change to the
-    "train_verl_cpu": _COLLECT,  # CPU trainer does not retrain paper-scale GPU runs
-}
-"""Modules a stage imports that decide none of its results, with the reason."""
+from exgrpo.records import code_digest as cd
 
 
-def _module_file(name: str) -> Path | None:
-    path = PACKAGE_ROOT.joinpath(*name.split(".")[1:])
-    if (path / "__init__.py").is_file():
-        return path / "__init__.py"
-    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
-
-
-def _imports(path: Path) -> set[str]:
-    """Every exgrpo module `path` imports, at module level or inside a function."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names if alias.name.startswith("exgrpo.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("exgrpo."):
-            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-    return names
-
-
-def _in_method_packages(path: Path) -> bool:
-    return path.relative_to(PACKAGE_ROOT).parts[0] in METHOD_PACKAGES and path.name != "__init__.py"
-
-
-@pytest.mark.parametrize("stage", sorted(CODE_OF_STAGE))
-def test_every_module_a_stage_imports_is_in_its_digest(stage: str):
-    """Follow imports out of the stage's method modules (not through io, config or resolve, whose own
-    lazy imports serve other stages) and require each method module reached to be digested."""
-    listed = {f for f in stage_sources(stage) if f.suffix == ".py"}
-    todo = [f for f in listed if _in_method_packages(f)]
-    reached = set(todo)
-    while todo:
-        for name in _imports(todo.pop()):
-            path = _module_file(name)
-            if path is not None and _in_method_packages(path) and path not in reached:
-                reached.add(path)
-                todo.append(path)
-    missing = {str(p.relative_to(PACKAGE_ROOT)) for p in reached - listed} - NOT_RESULT_CODE.get(stage, set())
-    assert not missing, f"stage {stage} runs {sorted(missing)}, which CODE_OF_STAGE does not digest"
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
 
 @pytest.fixture
-def package_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the exgrpo package that code_digest reads instead of the installed one."""
-    import shutil
-
-    import exgrpo.resolve as resolve_module
-
+def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A package `exgrpo` of five modules and a data file, with one stage `toy` entering at `exgrpo.a.run`."""
     root = tmp_path / "exgrpo"
-    shutil.copytree(resolve_module.PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(resolve_module, "PACKAGE_ROOT", root)
+    _write(
+        root,
+        {
+            "__init__.py": "",
+            "a/__init__.py": "",
+            "a/run.py": "from exgrpo.a.helper import f\n\ndef g():\n    from exgrpo.b import lazy  # noqa\n",
+            "a/helper.py": "import importlib\nimportlib.import_module('exgrpo.c.loaded')\n",
+            "a/prompt.yaml": "template: x\n",
+            "b/__init__.py": "",
+            "b/lazy.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from exgrpo.c import typed\n",
+            "c/__init__.py": "",
+            "c/loaded.py": "from exgrpo.records import io\n",
+            "c/typed.py": "",
+            "c/unused.py": "",
+            "records/__init__.py": "",
+            "records/io.py": "",
+        },
+    )
+    monkeypatch.setitem(cd.STAGES, "toy", cd.Stage(("exgrpo.a.run",)))
+    return root
+
+
+def _names(stage: str, root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in cd.stage_sources(stage, root)}
+
+
+def test_the_walk_follows_lazy_and_importlib_imports_not_type_checking_nor_records(toy: Path):
+    assert _names("toy", toy) == {
+        "a/run.py",
+        "a/helper.py",
+        "a/prompt.yaml",  # a data file of a package the stage runs
+        "b/lazy.py",  # imported inside a function
+        "b/__init__.py",
+        "c/loaded.py",  # importlib.import_module with a literal name
+        "c/__init__.py",
+        "__init__.py",
+        "a/__init__.py",
+    }  # not c/typed.py (TYPE_CHECKING only), c/unused.py, nor records/io.py (names results, computes none)
+
+
+def test_a_module_moved_to_another_package_stays_in_the_digest(toy: Path):
+    before = cd.code_digest("toy", toy)
+    (toy / "d").mkdir()
+    (toy / "d" / "__init__.py").write_text("")
+    shutil.move(toy / "a" / "helper.py", toy / "d" / "helper.py")
+    (toy / "a" / "run.py").write_text(
+        (toy / "a" / "run.py").read_text().replace("exgrpo.a.helper", "exgrpo.d.helper")
+    )
+    assert {"d/helper.py", "c/loaded.py"} <= _names("toy", toy)
+    moved = cd.code_digest("toy", toy)
+    assert moved != before
+    with open(toy / "d" / "helper.py", "a") as fh:
+        fh.write("# edited after the move\n")
+    assert cd.code_digest("toy", toy) != moved
+
+
+def test_an_entry_that_names_no_module_is_an_error(toy: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(cd.STAGES, "toy", cd.Stage(("exgrpo.nowhere",)))
+    with pytest.raises(KeyError, match="exgrpo.nowhere"):
+        cd.stage_sources("toy", toy)
+
+
+@pytest.fixture
+def package_copy(tmp_path: Path) -> Path:
+    """A copy of the exgrpo package, digested instead of the installed one."""
+    root = tmp_path / "exgrpo"
+    shutil.copytree(cd.PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 
@@ -88,29 +103,57 @@ def package_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ("eval", "eval/tasks/tiny/tiny_test.yaml"),  # an lm-eval task's prompt template
         ("eval", "eval/harness.py"),
         ("eval", "core/reward.py"),
+        ("eval", "testbed/rollout.py"),  # the tiny backend's sampler
         ("train_tiny", "core/experience_state.py"),
         ("train_tiny", "tiny/trainer.py"),
+        ("train_tiny", "testbed/task.py"),
+        ("train_tiny", "core/config.py"),
+        ("train_tiny", "plugins/median_selection.py"),  # found at run time, named as an entry
         ("train_paper", "verl_plugin/config/exgrpo_trainer.yaml"),  # the Hydra config verl trains with
         ("train_paper", "verl_plugin/templates/single_node.sh.jinja"),
+        ("train_paper", "settings/resolve.py"),
+        ("train_verl_cpu", "testbed/splits.py"),  # the CPU mode's tiny splits
     ],
 )
 def test_code_digest_changes_with_every_file_its_stage_reads(package_copy: Path, stage: str, edited: str):
-    from exgrpo.resolve import code_digest
-
-    before = code_digest(stage)
+    before = cd.code_digest(stage, package_copy)
     with open(package_copy / edited, "a") as fh:
         fh.write("\n# edited\n")
-    assert code_digest(stage) != before
+    assert cd.code_digest(stage, package_copy) != before
 
 
 def test_code_digest_ignores_other_stages_and_byte_code(package_copy: Path):
-    from exgrpo.resolve import code_digest
-
-    before = {stage: code_digest(stage) for stage in ("eval", "train_tiny", "train_paper")}
+    stages = ("eval", "train_tiny", "train_paper")
+    before = {stage: cd.code_digest(stage, package_copy) for stage in stages}
     cache = package_copy / "core" / "__pycache__"
     cache.mkdir(exist_ok=True)
     (cache / "reward.cpython-311.pyc").write_bytes(b"\0stale byte code")
     (package_copy / "tiny" / "trainer.py").write_text("# the CPU trainer only\n")
-    assert code_digest("eval") == before["eval"]
-    assert code_digest("train_paper") == before["train_paper"]
-    assert code_digest("train_tiny") != before["train_tiny"]
+    (package_copy / "records" / "provenance.py").write_text("# names results, computes none\n")
+    assert cd.code_digest("eval", package_copy) == before["eval"]
+    assert cd.code_digest("train_paper", package_copy) == before["train_paper"]
+    assert cd.code_digest("train_tiny", package_copy) != before["train_tiny"]
+
+
+def test_the_real_stages_reach_their_method_code():
+    """Hand-listed modules each stage must run (a check on the entries, independent of the walk's result)."""
+    must = {
+        "train_tiny": {
+            "tiny/run.py",
+            "tiny/trainer.py",
+            "core/step.py",
+            "core/loss.py",
+            "testbed/rollout.py",
+        },
+        "train_paper": {
+            "verl_plugin/trainer.py",
+            "verl_plugin/loss.py",
+            "core/step.py",
+            "settings/resolve.py",
+        },
+        "train_verl_cpu": {"verl_plugin/cpu/rollout.py", "testbed/splits.py", "testbed/decoder.py"},
+        "eval": {"eval/harness.py", "core/reward.py", "core/answer_grade.py", "testbed/decoder.py"},
+    }
+    for stage, wanted in must.items():
+        assert wanted <= _names(stage, cd.PACKAGE_ROOT), stage
+    assert not {n for n in _names("train_paper", cd.PACKAGE_ROOT) if n.startswith(("tiny/", "testbed/"))}

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from exgrpo.config import CHOICES, ConfigError, ExGRPOConfig, field_docs
-from exgrpo.switches import SWITCHES
-from exgrpo.variants import ABLATIONS, config_for
+from exgrpo.core.config import CHOICES, ConfigError, ExGRPOConfig, field_docs
+from exgrpo.core.switches import SWITCHES
+from exgrpo.core.variants import ABLATIONS, config_for
 
 
 def test_defaults_are_the_papers_constants():

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from exgrpo.resolve import TRAINING_LIBRARIES, library_versions_of
-from exgrpo.variants import config_for
+from exgrpo.core.variants import config_for
+from exgrpo.records.fingerprints import TRAINING_LIBRARIES, library_versions_of
 
 
 def _tiny_fingerprint(model_dir) -> str:
+    from exgrpo.settings.trainer_settings import TrainerSettings
     from exgrpo.tiny.run import run_fingerprint
-    from exgrpo.trainer_settings import TrainerSettings
 
     return run_fingerprint(config_for("exgrpo"), TrainerSettings(), 0, 0, None, model_dir)[0]
 

@@ -1,4 +1,4 @@
-"""exgrpo.io's durable writes: files get their final mode when created, directories are published whole (the old copy
+"""exgrpo.records.io's durable writes: files get their final mode when created, directories are published whole (the old copy
 goes only after the new one is in place), manifests catch a changed, truncated or missing file."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from exgrpo import io
+from exgrpo.records import io
 
 
 def test_atomic_files_have_their_final_mode_before_anything_is_written(tmp_path):

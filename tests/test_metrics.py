@@ -1,4 +1,4 @@
-"""The metric registry (exgrpo.metrics): every key the runtimes write is registered once, the verl rename table
+"""The metric registry (exgrpo.records.metrics): every key the runtimes write is registered once, the verl rename table
 comes from it, the loader rejects unknown keys by name, and the CPU trainer's TensorBoard tracker uses its names."""
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ import pytest
 import torch
 
 from analysis import schema
-from exgrpo import metrics as M
-from exgrpo import metrics_verl as MV
-from exgrpo.config import ExGRPOConfig
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss
 from exgrpo.core.reward import Verifier
+from exgrpo.records import metrics as M
+from exgrpo.records import metrics_verl as MV
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_registry_is_torch_free_and_names_are_unique():
-    code = "import sys, exgrpo.metrics; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    code = "import sys, exgrpo.records.metrics; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
     assert (
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -98,7 +98,7 @@ def _string_keys(path: Path, prefix: str) -> set[str]:
 def test_the_plugin_names_no_step_metric_itself():
     """The plug-in's trainer, batch, failure and loss code writes no `exgrpo/...` metric name as a literal, nor the
     CPU trainer its own: their step metrics come from the core (`core.step_metrics`) and the registry objects,
-    named once in exgrpo/metrics.py."""
+    named once in exgrpo/records/metrics.py."""
     for rel in (
         "exgrpo/verl_plugin/trainer.py",
         "exgrpo/verl_plugin/batch.py",
@@ -128,7 +128,7 @@ def test_collect_renames_by_the_registry():
 
 def test_verl_validation_names_come_from_the_registry():
     """verl's val-core accuracy becomes the registry's `val/<benchmark>`; the plug-in's code names no validation key
-    of its own (collect reads them all from exgrpo.metrics)."""
+    of its own (collect reads them all from exgrpo.records.metrics)."""
     match = MV.VERL_VAL_CORE_ACC.match("val-core/aime/acc/mean@8")
     assert match is not None and (match["source"], match["n"]) == ("aime", "8")
     assert MV.VERL_VAL_CORE_ACC.match("val-aux/aime/acc/mean@8") is None

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from exgrpo.config import CHOICES, ConfigError, ExGRPOConfig
+from exgrpo.core.config import CHOICES, ConfigError, ExGRPOConfig
 from exgrpo.core.registry import QUESTION_SAMPLERS, REPLAY_WEIGHTINGS, SELECTION_METRICS, SELECTION_MODES
 from exgrpo.core.selection import select_index
-from exgrpo.variants import ABLATIONS, PLUGIN_VARIANTS, config_for
+from exgrpo.core.variants import ABLATIONS, PLUGIN_VARIANTS, config_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
 NEW_PLUGIN = """
 import torch
-from exgrpo.variants import register_variant
+from exgrpo.core.variants import register_variant
 from exgrpo.core.registry import SELECTION_METRICS
 
 
@@ -83,8 +83,8 @@ def test_a_new_module_extends_validation_variants_and_tables(tmp_path):
     (tmp_path / "my_rule.py").write_text(NEW_PLUGIN)
     done = _run(
         """
-        from exgrpo.config import CHOICES
-        from exgrpo.variants import config_for
+        from exgrpo.core.config import CHOICES
+        from exgrpo.core.variants import config_for
         from exgrpo.commands.switches import registry_table, switch_table
         assert "length" in CHOICES["selection_metric"]
         assert config_for("shortest").selection_metric == "length"
@@ -105,16 +105,16 @@ def test_a_new_module_extends_validation_variants_and_tables(tmp_path):
 
 def test_a_broken_plugin_is_an_error_naming_it(tmp_path):
     (tmp_path / "broken_rule.py").write_text("raise RuntimeError('boom')\n")
-    done = _run("from exgrpo.variants import config_for; config_for('exgrpo')", tmp_path, "broken_rule")
+    done = _run("from exgrpo.core.variants import config_for; config_for('exgrpo')", tmp_path, "broken_rule")
     assert done.returncode != 0 and "plug-in module 'broken_rule' failed to import: boom" in done.stderr
 
 
 def test_a_plugin_cannot_redefine_a_paper_variant(tmp_path):
     (tmp_path / "clash.py").write_text(
-        "from exgrpo.variants import register_variant\n"
+        "from exgrpo.core.variants import register_variant\n"
         "register_variant('wo_shaping', {'replay_shaping': 'unclipped'}, module=__name__)\n"
     )
-    done = _run("from exgrpo.variants import ABLATIONS; ABLATIONS['exgrpo']", tmp_path, "clash")
+    done = _run("from exgrpo.core.variants import ABLATIONS; ABLATIONS['exgrpo']", tmp_path, "clash")
     assert done.returncode != 0 and "variant 'wo_shaping' is already defined" in done.stderr
 
 

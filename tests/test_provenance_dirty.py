@@ -1,12 +1,12 @@
 """`git_commit()` is `-dirty` only when tracked code or config differs: a changed results file (what every run
-writes) and untracked files leave it clean (exgrpo.provenance.OUTPUT_PATHS)."""
+writes) and untracked files leave it clean (exgrpo.records.provenance.OUTPUT_PATHS)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from exgrpo.provenance import git_commit
+from exgrpo.records.provenance import git_commit
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""One resolution (exgrpo.resolve): the documented precedence, the run file round trip, the same
+"""One resolution (exgrpo.settings.resolve): the documented precedence, the run file round trip, the same
 answer from every entry point (workflow, CLI, Hydra), fingerprints, and the release's data order
 and step count on the verl side."""
 
@@ -9,19 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from exgrpo.backbones import extended_model_dir, load_backbones
 from exgrpo.commands._flags import run_from_flags
-from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.resolve import (
-    PRECEDENCE,
-    fingerprint,
-    read_run_file,
-    resolve,
-    run_spec,
-    weights_digest,
-    write_run_file,
-)
-from exgrpo.variants import config_for
+from exgrpo.core.config import ConfigError, ExGRPOConfig
+from exgrpo.core.variants import config_for
+from exgrpo.records.fingerprints import fingerprint, weights_digest
+from exgrpo.settings.backbones import extended_model_dir, load_backbones
+from exgrpo.settings.resolve import PRECEDENCE, read_run_file, resolve, run_spec, write_run_file
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = load_backbones(ROOT / "config/backbones.yaml")
@@ -49,7 +42,7 @@ def test_every_entry_point_resolves_the_same_run():
     import yaml
 
     from exgrpo.verl_plugin.hydra_config import variant_config
-    from exgrpo.workflow_config import load_workflow_config
+    from exgrpo.workflow.workflow_config import load_workflow_config
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["methods"]["exgrpo"] = {"rho": 0.4}
@@ -133,7 +126,7 @@ def test_verl_side_matches_the_releases_data_order_and_steps(tmp_path):
     import yaml
 
     from exgrpo.verl_plugin import hydra_config as hc
-    from exgrpo.workflow_config import load_workflow_config
+    from exgrpo.workflow.workflow_config import load_workflow_config
 
     wf = load_workflow_config(yaml.safe_load((ROOT / "config/config.yaml").read_text()), workdir=ROOT)
     spec = wf.study_run("paper-repro", "qwen2.5-math-7b", "exgrpo", 0)
@@ -208,7 +201,7 @@ def test_extend_context_cli_prints_the_folder_to_load(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "exgrpo.backbones",
+        "exgrpo.settings.backbones",
         "extend-context",
         "--backbones",
         str(ROOT / "config/backbones.yaml"),

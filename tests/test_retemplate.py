@@ -109,8 +109,8 @@ def test_missing_input_and_in_place_rewrite_are_refused(tmp_path, capsys):
 def test_verl_renders_the_single_user_message_verbatim_for_llama_base():
     """verl 0.9.1 renders every prompt with tokenizer.apply_chat_template(add_generation_prompt=True);
     with the llama_base backbones' custom chat template, what the model sees is BOS + the plain prompt."""
-    from exgrpo.backbones import load_backbones
-    from exgrpo.tiny.tokenizer import build_tokenizer
+    from exgrpo.settings.backbones import load_backbones
+    from exgrpo.testbed.tokenizer import build_tokenizer
 
     plain = "User: What is 2+3? Answer: Let's think step by step.\n"
     tok = build_tokenizer()

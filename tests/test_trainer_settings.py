@@ -1,4 +1,4 @@
-"""The trainer-settings schema (exgrpo.trainer_settings) owns every trainer setting of both runtimes.
+"""The trainer-settings schema (exgrpo.settings.trainer_settings) owns every trainer setting of both runtimes.
 
 Walks every field: it is documented with a paper default and a verl fate, a non-default value becomes the verl
 route's keys (the keys the field's metadata names, with hand-computed values) or is refused there before any job,
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.trainer_settings import REFUSED_ON_VERL, TrainerSettings, names, spec
+from exgrpo.core.config import ConfigError
+from exgrpo.settings.trainer_settings import REFUSED_ON_VERL, TrainerSettings, names, spec
 from tests.trainer_settings_cases import BACKBONES, NONDEFAULT, PROMPT, ROOT, VERL_EXPECTED, VERL_NONDEFAULT
 
 
@@ -25,7 +25,7 @@ def test_every_field_is_documented_with_a_paper_default_and_a_verl_fate():
     import inspect
     import textwrap
 
-    from exgrpo import trainer_settings
+    from exgrpo.settings import trainer_settings
 
     body = ast.parse(textwrap.dedent(inspect.getsource(trainer_settings.TrainerSettings))).body[0].body
     documented = {
@@ -47,7 +47,7 @@ def test_every_field_is_documented_with_a_paper_default_and_a_verl_fate():
 
 def test_the_schema_and_the_configuration_import_no_runtime():
     code = (
-        "import sys, exgrpo.trainer_settings, exgrpo.resolve, exgrpo.workflow_config; "
+        "import sys, exgrpo.settings.trainer_settings, exgrpo.settings.resolve, exgrpo.workflow.workflow_config; "
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith('exgrpo.tiny')]; print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
@@ -71,8 +71,8 @@ def test_out_of_range_values_are_refused_naming_the_field(name):
         TrainerSettings.from_dict({name: _out_of_range(name)})
     assert info.value.field == f"trainer.{name}"
     with pytest.raises(ConfigError) as info:  # the workflow's resolution refuses it before any job
-        from exgrpo.backbones import load_backbone
-        from exgrpo.resolve import run_spec
+        from exgrpo.settings.backbones import load_backbone
+        from exgrpo.settings.resolve import run_spec
 
         run_spec(
             "tiny-math",
@@ -96,7 +96,7 @@ def test_wrong_types_and_unknown_fields_are_refused_naming_them():
 
 @pytest.mark.parametrize("name", names())
 def test_each_field_becomes_its_verl_keys_or_is_refused_by_name(name):
-    from exgrpo.verl_plugin.tiny_route import trainer_overrides
+    from exgrpo.settings.trainer_settings import trainer_overrides
 
     value = VERL_NONDEFAULT[name]
     if name in REFUSED_ON_VERL:
@@ -133,7 +133,7 @@ def test_the_paper_scale_yaml_agrees_with_the_schemas_paper_defaults():
 
 def test_the_paper_cpu_study_trains_with_the_cpu_trainers_optimiser_on_verl():
     """The committed paper-cpu study's trainer settings: the verl keys carry the CPU trainer's AdamW."""
-    from exgrpo.verl_plugin.tiny_route import trainer_overrides
+    from exgrpo.settings.trainer_settings import trainer_overrides
 
     study = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["studies"]["paper_cpu"]["trainer"]
     cpu = TrainerSettings.from_dict(study)

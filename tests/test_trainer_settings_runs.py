@@ -1,4 +1,4 @@
-"""Every trainer setting is used by the runtimes, in short real runs (exgrpo.trainer_settings).
+"""Every trainer setting is used by the runtimes, in short real runs (exgrpo.settings.trainer_settings).
 
 A non-default value of each field is used by the CPU trainer (observed through spies on what the trainer hands
 to torch and the rollout), and verl's resolved config carries every field the verl route follows. The schema
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from exgrpo.trainer_settings import REFUSED_ON_VERL, names
+from exgrpo.settings.trainer_settings import REFUSED_ON_VERL, names
 from tests.trainer_settings_cases import BACKBONES, NONDEFAULT, ROOT, SFT, VERL_EXPECTED, VERL_NONDEFAULT
 
 
@@ -55,12 +55,12 @@ def _observe(task_dir: Path, tmp: Path, settings: dict[str, Any], monkeypatch) -
     """Train `exgrpo train` in-process with `settings` and spies; return what the trainer actually used, per field."""
     import torch
 
-    from exgrpo.backbones import load_backbone
     from exgrpo.cli import main as cli
-    from exgrpo.resolve import run_spec, write_run_file
+    from exgrpo.settings.backbones import load_backbone
+    from exgrpo.settings.resolve import run_spec, write_run_file
+    from exgrpo.testbed.splits import load_split
     from exgrpo.tiny import run as tiny_run
     from exgrpo.tiny import trainer as tiny_trainer
-    from exgrpo.tiny.splits import load_split
 
     seen: dict[str, Any] = {
         "train_gen": [],
@@ -211,9 +211,9 @@ def test_the_cpu_trainer_uses_each_field(observed, name):
 @pytest.mark.verl
 def test_verls_resolved_config_carries_every_followed_field(task_dir, tmp_path):
     pytest.importorskip("verl")
-    from exgrpo.backbones import load_backbone
     from exgrpo.cli import main as cli
-    from exgrpo.resolve import run_spec, write_run_file
+    from exgrpo.settings.backbones import load_backbone
+    from exgrpo.settings.resolve import run_spec, write_run_file
 
     settings = {k: v for k, v in VERL_NONDEFAULT.items() if k not in REFUSED_ON_VERL and k != "batch_size"}
     spec_ = run_spec(

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from exgrpo.resolve import RunSpec
+    from exgrpo.settings.resolve import RunSpec
 
 
 def deprecated_alias(parser: argparse.ArgumentParser, old: str, action: argparse.Action) -> None:
@@ -47,13 +47,13 @@ def run_from_flags(
 ) -> RunSpec:
     """The run of `--backbone`, `--variant`, `--seed`, `--budget` and `--set KEY=VALUE` strings (`exgrpo train`,
     `exgrpo verl-config`): each value parsed by its field's type (an ExGRPOConfig or a TrainerSettings field),
-    then exgrpo.resolve.run_spec, the one resolution. Trainer settings exist for tiny backbones only: on
+    then exgrpo.settings.resolve.run_spec, the one resolution. Trainer settings exist for tiny backbones only: on
     another they are refused, naming the key."""
     import dataclasses
 
-    from exgrpo.config import ConfigError, ExGRPOConfig
-    from exgrpo.resolve import run_spec
-    from exgrpo.trainer_settings import TrainerSettings
+    from exgrpo.core.config import ConfigError, ExGRPOConfig
+    from exgrpo.settings.resolve import run_spec
+    from exgrpo.settings.trainer_settings import TrainerSettings
 
     method_fields = {f.name: f.type for f in dataclasses.fields(ExGRPOConfig)}
     trainer_fields = {f.name: f.type for f in dataclasses.fields(TrainerSettings)}
@@ -86,7 +86,7 @@ def run_from_flags(
 
 
 def _parse(key: str, raw: str, typ: Any) -> Any:
-    from exgrpo.config import ConfigError
+    from exgrpo.core.config import ConfigError
 
     name = typ if isinstance(typ, str) else typ.__name__
     try:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from exgrpo.commands._flags import deprecated_alias
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 HELP = "Evaluate a model on benchmarks (lm-eval + Math-Verify), writing per-sample caches and aggregates."
 

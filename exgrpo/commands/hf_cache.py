@@ -5,7 +5,7 @@
 
 `build` publishes the shipped tiny backbones (config/backbones.yaml `hf_id`, `revision`) and the task data of one
 seed into `<out>/hub` in the hub's format, then checks each by `exgrpo download`'s own code offline: pins, locks
-(config/locks/<name>.json), retries and errors (exgrpo.hf_cache.tiny). `path` prints the snapshot folder of a repo
+(config/locks/<name>.json), retries and errors (exgrpo.hub.tiny). `path` prints the snapshot folder of a repo
 at a revision as huggingface_hub resolves it from the cache alone (for shell jobs, like `collect model-dir`).
 """
 
@@ -50,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.commands._download_locks import DownloadError
-    from exgrpo.hf_cache import tiny
+    from exgrpo.hub import tiny
+    from exgrpo.hub.locks import DownloadError
 
     if args.action == "path":
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"exgrpo hf-cache path: error: {args.repo_id}@{args.revision}: {err}", file=sys.stderr)
             return 2
         return 0
-    from exgrpo.tiny.models import load_backbones
+    from exgrpo.testbed.models import load_backbones
 
     try:
         manifest = tiny.build(

@@ -1,4 +1,4 @@
-"""`exgrpo make-data`: write the synthetic arithmetic task's splits and manifest (exgrpo.tiny.task)."""
+"""`exgrpo make-data`: write the synthetic arithmetic task's splits and manifest (exgrpo.testbed.task)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _SIZE_FLAGS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from exgrpo.tiny.splits import DEFAULT_SIZES
+    from exgrpo.testbed.splits import DEFAULT_SIZES
 
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
@@ -42,9 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.config import ConfigError
-    from exgrpo.provenance import provenance
-    from exgrpo.tiny import splits as task
+    from exgrpo.core.config import ConfigError
+    from exgrpo.records.provenance import provenance
+    from exgrpo.testbed import splits as task
 
     sizes = {split: getattr(args, f"size_{split}") for split in _SIZE_FLAGS}
     try:

@@ -21,7 +21,7 @@ HELP = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from exgrpo.config import ExGRPOConfig
+    from exgrpo.core.config import ExGRPOConfig
     from exgrpo.prelim.judge import JUDGES
     from exgrpo.prelim.judge_engine import JudgeSettings
 
@@ -131,7 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from exgrpo.config import ConfigError
+    from exgrpo.core.config import ConfigError
 
     if args.out.suffix != ".parquet":
         raise ConfigError("out", f"must be a .parquet file, got {args.out}")
@@ -154,11 +154,11 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from exgrpo.io import write_jsonl
     from exgrpo.prelim import trajectories as T
     from exgrpo.prelim.judge import JUDGE_PROMPT, JUDGE_PROMPT_VERSION, make_judge
     from exgrpo.prelim.judge_engine import JudgeSettings
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import write_jsonl
+    from exgrpo.records.provenance import provenance
 
     _check(args)
     torch.set_num_threads(args.threads)
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     if args.engine == "tiny":
         from exgrpo.prelim.policies import TinyPolicy
-        from exgrpo.tiny.models import load_checkpoint
+        from exgrpo.testbed.models import load_checkpoint
 
         model, tokenizer = load_checkpoint(args.model)
         policy = TinyPolicy(

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def promote(rerun: Path, results: Path, dry_run: bool = False) -> list[Path]:
     """Copy every result file of `rerun` (a source folder) to the same path under `results`; a leaf folder of
     the rerun replaces the committed folder of that path (files the rerun lacks there are removed)."""
-    from exgrpo.io import atomic_path
+    from exgrpo.records.io import atomic_path
 
     if not rerun.is_dir():
         raise FileNotFoundError(f"{rerun}: no rerun to promote")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from exgrpo.commands._flags import deprecated_alias
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 HELP = "Re-grade cached evaluation samples (no generation), writing new records and aggregates."
 
@@ -86,7 +86,7 @@ def regrade(args: argparse.Namespace) -> list[str]:
     from exgrpo.eval import cache
     from exgrpo.eval.generation import regions_from_meta
     from exgrpo.eval.grading import GRADERS, GradingSettings, get_grader, grade_records
-    from exgrpo.provenance import provenance
+    from exgrpo.records.provenance import provenance
 
     if args.grader is not None and args.grader not in GRADERS:
         raise ConfigError("grader", f"unknown grader {args.grader!r}; known: {', '.join(sorted(GRADERS))}")

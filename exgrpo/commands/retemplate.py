@@ -25,7 +25,7 @@ the same template, so the validation file is re-templated too.
 
 Provenance is stored as JSON in the parquet footer under the key `exgrpo`, as
 `exgrpo.prelim.trajectories` does. It records the source file with its sha256 and row count, the prompt
-format with its template, and `exgrpo.provenance.provenance()`. The copy is written one row group at a
+format with its template, and `exgrpo.records.provenance.provenance()`. The copy is written one row group at a
 time, so memory stays bounded even though the training set carries R1 traces. It goes to a temporary
 file that replaces --out atomically.
 """
@@ -95,8 +95,8 @@ def retemplate(
     import pyarrow.parquet as pq
 
     from exgrpo.eval.benchmarks import format_question
-    from exgrpo.io import atomic_path, file_sha256
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import atomic_path, file_sha256
+    from exgrpo.records.provenance import provenance
 
     src, out = Path(src), Path(out)
     if not src.exists():

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.config import ConfigError
+    from exgrpo.core.config import ConfigError
     from exgrpo.tiny.sft import run_sft
 
     if args.steps is not None and args.steps < 1:

@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.studies import studies_table, study_rows
-    from exgrpo.workflow_config import DEFAULT_CONFIG, load_config
+    from exgrpo.workflow.studies import studies_table, study_rows
+    from exgrpo.workflow.workflow_config import DEFAULT_CONFIG, load_config
 
     wf = load_config([DEFAULT_CONFIG, *args.configfile])
     print(studies_table(study_rows(wf, args.results)))

@@ -1,4 +1,4 @@
-"""Print the paper-vs-released switch table (README) from exgrpo.switches.SWITCHES."""
+"""Print the paper-vs-released switch table (README) from exgrpo.core.switches.SWITCHES."""
 
 from __future__ import annotations
 
@@ -20,11 +20,19 @@ BUILTIN_PREFIX = "exgrpo.core."
 """Registry entries from modules under this prefix are built in; any other module's are plug-ins."""
 
 
-def _plugin_note(field_name: str) -> str:
-    """`; plug-ins: name (module), ...` for a registry-backed field with plug-in entries, else ''."""
+def _registries() -> tuple:
+    """The registries with every built-in implementation registered (their core modules imported)."""
+    import exgrpo.core.sampler  # noqa: F401  (each registers its built-ins where it defines them)
+    import exgrpo.core.selection  # noqa: F401
+    import exgrpo.core.token_loss  # noqa: F401
     from exgrpo.core.registry import REGISTRIES
 
-    for reg in REGISTRIES:
+    return REGISTRIES
+
+
+def _plugin_note(field_name: str) -> str:
+    """`; plug-ins: name (module), ...` for a registry-backed field with plug-in entries, else ''."""
+    for reg in _registries():
         if reg.config_field == field_name:
             extra = [
                 f"`{e.name}` ({e.module})" for e in reg.entries() if not e.module.startswith(BUILTIN_PREFIX)
@@ -35,10 +43,8 @@ def _plugin_note(field_name: str) -> str:
 
 def registry_table() -> str:
     """Markdown: every registered implementation of every registry (docs/plugins.md keeps a copy)."""
-    from exgrpo.core.registry import REGISTRIES
-
     rows = ["| setting | value | what it does | module |", "|---|---|---|---|"]
-    for reg in REGISTRIES:
+    for reg in _registries():
         for e in reg.entries():
             rows.append(f"| `{reg.config_field}` | `{e.name}` | {e.doc} | `{e.module}` |")
     return "\n".join(rows)
@@ -46,8 +52,8 @@ def registry_table() -> str:
 
 def switch_table() -> str:
     """The Markdown table: one row per switch of ExGRPOConfig that the paper and the release set."""
-    from exgrpo.config import ExGRPOConfig
-    from exgrpo.switches import SWITCHES
+    from exgrpo.core.config import ExGRPOConfig
+    from exgrpo.core.switches import SWITCHES
 
     default = ExGRPOConfig()
     rows = ["| switch | default here | paper | released code | ablation it serves |", "|---|---|---|---|---|"]

@@ -1,6 +1,6 @@
 """Train a tiny backbone on CPU with on-policy Dr.GRPO, ExGRPO or one of its named variants.
 
-The run's settings come from one resolution (exgrpo.resolve): either a run file written by the
+The run's settings come from one resolution (exgrpo.settings.resolve): either a run file written by the
 workflow (`--run-file method.json`), or the same resolution made here from `--backbone`, `--variant`,
 `--budget` and `--set` (defaults < backbone < variant < budget < --set).
 """
@@ -11,10 +11,10 @@ import argparse
 from pathlib import Path
 
 from exgrpo.commands._flags import deprecated_alias, run_from_flags
-from exgrpo.config import ConfigError
-from exgrpo.resolve import BUDGETS, read_run_file
-from exgrpo.trainer_settings import TrainerSettings
-from exgrpo.variants import ABLATIONS
+from exgrpo.core.config import ConfigError
+from exgrpo.core.variants import ABLATIONS
+from exgrpo.settings.resolve import BUDGETS, read_run_file
+from exgrpo.settings.trainer_settings import TrainerSettings
 
 HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant); resumes from --ckpt"
 
@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.backbones import load_backbone
+    from exgrpo.settings.backbones import load_backbone
     from exgrpo.tiny.run import load_questions, run_training
 
     if args.run_file is not None:

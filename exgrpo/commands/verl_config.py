@@ -1,6 +1,6 @@
 """`exgrpo verl-config`: write the verl Hydra config of one paper-scale run (backbone x method variant).
 
-The run comes from one resolution (exgrpo.resolve): the workflow's run file (`--run-file method.json`),
+The run comes from one resolution (exgrpo.settings.resolve): the workflow's run file (`--run-file method.json`),
 or the same resolution made here from `--backbone`, `--variant`, `--seed` and `--set`.
 
 Nothing stale: the run directory records the run's fingerprint (`fingerprint.json`: the resolved
@@ -11,7 +11,7 @@ saying so.
 
 Context extension: a backbone whose registry entry has a `context_extension` (Qwen2.5-Math-1.5B:
 4096 positions for 1024 + 8192 tokens) trains a copy of the model folder whose config.json carries
-the release's 16k edit (exgrpo.backbones.extended_model_dir), in `<run_dir>/model`.
+the release's 16k edit (exgrpo.settings.backbones.extended_model_dir), in `<run_dir>/model`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="entry of the backbones file with scale: paper (or tiny, with --device cpu)",
     )
     parser.add_argument(
-        "--variant", default="exgrpo", help="method variant (exgrpo.variants.ABLATIONS), default exgrpo"
+        "--variant", default="exgrpo", help="method variant (exgrpo.core.variants.ABLATIONS), default exgrpo"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path, help="run directory (config, checkpoints, logs)")
@@ -116,7 +116,8 @@ def run_fingerprint(
 
     `weights`: also hash the model folder's weights (a local base such as models/tiny/<backbone>, which
     `tiny_pretrain` rebuilds in place; an HF snapshot folder is named by its revision instead)."""
-    from exgrpo.resolve import code_digest, file_digest, fingerprint, library_versions_of, weights_digest
+    from exgrpo.records.code_digest import code_digest
+    from exgrpo.records.fingerprints import file_digest, fingerprint, library_versions_of, weights_digest
 
     def digest(path: str) -> str | None:
         return file_digest([path]) if Path(path).is_file() else None
@@ -143,7 +144,7 @@ def run_fingerprint(
 def _set_aside_stale(run_dir: Path, fp: str) -> None:
     """Checkpoints and per-attempt metrics files of another fingerprint go to `checkpoints.stale-<old>`: verl
     would resume from the former, and `verl-collect` would merge the latter into this run's log."""
-    from exgrpo.io import read_json
+    from exgrpo.records.io import read_json
     from exgrpo.verl_plugin.collect import METRICS_GLOB
 
     record = run_dir / "fingerprint.json"
@@ -172,10 +173,10 @@ def _set_aside_stale(run_dir: Path, fp: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from exgrpo.backbones import extended_model_dir, load_backbone
-    from exgrpo.config import ConfigError
-    from exgrpo.io import write_json
-    from exgrpo.resolve import read_run_file
+    from exgrpo.core.config import ConfigError
+    from exgrpo.records.io import write_json
+    from exgrpo.settings.backbones import extended_model_dir, load_backbone
+    from exgrpo.settings.resolve import read_run_file
     from exgrpo.verl_plugin import hydra_config as hc
 
     scale = None if args.device == "cpu" else "paper"  # the CPU mode also trains tiny backbones (tiny_route)
@@ -213,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         train, val = (str(files[role].resolve()) for role in ("train", "val"))
     reward_model = None
     if args.reward_model is not None:
-        from exgrpo.backbones import reward_model_entry
+        from exgrpo.settings.backbones import reward_model_entry
 
         entry = reward_model_entry(args.backbones, args.reward_model)
         path = args.reward_model_path or entry["hf_id"]
@@ -243,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
 
         flat.update(ROLLOUTS[args.rollout])
     if backbone["scale"] == "tiny":
-        from exgrpo.verl_plugin.tiny_route import trainer_overrides
+        from exgrpo.settings.trainer_settings import trainer_overrides
 
         flat.update(trainer_overrides(spec.trainer, int(backbone["max_prompt_length"])))
     fp, parts = run_fingerprint(

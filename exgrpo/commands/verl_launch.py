@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from exgrpo.config import ConfigError
+    from exgrpo.core.config import ConfigError
     from exgrpo.verl_plugin.hydra_config import BASE_CONFIGS, RUN_CONFIG_NAME
     from exgrpo.verl_plugin.launch import launch_values, offline_env, write_launch_script
 

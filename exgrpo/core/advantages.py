@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 
 def _group_sums(

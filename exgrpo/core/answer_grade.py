@@ -12,7 +12,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from exgrpo.config import ConfigError
 from exgrpo.core.answers import (
     choice_letter,
     extract_choice,
@@ -22,6 +21,7 @@ from exgrpo.core.answers import (
     release_box_view,
     select_region,
 )
+from exgrpo.core.config import ConfigError
 from exgrpo.core.math_verify_060 import (
     decimal_comma_as_thousands,
     gold_boxes_joined,

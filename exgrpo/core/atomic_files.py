@@ -3,7 +3,7 @@
 A writer goes to a temporary file in the same directory, created with its final mode, fsyncs it, `os.replace`s
 it over the destination (atomic on POSIX file systems) and fsyncs the directory, so the rename itself survives
 a power loss. Here, in the core, because the core's own state files (the experience buffer's arrays and state)
-are written this way; `exgrpo.io` builds the directory-level writes, manifests and hashes on top of it.
+are written this way; `exgrpo.records.io` builds the directory-level writes, manifests and hashes on top of it.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _umask() -> int:
 
 
 def json_default(obj: Any) -> Any:
-    """JSON for numpy / torch scalars and arrays and paths (`write_json`, `exgrpo.io.write_jsonl`)."""
+    """JSON for numpy / torch scalars and arrays and paths (`write_json`, `exgrpo.records.io.write_jsonl`)."""
     if hasattr(obj, "item"):  # numpy / torch scalars
         return obj.item()
     if hasattr(obj, "tolist"):

@@ -63,8 +63,8 @@ from typing import cast
 
 import numpy as np
 
-from exgrpo.config import ExGRPOConfig
 from exgrpo.core.buffer import DEFAULT_CHUNK_TOKENS, ExperienceBuffer, Trajectory
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.experience_state import ARRAYS_FILE, STATE_FILE, load_state, save_state
 from exgrpo.core.ordered_set import IndexedOrderedSet
 from exgrpo.core.sampler import n_replay, restrict_range, sample_questions, std_bucket_keys

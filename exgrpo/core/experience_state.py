@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+import numpy as np
+
 from exgrpo.core.atomic_files import read_json, write_json
 from exgrpo.core.buffer import ExperienceBuffer, load_arrays, save_arrays
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.ordered_set import IndexedOrderedSet
-
-if TYPE_CHECKING:
-    from exgrpo.core.experience import ExperienceManager
 
 ARRAYS_FILE = "experience_arrays.safetensors"
 STATE_FILE = "experience_state.json"
@@ -35,10 +34,34 @@ MUST_MATCH_ON_LOAD = (
 """Config fields that give the saved keys and buckets their meaning: a resumed run must agree on them."""
 _LOAD_DEFAULTS = {"keep_stale_bucket": False}  # states saved before the switch existed
 
-Manager = TypeVar("Manager", bound="ExperienceManager")
+
+class ManagerState(Protocol):
+    """What this module reads and restores of an `exgrpo.core.experience.ExperienceManager` (which imports this
+    module, so it is named by its attributes rather than imported)."""
+
+    cfg: ExGRPOConfig
+    seed: int
+    rng: np.random.Generator
+    buffer: ExperienceBuffer
+    _k: dict[str, int]
+    _retired: dict[str, None]
+    _buckets: dict[int, IndexedOrderedSet]
+    _bucket_key: dict[str, int]
+    _active: bool
+    _activation_step: int | None
+    _last_step: int | None
+    _reviewed: list[str]
+    _returning: list[str]
+
+    def __init__(self, cfg: ExGRPOConfig, seed: int, *, chunk_tokens: int = ...) -> None: ...
+
+    def is_eligible_key(self, k: int) -> bool: ...
 
 
-def save_state(mgr: ExperienceManager, directory: str | Path) -> None:
+Manager = TypeVar("Manager", bound=ManagerState)
+
+
+def save_state(mgr: ManagerState, directory: str | Path) -> None:
     """Write `mgr`'s buffer, keys, buckets, retired set, switch and RNG to `directory` (arrays first)."""
     directory = Path(directory)
     arrays, qids = mgr.buffer.to_arrays()

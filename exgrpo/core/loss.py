@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.loss_batch import check_loss_inputs, loss_metrics
 from exgrpo.core.token_loss import LOG_RATIO_CLAMP, low_var_kl, policy_token_losses
 

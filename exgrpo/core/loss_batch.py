@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.token_loss import REPLAY_TOKEN_LOSSES, replay_weight
 
 

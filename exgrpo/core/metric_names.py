@@ -1,7 +1,7 @@
 """The names of the metrics the core computes for both runtimes (`exgrpo.core.step_metrics`), and the `Metric`
 record every logged key is defined with.
 
-Part of the metric registry, `exgrpo.metrics` (the results contract: every key of a training log, defined
+Part of the metric registry, `exgrpo.records.metrics` (the results contract: every key of a training log, defined
 once), which imports these and lists them with the rest; they live here because the core names what it computes
 and depends on nothing outside the core and the configuration. Pure Python, no torch.
 """

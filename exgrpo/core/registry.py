@@ -5,22 +5,26 @@ Each enumerated choice of `ExGRPOConfig` that names an implementation (`sampler`
 implement the built-in choices (sampler.py, selection.py, token_loss.py) and by plug-ins. So a new replay idea
 is one new module and one config entry (docs/plugins.md):
 
-- the module, under `exgrpo/plugins/` (discovered: every module there is imported by `load_plugins`), or any
-  importable module named by the environment variable `EXGRPO_PLUGINS` (comma-separated), registers its
-  implementation with `@SELECTION_METRICS.register("name", doc=...)` (or another registry) and, optionally, a
-  named variant with `exgrpo.variants.register_variant`;
+- the module registers its implementation with `@SELECTION_METRICS.register("name", doc=...)` (or another
+  registry) and, optionally, a named variant with `exgrpo.core.variants.register_variant`; it is found at run
+  time as an entry point of the group `exgrpo.plugins` (the repository's own plug-ins, `exgrpo/plugins/`, are
+  declared in pyproject.toml) or by the environment variable `EXGRPO_PLUGINS` (comma-separated module names);
 - the config entry names the variant under `ablations:` in config/config.yaml and in a study's list.
 
-Validation (`ExGRPOConfig.validate` through `exgrpo.config.CHOICES`), the README switch table
-(`exgrpo switches`) and docs/plugins.md's registry table read the registries, so a new entry appears there with
-no edit to any table. This module imports nothing from the project, so every layer can use it.
+Each registry declares the names the core itself implements (`builtin`), so validating a config that uses
+only those imports no implementation (no torch) and no plug-in; an unknown name loads the plug-ins first.
+The implementations register themselves where they are defined (sampler.py, selection.py, token_loss.py),
+which is also where they are looked up.
+
+Validation (`ExGRPOConfig.validate`), the README switch table (`exgrpo switches`) and docs/plugins.md's
+registry table read the registries, so a new entry appears there with no edit to any table. This module imports nothing from the project, so every layer can use it.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
-import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -42,8 +46,10 @@ class Entry(Generic[T]):
 class Registry(Generic[T]):
     """Name -> implementation, for the `ExGRPOConfig` field `config_field`. Iteration order = registration order."""
 
-    def __init__(self, config_field: str, what: str, signature: str):
+    def __init__(self, config_field: str, what: str, signature: str, builtin: tuple[str, ...]):
         self.config_field, self.what, self.signature = config_field, what, signature
+        self.builtin = builtin
+        """The names the core implements (registered by the core module that defines them)."""
         self._entries: dict[str, Entry[T]] = {}
 
     def register(self, name: str, value: T | None = None, *, doc: str, **extra: Any) -> Any:
@@ -58,6 +64,11 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.config_field}: {name!r} is already registered by {old.module}")
             if not name or not name.replace("_", "").isalnum():
                 raise ValueError(f"{self.config_field}: registry names are identifiers, got {name!r}")
+            module = getattr(obj, "__module__", "?")
+            if module.startswith("exgrpo.core.") and name not in self.builtin:
+                raise ValueError(
+                    f"{self.config_field}: {name!r} ({module}) is not in the registry's builtin names"
+                )
             self._entries[name] = Entry(
                 name, obj, " ".join(doc.split()), getattr(obj, "__module__", "?"), dict(extra)
             )
@@ -72,34 +83,45 @@ class Registry(Generic[T]):
         if name not in self._entries:
             load_plugins()
         if name not in self._entries:
-            raise KeyError(f"unknown {self.config_field} {name!r}; registered: {', '.join(self._entries)}")
+            where = (
+                "is built in but its core module is not imported" if name in self.builtin else "is unknown"
+            )
+            raise KeyError(f"{self.config_field} {name!r} {where}; registered: {', '.join(self._entries)}")
         return self._entries[name]
 
     def __contains__(self, name: object) -> bool:
-        if name not in self._entries:
-            load_plugins()
+        if name in self.builtin or name in self._entries:
+            return True
+        load_plugins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         load_plugins()
-        return iter(list(self._entries))
+        return iter([*self.builtin, *(n for n in self._entries if n not in self.builtin)])
 
     def __len__(self) -> int:
-        load_plugins()
-        return len(self._entries)
+        return len(list(self))
 
     def keys(self) -> list[str]:
         return list(self)
 
     def entries(self) -> list[Entry[T]]:
+        """Every registered implementation, built-ins first. The caller imports the core modules that
+        implement the built-ins (`exgrpo.commands.switches` does); a missing one is an error naming them."""
         load_plugins()
-        return list(self._entries.values())
+        missing = [n for n in self.builtin if n not in self._entries]
+        if missing:
+            raise LookupError(
+                f"{self.config_field}: built-ins {missing} not registered: import their core module"
+            )
+        return [self._entries[n] for n in self]
 
 
 QUESTION_SAMPLERS: Registry[Callable[..., Any]] = Registry(
     "sampler",
     "question sampler (bucket weighting)",
     "fn(keys float64 [n], K, mu, sigma_count) -> non-negative weights [n]; or question_level=True",
+    builtin=("gaussian", "uniform", "linear", "sqrt", "linear_clip"),
 )
 """`sampler`: bucket weight functions (exgrpo.core.sampler); `uniform` is question-level (extra question_level)."""
 
@@ -107,11 +129,15 @@ SELECTION_METRICS: Registry[Callable[..., Any]] = Registry(
     "selection_metric",
     "trajectory score",
     "fn(token_entropy [N,T] | None, token_logp [N,T] | None, mask bool [N,T], generator) -> scores [N]",
+    builtin=("entropy", "nll", "random"),
 )
 """`selection_metric`: per-candidate scores (exgrpo.core.selection); extra `needs`: entropy, logp or none."""
 
 SELECTION_MODES: Registry[Callable[..., Any]] = Registry(
-    "selection_mode", "trajectory choice", "fn(scores [n], generator) -> index in [0, n)"
+    "selection_mode",
+    "trajectory choice",
+    "fn(scores [n], generator) -> index in [0, n)",
+    builtin=("argmin", "argmax", "random"),
 )
 """`selection_mode`: which scored candidate is replayed (exgrpo.core.selection)."""
 
@@ -120,6 +146,7 @@ REPLAY_WEIGHTINGS: Registry[Callable[..., Any]] = Registry(
     "replay weighting",
     "fn(ratio [B,T], adv [B,1], clip_eps, beta) -> (loss [B,T], clipped bool [B,T]); extra weight=fn(ratio, "
     "clip_eps, beta) -> [B,T] for metrics",
+    builtin=("shaped", "clipped", "unclipped"),
 )
 """`replay_shaping`: the token loss of replayed rows (exgrpo.core.token_loss)."""
 
@@ -144,7 +171,7 @@ class RegistryChoices(Mapping[str, frozenset]):
 
 
 class PluginDict(dict):
-    """A dict that plug-ins may extend: every read first runs `load_plugins` (exgrpo.variants.ABLATIONS)."""
+    """A dict that plug-ins may extend: every read first runs `load_plugins` (exgrpo.core.variants.ABLATIONS)."""
 
     def __getitem__(self, key: Any) -> Any:
         load_plugins()
@@ -186,30 +213,28 @@ REGISTRIES: tuple[Registry[Any], ...] = (
     REPLAY_WEIGHTINGS,
 )
 
-_BUILTIN_MODULES = ("exgrpo.core.sampler", "exgrpo.core.selection", "exgrpo.core.token_loss")
+PLUGIN_GROUP = "exgrpo.plugins"
+"""The entry-point group plug-in modules are declared in (pyproject.toml `[project.entry-points."exgrpo.plugins"]`)."""
 _loaded = False
 
 
-def load_plugins() -> None:
-    """Import the built-in implementations, every module of `exgrpo.plugins` and those named by EXGRPO_PLUGINS.
+def plugin_modules() -> list[str]:
+    """The plug-in modules: the entry points of `PLUGIN_GROUP` (by name), then those named by EXGRPO_PLUGINS."""
+    points = sorted(importlib.metadata.entry_points(group=PLUGIN_GROUP), key=lambda p: p.name)
+    return [p.value for p in points] + [
+        n.strip() for n in os.environ.get("EXGRPO_PLUGINS", "").split(",") if n.strip()
+    ]
 
-    Idempotent. A plug-in that fails to import is an error naming the module (never skipped silently)."""
+
+def load_plugins() -> None:
+    """Import every plug-in module (`plugin_modules`). Idempotent; the built-ins need no loading (`builtin`).
+
+    A plug-in that fails to import is an error naming the module (never skipped silently)."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    names = list(_BUILTIN_MODULES)
-    try:
-        plugins = importlib.import_module("exgrpo.plugins")
-        names += [
-            f"exgrpo.plugins.{m.name}"
-            for m in sorted(pkgutil.iter_modules(plugins.__path__), key=lambda m: m.name)
-            if not m.name.startswith("_")
-        ]
-    except ModuleNotFoundError:
-        pass
-    names += [n.strip() for n in os.environ.get("EXGRPO_PLUGINS", "").split(",") if n.strip()]
-    for name in names:
+    for name in plugin_modules():
         try:
             importlib.import_module(name)
         except Exception as err:  # a broken plug-in must not pass for an absent one
@@ -227,5 +252,7 @@ __all__ = [
     "PluginDict",
     "Registry",
     "RegistryChoices",
+    "PLUGIN_GROUP",
     "load_plugins",
+    "plugin_modules",
 ]

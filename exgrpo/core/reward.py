@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from exgrpo.config import ConfigError
 from exgrpo.core.answer_grade import (
     ANSWER_RULES,
     GRADER_NAME,
@@ -66,10 +65,11 @@ from exgrpo.core.answers import (
     find_boxes,
     select_region,
 )
+from exgrpo.core.config import ConfigError
 
 if TYPE_CHECKING:
-    from exgrpo.config import ExGRPOConfig
     from exgrpo.core._verify_worker import TimeoutPool
+    from exgrpo.core.config import ExGRPOConfig
 
 logger = logging.getLogger(__name__)
 

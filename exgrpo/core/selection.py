@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.registry import SELECTION_METRICS, SELECTION_MODES
 
 RELEASED_CHUNK_SIZE = 8

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from exgrpo.config import ExGRPOConfig
 from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 from exgrpo.core.buffer import Trajectory
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.selection import select_index
 
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from exgrpo.config import ExGRPOConfig
 from exgrpo.core.buffer import Trajectory
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.step import StepRows, advantages_and_mask
 
 

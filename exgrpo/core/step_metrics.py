@@ -1,9 +1,9 @@
 """The counts of one training step that become logged metrics, computed once and named from the metric registry
-(`exgrpo.metrics`, the results contract; the names of these are its core part, `exgrpo.core.metric_names`) for
+(`exgrpo.records.metrics`, the results contract; the names of these are its core part, `exgrpo.core.metric_names`) for
 both runtimes.
 
 Each function returns {registry name: number}. A runtime logs the keys the registry says it writes
-(`exgrpo.metrics.logged_by`): the CPU trainer has no failed sessions, so it leaves out the plug-in's short-group
+(`exgrpo.records.metrics.logged_by`): the CPU trainer has no failed sessions, so it leaves out the plug-in's short-group
 and failure counts; neither runtime names a metric of its own here.
 
 - `plan_metrics`: the step's questions (replayed, fresh, the age of o*, the candidates looked at);
@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from exgrpo.config import ExGRPOConfig
 from exgrpo.core import metric_names as M
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.step import ReplayedPlan, StepRows, batch_pass1, step_stats
 
@@ -60,7 +60,7 @@ def step_metrics(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -
 def reward_metrics(rows: StepRows) -> dict[str, float]:
     """`reward/batch_mean`: the mean reward over every row the update trains on, replayed o* included (0 without
     a row). The CPU trainer logs it; verl computes the same quantity itself (its `critic/score/mean`, renamed to
-    this key by `exgrpo.metrics_verl`), so the plug-in does not call this."""
+    this key by `exgrpo.records.metrics_verl`), so the plug-in does not call this."""
     return {M.REWARD_BATCH_MEAN.name: float(rows.rewards.mean()) if len(rows.rewards) else 0.0}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from exgrpo.config import ExGRPOConfig
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.data_order import DataOrder
 
 

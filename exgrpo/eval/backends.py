@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.eval.profiles import DecodingProfile
 
 BACKENDS = ("hf", "vllm", "tiny")

@@ -25,10 +25,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.eval.benchmarks import Benchmark, format_question, get_benchmark
 from exgrpo.eval.schemas import clean_answer
-from exgrpo.io import file_sha256
+from exgrpo.records.io import file_sha256
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 """File types accepted in a data folder."""

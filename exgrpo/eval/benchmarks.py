@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
+from exgrpo.core.suggest import unknown
 from exgrpo.eval.schemas import (
     arc_row,
     gpqa_row,
@@ -30,7 +31,6 @@ from exgrpo.eval.schemas import (
     mmlu_pro_row,
     tiny_row,
 )
-from exgrpo.suggest import unknown
 
 
 @dataclass(frozen=True)

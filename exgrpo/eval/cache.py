@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from exgrpo.eval.metrics import compute_metrics
-from exgrpo.io import atomic_path, read_json, write_json
+from exgrpo.records.io import atomic_path, read_json, write_json
 
 SAMPLE_SCHEMA = pa.schema(
     [
@@ -178,9 +178,9 @@ def write_aggregate(path: str | Path, aggregate: dict[str, Any]) -> None:
 
 
 def model_fingerprint(model: str | Path) -> str | None:
-    """sha256 of a local model folder's weights and config.json (exgrpo.resolve.weights_digest); None
+    """sha256 of a local model folder's weights and config.json (exgrpo.settings.resolve.weights_digest); None
     for a model that is not a local folder (a hub id: its revision is the identity)."""
-    from exgrpo.resolve import weights_digest
+    from exgrpo.records.fingerprints import weights_digest
 
     path = Path(model)
     return weights_digest(path) if path.is_dir() else None
@@ -194,7 +194,7 @@ VERSION_KEYS = ("grader_version", "engines")
 
 def engine_versions() -> dict[str, str | None]:
     """Installed versions of `ENGINE_PACKAGES` (None when absent), as recorded in provenance."""
-    from exgrpo.provenance import library_versions
+    from exgrpo.records.provenance import library_versions
 
     versions = library_versions()
     return {name: versions.get(name) for name in ENGINE_PACKAGES}

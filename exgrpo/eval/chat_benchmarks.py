@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 OVERLONG_POLICIES = ("filter", "truncate", "auto")
 """`filter` (drop and count), `truncate` (lm-eval's left truncation), `auto` (filter on vLLM, else truncate)."""

@@ -11,20 +11,18 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.eval import cache
 from exgrpo.eval.benchmarks import Benchmark
 from exgrpo.eval.contexts import filter_overlong, overlong_policy
+from exgrpo.eval.eval_settings import EvalSettings
 from exgrpo.eval.grading import region_for_prompt
 from exgrpo.eval.profiles import DecodingProfile
 from exgrpo.eval.tasks import TASK_DIR
-
-if TYPE_CHECKING:
-    from exgrpo.eval.harness import EvalSettings
 
 VLLM_DECODING = {"skip_special_tokens": True, "spaces_between_special_tokens": True}
 """vLLM's own detokenisation defaults, which the release used; lm-eval's vLLM backend sets both False."""

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 
 THINK_OPEN = "<think>"
 

@@ -35,15 +35,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.eval import cache
 from exgrpo.eval.benchmark_documents import load_docs_with_info
 from exgrpo.eval.benchmarks import PROMPT_FORMATS, Benchmark
 from exgrpo.eval.contexts import overlong_policy
+from exgrpo.eval.eval_settings import EvalSettings
 from exgrpo.eval.generation import (
     VLLM_DECODING,
     generate,
@@ -52,39 +52,9 @@ from exgrpo.eval.generation import (
     task_manager,
     token_counter,
 )
-from exgrpo.eval.grading import GradingSettings, get_grader, grade_records
-from exgrpo.eval.profiles import DecodingProfile
-from exgrpo.io import read_json
-from exgrpo.provenance import provenance
-
-
-@dataclass
-class EvalSettings:
-    """Everything that decides what one evaluation generates and how it is graded."""
-
-    profile: DecodingProfile
-    seed: int = 0
-    limit: int | None = None
-    """First N problems of each benchmark (smoke runs); recorded in every file."""
-    k: int | None = None
-    """Override of the profile's k (only profiles with `k_configurable`)."""
-    data_dir: str | None = None
-    """Folder with local benchmark files (source schema) or the tiny splits; None = the hub."""
-    prompt_format: str = "chat"
-    grading: GradingSettings = field(default_factory=GradingSettings)
-    n_boot: int = 1000
-    batch_size: int | str = 8
-    backend: str = "hf"
-    """Backend that generates (`BACKENDS`); recorded in the cache and part of its identity."""
-    max_model_len: int | None = None
-    """vLLM context length (prompt + generation); None = the model's own, as the release."""
-    reuse_other_versions: bool = False
-    """Reuse a cache made with other grader or engine versions (`cache.VERSION_KEYS`) instead of recomputing it;
-    the aggregate then records the differences (`reused_with_other_versions`)."""
-    overlong_prompts: str = "auto"
-    """A prompt whose tokens + max_new_tokens exceed the context: `filter` (drop and count it), `truncate`
-    (lm-eval's left truncation) or `auto`: filter on vLLM, truncate on the CPU backends (`hf`, `tiny`, whose
-    testbed caches were made that way)."""
+from exgrpo.eval.grading import get_grader, grade_records
+from exgrpo.records.io import read_json
+from exgrpo.records.provenance import provenance
 
 
 def generation_identity(settings: EvalSettings) -> dict[str, Any] | None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from exgrpo.config import ConfigError
-from exgrpo.suggest import unknown
+from exgrpo.core.config import ConfigError
+from exgrpo.core.suggest import unknown
 
 _PAPER_K = MappingProxyType({"aime24": 32, "aime25": 32, "amc": 32})
 """Benchmarks the paper reports as Avg@32 (paper §5.1); every other benchmark gets one sample."""

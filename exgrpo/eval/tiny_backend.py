@@ -3,7 +3,7 @@
 `exgrpo eval --backend tiny` runs the same tasks, prompts, grading and cache as `--backend hf`; only the
 sampler differs. lm-eval's HF backend generates in padded batches (default 8) through `model.generate`,
 one token per `generate` step per batch; this backend sends every request with the same generation
-kwargs through `exgrpo.tiny.rollout.generate` in chunks of `batch_size` (default 512) rows. Measured on
+kwargs through `exgrpo.testbed.rollout.generate` in chunks of `batch_size` (default 512) rows. Measured on
 the shared 2-core testbed, 400 problems x k=4 on the 0.15M-parameter fixture (benchmarks/
 results/eval_backends.json): 2.8 s vs 14.6 s (hf) on one thread, 10.6 s vs 187 s on two.
 
@@ -52,7 +52,7 @@ from lm_eval.models.utils import (
 )
 from tqdm.auto import tqdm
 
-from exgrpo.tiny.rollout import generate as rollout_generate
+from exgrpo.testbed.rollout import generate as rollout_generate
 
 BACKEND_NAME = "exgrpo-tiny"
 """Name under which lm-eval's model registry knows this backend."""
@@ -70,7 +70,7 @@ DTYPES = {
 
 @register_model(BACKEND_NAME)
 class TinySamplerLM(TemplateLM):
-    """lm-eval LM over a local HF causal-LM folder, sampling with `exgrpo.tiny.rollout.generate`.
+    """lm-eval LM over a local HF causal-LM folder, sampling with `exgrpo.testbed.rollout.generate`.
 
     Args:
         pretrained: local model folder (config.json, weights, tokenizer); loaded offline.

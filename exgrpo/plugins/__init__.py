@@ -1,5 +1,6 @@
-"""Plug-in replay ideas: every module here is imported by `exgrpo.core.registry.load_plugins` (docs/plugins.md).
+"""Plug-in replay ideas, each declared as an entry point of the group `exgrpo.plugins` in pyproject.toml and
+imported by `exgrpo.core.registry.load_plugins` (docs/plugins.md).
 
 A module registers its implementation in one of the registries of `exgrpo.core.registry` and, optionally, a
-named variant (`exgrpo.variants.register_variant`), which a study then lists under `ablations:`.
+named variant (`exgrpo.core.variants.register_variant`), which a study then lists under `ablations:`.
 """

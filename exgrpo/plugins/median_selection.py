@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from exgrpo.core.registry import SELECTION_MODES
-from exgrpo.variants import register_variant
+from exgrpo.core.variants import register_variant
 
 
 @SELECTION_MODES.register(

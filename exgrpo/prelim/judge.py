@@ -6,7 +6,7 @@ decodes at temperature 0.6, top-p 0.95 and reads the verdict from `\\boxed{yes}`
 
 Two judges share one protocol (`Judge.judge(items) -> [True | False | None]`, None = no verdict):
 - `StepCheckerJudge` (tiny testbed): the synthetic task's exact step checker
-  (`exgrpo.tiny.task.check_reasoning`: every `;`-separated step equals the canonical one).
+  (`exgrpo.testbed.task.check_reasoning`: every `;`-separated step equals the canonical one).
 - `LLMJudge` (paper scale): the judge prompt below through vLLM (`exgrpo.prelim.judge_engine`: the
   engine's settings and its one call), with a per-prompt cache.
 
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.prelim.judge_engine import (
     Backend,
     Conversation,
@@ -100,7 +100,7 @@ class StepCheckerJudge:
     name = "step"
 
     def judge(self, items: Sequence[JudgeItem]) -> list[bool | None]:
-        from exgrpo.tiny.task import check_reasoning
+        from exgrpo.testbed.task import check_reasoning
 
         verdicts: list[bool | None] = []
         for i, item in enumerate(items):
@@ -166,7 +166,7 @@ class JudgeCache:
 
     @classmethod
     def open(cls, path: str | Path | None) -> JudgeCache:
-        from exgrpo.io import read_jsonl
+        from exgrpo.records.io import read_jsonl
 
         cache = cls(Path(path) if path else None)
         if cache.path is not None and cache.path.exists():
@@ -182,7 +182,7 @@ class JudgeCache:
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def save(self) -> None:
-        from exgrpo.io import write_jsonl
+        from exgrpo.records.io import write_jsonl
 
         if self.path is not None:
             write_jsonl(self.path, [self.entries[k] for k in sorted(self.entries)])

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 
 @dataclass(frozen=True)

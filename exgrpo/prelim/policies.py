@@ -1,7 +1,7 @@
 """The model under study: K rollouts per question, and token statistics of given trajectories under it.
 
 Two implementations of one protocol (`Policy`):
-- `TinyPolicy` (CPU testbed): `exgrpo.tiny.rollout.generate` to sample and `rollout.score` to measure.
+- `TinyPolicy` (CPU testbed): `exgrpo.testbed.rollout.generate` to sample and `rollout.score` to measure.
 - `VLLMPolicy` (paper scale): vLLM to sample (`vllm_sample`, the only vLLM call), then transformers
   teacher forcing to measure (`hf_token_stats`, chunked over positions so 8k-token responses fit).
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 
 @dataclass
@@ -96,8 +96,8 @@ class TinyPolicy:
     def sample(self, messages: Sequence[list[dict[str, str]]], k: int) -> list[list[Sample]]:
         from tqdm import tqdm
 
-        from exgrpo.tiny.rollout import generate
-        from exgrpo.tiny.tokenizer import encode_prompt
+        from exgrpo.testbed.rollout import generate
+        from exgrpo.testbed.tokenizer import encode_prompt
 
         prompts = [encode_prompt(self.tok, m) for m in messages]
         rows = [(qi, si) for qi in range(len(prompts)) for si in range(k)]
@@ -124,7 +124,7 @@ class TinyPolicy:
         from tqdm import tqdm
 
         from exgrpo.core.selection import sequence_scores
-        from exgrpo.tiny.rollout import score
+        from exgrpo.testbed.rollout import score
 
         stats: list[TokenStats] = []
         pad = self.tok.pad_token_id

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.prelim.code_rules import detect
 from exgrpo.prelim.judge import Judge, JudgeItem
 from exgrpo.prelim.policies import Policy, Sample
@@ -126,7 +126,7 @@ def load_questions(data: str | Path, split: str) -> list[Question]:
     or a .parquet file). FileNotFoundError names what is missing."""
     data = Path(data)
     if (data / "manifest.json").exists():
-        from exgrpo.tiny.splits import load_split
+        from exgrpo.testbed.splits import load_split
 
         try:
             return [_from_tiny(r) for r in load_split(data, split)]
@@ -308,7 +308,7 @@ def write_records(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from exgrpo.io import atomic_path
+    from exgrpo.records.io import atomic_path
 
     for i, r in enumerate(records):
         for col in ("entropy", "ppl"):

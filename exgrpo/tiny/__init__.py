@@ -1,10 +1,6 @@
-"""The CPU testbed: a synthetic verifiable task and tiny transformers backbones (docs/testbed.md).
+"""The CPU trainer for tiny backbones (the embedded default runtime), on the testbed of `exgrpo.testbed`.
 
-- `task`: seeded arithmetic problems with exactly checkable steps, splits (train / validation /
-  ID test / three OOD sets / length probe), noisy SFT teacher, exact-match grading.
-- `tokenizer`: character tokenizer with single-token tags and a chat template (HF-loadable).
-- `models`: Qwen2 / Llama backbones from config/backbones.yaml, save/load via the Auto classes.
 - `sft`: the "pre-training" of each backbone on noisy-teacher solutions.
-- `rollout`: batched KV-cache sampling (`generate`) and teacher-forced scoring (`score`).
-- `trainer`, `run`, `checkpoint`, `data_order`: the RL trainer on top of them.
+- `trainer`: one RL step on the core (`exgrpo.core.step`); `run`: the training loop, resumable.
+- `checkpoint`, `best`, `tracker`: checkpoints, the best-validation model, the metrics log.
 """

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from exgrpo.io import read_json, write_json
+from exgrpo.records.io import read_json, write_json
 
 BEST_DIR = "best"
 BEST_FILE = "best.json"

@@ -8,8 +8,8 @@ A checkpoint is a directory `step_<N>/` holding
 - `trainer.json`      step, data position, numpy RNG states, the log length, and the run's
                       `fingerprint` (exgrpo.tiny.run.run_fingerprint): a run resumes only from a
                       checkpoint with its own fingerprint.
-It is written to `step_<N>.tmp/`, given a manifest (`exgrpo.io.MANIFEST`: size and sha256 of every file),
-fsynced and renamed into place (`exgrpo.io.publish_dir`: a checkpoint of the same step is removed only after
+It is written to `step_<N>.tmp/`, given a manifest (`exgrpo.records.io.MANIFEST`: size and sha256 of every file),
+fsynced and renamed into place (`exgrpo.records.io.publish_dir`: a checkpoint of the same step is removed only after
 the new one is in place), and `latest` names the newest complete step, so a run killed at any point resumes
 from a whole checkpoint. On start `latest_checkpoint` takes the newest checkpoint that passes its manifest and
 names each newer one skipped (a checkpoint from before manifests is taken as it is). Nothing is pickled.
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from exgrpo.io import (
+from exgrpo.records.io import (
     MANIFEST,
     atomic_open,
     check_manifest,

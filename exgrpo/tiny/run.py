@@ -29,23 +29,19 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from exgrpo import metrics as M
-from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core import step_metrics as core_metrics
 from exgrpo.core import step_questions
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
-from exgrpo.provenance import provenance
-from exgrpo.resolve import (
-    RunSpec,
-    code_digest,
-    file_digest,
-    fingerprint,
-    library_versions_of,
-    training_parts,
-)
-from exgrpo.resolve import weights_digest as model_dir_digest
+from exgrpo.records import metrics as M
+from exgrpo.records.code_digest import code_digest
+from exgrpo.records.fingerprints import file_digest, fingerprint, library_versions_of
+from exgrpo.records.fingerprints import weights_digest as model_dir_digest
+from exgrpo.records.io import TRAIN_LOG, atomic_open, write_json, write_jsonl
+from exgrpo.records.provenance import provenance
+from exgrpo.settings.resolve import RunSpec, training_parts
+from exgrpo.settings.trainer_settings import TrainerSettings
 from exgrpo.tiny.best import clear_best, maybe_save_best
 from exgrpo.tiny.checkpoint import (
     checkpoint_fingerprint,
@@ -56,7 +52,6 @@ from exgrpo.tiny.checkpoint import (
 )
 from exgrpo.tiny.tracker import TENSORBOARD_DIR, Tracker, open_tracker
 from exgrpo.tiny.trainer import CPUTrainer, Question, weights_digest
-from exgrpo.trainer_settings import TrainerSettings
 
 
 def run_fingerprint(
@@ -158,7 +153,7 @@ def run_training(
                 _write_row(log, val, tracker)
                 if M.VAL_ACC.name in val:  # the release's best-validation checkpoint (tiny/best.py)
                     maybe_save_best(ckpt_dir, step, val[M.VAL_ACC.name], model=model, tokenizer=tokenizer)
-            # a segment's last step (stop_after, exgrpo.cluster.segment_stops) always checkpoints: the next job resumes
+            # a segment's last step (stop_after, exgrpo.workflow.cluster.segment_stops) always checkpoints: the next job resumes
             if (
                 step % args.ckpt_every == 0
                 or step == args.steps
@@ -245,7 +240,7 @@ def _save_final(ckpt_dir: Path, model: Any, tokenizer: Any) -> Path:
 
 def _finished(out_dir: Path, ckpt_dir: Path, fp: str) -> dict[str, Any] | None:
     """The summary of a finished run with fingerprint `fp` whose final model is intact, else None."""
-    from exgrpo.io import read_json
+    from exgrpo.records.io import read_json
 
     run_json, final = out_dir / "run.json", ckpt_dir / "final"
     if not (run_json.is_file() and (out_dir / TRAIN_LOG).is_file() and (final / "config.json").is_file()):
@@ -268,8 +263,8 @@ def load_questions(
     `difficulties` keeps the questions with those numbers of operations, then `size` (> 0) the first `size` of
     them in the split's stored order, which is shuffled (TrainerSettings.train_difficulties, train_size).
     """
-    from exgrpo.tiny.splits import load_split
-    from exgrpo.tiny.tokenizer import encode_prompt
+    from exgrpo.testbed.splits import load_split
+    from exgrpo.testbed.tokenizer import encode_prompt
 
     rows = [r for r in load_split(data_dir, split) if not difficulties or r["difficulty"] in difficulties]
     if size > 0:

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from exgrpo.tiny import task
-from exgrpo.tiny.tokenizer import encode_questions, encode_responses
+from exgrpo.testbed import task
+from exgrpo.testbed.tokenizer import encode_questions, encode_responses
 
 DEFAULT_FORM_MIX = {"symbolic": 0.8, "words": 0.08, "choice4": 0.06, "choice10": 0.06}
 
@@ -56,7 +56,7 @@ class SFTSettings:
     seed: int = 0
 
     def validate(self) -> SFTSettings:
-        from exgrpo.config import ConfigError
+        from exgrpo.core.config import ConfigError
 
         for name in ("steps", "batch_size", "micro_batch"):
             if getattr(self, name) < 1:
@@ -218,7 +218,7 @@ def evaluate(
     batch_size: int = 256,
 ) -> dict[str, Any]:
     """Accuracy (exact boxed answer) and logical rate (all steps right) overall and per difficulty."""
-    from exgrpo.tiny.rollout import generate
+    from exgrpo.testbed.rollout import generate
 
     generator = torch.Generator().manual_seed(seed)
     prompts = encode_questions(tokenizer, [r["question"] for r in rows])
@@ -254,7 +254,7 @@ def evaluate(
 
 def read_heldout(data_dir: str | Path) -> tuple[set[task.Expression], dict[str, list[dict]]]:
     """Held-out expressions of a `make-data` directory, and its held-out rows by split."""
-    from exgrpo.tiny import splits as task_splits
+    from exgrpo.testbed import splits as task_splits
 
     manifest = task_splits.load_manifest(data_dir)
     splits = {name: task_splits.load_split(data_dir, name) for name in manifest["splits"] if name != "train"}
@@ -287,11 +287,17 @@ def run_sft(
     """
     import time
 
-    from exgrpo.config import ConfigError
-    from exgrpo.io import read_json
-    from exgrpo.provenance import provenance
-    from exgrpo.tiny.models import build_model, count_parameters, load_checkpoint, save_checkpoint, tiny_entry
-    from exgrpo.tiny.tokenizer import build_tokenizer
+    from exgrpo.core.config import ConfigError
+    from exgrpo.records.io import read_json
+    from exgrpo.records.provenance import provenance
+    from exgrpo.testbed.models import (
+        build_model,
+        count_parameters,
+        load_checkpoint,
+        save_checkpoint,
+        tiny_entry,
+    )
+    from exgrpo.testbed.tokenizer import build_tokenizer
 
     torch.set_num_threads(threads)
     entry = tiny_entry(backbone, backbones_path)

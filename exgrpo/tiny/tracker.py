@@ -1,7 +1,7 @@
 """Optional experiment trackers for the CPU trainer, fed the same rows, under the same keys, as its log.
 
 `--logger jsonl` (default) writes only `<ckpt>/log.jsonl`; `--logger tensorboard` also writes TensorBoard
-events to `<ckpt>/tensorboard/` (next to the log), one scalar per logged key (exgrpo.metrics names) at the
+events to `<ckpt>/tensorboard/` (next to the log), one scalar per logged key (exgrpo.records.metrics names) at the
 row's step. A resumed run purges the events past its checkpoint, as it truncates the log. The verl plug-in
 uses verl's own `trainer.logger` instead (console, file, wandb, tensorboard).
 """

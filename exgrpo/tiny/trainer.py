@@ -28,19 +28,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from exgrpo import metrics as M
-from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core import step as core_step
 from exgrpo.core import step_batch as core_batch
 from exgrpo.core import step_metrics as core_metrics
 from exgrpo.core import step_questions
 from exgrpo.core.buffer import Trajectory
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
 from exgrpo.core.reward import Verifier
 from exgrpo.core.selection import candidate_scores, metric_needs
-from exgrpo.tiny.rollout import generate, score
-from exgrpo.trainer_settings import TrainerSettings
+from exgrpo.records import metrics as M
+from exgrpo.settings.trainer_settings import TrainerSettings
+from exgrpo.testbed.rollout import generate, score
 
 
 @dataclass
@@ -163,8 +163,8 @@ class CPUTrainer:
 
     # ------------------------------------------------------------------ pieces
     def _continuous(self, qids: list[str], texts: list[str], answer_rewards: Any) -> list[float]:
-        """`reward_kind="step_credit"`: the continuous reward of each response (exgrpo.tiny.task.step_credit)."""
-        from exgrpo.tiny.task import step_credit
+        """`reward_kind="step_credit"`: the continuous reward of each response (exgrpo.testbed.task.step_credit)."""
+        from exgrpo.testbed.task import step_credit
 
         return [
             step_credit(

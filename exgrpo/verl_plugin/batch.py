@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from exgrpo.config import ExGRPOConfig
 from exgrpo.core import step as core_step
 from exgrpo.core import step_batch as core_batch
 from exgrpo.core import step_metrics as core_metrics
 from exgrpo.core.buffer import Trajectory
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.selection import candidate_scores
 
 QID_COLUMN = "qid"

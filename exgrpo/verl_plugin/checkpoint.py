@@ -15,7 +15,7 @@ checkpoint the tracker points to always has a complete plug-in state:
 Plain formats only (safetensors, JSON); every file is written atomically.
 
 Checkpoints are never lost (`publish_step`, called by `ExGRPOTrainer._save_checkpoint`): the whole `global_step_N` folder (verl's files
-and the plug-in's) is written under `<default_local_dir>/.staging/`, given a manifest (`exgrpo.io.MANIFEST`:
+and the plug-in's) is written under `<default_local_dir>/.staging/`, given a manifest (`exgrpo.records.io.MANIFEST`:
 size and sha256 of every file), fsynced file by file, renamed into place and its parent fsynced; only then is
 the tracker rewritten (atomically) and are checkpoints beyond `trainer.max_actor_ckpt_to_keep` removed, so
 a crash at any instant leaves the previous complete checkpoint in place. On start (`choose_checkpoint`) the
@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.io import (
+from exgrpo.records.io import (
     MANIFEST,
     atomic_open,
     atomic_path,

@@ -11,9 +11,9 @@ Attempts are merged in start order. A later attempt resumed from a checkpoint, s
 invalidates every earlier row at step >= r (steps past the checkpoint that were lost); for a step logged twice
 otherwise (e.g. a validation-only row on resume), the later attempt's values win key by key.
 
-Where the contract keys come from (stated up front): every key is defined once in `exgrpo.metrics`, with its
+Where the contract keys come from (stated up front): every key is defined once in `exgrpo.records.metrics`, with its
 meaning, unit and, where verl computes it under another name, `verl_key`. The plug-in logs the registry's names
-live (`exgrpo.metrics_verl.live_names`, before verl's trackers), so a current run's metrics files already carry them;
+live (`exgrpo.records.metrics_verl.live_names`, before verl's trackers), so a current run's metrics files already carry them;
 `KEY_MAP` (the same registry map) only reads metrics files written before that. A collected log has the CPU
 trainer's names with the CPU trainer's meanings:
 - `pass1` (`exgrpo/pass1`), `entropy` (`exgrpo/entropy`) and `response_length` (`exgrpo/response_length`)
@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from exgrpo.metrics import (
+from exgrpo.records.metrics import (
     VAL_ACC,
     VAL_PREFIX,
     VERL_VALIDATION_NAMESPACES,
@@ -53,7 +53,7 @@ from exgrpo.metrics import (
     lookup,
     val_benchmark_key,
 )
-from exgrpo.metrics_verl import VERL_VAL_CORE_ACC, is_verl_passthrough, verl_key_map
+from exgrpo.records.metrics_verl import VERL_VAL_CORE_ACC, is_verl_passthrough, verl_key_map
 
 METRICS_GLOB = "metrics.attempt*.jsonl"
 _METRICS_NAME = re.compile(r"^metrics\.attempt(\d+)\.(\d+)\.jsonl$")
@@ -64,13 +64,13 @@ EXPORT_MARKER = "exgrpo_export.json"
 """Written into an HF export: which actor checkpoint it was merged from (a rerun skips an identical export)."""
 
 KEY_MAP: dict[str, str] = verl_key_map()
-"""verl / plug-in metric -> results-log key (exgrpo.metrics). `exp/*` keys already have their names."""
+"""verl / plug-in metric -> results-log key (exgrpo.records.metrics). `exp/*` keys already have their names."""
 
 
 def contract_key(key: str) -> str:
     """The results-log key of a verl / plug-in training metric: renamed by the registry (`KEY_MAP`), kept when
     registered or in one of verl's namespaces, else kept as `verl/<key>` so that every collected key is known to
-    `exgrpo.metrics` (the loader rejects unknown keys)."""
+    `exgrpo.records.metrics` (the loader rejects unknown keys)."""
     key = KEY_MAP.get(key, key)
     return key if lookup(key) is not None or is_verl_passthrough(key) else f"verl/{key}"
 
@@ -263,7 +263,7 @@ def export_hf(
 def cached_model_dir(manifest: str | Path) -> Path:
     """The local snapshot folder of a model that `exgrpo download --model` cached (`<cache>/models/<name>.json`,
     whose `path` is relative to `<cache>`), absolute."""
-    from exgrpo.io import read_json
+    from exgrpo.records.io import read_json
 
     manifest = Path(manifest)
     entry = read_json(manifest)
@@ -286,8 +286,8 @@ def collect_run(
     """Write `out_dir/log.jsonl.gz`, export the final actor to `export_to` (optional), then `out_dir/run.json`
     (last: its presence means the run is collected). Refuses a run that has not reached its last step.
     Returns run.json's content."""
-    from exgrpo.io import TRAIN_LOG, read_json, write_json, write_jsonl
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import TRAIN_LOG, read_json, write_json, write_jsonl
+    from exgrpo.records.provenance import provenance
     from exgrpo.verl_plugin.hydra_config import table4
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)

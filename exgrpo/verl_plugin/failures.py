@@ -24,8 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from exgrpo import metrics as M
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
+from exgrpo.records import metrics as M
 
 ERROR_PARTITION = "exgrpo_errors"
 """TransferQueue partition where the agent loops put one tag per failed session ({"error": ..., "step": ...})."""

@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.resolve import resolve
+from exgrpo.core.config import ConfigError, ExGRPOConfig
+from exgrpo.settings.resolve import resolve
 from exgrpo.verl_plugin.reward_serving import check_reward_serving, reward_keys
 from exgrpo.verl_plugin.reward_serving import config_value as _get
 
@@ -70,7 +70,7 @@ DEPARTURES = (
 def variant_config(
     variant: str, backbone: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> ExGRPOConfig:
-    """The ExGRPOConfig of `variant` for `backbone`, with `overrides` (field -> value): exgrpo.resolve.resolve,
+    """The ExGRPOConfig of `variant` for `backbone`, with `overrides` (field -> value): exgrpo.settings.resolve.resolve,
     the one resolution (defaults < backbone < variant < overrides)."""
     return resolve(backbone, variant, overrides)
 
@@ -199,7 +199,7 @@ def run_config(flat: Mapping[str, Any], device: str = "cuda") -> dict[str, Any]:
 
 def write_run_config(run_dir: str | Path, flat: Mapping[str, Any], device: str = "cuda") -> Path:
     """Write `<run_dir>/exgrpo_run.yaml` (and the ExGRPOConfig as JSON next to it), atomically."""
-    from exgrpo.io import atomic_open, write_json
+    from exgrpo.records.io import atomic_open, write_json
 
     run_dir = Path(run_dir)
     path = run_dir / f"{RUN_CONFIG_NAME}.yaml"
@@ -332,8 +332,8 @@ def table4(resolved: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_resolved(run_dir: str | Path, resolved: Mapping[str, Any]) -> Path:
     """Write `<run_dir>/resolved_config.json`: the resolved verl config, its Table 4 view and the departures."""
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
 
     path = Path(run_dir) / "resolved_config.json"
     write_json(

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.verl_plugin import PLUGIN_MODULE
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -118,7 +118,7 @@ def render_multi_node(values: Mapping[str, Any]) -> str:
 
 def write_launch_script(run_dir: str | Path, values: Mapping[str, Any]) -> Path:
     """Render the right script for `values["nodes"]` into the run directory (executable, atomic)."""
-    from exgrpo.io import atomic_open
+    from exgrpo.records.io import atomic_open
 
     multi = values["nodes"] > 1
     path = Path(run_dir) / ("launch_multi_node.sbatch" if multi else "launch_single_node.sh")

@@ -32,10 +32,10 @@ from typing import Any
 
 import torch
 
-from exgrpo import metrics as M
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.loss import exgrpo_policy_loss
-from exgrpo.metrics_verl import worker_key
+from exgrpo.records import metrics as M
+from exgrpo.records.metrics_verl import worker_key
 from exgrpo.verl_plugin.batch import BEHAV_FIELD, IS_REPLAY_FIELD, REPLAY_ACTIVE_KEY, SAMPLE_MASK_FIELD
 
 VERL_INPUTS = {

@@ -103,7 +103,7 @@ def ensure_job_auth(env: MutableMapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     mode = env.get(AUTH_MODE_ENV, "token").strip().lower() or "token"
     if mode != "token":
-        from exgrpo.config import ConfigError
+        from exgrpo.core.config import ConfigError
 
         raise ConfigError(
             AUTH_MODE_ENV,

@@ -17,8 +17,8 @@ from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_from_nested
 
-from exgrpo.config import ExGRPOConfig
 from exgrpo.core.buffer import Trajectory
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.verl_plugin import batch as vb
 
 SCORE_PARTITION = "exgrpo_score"

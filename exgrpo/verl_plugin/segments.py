@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 
 def stop_after(exgrpo_section: Any, total_steps: int) -> int | None:

@@ -3,13 +3,14 @@
 A tiny-scale study with `runtime: verl` (config.yaml `paper_cpu`) trains each run with the verl plug-in
 instead of the CPU trainer: the same task splits (`exgrpo make-data`), the same base model folder
 (models/tiny/<backbone>, HF format), the same resolved method and, as far as verl has them, the same
-trainer settings. This module holds the two conversions that takes:
+trainer settings. Two conversions take it there; this module holds the first:
 
 - `write_verl_data`: the task's `train` and `validation` splits as verl RL parquet files (`data_source`,
   chat `prompt`, `reward_model.ground_truth`, `extra_info.kind` for the grader, and the stable `qid`
   column that the plug-in keys the experience buffer by);
-- `trainer_overrides`: the run's trainer settings (`RunSpec.trainer`, `exgrpo.trainer_settings`) as verl config
-  keys: every field becomes the keys its metadata names, or is refused unless it has its default.
+- the second, the run's trainer settings (`RunSpec.trainer`) as verl config keys, is
+  `exgrpo.settings.trainer_settings.trainer_overrides` (the workflow refuses a bad one before any job): every
+  field becomes the keys its metadata names, or is refused unless it has its default.
 
 Departures from the CPU trainer, stated up front (verl has no key for them):
 - `train_size` and `train_difficulties` (regime settings), `threads` and `stop_after` (CPU-process settings) are
@@ -26,17 +27,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from exgrpo.config import ConfigError
-from exgrpo.trainer_settings import REFUSED_ON_VERL, TrainerSettings, names, spec
+from exgrpo.core.config import ConfigError
 
 DATA_SOURCE = "exgrpo_tiny"
 """`data_source` of the converted rows (verl groups validation metrics by it)."""
-VERL_KEYS = frozenset(key for name in names() for key in spec(name)["verl"])
-"""Every verl key the trainer settings become (`exgrpo.trainer_settings`, each field's `verl` metadata)."""
+"""Every verl key the trainer settings become (`exgrpo.settings.trainer_settings`, each field's `verl` metadata)."""
 
 
 def verl_row(row: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """One tiny-task row (exgrpo.tiny.splits) in verl's RL dataset format."""
+    """One tiny-task row (exgrpo.testbed.splits) in verl's RL dataset format."""
     return {
         "data_source": DATA_SOURCE,
         "prompt": list(row["prompt"]),
@@ -50,14 +49,14 @@ def verl_row(row: Mapping[str, Any], index: int) -> dict[str, Any]:
 def write_verl_data(data_dir: str | Path, out_dir: str | Path) -> dict[str, Path]:
     """Write `train.parquet` and `valid.parquet` (the `train` and `validation` splits) under `out_dir`.
 
-    Reads the splits through `exgrpo.tiny.splits.load_split`, which checks them against the manifest's
+    Reads the splits through `exgrpo.testbed.splits.load_split`, which checks them against the manifest's
     checksums. Returns {"train": path, "val": path}; each file is written atomically.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from exgrpo.io import atomic_path
-    from exgrpo.tiny.splits import load_split
+    from exgrpo.records.io import atomic_path
+    from exgrpo.testbed.splits import load_split
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -73,51 +72,4 @@ def write_verl_data(data_dir: str | Path, out_dir: str | Path) -> dict[str, Path
     return paths
 
 
-def trainer_overrides(trainer: Mapping[str, Any], max_prompt_length: int) -> dict[str, Any]:
-    """Dotted verl keys for a tiny-scale run's trainer settings (RunSpec.trainer: the fields it sets, on top of the
-    `TrainerSettings` defaults, as `exgrpo train` reads them).
-
-    Every field of the schema either becomes the verl keys its metadata names (`VERL_KEYS`: each one written
-    here, so none falls back to a verl or exgrpo_trainer.yaml default unseen) or is refused unless it has its
-    default (`REFUSED_ON_VERL`). Raises ConfigError naming the `trainer.<field>`.
-    """
-    settings = TrainerSettings.from_dict(trainer)
-    default = TrainerSettings()
-    for key, why in REFUSED_ON_VERL.items():
-        if getattr(settings, key) != getattr(default, key):
-            raise ConfigError(
-                f"trainer.{key}",
-                f"{getattr(settings, key)!r}: not supported by the verl route "
-                f"({why}); train this run with the CPU trainer",
-            )
-    batch, minis = settings.batch_size, settings.mini_batches
-    if batch % minis:
-        raise ConfigError("trainer.mini_batches", f"batch_size {batch} is not a multiple of {minis}")
-    response = settings.max_new_tokens
-    actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    tokens = 4 * (max_prompt_length + response)  # per-GPU token budget of a dynamic micro-batch
-    keys = {
-        "trainer.total_training_steps": settings.steps,
-        "trainer.test_freq": settings.val_every or -1,
-        "trainer.save_freq": settings.ckpt_every,
-        "data.train_batch_size": batch,
-        "data.max_response_length": response,
-        "data.val_max_samples": settings.val_size,
-        f"{actor}.ppo_mini_batch_size": batch // minis,
-        f"{actor}.ppo_max_token_len_per_gpu": tokens,
-        f"{actor}.optim.lr": float(settings.lr),
-        f"{actor}.optim.betas": [float(b) for b in settings.betas],
-        f"{actor}.optim.weight_decay": float(settings.weight_decay),
-        f"{rollout}.temperature": float(settings.temperature),
-        f"{rollout}.top_p": float(settings.top_p),
-        f"{rollout}.max_model_len": max_prompt_length + response,
-        f"{rollout}.log_prob_max_token_len_per_gpu": tokens,
-        f"{rollout}.val_kwargs.temperature": float(settings.val_temperature),
-        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": tokens,
-    }
-    if set(keys) != set(VERL_KEYS):  # the schema's metadata and this conversion name the same keys
-        raise AssertionError(f"tiny_route writes {sorted(set(keys) ^ set(VERL_KEYS))} unlike the schema")
-    return keys
-
-
-__all__ = ["DATA_SOURCE", "trainer_overrides", "verl_row", "write_verl_data"]
+__all__ = ["DATA_SOURCE", "verl_row", "write_verl_data"]

@@ -54,7 +54,6 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.rl_dataset import collate_fn
 from verl.workers.utils.padding import response_to_nested
 
-from exgrpo import metrics as M
 from exgrpo.core import step as core_step
 from exgrpo.core import step_batch as core_batch
 from exgrpo.core import step_metrics as core_metrics
@@ -63,7 +62,8 @@ from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import resolve_norm_const
-from exgrpo.metrics_verl import live_names
+from exgrpo.records import metrics as M
+from exgrpo.records.metrics_verl import live_names
 from exgrpo.verl_plugin import batch as vb
 from exgrpo.verl_plugin import checkpoint as ckpt
 from exgrpo.verl_plugin import segments
@@ -265,7 +265,7 @@ class ExGRPOTrainer(PPOTrainerSync):
     def _compute_metrics(
         self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
     ) -> None:
-        """verl's step metrics, then every key renamed to the results contract's (`exgrpo.metrics_verl.live_names`):
+        """verl's step metrics, then every key renamed to the results contract's (`exgrpo.records.metrics_verl.live_names`):
         the last hook before verl's trackers log the step, so they show the CPU trainer's names live."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
         live_names(metrics)

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exgrpo.io import TRAIN_LOG, write_jsonl
-from exgrpo.variants import config_for
+from exgrpo.core.variants import config_for
+from exgrpo.records.io import TRAIN_LOG, write_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = {"arith_d1": "id", "arith_d2": "id", "arith_d5": "ood", "arith_probe": "probe"}

@@ -98,7 +98,7 @@ def test_an_arm_directory_not_in_the_spec_is_refused(regime_tree: Path):
 
 
 def test_reused_arms_are_read_from_the_source_tree(regime_tree: Path):
-    # an arm that is a run of the base study (exgrpo.regimes) has no folder of its own: regime.json says `../..`
+    # an arm that is a run of the base study (exgrpo.workflow.regimes) has no folder of its own: regime.json says `../..`
     root = regime_tree / "tiny" / "regimes" / "default"
     root.mkdir(parents=True)
     spec = {

@@ -11,7 +11,7 @@ import pytest
 
 from analysis import loader
 from analysis.__main__ import main
-from exgrpo.io import TRAIN_LOG, open_text
+from exgrpo.records.io import TRAIN_LOG, open_text
 
 RUN = "tiny-math/exgrpo/s0"
 SAMPLES = f"eval/{RUN}/arith_d1.t0.6.samples.parquet"

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 
 # One experiential group: the replayed success first, then 7 fresh rollouts with 2 successes → k = 3 of 8.
 MIXED_REWARDS = [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]

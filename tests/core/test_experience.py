@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.experience import ARRAYS_FILE, STATE_FILE, ExperienceManager, Trajectory
 
 K = 8

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from exgrpo.core.loss import exgrpo_policy_loss
-from exgrpo.variants import config_for
+from exgrpo.core.variants import config_for
 from exgrpo.verl_plugin.loss import micro_batch_loss
 
 B, T, NORM = 8, 6, 16
@@ -162,7 +162,7 @@ def test_on_one_rank_the_two_values_agree():
 
 
 def test_grad_scale_is_a_validated_switch():
-    from exgrpo.config import ConfigError
+    from exgrpo.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="grad_scale"):
         config_for("exgrpo", grad_scale="per_rank")

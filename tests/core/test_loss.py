@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.loss import AGGREGATIONS, exgrpo_policy_loss, resolve_norm_const
 from exgrpo.core.token_loss import REPLAY_TOKEN_LOSSES, SHAPING_FNS, low_var_kl
 

@@ -12,7 +12,7 @@ import itertools
 import pytest
 import torch
 
-from exgrpo.config import ExGRPOConfig
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.loss import agg_loss, entropy_bonus, entropy_term, exgrpo_policy_loss, kl_term
 from exgrpo.core.token_loss import low_var_kl, policy_token_losses
 

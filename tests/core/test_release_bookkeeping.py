@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from exgrpo.config import ExGRPOConfig
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager, Trajectory
 from exgrpo.core.loss import exgrpo_policy_loss
 from exgrpo.core.sampler import n_replay
@@ -301,9 +301,9 @@ def test_the_oracle_tells_the_defaults_apart():
 
 
 def test_stale_buckets_survive_save_and_load_and_the_switch_must_match(tmp_path):
-    from exgrpo.config import ConfigError
+    from exgrpo.core.config import ConfigError
     from exgrpo.core.experience import STATE_FILE
-    from exgrpo.io import read_json, write_json
+    from exgrpo.records.io import read_json, write_json
 
     c = cfg(**RELEASED)
     mgr = ExperienceManager(c, seed=0)

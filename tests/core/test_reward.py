@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core._verify_worker import CRASHED, TIMED_OUT, TimeoutPool
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.reward import (
     GRADER_NAME,
     GradeResult,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from exgrpo.config import ExGRPOConfig
+from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.sampler import (
     WEIGHT_FNS,
     bucket_sample,

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.selection import (
     candidate_scores,
     released_entropy_mask,

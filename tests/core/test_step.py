@@ -11,7 +11,7 @@ from exgrpo.core import step as cs
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.step_questions import canonical_layout
-from exgrpo.variants import config_for
+from exgrpo.core.variants import config_for
 
 
 def _traj(tok: int, entropy: float = float("nan")) -> Trajectory:

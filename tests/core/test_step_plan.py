@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from exgrpo import metrics as M
 from exgrpo.core import step as cs
 from exgrpo.core import step_batch as cb
 from exgrpo.core import step_metrics as cm
@@ -16,7 +15,8 @@ from exgrpo.core import step_questions as sq
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.data_order import DataOrder
 from exgrpo.core.experience import ExperienceManager
-from exgrpo.variants import config_for
+from exgrpo.core.variants import config_for
+from exgrpo.records import metrics as M
 
 
 def _traj(tokens: list[int], step: int = 1, entropy: float = 0.5) -> Trajectory:

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from exgrpo.commands import _download_retries as retries
-from exgrpo.commands import download as D
-from exgrpo.config import ConfigError
-from exgrpo.hf_cache import layout, tiny
-from exgrpo.tiny.models import load_backbones
+from exgrpo.core.config import ConfigError
+from exgrpo.hub import download as D
+from exgrpo.hub import layout, retries, tiny
+from exgrpo.testbed.models import load_backbones
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models" / "tiny"

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: A shipped tiny base with head size 32 (vLLM's CPU attention refuses 16 and 24); EXGRPO_REAL_ENGINES_MODEL
 #: points the checks at another HF folder (e.g. models/tiny/tiny-llama-h32).
 MODEL = Path(os.environ.get("EXGRPO_REAL_ENGINES_MODEL", ROOT / "models/tiny/tiny-math-h32"))
-#: Tiny-task questions (the held-out forms of exgrpo.tiny.task); every character is in the tiny vocabulary.
+#: Tiny-task questions (the held-out forms of exgrpo.testbed.task); every character is in the tiny vocabulary.
 QUESTIONS = ["2*8-8", "2+9*1", "7+5", "(3+4)*2", "9-2*3", "6*6", "8-3+1", "4*(5-2)"]
 MAX_TOKENS = 40
 #: Per-token log-prob tolerance (nats) between vLLM's CPU kernels and transformers on the same fp32 weights.

@@ -23,7 +23,7 @@ SIZES.update({name: 4 for name in ("ood_words", "ood_choice4", "ood_choice10")})
 def test_exgrpo_eval_on_lm_evals_vllm_backend_writes_the_contract(tmp_path):
     from exgrpo.eval import backends, cache
     from exgrpo.eval.profiles import get_profile
-    from exgrpo.tiny.splits import make_splits
+    from exgrpo.testbed.splits import make_splits
 
     engine_env()
     data = tmp_path / "data"

@@ -8,10 +8,10 @@ import copy
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.tiny import models
-from exgrpo.tiny.tokenizer import build_tokenizer
-from exgrpo.workflow_config import load_backbones, load_workflow_config
+from exgrpo.core.config import ConfigError
+from exgrpo.testbed import models
+from exgrpo.testbed.tokenizer import build_tokenizer
+from exgrpo.workflow.workflow_config import load_backbones, load_workflow_config
 from tests.workflow.config_cases import BACKBONES, CONFIG, ROOT
 
 H32 = {"tiny-math-h32": "qwen2", "tiny-llama-h32": "llama"}

@@ -26,7 +26,7 @@ def test_prelim_judge_on_vllm_cpu_counts_unparseable_verdicts(tmp_path):
     from exgrpo.prelim import judge as J
     from exgrpo.prelim import judge_engine as E
     from exgrpo.prelim.trajectories import read_metadata
-    from exgrpo.tiny.splits import make_splits, write_dataset
+    from exgrpo.testbed.splits import make_splits, write_dataset
 
     engine_env()
     data = tmp_path / "data"

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exgrpo.eval import cache
-from exgrpo.io import write_json
+from exgrpo.records.io import write_json
 
 META = {
     "benchmark": "aime24",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.eval import backends, cache, harness
 from exgrpo.eval.benchmark_documents import load_docs_with_info
 from exgrpo.eval.benchmarks import parse_benchmarks

@@ -29,9 +29,9 @@ def tiny(tmp_path_factory):
     """A random tiny model folder and the tiny splits as JSONL (what `exgrpo make-data` writes)."""
     import torch
 
-    from exgrpo.tiny.models import build_model
-    from exgrpo.tiny.splits import make_splits
-    from exgrpo.tiny.tokenizer import build_tokenizer
+    from exgrpo.testbed.models import build_model
+    from exgrpo.testbed.splits import make_splits
+    from exgrpo.testbed.tokenizer import build_tokenizer
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("tiny")

@@ -26,7 +26,7 @@ BENCHMARKS = ["tiny_test", "tiny_ood_words", "tiny_ood_choice4", "tiny_ood_choic
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from exgrpo.tiny.splits import make_splits, write_dataset
+    from exgrpo.testbed.splits import make_splits, write_dataset
 
     out = tmp_path_factory.mktemp("killdata")
     write_dataset(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.eval.benchmark_documents import docs_sha256, load_docs_with_info
 from exgrpo.eval.benchmarks import (
     BENCHMARKS,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from exgrpo.cli import main as cli
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.eval import backends, cache
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-sft"
@@ -37,7 +37,7 @@ def tiny(tmp_path_factory):
     """The tiny splits as JSONL (what `exgrpo make-data` writes), 100 test problems."""
     import torch
 
-    from exgrpo.tiny.splits import make_splits
+    from exgrpo.testbed.splits import make_splits
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("tinyback")

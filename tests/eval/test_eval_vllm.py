@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exgrpo.cli import main as cli
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.eval import backends
 from exgrpo.eval.profiles import get_profile
 
@@ -126,9 +126,9 @@ def test_tiny_model_on_vllm(tmp_path: Path):
         pytest.skip("needs CUDA")
     pytest.importorskip("vllm")
     from exgrpo.eval import cache
-    from exgrpo.tiny.models import build_model
-    from exgrpo.tiny.splits import make_splits
-    from exgrpo.tiny.tokenizer import build_tokenizer
+    from exgrpo.testbed.models import build_model
+    from exgrpo.testbed.splits import make_splits
+    from exgrpo.testbed.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     # head_dim 64: supported by vLLM's attention kernels

@@ -8,9 +8,9 @@ import types
 import pytest
 import torch
 
-from exgrpo.tiny import models
-from exgrpo.tiny import splits as tiny_splits
-from exgrpo.tiny.tokenizer import build_tokenizer
+from exgrpo.testbed import models
+from exgrpo.testbed import splits as tiny_splits
+from exgrpo.testbed.tokenizer import build_tokenizer
 
 SIZES = {
     "train": 60,

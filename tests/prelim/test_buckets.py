@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exgrpo.config import ConfigError, ExGRPOConfig
 from exgrpo.core.advantages import difficulty_mask
+from exgrpo.core.config import ConfigError, ExGRPOConfig
+from exgrpo.core.variants import ABLATIONS, VARIANT_ALIASES, config_for
 from exgrpo.prelim.trajectories import BUCKETS, BucketBounds, bucket_of
-from exgrpo.variants import ABLATIONS, VARIANT_ALIASES, config_for
 
 # Eq. 14 / Fig. 10: Hard (0, 0.25], Medium (0.25, 0.75), Easy [0.75, 1); 0 and K successes are in no bucket.
 HAND_K8 = {

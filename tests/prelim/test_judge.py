@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.prelim import judge as J
 from exgrpo.prelim import judge_engine as E
 from exgrpo.prelim import policies
-from exgrpo.tiny import splits as tiny_splits
-from exgrpo.tiny import task
+from exgrpo.testbed import splits as tiny_splits
+from exgrpo.testbed import task
 
 SMALL = {
     "train": 60,

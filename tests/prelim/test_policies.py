@@ -7,7 +7,7 @@ import pytest
 from exgrpo.prelim import trajectories as T
 from exgrpo.prelim.judge import NoJudge
 from exgrpo.prelim.policies import SamplerSettings, TinyPolicy, VLLMPolicy, hf_token_stats
-from exgrpo.tiny.tokenizer import encode_prompt
+from exgrpo.testbed.tokenizer import encode_prompt
 
 
 def test_vllm_policy_samples_prompt_ids_and_measures_with_transformers(

@@ -12,13 +12,13 @@ import torch
 
 from analysis import loader
 from exgrpo.cli import main
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.prelim import trajectories as T
 from exgrpo.prelim.judge import JudgeItem, StepCheckerJudge
 from exgrpo.prelim.policies import Sample, TinyPolicy, TokenStats, hf_token_stats
-from exgrpo.tiny import task
-from exgrpo.tiny.rollout import generate
-from exgrpo.tiny.tokenizer import encode_prompt
+from exgrpo.testbed import task
+from exgrpo.testbed.rollout import generate
+from exgrpo.testbed.tokenizer import encode_prompt
 
 K = 4
 

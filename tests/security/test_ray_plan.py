@@ -37,7 +37,7 @@ def test_job_auth_makes_a_fresh_token_keeps_an_existing_one_and_refuses_other_mo
     kept = {"RAY_AUTH_TOKEN": "t" * 64, "RAY_ADDRESS": "10.0.0.1:20000"}
     assert rc.ensure_job_auth(kept) is False
     assert kept["RAY_AUTH_TOKEN"] == "t" * 64 and kept["RAY_ADDRESS"] == "10.0.0.1:20000"
-    from exgrpo.config import ConfigError
+    from exgrpo.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="RAY_AUTH_MODE"):
         rc.ensure_job_auth({"RAY_AUTH_MODE": "disabled"})

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from exgrpo.io import MANIFEST
+from exgrpo.records.io import MANIFEST
 from exgrpo.tiny.checkpoint import latest_checkpoint, save_checkpoint
 
 

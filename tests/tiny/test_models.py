@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exgrpo.config import ConfigError
-from exgrpo.tiny import models
-from exgrpo.tiny.tokenizer import build_tokenizer
+from exgrpo.core.config import ConfigError
+from exgrpo.testbed import models
+from exgrpo.testbed.tokenizer import build_tokenizer
 
 TINY = ["tiny-math", "tiny-math-small", "tiny-instruct", "tiny-llama", "tiny-llama-instruct"]
 

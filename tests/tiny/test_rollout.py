@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exgrpo.tiny import decoder, models, rollout
-from exgrpo.tiny.tokenizer import build_tokenizer, encode_questions
+from exgrpo.testbed import decoder, models, rollout
+from exgrpo.testbed.tokenizer import build_tokenizer, encode_questions
 
 ARCH = {"hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 96}
 QUESTIONS = ["3+4", "9*8-7*6+5", "1 plus 2 times 3", "2-1 A)1 B)2 C)3 D)0", "5", "6*6*2-9"]

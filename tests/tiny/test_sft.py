@@ -10,11 +10,11 @@ import torch
 import yaml
 
 from exgrpo.cli import main
-from exgrpo.config import ConfigError
-from exgrpo.tiny import models, task
-from exgrpo.tiny import splits as tiny_splits
+from exgrpo.core.config import ConfigError
+from exgrpo.testbed import models, task
+from exgrpo.testbed import splits as tiny_splits
+from exgrpo.testbed.tokenizer import build_tokenizer
 from exgrpo.tiny.sft import NoisyTeacherStream, SFTSettings, collate, evaluate, lr_at, train_sft
-from exgrpo.tiny.tokenizer import build_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from exgrpo.tiny import splits, task
-from exgrpo.tiny import splits as tiny_splits
+from exgrpo.testbed import splits, task
+from exgrpo.testbed import splits as tiny_splits
 
 
 def test_heldout_splits_are_independent_of_the_training_settings():

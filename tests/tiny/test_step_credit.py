@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.tiny.task import step_credit, step_matches
-from exgrpo.variants import config_for
+from exgrpo.core.config import ConfigError, ExGRPOConfig
+from exgrpo.core.variants import config_for
+from exgrpo.testbed.task import step_credit, step_matches
 
 STEPS = ("7*1=7", "7-7=0")
 

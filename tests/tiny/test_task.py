@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from exgrpo.cli import main
-from exgrpo.tiny import splits as tiny_splits
-from exgrpo.tiny import task
+from exgrpo.testbed import splits as tiny_splits
+from exgrpo.testbed import task
 
 SMALL = {
     "train": 120,

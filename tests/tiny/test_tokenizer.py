@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from exgrpo.tiny import tokenizer as T
+from exgrpo.testbed import tokenizer as T
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_autotokenizer_of_a_checkpoint_keeps_spaces_and_newlines(tok, family, tm
     # vocabulary entries that rebuild dropped them all (tokenizer.py docstring)
     from transformers import AutoTokenizer
 
-    from exgrpo.tiny import models
+    from exgrpo.testbed import models
 
     arch = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
     models.build_model(family, arch, tok, seed=0).save_pretrained(tmp_path)

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from exgrpo import metrics as M
-from exgrpo.io import TRAIN_LOG
+from exgrpo.records import metrics as M
+from exgrpo.records.io import TRAIN_LOG
 
 
 def test_tensorboard_events_mirror_the_log(train_cmd, tmp_path):

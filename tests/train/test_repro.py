@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exgrpo.io import TRAIN_LOG, open_text
+from exgrpo.records.io import TRAIN_LOG, open_text
 
 VOLATILE = ("time/", "reward/seconds", "reward/pool_restarts")
 

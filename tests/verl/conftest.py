@@ -285,7 +285,7 @@ def trainer_config(tmp_path_factory):
     """The composed verl config of an exgrpo run of qwen2.5-math-1.5b with K = TRAINER_K, B = TRAINER_B."""
     from omegaconf import OmegaConf
 
-    from exgrpo.backbones import load_backbones
+    from exgrpo.settings.backbones import load_backbones
     from exgrpo.verl_plugin import hydra_config as hc
 
     run = tmp_path_factory.mktemp("run")

@@ -16,11 +16,11 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.dataset.rl_dataset import collate_fn  # noqa: E402
 from verl.workers.utils.padding import response_from_nested  # noqa: E402
 
-from exgrpo import metrics as M  # noqa: E402
 from exgrpo.core import step as core_step  # noqa: E402
 from exgrpo.core import step_batch as core_batch  # noqa: E402
 from exgrpo.core import step_metrics as core_metrics  # noqa: E402
-from exgrpo.variants import config_for  # noqa: E402
+from exgrpo.core.variants import config_for  # noqa: E402
+from exgrpo.records import metrics as M  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from tests.verl.batch_items import dataset_item, trajectory  # noqa: E402
 

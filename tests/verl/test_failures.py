@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.verl_plugin.failures import FailureBudget, RolloutFailureError, injected_failure
 
 

@@ -1,4 +1,4 @@
-"""The plug-in logs `entropy` and `response_length` over fresh rows, as the CPU trainer does (exgrpo.metrics)."""
+"""The plug-in logs `entropy` and `response_length` over fresh rows, as the CPU trainer does (exgrpo.records.metrics)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.
 
 import torch  # noqa: E402
 
-from exgrpo import metrics as M  # noqa: E402
+from exgrpo.records import metrics as M  # noqa: E402
 from exgrpo.verl_plugin.batch import fresh_response_metrics  # noqa: E402
 
 

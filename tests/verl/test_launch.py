@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from exgrpo.cli import main as cli
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.verl_plugin.launch import launch_values, offline_env, render_multi_node, render_single_node
 
 BACKBONES = str(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml")

@@ -14,7 +14,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding  # noqa: E402
 
 from exgrpo.core.loss import exgrpo_policy_loss  # noqa: E402
-from exgrpo.variants import config_for  # noqa: E402
+from exgrpo.core.variants import config_for  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin.loss import exgrpo_actor_loss, micro_batch_loss  # noqa: E402
 

@@ -76,7 +76,7 @@ def test_generated_config_holds_no_path_into_the_installed_package(tmp_path):
     from pathlib import Path
 
     import exgrpo
-    from exgrpo.backbones import load_backbones
+    from exgrpo.settings.backbones import load_backbones
     from exgrpo.verl_plugin import hydra_config as hc
 
     bb = load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml")[

@@ -16,10 +16,10 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
-from exgrpo.backbones import load_backbones, load_reward_models  # noqa: E402
-from exgrpo.config import ConfigError  # noqa: E402
 from exgrpo.core import experience  # noqa: E402
 from exgrpo.core.buffer import Trajectory  # noqa: E402
+from exgrpo.core.config import ConfigError  # noqa: E402
+from exgrpo.settings.backbones import load_backbones, load_reward_models  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
 REGISTRY = Path(__file__).resolve().parents[2] / "config" / "backbones.yaml"

@@ -10,10 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from exgrpo.backbones import load_backbone
 from exgrpo.cli import main as cli
-from exgrpo.config import ConfigError
-from exgrpo.resolve import run_spec, write_run_file
+from exgrpo.core.config import ConfigError
+from exgrpo.settings.backbones import load_backbone
+from exgrpo.settings.resolve import run_spec, write_run_file
+from exgrpo.settings.trainer_settings import trainer_overrides
 from exgrpo.verl_plugin import hydra_config as hc
 from exgrpo.verl_plugin import tiny_route
 
@@ -51,7 +52,7 @@ def task_dir(tmp_path_factory) -> Path:
 
 
 def test_the_task_becomes_verl_rows_with_the_same_questions_answers_and_ids(task_dir, tmp_path):
-    from exgrpo.tiny.splits import load_split
+    from exgrpo.testbed.splits import load_split
 
     files = tiny_route.write_verl_data(task_dir, tmp_path)
     for role, split in (("train", "train"), ("val", "validation")):
@@ -75,7 +76,7 @@ def test_the_verl_reward_grades_the_tiny_format_like_the_cpu_trainer(task_dir, t
 
 
 def test_cpu_trainer_settings_map_to_verl_keys():
-    keys = tiny_route.trainer_overrides({"steps": 8, "batch_size": 8, "val_every": 4}, max_prompt_length=96)
+    keys = trainer_overrides({"steps": 8, "batch_size": 8, "val_every": 4}, max_prompt_length=96)
     # TrainerSettings defaults fill the rest: mini_batches 2, lr 1e-4, 72 new tokens, checkpoints every 25 steps
     assert keys["trainer.total_training_steps"] == 8 and keys["data.train_batch_size"] == 8
     assert keys["actor_rollout_ref.actor.ppo_mini_batch_size"] == 4
@@ -95,7 +96,7 @@ def test_cpu_trainer_settings_map_to_verl_keys():
 )
 def test_settings_verl_cannot_follow_are_refused_by_name(settings, field):
     with pytest.raises(ConfigError) as info:
-        tiny_route.trainer_overrides(settings, max_prompt_length=96)
+        trainer_overrides(settings, max_prompt_length=96)
     assert info.value.field == field
 
 

@@ -16,9 +16,9 @@ from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 
-from exgrpo import metrics as M  # noqa: E402
-from exgrpo.config import ConfigError  # noqa: E402
-from exgrpo.io import MANIFEST  # noqa: E402
+from exgrpo.core.config import ConfigError  # noqa: E402
+from exgrpo.records import metrics as M  # noqa: E402
+from exgrpo.records.io import MANIFEST  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin.checkpoint import STAGING_DIR, STATE_DIR, TRACKER  # noqa: E402
 from exgrpo.verl_plugin.failures import ERROR_PARTITION, RolloutFailureError  # noqa: E402

@@ -19,7 +19,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from exgrpo.core.buffer import Trajectory  # noqa: E402
 from exgrpo.core.step_batch import pad_rows  # noqa: E402
-from exgrpo.trainer_settings import TrainerSettings  # noqa: E402
+from exgrpo.settings.trainer_settings import TrainerSettings  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
@@ -220,8 +220,8 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
             torch.testing.assert_close(r[vb.BEHAV_FIELD], cb["blogp"][i, :n])
     assert t.manager.records == cpu.manager.records and len(cpu.manager.records) == 4  # q1 twice: two groups
     assert t.manager.pass1 == pytest.approx(cpu.manager.pass1)
-    from exgrpo import metrics as M
-    from exgrpo import metrics_verl as MV
+    from exgrpo.records import metrics as M
+    from exgrpo.records import metrics_verl as MV
 
     # the step's counts come from the core under the registry's names on both routes: every key both write
     # holds the same number (timings aside; entropy and length are sums over differently padded rows)

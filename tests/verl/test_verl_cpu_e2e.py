@@ -71,7 +71,7 @@ def _loss_dumps(debug: Path) -> list[Path]:
 
 
 def test_worker_loss_equals_core_loss_on_the_same_tensors(cpu_run):
-    from exgrpo.config import ExGRPOConfig
+    from exgrpo.core.config import ExGRPOConfig
     from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
     from exgrpo.verl_plugin.batch import BEHAV_FIELD, IS_REPLAY_FIELD, REPLAY_ACTIVE_KEY, SAMPLE_MASK_FIELD
 

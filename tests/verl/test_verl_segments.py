@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 from exgrpo.verl_plugin.segments import checkpointed_by_verl, stop_after
 from tests.verl_runs import logged_steps, tracker
 

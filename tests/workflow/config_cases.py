@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from exgrpo.workflow_config import load_workflow_config
+from exgrpo.workflow.workflow_config import load_workflow_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())

@@ -1,4 +1,4 @@
-"""Job sizes and cluster settings (exgrpo/cluster.py): each stage of a backbone entry as Snakemake resources, the
+"""Job sizes and cluster settings (exgrpo/workflow/cluster.py): each stage of a backbone entry as Snakemake resources, the
 SLURM site settings from the environment, and the no-GPU guard."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.cluster import (
+from exgrpo.workflow.cluster import (
     STAGES,
     engine_refusal,
     gpu_refusal,

@@ -1,4 +1,4 @@
-"""The configuration is parsed once and each study run resolved once (exgrpo.workflow_config): `load_config`
+"""The configuration is parsed once and each study run resolved once (exgrpo.workflow.workflow_config): `load_config`
 reads every file one time, the Snakefile's strict read of config/config.yaml is not repeated by common.smk
 (`already_read`), and `study_run` hands every caller the spec the validation built, equal to a fresh
 resolution."""
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo import workflow_config
-from exgrpo.resolve import run_spec
-from exgrpo.workflow_config import load_config, load_workflow_config
+from exgrpo.settings.resolve import run_spec
+from exgrpo.workflow import workflow_config
+from exgrpo.workflow.workflow_config import load_config, load_workflow_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_FILE = ROOT / "config" / "config.yaml"

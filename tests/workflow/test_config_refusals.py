@@ -1,4 +1,4 @@
-"""Bad config refused before any job starts (exgrpo/workflow_config.py): duplicate keys, YAML syntax errors,
+"""Bad config refused before any job starts (exgrpo/workflow/workflow_config.py): duplicate keys, YAML syntax errors,
 variant misuse, a bad registry, each naming file and field; valid configs keep running."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.workflow_config import load_backbones, load_workflow_config
+from exgrpo.core.config import ConfigError
+from exgrpo.workflow.workflow_config import load_backbones, load_workflow_config
 from tests.workflow.config_cases import BACKBONES, CONFIG, ROOT, backbones_with, load, set_at
 
 # Each case: the file that is wrong, the field the error names, and a fragment of the reason.

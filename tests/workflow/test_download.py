@@ -16,8 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exgrpo.cli import main
-from exgrpo.commands import _download_retries as retries
-from exgrpo.commands import download
+from exgrpo.hub import download, retries
 
 
 def _write_parquet(path: Path, rows: int) -> Path:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from exgrpo.cli import main
-from exgrpo.commands import download
+from exgrpo.hub import download
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
@@ -165,7 +165,7 @@ def test_the_training_set_is_refused_until_its_lock_pins_a_commit(tmp_path, fake
     argv = ["download", "--out", str(out), "--lock-dir", str(locks)]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "SOURCES[openr1_math_46k].revision (exgrpo/commands/_download_sources.py)" in err
+    assert "SOURCES[openr1_math_46k].revision (exgrpo/hub/sources.py)" in err
     assert "Elliott/Openr1-Math-46k-8192 is not pinned" in err and fake_dataset_hub == []
     assert main([*argv, "--pin"]) == 0  # the real export: datasets reads the snapshot's parquet
     lock = json.loads((locks / "openr1_math_46k.json").read_text())

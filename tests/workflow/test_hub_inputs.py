@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.workflow_studies import resolve_study
+from exgrpo.core.config import ConfigError
+from exgrpo.workflow.study import resolve_study
 from tests.workflow.conftest import ROOT
 
 PROBE = """

@@ -5,7 +5,7 @@ loader (what the Snakefile runs before any job), with the field named:
 - a setting the verl route cannot follow (`trainer.train_size` on a `runtime: verl` study), refused at
   validation instead of when its job starts;
 - a context-length check one route skipped: a study's `trainer.max_new_tokens` beyond the backbone's context;
-- a context longer than the tiny models' position table (`max_context` > exgrpo.tiny.models.MAX_POSITIONS);
+- a context longer than the tiny models' position table (`max_context` > exgrpo.testbed.models.MAX_POSITIONS);
 - regime settings: a comparison of an arm with itself, a negative `data_seed`.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.tiny.models import MAX_POSITIONS
-from exgrpo.workflow_config import load_workflow_config
+from exgrpo.core.config import ConfigError
+from exgrpo.testbed.models import MAX_POSITIONS
+from exgrpo.workflow.workflow_config import load_workflow_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.studies import study_rows
-from exgrpo.workflow_config import load_config, target_studies
+from exgrpo.core.config import ConfigError
+from exgrpo.workflow.studies import study_rows
+from exgrpo.workflow.workflow_config import load_config, target_studies
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny-sft"

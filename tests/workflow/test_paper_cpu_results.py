@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.io import read_jsonl
+from exgrpo.records.io import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(os.environ.get("EXGRPO_PAPER_CPU_RESULTS", ROOT / "results" / "paper-cpu"))
@@ -97,7 +97,7 @@ def test_every_model_was_evaluated_on_every_benchmark(variant):
 
 
 def _versions(doc: object) -> Iterator[dict]:
-    """Every `versions` mapping (exgrpo.provenance.library_versions) anywhere in a JSON document."""
+    """Every `versions` mapping (exgrpo.records.provenance.library_versions) anywhere in a JSON document."""
     if isinstance(doc, dict):
         for key, value in doc.items():
             if key == "versions" and isinstance(value, dict):
@@ -123,7 +123,7 @@ def _results_documents() -> Iterator[tuple[Path, object]]:
 
 @pytest.mark.skipif(not ON_VLLM, reason="the study runs the stand-in engines (engines: stand_in)")
 def test_vllms_version_is_in_every_results_files_versions():
-    from exgrpo.provenance import library_versions
+    from exgrpo.records.provenance import library_versions
 
     checked = []
     for path, doc in _results_documents():

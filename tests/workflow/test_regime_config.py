@@ -1,4 +1,4 @@
-"""The regime map as configured (config `regimes:`, exgrpo.regimes): each arm resolves to the run the protocol
+"""The regime map as configured (config `regimes:`, exgrpo.workflow.regimes): each arm resolves to the run the protocol
 (docs/regimes.md) describes, arms that are base-study runs are reused, and bad entries are named."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.regimes import with_mechanism_ablations
-from exgrpo.resolve import read_run_file, write_run_file
-from exgrpo.workflow_config import load_workflow_config
+from exgrpo.core.config import ConfigError
+from exgrpo.settings.resolve import read_run_file, write_run_file
+from exgrpo.workflow.regimes import with_mechanism_ablations
+from exgrpo.workflow.workflow_config import load_workflow_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())

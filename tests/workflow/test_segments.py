@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exgrpo.cluster import segment_count, segment_runtime, segment_stops
+from exgrpo.workflow.cluster import segment_count, segment_runtime, segment_stops
 from tests.workflow.conftest import ROOT, SLURM_SITE
 
 HERE = Path(__file__).resolve().parent

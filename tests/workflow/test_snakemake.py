@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exgrpo.cluster import job_resources, visible_gpus
+from exgrpo.workflow.cluster import job_resources, visible_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]

@@ -100,8 +100,8 @@ def test_plan_of_table2_prints_its_gpu_hours_from_the_registry(workflow_copier, 
     ],
 )
 def test_the_study_refuses_what_its_runs_could_not_train(change, field, reason):
-    from exgrpo.config import ConfigError
-    from exgrpo.workflow_config import load_workflow_config
+    from exgrpo.core.config import ConfigError
+    from exgrpo.workflow.workflow_config import load_workflow_config
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     study = config["studies"]["paper_continuous"]
@@ -114,8 +114,8 @@ def test_the_study_refuses_what_its_runs_could_not_train(change, field, reason):
 
 
 def test_a_tiny_study_cannot_name_a_reward_model():
-    from exgrpo.config import ConfigError
-    from exgrpo.workflow_config import load_workflow_config
+    from exgrpo.core.config import ConfigError
+    from exgrpo.workflow.workflow_config import load_workflow_config
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["studies"]["smoke"]["reward_model"] = "skywork-reward-llama-3.1-8b-v0.2"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from exgrpo import cli
-from exgrpo.io import TRAIN_LOG, read_jsonl
+from exgrpo.records.io import TRAIN_LOG, read_jsonl
 from exgrpo.verl_plugin import collect as vc
 from exgrpo.verl_plugin import hydra_config as hc
 

@@ -1,4 +1,4 @@
-"""Config validation (exgrpo/workflow_config.py): the real config resolves as the paper says, and bad
+"""Config validation (exgrpo/workflow/workflow_config.py): the real config resolves as the paper says, and bad
 input stops with an error naming the field."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import copy
 import pytest
 import yaml
 
-from exgrpo.config import ConfigError
-from exgrpo.workflow_config import field_path, load_backbones
+from exgrpo.core.config import ConfigError
+from exgrpo.workflow.workflow_config import field_path, load_backbones
 from tests.workflow.config_cases import CONFIG, DELETE, backbones_with, load, set_at
 
 # Tables 1 and 5: five backbones plus the continual-RLVR start point (LUFFY).

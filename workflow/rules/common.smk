@@ -15,9 +15,9 @@ import json
 import os
 import re
 
-from exgrpo.variants import ABLATIONS
-from exgrpo.resolve import code_digest
-from exgrpo.cluster import (
+from exgrpo.core.variants import ABLATIONS
+from exgrpo.records.code_digest import code_digest
+from exgrpo.workflow.cluster import (
     GPU_SITE_ENV,
     SITE_ENV,
     VLLM_CPU_RULES,
@@ -31,7 +31,7 @@ from exgrpo.cluster import (
     visible_gpus,
     vllm_parallel,
 )
-from exgrpo.workflow_config import load_workflow_config
+from exgrpo.workflow.workflow_config import load_workflow_config
 
 # Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is. The
 # Snakefile read config/config.yaml strictly before Snakemake did (STRICTLY_READ), so only the
@@ -51,7 +51,7 @@ STUDIES = WF.studies
 
 
 wildcard_constraints:
-    # a study's source, or a regime's (<base source>/regimes/<regime>, exgrpo.regimes)
+    # a study's source, or a regime's (<base source>/regimes/<regime>, exgrpo.workflow.regimes)
     source=r"[a-z0-9][a-z0-9-]*(/regimes/[a-z][a-z0-9_]*)?",
     seed=r"\d+",
     backbone="|".join(re.escape(name) for name in BACKBONES),
@@ -96,10 +96,10 @@ def sft_dir(source, backbone):
 
 def base_dir(source, backbone):
     """The base a tiny run starts from: the shipped models/tiny/<backbone> when its recipe matches
-    the registry entry and the study's data seed (exgrpo.tiny.models.shipped_base; not for the smoke
+    the registry entry and the study's data seed (exgrpo.testbed.models.shipped_base; not for the smoke
     budget, which trains its own short SFT), else the checkpoint the `sft` rule builds.
     """
-    from exgrpo.tiny.models import shipped_base
+    from exgrpo.testbed.models import shipped_base
 
     study = study_of_source(source)
     if study.budget != "smoke":
@@ -317,7 +317,7 @@ def eval_limit_arg(source):
 
 
 def resolved_run(wc):
-    """The run's resolution (exgrpo.resolve.run_spec) as canonical JSON: rule resolve_run's params,
+    """The run's resolution (exgrpo.settings.resolve.run_spec) as canonical JSON: rule resolve_run's params,
     so a config change that alters it reruns that rule, and through method.json the training.
     """
     spec = WF.study_run(wc.source, wc.backbone, wc.variant, int(wc.seed))
@@ -335,7 +335,7 @@ def resolved_run_summary(wc):
 
 
 def code_digest_of(stage):
-    """Digest of the package sources a stage runs (exgrpo.resolve.CODE_OF_STAGE): a params entry, so
+    """Digest of the package sources a stage runs (exgrpo.records.code_digest, from its imports): a params entry, so
     a code change reruns the jobs of the stages it touches."""
     return code_digest(stage)
 

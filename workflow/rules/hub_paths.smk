@@ -5,7 +5,7 @@
 # them with the download's own lock code; the jobs then resolve each repo with `exgrpo hf-cache path`. The
 # helpers below give the local paths instead when the study reads local files (`inputs: local`, the default).
 # Included by common.smk; hf_cache_tiny itself is in data.smk.
-from exgrpo.hf_cache.tiny import data_lock_name, data_repo_id
+from exgrpo.hub.tiny import data_lock_name, data_repo_id
 
 TINY_JUDGE = "tiny-math-h32"
 """The judge model of a tiny-scale study's preliminary study on the real engines (`engines: vllm`): a shipped

@@ -142,7 +142,7 @@ def paper_eval_model(wc):
         if not BACKBONES[wc.backbone].get("context_extension"):
             return snapshot
         return (
-            f"$(python -m exgrpo.backbones extend-context --backbones {backbones_file()}"
+            f"$(python -m exgrpo.settings.backbones extend-context --backbones {backbones_file()}"
             f" --backbone {wc.backbone} --snapshot {snapshot}"
             f" --out work/{wc.source}/models/{wc.backbone})"
         )

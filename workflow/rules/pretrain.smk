@@ -34,7 +34,7 @@ rule install_bases:
         backbones=",".join(PRETRAIN_BACKBONES),
         registry=backbones_file(),
     shell:
-        "python -m exgrpo.tiny.models install-bases --built {params.built} --backbones {params.backbones}"
+        "python -m exgrpo.testbed.models install-bases --built {params.built} --backbones {params.backbones}"
         " --data {params.data} --data-seed {params.seed} --registry {params.registry}"
         " --out models/tiny > {output}.tmp 2> {log} && mv {output}.tmp {output}"
 

@@ -1,4 +1,4 @@
-# Regime-map helpers (docs/regimes.md; exgrpo.regimes): spec files, inputs and the tiny_regimes target.
+# Regime-map helpers (docs/regimes.md; exgrpo.workflow.regimes): spec files, inputs and the tiny_regimes target.
 # Included by common.smk; the rule is in regimes.smk.
 def regime_base_source():
     return STUDIES[WF.raw["regimes"]["base_study"]].source

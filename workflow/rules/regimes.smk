@@ -1,4 +1,4 @@
-# The regime map (docs/regimes.md; config `regimes:`, exgrpo.regimes): target tiny_regimes.
+# The regime map (docs/regimes.md; config `regimes:`, exgrpo.workflow.regimes): target tiny_regimes.
 #
 # Each regime is a study of its own (source <base>/regimes/<name>) whose runs go through the usual
 # rules (resolve_run, train_tiny, eval_tiny); its regime.json (what the analysis reads) is written

@@ -1,11 +1,11 @@
 # Segments under a partition time limit (config `partition_limit_min`): a training run whose requested
 # runtime exceeds the limit is a chain of jobs. Segment k (rule train_tiny_segment on the CPU trainer,
 # train_verl_cpu_segment / train_paper_segment on the verl route: verl_segments.smk) trains up to its stop
-# step (exgrpo.cluster.segment_stops), checkpoints and exits; the next resumes from the checkpoint; the last
+# step (exgrpo.workflow.cluster.segment_stops), checkpoints and exits; the next resumes from the checkpoint; the last
 # segment is the run's own training job, which finishes and writes run.json. Each job requests its share
-# of the runtime (exgrpo.cluster.segment_runtime). Unset limit: no segment jobs, the DAG is unchanged.
+# of the runtime (exgrpo.workflow.cluster.segment_runtime). Unset limit: no segment jobs, the DAG is unchanged.
 # Included before train.smk (the training rules' inputs and resources use these helpers).
-from exgrpo.cluster import segment_runtime, segment_stops
+from exgrpo.workflow.cluster import segment_runtime, segment_stops
 
 
 def partition_limit():

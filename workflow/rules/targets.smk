@@ -96,11 +96,11 @@ def register_stage(stage, scales=("tiny", "paper")):
 
 
 def study_target_map():
-    """Target -> study for every study (exgrpo.workflow_config.target_studies), refusing a study whose
+    """Target -> study for every study (exgrpo.workflow.workflow_config.target_studies), refusing a study whose
     target would be one of the workflow's own rules (called after every rule file is included).
     """
-    from exgrpo.config import ConfigError
-    from exgrpo.workflow_config import target_studies
+    from exgrpo.core.config import ConfigError
+    from exgrpo.workflow.workflow_config import target_studies
 
     taken = {r.name for r in workflow.rules}
     mapping = target_studies(STUDIES)

@@ -31,7 +31,7 @@ def process_results(doc: dict[str, Any], results: list[Any]) -> dict[str, float]
     The harness does not use them (it bypasses lm-eval's metrics and grades once into the cache);
     they make the task usable on its own and let tests check that both paths agree.
     """
-    from exgrpo.config import ExGRPOConfig
+    from exgrpo.core.config import ExGRPOConfig
     from exgrpo.core.reward import grade_one
 
     samples = results[0] if results and isinstance(results[0], list) else results

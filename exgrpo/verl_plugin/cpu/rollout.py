@@ -9,7 +9,7 @@ verl's V1 trainer talks to rollouts through three pieces, and this module provid
 - `HFRolloutServer` (a Ray actor): `generate(request_id, prompt_ids, sampling_params)` -> verl's
   `TokenOutput` (response token ids, their log-probs, the weight version). Concurrent requests (verl's agent
   loop sends all K x B sessions at once) are gathered for a few milliseconds and sampled as one batch with the
-  project's KV-cache sampler (`exgrpo.tiny.rollout.generate`, the CPU trainer's sampler).
+  project's KV-cache sampler (`exgrpo.testbed.rollout.generate`, the CPU trainer's sampler).
 - `CPURolloutAdapter` (`_ROLLOUT_REGISTRY`, inside each actor worker): verl calls its `update_weights` with
   the FSDP actor's full parameters after every update (and once after start-up or a resume, in
   `PPOTrainerSync.on_init_end`); every rank consumes verl's parameter generator (gathering a sharded
@@ -198,7 +198,7 @@ class HFRolloutServer:
                                 fut.set_result(out)
 
     def _sample(self, key: tuple, prompts: list[list[int]]) -> list[tuple[list[int], list[float]]]:
-        from exgrpo.tiny.rollout import generate
+        from exgrpo.testbed.rollout import generate
 
         temperature, top_p, budget = key
         batch = generate(

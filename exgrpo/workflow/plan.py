@@ -2,13 +2,13 @@
 
 The plan is read from Snakemake's own dry run of the target under a profile (`snakemake --profile P -n T`),
 so every number is what the jobs will ask for: each job's `gpu` and `runtime` resources come from
-`exgrpo.cluster.job_resources` (the backbone registry's `resources` entries), the same call the rules make.
+`exgrpo.workflow.cluster.job_resources` (the backbone registry's `resources` entries), the same call the rules make.
 Dependencies come from the printed inputs and outputs (a job waits for the jobs that write its inputs).
 
 Assumptions, stated up front: unlimited parallelism (no queue wait, every ready job starts at once), each job
 runs for the runtime it requests (the requested wall time is an upper bound), and local rules (`localrule`,
 run on the submit host in milliseconds, e.g. `resolve_run`) take no time. With a partition limit a training
-run longer than the limit is a chain of segments (`exgrpo.cluster.segment_plan`), whose requested times add
+run longer than the limit is a chain of segments (`exgrpo.workflow.cluster.segment_plan`), whose requested times add
 up along the chain; any other job longer than the limit is reported as not fitting.
 """
 
@@ -195,7 +195,7 @@ def local_rules(workdir: str | Path = ".") -> set[str]:
     with a computed `name:`, come from config/config.yaml's studies (read by the workflow's one reader,
     `read_config_files`) through the workflow's one map (`target_studies`); a study added by an overlay is
     not seen here, so callers also add the target they plan (it only gathers its inputs)."""
-    from exgrpo.workflow_config import DEFAULT_CONFIG, read_config_files, target_studies
+    from exgrpo.workflow.workflow_config import DEFAULT_CONFIG, read_config_files, target_studies
 
     root = Path(workdir)
     names: set[str] = set()

@@ -5,7 +5,7 @@ runtime made it. The step's counts are computed and named once, by the core (`ex
 names are defined in `exgrpo.core.metric_names` and listed here with the rest), and both runtimes log them under
 these names, each the ones `writers` lists it for (`logged_by`). verl computes some others under
 its own namespaces (`actor/exgrpo/...`, `critic/score/mean`, `timing_s/...`: `Metric.verl_key`), and the plug-in
-renames them to these names before verl's trackers log them (`exgrpo.metrics_verl.live_names`), so both runtimes
+renames them to these names before verl's trackers log them (`exgrpo.records.metrics_verl.live_names`), so both runtimes
 show one vocabulary live; `exgrpo verl-collect` applies the same map (`metrics_verl.verl_key_map`) to read logs written before that (where the
 plug-in's own counts were `exgrpo/...` keys).
 `analysis.loader` checks every training log against `lookup`: an
@@ -283,7 +283,7 @@ def logged_by(metrics: dict[str, float], runtime: str) -> dict[str, float]:
     for key, value in metrics.items():
         metric = lookup(key)
         if metric is None:
-            raise KeyError(f"step metric {key!r} is not in the metric registry (exgrpo/metrics.py)")
+            raise KeyError(f"step metric {key!r} is not in the metric registry (exgrpo/records/metrics.py)")
         if runtime in metric.writers:
             out[key] = value
     return out
@@ -295,7 +295,7 @@ def written_by(runtime: str) -> list[Metric]:
 
 
 def markdown_table() -> str:
-    """The registry as a Markdown table (`python -m exgrpo.metrics`)."""
+    """The registry as a Markdown table (`python -m exgrpo.records.metrics`)."""
     rows = ["| key | meaning | unit | written by | verl key |", "|---|---|---|---|---|"]
     for m in METRICS:
         verl = f"`{m.verl_key}`" if m.verl_key else ""

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exgrpo.commands._download_locks import DownloadError
+from exgrpo.hub.locks import DownloadError
 
 RETRIES = 4
 """Attempts after the first for a transient download failure."""

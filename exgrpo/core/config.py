@@ -2,8 +2,8 @@
 
 Every switch of the method lives here, with the paper's meaning as default. Where the released
 code (ElliottYan/LUFFY, folder ExGRPO/) behaves differently, that behaviour sits behind a named
-switch; `exgrpo.switches.SWITCHES` lists them for the README table; the named variants built from these
-fields (the paper's ablations) are `exgrpo.variants`. Both runtimes (the CPU trainer and the
+switch; `exgrpo.core.switches.SWITCHES` lists them for the README table; the named variants built from these
+fields (the paper's ablations) are `exgrpo.core.variants`. Both runtimes (the CPU trainer and the
 verl plug-in) and the Snakemake config validation read this one object, so there is one source of
 truth.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, get_type_hints
 
-from exgrpo.core.registry import RegistryChoices
+from exgrpo.core.registry import REGISTRIES, RegistryChoices
 
 
 class ConfigError(ValueError):
@@ -205,9 +205,13 @@ class ExGRPOConfig:
         """Check every field; raise ConfigError naming the first bad one. Returns self."""
         for f in fields(self):
             _check_type(f.name, getattr(self, f.name), _hints()[f.name])
-        for name, allowed in CHOICES.items():
+        for name, allowed in STATIC_CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"got {getattr(self, name)!r}, expected one of {sorted(allowed)}")
+        for registry in REGISTRIES:  # membership of a built-in name loads nothing (no torch, no plug-in)
+            value = getattr(self, registry.config_field)
+            if value not in registry:
+                raise ConfigError(registry.config_field, f"got {value!r}, expected one of {sorted(registry)}")
         _check_range("rho", self.rho, 0.0, 1.0, hi_open=True)
         _check_range("start_threshold", self.start_threshold, 0.0, 1.0)
         _check_range("retired_review_fraction", self.retired_review_fraction, 0.0, 1.0)

@@ -1,8 +1,8 @@
 """The named method variants (paper Tables 3, 6, 7, 9): each is a set of `ExGRPOConfig` overrides.
 
-`ABLATIONS` maps a variant name to the fields it changes from the paper's defaults (`exgrpo.config`);
+`ABLATIONS` maps a variant name to the fields it changes from the paper's defaults (`exgrpo.core.config`);
 `config_for` builds a variant's validated config; plug-in modules add variants with `register_variant`
-(docs/plugins.md). A run's full config (backbone, budget, overrides on top) is `exgrpo.resolve.resolve`.
+(docs/plugins.md). A run's full config (backbone, budget, overrides on top) is `exgrpo.settings.resolve.resolve`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from exgrpo.config import ConfigError, ExGRPOConfig
+from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.registry import PluginDict
-from exgrpo.suggest import unknown
+from exgrpo.core.suggest import unknown
 
 ABLATIONS: dict[str, dict[str, Any]] = PluginDict(
     {
@@ -74,7 +74,11 @@ def register_variant(name: str, overrides: dict[str, Any], module: str) -> None:
     if existing is not None and (existing != overrides or PLUGIN_VARIANTS.get(name) != module):
         raise ValueError(
             f"variant {name!r} is already defined"
-            + (f" by {PLUGIN_VARIANTS[name]}" if name in PLUGIN_VARIANTS else " (exgrpo.variants.ABLATIONS)")
+            + (
+                f" by {PLUGIN_VARIANTS[name]}"
+                if name in PLUGIN_VARIANTS
+                else " (exgrpo.core.variants.ABLATIONS)"
+            )
         )
     unknown = sorted(set(overrides) - {f.name for f in fields(ExGRPOConfig)})
     if unknown:
@@ -91,7 +95,7 @@ VARIANT_ALIASES: dict[str, str] = {"masked_full": "on_policy"}
 def config_for(variant: str, **overrides: Any) -> ExGRPOConfig:
     """The validated config of a named variant (or alias), with extra `overrides` on top.
 
-    Only the variant and the overrides: a run's config is `exgrpo.resolve.resolve`, which adds the
+    Only the variant and the overrides: a run's config is `exgrpo.settings.resolve.resolve`, which adds the
     backbone's and the budget's settings in its documented order."""
     variant = VARIANT_ALIASES.get(variant, variant)
     if variant not in ABLATIONS:

@@ -7,7 +7,7 @@
   never from tracked files;
 - `gpu_refusal`: whether GPU work may start on this machine (a local run without a visible GPU is refused).
 
-Pure Python on validated entries (exgrpo.workflow_config validates them first); used by
+Pure Python on validated entries (exgrpo.workflow.workflow_config validates them first); used by
 workflow/rules/common.smk, the compute ledger (analysis/ledger.py) and the tests.
 """
 

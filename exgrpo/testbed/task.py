@@ -16,7 +16,7 @@ The prompt is the paper's chat form (system/user/assistant roles, the assistant 
 - "reasoning correct" is decided exactly by `check_reasoning` (steps equal the canonical ones)
   instead of the paper's LLM judge (paper §F.2).
 
-Splits (`exgrpo.tiny.splits.make_splits`): `train` (RL questions), `validation`, `test` (ID, d = 1..4), three OOD
+Splits (`exgrpo.testbed.splits.make_splits`): `train` (RL questions), `validation`, `test` (ID, d = 1..4), three OOD
 sets mirroring the paper's ARC-c / GPQA / MMLU-Pro columns, and a length probe:
 - `ood_words`   (mirrors ARC-c): the same skill in another surface form, operators in words
   ("3 plus 4 times 2 minus 5"); same step format, numeric answer.

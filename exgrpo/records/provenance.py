@@ -44,7 +44,7 @@ an output, not a change of the code or config that made it, so it does not make 
 def git_commit(repo: str | None = None) -> str | None:
     """The current git commit of the project checkout, or None; with '-dirty' when a tracked file of the code
     or config differs from it (changes under OUTPUT_PATHS and untracked files do not count)."""
-    cwd = repo or str(Path(__file__).resolve().parent.parent)
+    cwd = repo or str(Path(__file__).resolve().parents[2])
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=10

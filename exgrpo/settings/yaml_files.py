@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from exgrpo.config import ConfigError
+from exgrpo.core.config import ConfigError
 
 
 def field_path(parts: Iterable[Any]) -> str:

@@ -1,4 +1,4 @@
-"""The hand-written incremental decoder `exgrpo.tiny.rollout.generate` samples with (`StaticDecoder`).
+"""The hand-written incremental decoder `exgrpo.testbed.rollout.generate` samples with (`StaticDecoder`).
 
 A tiny Qwen2 / Llama model's forward, with the same weights and the same arithmetic as the transformers
 modules, over a preallocated KV cache: one causal prefill of the right-padded prompts, then one token per

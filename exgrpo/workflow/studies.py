@@ -2,13 +2,13 @@
 
 `exgrpo studies` prints this table (README "Your own study"). The configuration is read the way
 Snakemake reads it: config/config.yaml, then each overlay given with `--configfile`, merged by
-Snakemake's own `update_config`, then validated (exgrpo.workflow_config.load_config, the one parse and
+Snakemake's own `update_config`, then validated (exgrpo.workflow.workflow_config.load_config, the one parse and
 validation: a study that would not build is refused here too, naming the field).
 
 Job counts are the jobs of the study's own DAG from scratch (nothing done yet), counted from the
 study's runs exactly as workflow/rules/targets.smk lists its outputs. The cost estimate is two numbers:
 - `requested`: the hours the jobs ask the scheduler for (the backbone's `resources.<stage>.runtime_min`,
-  config/backbones.yaml), and GPU-hours = those hours x the GPUs each job holds (exgrpo.cluster); an
+  config/backbones.yaml), and GPU-hours = those hours x the GPUs each job holds (exgrpo.workflow.cluster); an
   upper bound, the numbers a cluster allocation is planned with;
 - `measured`: where results/<source>/benchmarks/ holds Snakemake benchmark files of the same rules, their
   mean wall time per job x this study's job count (the compute ledger's input); absent otherwise.
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exgrpo.cluster import stage_gpus, stage_resources
-from exgrpo.workflow_config import WorkflowConfig, target_studies
-from exgrpo.workflow_studies import Study
+from exgrpo.workflow.cluster import stage_gpus, stage_resources
+from exgrpo.workflow.study import Study
+from exgrpo.workflow.workflow_config import WorkflowConfig, target_studies
 
 STAGE_OF_RULE_KIND = {"train": "train", "eval": "eval", "prelim": "judge"}
-"""Job kind -> the backbone `resources` stage that sizes it (exgrpo.cluster.STAGES)."""
+"""Job kind -> the backbone `resources` stage that sizes it (exgrpo.workflow.cluster.STAGES)."""
 
 
 @dataclass(frozen=True)

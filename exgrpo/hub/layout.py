@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from exgrpo.io import atomic_path
+from exgrpo.records.io import atomic_path
 
 LFS_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.parquet", "*.arrow")
 """Files stored through git LFS (a subset of the hub's default `.gitattributes`)."""

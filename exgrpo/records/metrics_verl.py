@@ -1,4 +1,4 @@
-"""verl's names for the registry's metrics (`exgrpo.metrics`): the namespaces verl keeps under its own names, the
+"""verl's names for the registry's metrics (`exgrpo.records.metrics`): the namespaces verl keeps under its own names, the
 keys verl and its actor worker record the registry's metrics under, and the live renaming to the registry's names.
 
 The plug-in (`exgrpo.verl_plugin`) and `exgrpo verl-collect` use these; the CPU trainer never does. Pure Python,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from exgrpo.metrics import METRICS, VERL_VALIDATION_NAMESPACES, Metric
+from exgrpo.records.metrics import METRICS, VERL_VALIDATION_NAMESPACES, Metric
 
 VERL_VAL_CORE_ACC = re.compile(r"^val-core/(?P<source>.+)/acc/mean@(?P<n>\d+)$")
 """verl's accuracy on one data source, mean@N over N samples per question: `VAL_BENCHMARK` is read from the

@@ -1,16 +1,16 @@
-"""One owner for the trainer settings of both runtimes (beside `exgrpo.config.ExGRPOConfig`, which owns the method's).
+"""One owner for the trainer settings of both runtimes (beside `exgrpo.core.config.ExGRPOConfig`, which owns the method's).
 
 `TrainerSettings` holds every setting that says how a run is trained rather than what the method is: steps,
 batch, optimiser, sampling, validation and checkpoint cadence, threads. Each field documents its meaning, its
 default at each scale, its range, and what the verl route (`exgrpo.verl_plugin.tiny_route`) makes of it: the
 verl key(s) it becomes, or that the route refuses it, with the reason. The CPU trainer reads its settings from
 this object (it replaced `exgrpo.tiny.trainer.TrainArgs`); the verl route writes every verl key it derives
-from it; `exgrpo.resolve` validates a run's trainer settings against it. Torch-free, so configuration code can
+from it; `exgrpo.settings.resolve` validates a run's trainer settings against it. Torch-free, so configuration code can
 import it without importing a runtime.
 
 Defaults per scale (the `paper` entry of each field's metadata):
 - tiny: the dataclass defaults, then the backbone's `steps` and `max_response_length`, then the budget preset
-  (`exgrpo.resolve.BUDGETS`), then the study's `trainer:` overrides.
+  (`exgrpo.settings.resolve.BUDGETS`), then the study's `trainer:` overrides.
 - paper: verl's trainer reads `verl_plugin/config/exgrpo_trainer.yaml` (paper Table 4, run_exgrpo.sh) and the
   backbone entry; `paper` states those values, and tests/test_trainer_settings.py checks that the yaml agrees.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
-from exgrpo.config import ConfigError, _check_range, _check_type
+from exgrpo.core.config import ConfigError, _check_range, _check_type
 
 NOT_AT_PAPER = "not a paper-scale setting (CPU trainer only)"
 
@@ -246,4 +246,65 @@ def _hints() -> dict[str, Any]:
     return get_type_hints(TrainerSettings)
 
 
-__all__ = ["REFUSED_ON_VERL", "RUNTIME_ONLY", "TrainerSettings", "names", "spec"]
+VERL_KEYS = frozenset(key for name in names() for key in spec(name)["verl"])
+"""Every verl key a trainer setting names (its field metadata)."""
+
+
+def trainer_overrides(trainer: Mapping[str, Any], max_prompt_length: int) -> dict[str, Any]:
+    """Dotted verl keys for a tiny-scale run's trainer settings (RunSpec.trainer: the fields it sets, on top of the
+    `TrainerSettings` defaults, as `exgrpo train` reads them).
+
+    Every field of the schema either becomes the verl keys its metadata names (`VERL_KEYS`: each one written
+    here, so none falls back to a verl or exgrpo_trainer.yaml default unseen) or is refused unless it has its
+    default (`REFUSED_ON_VERL`). Raises ConfigError naming the `trainer.<field>`.
+    """
+    settings = TrainerSettings.from_dict(trainer)
+    default = TrainerSettings()
+    for key, why in REFUSED_ON_VERL.items():
+        if getattr(settings, key) != getattr(default, key):
+            raise ConfigError(
+                f"trainer.{key}",
+                f"{getattr(settings, key)!r}: not supported by the verl route "
+                f"({why}); train this run with the CPU trainer",
+            )
+    batch, minis = settings.batch_size, settings.mini_batches
+    if batch % minis:
+        raise ConfigError("trainer.mini_batches", f"batch_size {batch} is not a multiple of {minis}")
+    response = settings.max_new_tokens
+    actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+    tokens = 4 * (max_prompt_length + response)  # per-GPU token budget of a dynamic micro-batch
+    keys = {
+        "trainer.total_training_steps": settings.steps,
+        "trainer.test_freq": settings.val_every or -1,
+        "trainer.save_freq": settings.ckpt_every,
+        "data.train_batch_size": batch,
+        "data.max_response_length": response,
+        "data.val_max_samples": settings.val_size,
+        f"{actor}.ppo_mini_batch_size": batch // minis,
+        f"{actor}.ppo_max_token_len_per_gpu": tokens,
+        f"{actor}.optim.lr": float(settings.lr),
+        f"{actor}.optim.betas": [float(b) for b in settings.betas],
+        f"{actor}.optim.weight_decay": float(settings.weight_decay),
+        f"{rollout}.temperature": float(settings.temperature),
+        f"{rollout}.top_p": float(settings.top_p),
+        f"{rollout}.max_model_len": max_prompt_length + response,
+        f"{rollout}.log_prob_max_token_len_per_gpu": tokens,
+        f"{rollout}.val_kwargs.temperature": float(settings.val_temperature),
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": tokens,
+    }
+    if set(keys) != set(VERL_KEYS):  # the schema's metadata and this conversion name the same keys
+        raise AssertionError(
+            f"trainer_overrides writes {sorted(set(keys) ^ set(VERL_KEYS))} unlike the schema"
+        )
+    return keys
+
+
+__all__ = [
+    "REFUSED_ON_VERL",
+    "RUNTIME_ONLY",
+    "VERL_KEYS",
+    "TrainerSettings",
+    "names",
+    "spec",
+    "trainer_overrides",
+]

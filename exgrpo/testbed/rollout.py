@@ -1,7 +1,7 @@
 """Batched sampling with a static KV cache, and teacher-forced scoring, for tiny HF causal LMs.
 
 `generate` runs the decoder of a Qwen2ForCausalLM / LlamaForCausalLM by hand (`StaticDecoder` of
-exgrpo.tiny.decoder, the same weights and the same arithmetic as the transformers modules) over a
+exgrpo.testbed.decoder, the same weights and the same arithmetic as the transformers modules) over a
 preallocated KV cache:
 the right-padded prompts are prefilled in one causal forward, then every row advances one token per
 step at its own position (row i writes its t-th response token at position len(prompt_i) + t, and
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from exgrpo.tiny.decoder import StaticDecoder
+from exgrpo.testbed.decoder import StaticDecoder
 
 
 @dataclass

@@ -16,25 +16,22 @@ The workflow writes the resolved run (`run_spec`) once per run as JSON (`method.
 `exgrpo train --run-file` and `exgrpo verl-config --run-file` read it back (`read_run_file`), so the
 runtime trains exactly what was validated, with no `--set` strings in between.
 
-`fingerprint` hashes what produced an artefact (a checkpoint, a finished run, an evaluation cache);
-`code_digest` hashes the package sources a stage runs, so a code change invalidates what it affects.
+What produced an artefact is hashed by `exgrpo.records.fingerprints` (the run's parts) and
+`exgrpo.records.code_digest` (the package sources a stage runs).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exgrpo.backbones import backbone_method_settings
-from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.io import hash_file
-from exgrpo.suggest import unknown
-from exgrpo.trainer_settings import RUNTIME_ONLY, TrainerSettings
-from exgrpo.variants import ABLATIONS, config_for
+from exgrpo.core.config import ConfigError, ExGRPOConfig
+from exgrpo.core.suggest import unknown
+from exgrpo.core.variants import ABLATIONS, config_for
+from exgrpo.settings.backbones import backbone_method_settings
+from exgrpo.settings.trainer_settings import RUNTIME_ONLY, TrainerSettings
 
 PRECEDENCE = ("defaults", "backbone", "variant", "budget", "overrides")
 """Layers of `resolve`, lowest first (module docstring)."""
@@ -58,7 +55,6 @@ BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
 """Budget presets: `method` (ExGRPOConfig fields) and `trainer` (TrainerSettings fields) settings."""
 
 RUN_FILE_FORMAT = 1
-PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
 def check_overrides(variant: str, overrides: Mapping[str, Any], where: str = "") -> None:
@@ -72,7 +68,7 @@ def check_overrides(variant: str, overrides: Mapping[str, Any], where: str = "")
             raise ConfigError(
                 f"{where}{key}",
                 f"{value!r} would change {what} (the variant sets {key}="
-                f"{own[key]!r}); add a named variant to exgrpo.variants.ABLATIONS "
+                f"{own[key]!r}); add a named variant to exgrpo.core.variants.ABLATIONS "
                 "instead",
             )
     if not overrides:
@@ -189,8 +185,8 @@ def training_parts(
 
 def _check_context(name: str, backbone: Mapping[str, Any], trainer: Mapping[str, Any]) -> None:
     """A tiny run's prompt + generated tokens must fit the model's context on every route: the registry checks
-    its own lengths (exgrpo.backbones), a `trainer.max_new_tokens` override is checked here, before any job."""
-    from exgrpo.backbones import run_context
+    its own lengths (exgrpo.settings.backbones), a `trainer.max_new_tokens` override is checked here, before any job."""
+    from exgrpo.settings.backbones import run_context
 
     total = int(backbone["max_prompt_length"]) + int(trainer["max_new_tokens"])
     if total > run_context(backbone):
@@ -232,7 +228,7 @@ def run_spec(
 
 def write_run_file(path: str | Path, spec: RunSpec) -> Path:
     """Write `spec` as JSON atomically (the workflow's one writer of method.json)."""
-    from exgrpo.io import write_json
+    from exgrpo.records.io import write_json
 
     write_json(path, spec.to_dict())
     return Path(path)
@@ -240,7 +236,7 @@ def write_run_file(path: str | Path, spec: RunSpec) -> Path:
 
 def read_run_file(path: str | Path) -> RunSpec:
     """Read and validate a run file; errors name the file and field."""
-    from exgrpo.io import read_json
+    from exgrpo.records.io import read_json
 
     path = Path(path)
     if not path.is_file():
@@ -269,127 +265,15 @@ def read_run_file(path: str | Path) -> RunSpec:
     )
 
 
-def fingerprint(parts: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of `parts` (sorted keys): equal inputs, equal fingerprints."""
-    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-TRAINING_LIBRARIES = (
-    "torch",
-    "transformers",
-    "verl",
-    "vllm",
-    "math-verify",
-    "latex2sympy2_extended",
-    "antlr4-python3-runtime",
-    "sympy",
-)
-"""Libraries whose versions decide what a training run produces (engines and the reward's grader): part of
-both routes' run fingerprints, so a run resumed or reused under other versions is not silently the same run."""
-
-
-def library_versions_of(names: Iterable[str] = TRAINING_LIBRARIES) -> dict[str, str | None]:
-    """Installed version of each distribution (None when absent), read now (not cached)."""
-    import importlib.metadata
-
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def file_digest(paths: Iterable[str | Path]) -> str:
-    """sha256 over the named files' bytes, in the given order (each prefixed by its name)."""
-    digest = hashlib.sha256()
-    for path in paths:
-        path = Path(path)
-        digest.update(path.name.encode() + b"\0")
-        hash_file(path, digest)
-    return digest.hexdigest()
-
-
-def weights_digest(model_dir: str | Path) -> str:
-    """sha256 of an HF model folder's weights and config (`*.safetensors`, `*.bin`, config.json)."""
-    model_dir = Path(model_dir)
-    files = sorted(
-        p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json"
-    )
-    if not files:
-        raise FileNotFoundError(f"{model_dir}: no model weights (*.safetensors) found")
-    return file_digest(files)
-
-
-_SETTINGS = ("config.py", "variants.py", "trainer_settings.py", "resolve.py")
-"""The method's settings, its named variants and their one resolution: code of every training stage."""
-_CPU_MODE = ("tiny/rollout.py", "tiny/decoder.py", "tiny/trainer.py", "tiny/splits.py", "tiny/task.py")
-"""The tiny-route modules the plug-in's CPU mode runs (`train_verl_cpu`, below)."""
-
-CODE_OF_STAGE: dict[str, tuple[str, ...]] = {
-    # plugins/: the replay-idea plug-ins, imported by core/registry.py (docs/plugins.md)
-    "train_tiny": (*_SETTINGS, "core", "plugins", "tiny"),
-    "train_paper": (*_SETTINGS, "core", "plugins", "verl_plugin"),
-    # the plug-in's CPU mode also runs the tiny route (tiny splits, trainer settings) and the project's sampler
-    "train_verl_cpu": (*_SETTINGS, "core", "plugins", "verl_plugin", *_CPU_MODE),
-    "eval": (
-        "eval",
-        "core/reward.py",
-        "core/answer_grade.py",
-        "core/answers.py",
-        "core/_verify_worker.py",
-        "core/math_verify_060.py",
-        "tiny/rollout.py",
-        "tiny/decoder.py",
-    ),
-}
-"""Package sources (relative to exgrpo/) each stage runs: their digest is part of its fingerprint.
-`tests/test_code_digest.py` checks that every module of core/, tiny/, eval/, verl_plugin/ and prelim/ a stage
-imports is listed."""
-
-
-def _is_source(path: Path) -> bool:
-    """A file the stage reads as code: every file of the folder (modules, lm-eval task YAML, Hydra
-    config, launch templates), except Python's byte-code cache."""
-    return path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
-
-
-def stage_sources(stage: str) -> list[Path]:
-    """The files of CODE_OF_STAGE[stage], sorted: what `code_digest` hashes."""
-    files: list[Path] = []
-    for part in CODE_OF_STAGE[stage]:
-        path = PACKAGE_ROOT / part
-        files += [f for f in path.rglob("*") if _is_source(f)] if path.is_dir() else [path]
-    return sorted(files)
-
-
-def code_digest(stage: str) -> str:
-    """sha256 of the package sources `stage` runs (`stage_sources`), by relative path and content."""
-    digest = hashlib.sha256()
-    for path in stage_sources(stage):
-        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 __all__ = [
     "BUDGETS",
-    "CODE_OF_STAGE",
     "PRECEDENCE",
-    "TRAINING_LIBRARIES",
     "RunSpec",
     "check_overrides",
-    "code_digest",
-    "file_digest",
-    "fingerprint",
-    "library_versions_of",
     "read_run_file",
     "resolve",
     "run_spec",
-    "stage_sources",
     "trainer_settings",
     "training_parts",
-    "weights_digest",
     "write_run_file",
 ]

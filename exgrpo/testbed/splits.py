@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 
-from exgrpo.io import file_sha256
-from exgrpo.tiny.task import (
+from exgrpo.records.io import file_sha256
+from exgrpo.testbed.task import (
     ID_DIFFICULTIES,
     PROBE_DIFFICULTY,
     Expression,
@@ -157,7 +157,7 @@ def write_dataset(
     """
     from pathlib import Path
 
-    from exgrpo.io import atomic_path, write_json, write_jsonl
+    from exgrpo.records.io import atomic_path, write_json, write_jsonl
 
     if fmt not in ("jsonl", "parquet"):
         raise ValueError(f"format must be jsonl or parquet, got {fmt!r}")
@@ -192,7 +192,7 @@ def load_manifest(data_dir) -> dict:
     """manifest.json of a `make-data` directory (FileNotFoundError naming it when absent)."""
     from pathlib import Path
 
-    from exgrpo.io import read_json
+    from exgrpo.records.io import read_json
 
     return read_json(Path(data_dir) / "manifest.json")
 
@@ -201,7 +201,7 @@ def load_split(data_dir, split: str, verify: bool = True) -> list[dict]:
     """Rows of one split; with `verify`, the file's sha256 must match the manifest."""
     from pathlib import Path
 
-    from exgrpo.io import read_jsonl
+    from exgrpo.records.io import read_jsonl
 
     manifest = load_manifest(data_dir)
     if split not in manifest["splits"]:

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exgrpo.config import ConfigError
-from exgrpo.resolve import RunSpec, run_spec
-from exgrpo.variants import ABLATIONS
+from exgrpo.core.config import ConfigError
+from exgrpo.core.variants import ABLATIONS
+from exgrpo.settings.resolve import RunSpec, run_spec
 
 REGIME_SPEC_FORMAT = 1
 RELEASED_MASK_TAG = "released_mask"
@@ -174,7 +174,7 @@ def arm_run(
     variant_overrides: Mapping[str, Any],
     data_order_seed: int | None,
 ) -> RunSpec:
-    """One run of an arm, resolved like any run (exgrpo.resolve; the config's variant overrides first), labelled
+    """One run of an arm, resolved like any run (exgrpo.settings.resolve; the config's variant overrides first), labelled
     with the arm when its name is not the bare variant."""
     arm = regime.arms[arm_name]
     spec = run_spec(

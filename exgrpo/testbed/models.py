@@ -4,7 +4,7 @@ A `scale: tiny` entry gives `family` (qwen2 | llama) and an `arch` dict (hidden_
 num_hidden_layers, num_attention_heads, intermediate_size, optional num_key_value_heads). The
 model is a stock transformers architecture, so a checkpoint saved here loads with
 AutoModelForCausalLM / AutoTokenizer.from_pretrained(dir) in transformers, lm-eval or vLLM.
-Departures from the real backbones: character vocabulary (exgrpo.tiny.tokenizer), untied
+Departures from the real backbones: character vocabulary (exgrpo.testbed.tokenizer), untied
 embeddings, fp32 weights.
 
 The five tiny bases are shipped in models/tiny/ (the part downloaded checkpoints play in the paper),
@@ -21,10 +21,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from exgrpo.backbones import TINY_MAX_POSITIONS
-from exgrpo.config import ConfigError
-from exgrpo.io import file_sha256
-from exgrpo.suggest import unknown
+from exgrpo.core.config import ConfigError
+from exgrpo.core.suggest import unknown
+from exgrpo.records.io import file_sha256
+from exgrpo.settings.backbones import TINY_MAX_POSITIONS
 
 FAMILIES = ("qwen2", "llama")
 ARCH_KEYS = {
@@ -34,7 +34,7 @@ ARCH_KEYS = {
     "intermediate_size",
     "num_key_value_heads",
 }
-MAX_POSITIONS = TINY_MAX_POSITIONS  # one owner (exgrpo.backbones), which the registry checks
+MAX_POSITIONS = TINY_MAX_POSITIONS  # one owner (exgrpo.settings.backbones), which the registry checks
 """Longest sequence (prompt + response) the tiny models support; the task needs < 120."""
 
 
@@ -44,7 +44,7 @@ def default_backbones_path() -> Path:
 
 def load_backbones(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """The `backbones` mapping of backbones.yaml, read and checked by the project's one reader."""
-    from exgrpo.backbones import load_backbones as read_registry
+    from exgrpo.settings.backbones import load_backbones as read_registry
 
     return read_registry(Path(path) if path else default_backbones_path())
 
@@ -131,7 +131,7 @@ def save_checkpoint(
     Everything is written to a temporary sibling directory which then replaces `out_dir`, so a
     crash never leaves a half-written checkpoint. `extra_files` maps file names to JSON objects.
     """
-    from exgrpo.io import write_json
+    from exgrpo.records.io import write_json
 
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -218,8 +218,8 @@ def install_base(
     """
     import platform
 
-    from exgrpo.io import read_json, write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.records.io import read_json, write_json
+    from exgrpo.records.provenance import provenance
 
     built, dest = Path(built), Path(root or BASES_DIR) / backbone
     entry = tiny_entry(backbone, backbones_path)
@@ -263,11 +263,11 @@ def cpu_model() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m exgrpo.tiny.models install-bases`: the last step of `snakemake tiny_pretrain`."""
+    """`python -m exgrpo.testbed.models install-bases`: the last step of `snakemake tiny_pretrain`."""
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m exgrpo.tiny.models", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m exgrpo.testbed.models", description=main.__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     inst = sub.add_parser("install-bases", help="copy SFT checkpoints into models/tiny/ with fingerprints")
     inst.add_argument("--built", required=True, help="folder holding one SFT checkpoint per backbone")

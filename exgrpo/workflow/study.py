@@ -1,6 +1,6 @@
 """One study of the workflow configuration (`studies.<name>` in config/config.yaml), resolved and checked.
 
-exgrpo.workflow_config validates the whole configuration and calls `resolve_study` for each entry (after the
+exgrpo.workflow.workflow_config validates the whole configuration and calls `resolve_study` for each entry (after the
 JSON Schema, so the entry's shape is known); a failure is a `ConfigError` naming the field
 (`studies.tiny.backbones[0]`).
 """
@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exgrpo.config import ConfigError
-from exgrpo.suggest import unknown
-from exgrpo.yaml_files import field_path
+from exgrpo.core.config import ConfigError
+from exgrpo.core.suggest import unknown
+from exgrpo.settings.yaml_files import field_path
 
 VARIANT_GROUPS = ("methods", "ablations", "prelim")
-"""Config sections that name variants (keys of exgrpo.variants.ABLATIONS) with extra overrides."""
+"""Config sections that name variants (keys of exgrpo.core.variants.ABLATIONS) with extra overrides."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def _data_and_reward_model(
 ) -> tuple[str, str | None]:
     """The study's `data` and `reward_model`, checked: both are paper-scale settings; every variant that trains
     on a reward model's score needs the study to name a registered one, and the chat data has no other reward."""
-    from exgrpo.variants import config_for
+    from exgrpo.core.variants import config_for
 
     data, reward_model = raw.get("data", "math"), raw.get("reward_model")
     if scale != "paper" and (data != "math" or reward_model is not None):

@@ -1,6 +1,6 @@
 """The tiny study's inputs as hub repos in a local hub cache, read offline by repo id and revision.
 
-`build` publishes (exgrpo.hf_cache.layout) what a tiny-scale study reads:
+`build` publishes (exgrpo.hub.layout) what a tiny-scale study reads:
 - every tiny backbone with an `hf_id` in the registry whose shipped folder `models/tiny/<name>` exists, as the
   model repo `hf_id` (e.g. `exgrpo-tiny/tiny-math-h32`): all the folder's files, weights, tokenizer and chat
   template included;
@@ -10,7 +10,7 @@
   card whose `configs` let `datasets.load_dataset(<snapshot folder>, split=...)` read each split (how the
   paper route's download exports a hub dataset; datasets itself does not read the hub cache offline);
 
-then runs the paper route's download on each repo (exgrpo.commands.download: `download_model` for models, the
+then runs the paper route's download on each repo (exgrpo.hub.download: `download_model` for models, the
 dataset snapshot + lock check of `fetch_hf_dataset` for the data) with HF_HUB_OFFLINE=1 against that cache, so
 pins and locks are checked exactly as a cluster's download checks them. Pins: a model's commit is its registry
 `revision` (config/backbones.yaml), the data's the lock config/locks/tiny-task-s<seed>.json; a published commit
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from exgrpo.config import ConfigError
-from exgrpo.hf_cache.layout import Published, publish, repo_files
+from exgrpo.core.config import ConfigError
+from exgrpo.hub.layout import Published, publish, repo_files
 
 DATA_ORG = "exgrpo-tiny"
 DATA_MANIFEST_KEYS = ("format", "seed", "sizes", "train_difficulties", "splits")
@@ -57,7 +57,7 @@ def _dataset_card(repo_id: str, split_files: Mapping[str, str]) -> str:
 
 def data_files(data_dir: Path, seed: int) -> dict[str, bytes]:
     """The files of the data repo of `data_dir` (a make-data folder written with `seed`)."""
-    from exgrpo.tiny.splits import load_manifest
+    from exgrpo.testbed.splits import load_manifest
 
     manifest = load_manifest(data_dir)
     if manifest.get("seed") != seed:
@@ -97,7 +97,7 @@ def _require_offline() -> None:
 def _check_model(
     out: Path, name: str, entry: Mapping[str, Any], published: Published, lock_dir: Path
 ) -> dict:
-    from exgrpo.commands.download import download_model
+    from exgrpo.hub.download import download_model
 
     field = f"backbones.{name}.revision (config/backbones.yaml)"
     revision = entry.get("revision")
@@ -117,9 +117,9 @@ def _check_model(
 
 
 def _check_data(out: Path, seed: int, published: Published, lock_dir: Path, pin: bool) -> dict:
-    from exgrpo.commands._download_locks import ChecksumError, check_lock, file_lock, pinned_revision
-    from exgrpo.commands._download_retries import with_retries
-    from exgrpo.commands.download import fetch_dataset_snapshot
+    from exgrpo.hub.download import fetch_dataset_snapshot
+    from exgrpo.hub.locks import ChecksumError, check_lock, file_lock, pinned_revision
+    from exgrpo.hub.retries import with_retries
 
     lock = lock_dir / f"{data_lock_name(seed)}.json"
     field = f"the lock {lock}"
@@ -157,9 +157,9 @@ def build(
 ) -> dict[str, Any]:
     """Publish the tiny models (and the data of `data_dir`) into `out/hub`, check them by the offline download,
     write `out/tiny/<data seed | models>.json`; returns that manifest."""
-    from exgrpo.commands.download import _offline_env
-    from exgrpo.io import write_json
-    from exgrpo.provenance import provenance
+    from exgrpo.hub.download import offline_env
+    from exgrpo.records.io import write_json
+    from exgrpo.records.provenance import provenance
 
     _require_offline()
     out = Path(out).resolve()  # hub clients return absolute snapshot paths
@@ -180,7 +180,7 @@ def build(
     manifest = {
         "kind": "tiny_hub_cache",
         "repos": entries,
-        "offline_env": _offline_env(out),
+        "offline_env": offline_env(out),
         "provenance": provenance(),
     }
     default = out / "tiny" / (f"s{data_seed}.json" if data_dir is not None else "models.json")

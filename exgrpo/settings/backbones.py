@@ -2,7 +2,7 @@
 
 `load_backbones` is the one reader (the workflow, `exgrpo train`, `exgrpo verl-config`, the tiny
 models and the analysis all call it). It refuses, naming the file and the field:
-- duplicate keys and YAML syntax errors (exgrpo.yaml_files), then the JSON Schema
+- duplicate keys and YAML syntax errors (exgrpo.settings.yaml_files), then the JSON Schema
   (workflow/schemas/backbones.schema.yaml);
 - a `family` or `template` that does not fit the `scale` (FAMILIES, TEMPLATES);
 - tiny `arch` errors: attention heads that do not divide the hidden size, key/value heads that do
@@ -29,20 +29,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from exgrpo.config import ConfigError
-from exgrpo.suggest import unknown
-from exgrpo.yaml_files import check_schema, field_path, load_yaml
+from exgrpo.core.config import ConfigError
+from exgrpo.core.suggest import unknown
+from exgrpo.settings.yaml_files import check_schema, field_path, load_yaml
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "workflow" / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 """Schemas of a source checkout (the package is installed editable from it)."""
-DEFAULT_BACKBONES = Path(__file__).resolve().parent.parent / "config" / "backbones.yaml"
+DEFAULT_BACKBONES = Path(__file__).resolve().parents[2] / "config" / "backbones.yaml"
 
 FAMILIES: dict[str, frozenset[str]] = {
     "tiny": frozenset({"qwen2", "llama"}),
     "paper": frozenset({"qwen2", "llama"}),
 }
 """Architecture families per scale: the tiny models are built as these transformers classes
-(exgrpo.tiny.models); paper-scale ones are the families the verl plug-in has been configured for."""
+(exgrpo.testbed.models); paper-scale ones are the families the verl plug-in has been configured for."""
 TEMPLATES: dict[str, frozenset[str]] = {
     "tiny": frozenset({"tiny"}),
     "paper": frozenset({"luffy", "llama_base"}),
@@ -50,7 +50,7 @@ TEMPLATES: dict[str, frozenset[str]] = {
 """Prompt templates per scale: the tiny task's own, or the release's (luffy) and the Llama-base prompt (§G.1)."""
 
 TINY_MAX_POSITIONS = 256
-"""Position table of the tiny models (`max_position_embeddings`); `exgrpo.tiny.models` builds them with it."""
+"""Position table of the tiny models (`max_position_embeddings`); `exgrpo.testbed.models` builds them with it."""
 
 
 def load_backbones(
@@ -101,7 +101,7 @@ def _check_entry(name: str, entry: Mapping[str, Any], path: str) -> None:
             raise fail(
                 field,
                 f"{run_context(entry)} exceeds the tiny models' position table "
-                f"(exgrpo.backbones.TINY_MAX_POSITIONS = {TINY_MAX_POSITIONS})",
+                f"(exgrpo.settings.backbones.TINY_MAX_POSITIONS = {TINY_MAX_POSITIONS})",
             )
     lengths = int(entry["max_prompt_length"]) + int(entry["max_response_length"])
     context = run_context(entry)
@@ -193,7 +193,7 @@ def load_backbone(path: str | Path, name: str, scale: str | None = None) -> dict
 
 
 def backbone_method_settings(backbone: Mapping[str, Any]) -> dict[str, Any]:
-    """The ExGRPOConfig fields a backbone entry decides (see exgrpo.resolve for the precedence).
+    """The ExGRPOConfig fields a backbone entry decides (see exgrpo.settings.resolve for the precedence).
 
     - `delayed_start`: the entry's flag (paper §5.1: off for Llama-3.1-8B base); default on.
     - `reward_region`: `full` for the plain `llama_base` prompt, which asks for no `<think>` block, so the
@@ -209,7 +209,7 @@ def backbone_method_settings(backbone: Mapping[str, Any]) -> dict[str, Any]:
 def extended_model_dir(snapshot: str | Path, out: str | Path, extension: Mapping[str, Any]) -> Path:
     """`out/`: the model folder `snapshot` with `extension` written into its `config.json` (the release's
     16k edit), every other file symlinked. Idempotent; the config is replaced atomically."""
-    from exgrpo.io import write_json
+    from exgrpo.records.io import write_json
 
     snapshot, out = Path(snapshot).resolve(), Path(out)
     config_file = snapshot / "config.json"
@@ -228,11 +228,11 @@ def extended_model_dir(snapshot: str | Path, out: str | Path, extension: Mapping
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m exgrpo.backbones extend-context --backbones F --backbone B --snapshot S --out O`: print the
+    """`python -m exgrpo.settings.backbones extend-context --backbones F --backbone B --snapshot S --out O`: print the
     folder to load backbone B from (S itself, or O with B's context extension applied)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m exgrpo.backbones")
+    parser = argparse.ArgumentParser(prog="python -m exgrpo.settings.backbones")
     parser.add_argument("command", choices=["extend-context"])
     parser.add_argument("--backbones", type=Path, default=DEFAULT_BACKBONES)
     parser.add_argument("--backbone", required=True)

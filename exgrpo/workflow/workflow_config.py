@@ -3,21 +3,21 @@
 Used by the Snakefile (workflow/rules/common.smk), `exgrpo studies`, `exgrpo plan` and the tests: one parse
 (`read_config_files` outside Snakemake; in it, Snakemake's merge plus the strict check) and one validation
 (`load_workflow_config`; `load_config` is both). Four layers, in order:
-0. every config file read strictly once (exgrpo.yaml_files): a duplicated key or a syntax error names the
+0. every config file read strictly once (exgrpo.settings.yaml_files): a duplicated key or a syntax error names the
    file and line (the Snakefile reads config/config.yaml so before Snakemake does; common.smk the overlays);
 1. config/config.yaml against workflow/schemas/config.schema.yaml (JSON Schema, via `jsonschema`);
-2. the backbone registry (config/backbones.yaml by default): exgrpo.backbones.load_backbones;
+2. the backbone registry (config/backbones.yaml by default): exgrpo.settings.backbones.load_backbones;
 3. cross-references against the registries that own them: backbone names, variant names
-   (exgrpo.variants.ABLATIONS), benchmark names (exgrpo.eval.benchmarks), decoding profiles
+   (exgrpo.core.variants.ABLATIONS), benchmark names (exgrpo.eval.benchmarks), decoding profiles
    (exgrpo.eval.profiles), studies sharing a source; and every run of every study resolved by
-   `exgrpo.resolve.run_spec` (the one resolution, which also refuses an entry that overrides
+   `exgrpo.settings.resolve.run_spec` (the one resolution, which also refuses an entry that overrides
    `method:` or turns a variant into another), so the core stays the one source of truth for
    method settings (no method field is repeated in a schema). A study run is resolved once
    (`WorkflowConfig.study_run`): the jobs' method.json is the spec the validation built.
 Every failure is a `ConfigError` whose field is a path such as `studies.tiny.seeds[0]` or
 `methods.exgrpo.rho`.
 
-Job sizes, SLURM site settings and the no-GPU guard are in exgrpo.cluster.
+Job sizes, SLURM site settings and the no-GPU guard are in exgrpo.workflow.cluster.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exgrpo.backbones import SCHEMA_DIR, load_backbones, load_reward_models
-from exgrpo.config import ConfigError, ExGRPOConfig
-from exgrpo.regimes import Regime, arm_run, regime_studies
-from exgrpo.resolve import RunSpec, run_spec
-from exgrpo.suggest import unknown
-from exgrpo.variants import ABLATIONS, VARIANT_ALIASES
-from exgrpo.workflow_studies import VARIANT_GROUPS, Study, check_shared_sources, resolve_study
-from exgrpo.yaml_files import check_schema, field_path, load_yaml
+from exgrpo.core.config import ConfigError, ExGRPOConfig
+from exgrpo.core.suggest import unknown
+from exgrpo.core.variants import ABLATIONS, VARIANT_ALIASES
+from exgrpo.settings.backbones import SCHEMA_DIR, load_backbones, load_reward_models
+from exgrpo.settings.resolve import RunSpec, run_spec
+from exgrpo.settings.yaml_files import check_schema, field_path, load_yaml
+from exgrpo.workflow.regimes import Regime, arm_run, regime_studies
+from exgrpo.workflow.study import VARIANT_GROUPS, Study, check_shared_sources, resolve_study
 
 DEFAULT_CONFIG = "config/config.yaml"
 """The workflow's configuration file (the Snakefile's `configfile:`); overlays are merged on top of it."""
@@ -75,7 +75,7 @@ class WorkflowConfig:
     results_dir: str = "reruns"
     """Where the workflow writes results (config `results_dir`; `results` = the committed references)."""
     regimes: dict[str, Regime] = dataclasses.field(default_factory=dict)
-    """The regime map (exgrpo.regimes), by regime name."""
+    """The regime map (exgrpo.workflow.regimes), by regime name."""
     regime_studies: dict[str, Study] = dataclasses.field(default_factory=dict)
     """Regime name -> the study of its runs that the base study does not already hold (source
     `<base source>/regimes/<name>`, methods = those arms)."""
@@ -89,7 +89,7 @@ class WorkflowConfig:
     `dataclasses.replace` shares it: a source's runs do not change when the regime map is attached."""
 
     def method_config(self, variant: str, backbone: str, budget: str = "full") -> ExGRPOConfig:
-        """The resolved method settings of `variant` trained on `backbone` (exgrpo.resolve precedence)."""
+        """The resolved method settings of `variant` trained on `backbone` (exgrpo.settings.resolve precedence)."""
         return self.run(backbone, variant, 0, budget).method
 
     def run(
@@ -101,7 +101,7 @@ class WorkflowConfig:
         data_order_seed: int | None = None,
         trainer: Mapping[str, Any] | None = None,
     ) -> RunSpec:
-        """One run, resolved once (exgrpo.resolve.run_spec): what the workflow writes to method.json."""
+        """One run, resolved once (exgrpo.settings.resolve.run_spec): what the workflow writes to method.json."""
         return run_spec(
             backbone,
             self.backbones[backbone],
@@ -221,7 +221,7 @@ def load_workflow_config(
             raise ConfigError(
                 f"studies.{name}",
                 f"`{name}` is the target of study "
-                f"{TARGET_ALIASES[name]!r} (exgrpo.workflow_config.TARGET_ALIASES): rename the study",
+                f"{TARGET_ALIASES[name]!r} (exgrpo.workflow.workflow_config.TARGET_ALIASES): rename the study",
             )
     check_shared_sources(studies)
     hf_cache = os.environ.get("EXGRPO_HF_CACHE") or config["hf_cache"]
@@ -245,7 +245,7 @@ def load_workflow_config(
                 if (
                     study.runtime == "verl" and study.scale == "tiny"
                 ):  # what its job would refuse, refused now
-                    from exgrpo.verl_plugin.tiny_route import trainer_overrides
+                    from exgrpo.settings.trainer_settings import trainer_overrides
 
                     trainer_overrides(spec.trainer, int(backbones[backbone]["max_prompt_length"]))
             except ConfigError as err:
@@ -256,7 +256,7 @@ def load_workflow_config(
 
 
 def _with_regimes(wf: WorkflowConfig, raw: Mapping[str, Any] | None) -> WorkflowConfig:
-    """`wf` with the regime map (exgrpo.regimes.regime_studies)."""
+    """`wf` with the regime map (exgrpo.workflow.regimes.regime_studies)."""
     regimes, studies, reuse = regime_studies(wf, raw)
     return (
         dataclasses.replace(wf, regimes=regimes, regime_studies=studies, regime_reuse=reuse)
@@ -290,12 +290,12 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                 raise ConfigError(
                     f"{group}.{variant}",
                     f"`{variant}` is the analysis' name for the `{VARIANT_ALIASES[variant]}` run "
-                    f"(exgrpo.variants.VARIANT_ALIASES), not a variant to train: remove it",
+                    f"(exgrpo.core.variants.VARIANT_ALIASES), not a variant to train: remove it",
                 )
             if variant not in ABLATIONS:
                 raise ConfigError(
                     f"{group}.{variant}",
-                    unknown("variant", variant, ABLATIONS, " (exgrpo.variants.ABLATIONS)"),
+                    unknown("variant", variant, ABLATIONS, " (exgrpo.core.variants.ABLATIONS)"),
                 )
             if variant in seen:
                 raise ConfigError(f"{group}.{variant}", f"already defined under `{seen[variant]}`")

@@ -22,9 +22,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from exgrpo.commands._download_sources import Source
-from exgrpo.config import ConfigError
-from exgrpo.io import file_sha256, hash_file, read_json, write_json
+from exgrpo.core.config import ConfigError
+from exgrpo.hub.sources import Source
+from exgrpo.records.io import file_sha256, hash_file, read_json, write_json
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 """A hub commit hash: the only revision that cannot move (a branch or a tag can)."""
