@@ -124,3 +124,40 @@ def test_docs_registry_table_is_current():
     assert registry_table() in (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8"), (
         "docs/plugins.md registry table is stale: run `exgrpo switches --registries`"
     )
+
+
+def test_every_module_of_the_plugins_folder_is_a_declared_entry_point():
+    """Plug-ins are found by entry point (exgrpo.core.registry.plugin_modules); a module dropped into
+    exgrpo/plugins/ without its pyproject.toml line would never load."""
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
+        "exgrpo.plugins"
+    ]
+    folder = {p.stem for p in (ROOT / "exgrpo" / "plugins").glob("*.py") if not p.name.startswith("_")}
+    assert declared == {name: f"exgrpo.plugins.{name}" for name in folder}
+    from exgrpo.core.registry import plugin_modules
+
+    assert set(declared.values()) <= set(plugin_modules()), (
+        "reinstall (pip install -e .) to refresh entry points"
+    )
+
+
+def test_a_plugin_loads_without_torch(tmp_path):
+    """The shipped plug-in imports torch only when it scores, so validating or resolving a config that names it
+    (which loads every plug-in) stays torch-free."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nclass B:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n            raise ImportError('torch blocked')\n"
+        "sys.meta_path.insert(0, B())\n"
+    )
+    done = _run(
+        """
+        from exgrpo.core.variants import config_for
+        assert config_for("median_entropy").selection_mode == "median"
+        print("ok")
+    """,
+        tmp_path,
+        "",
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

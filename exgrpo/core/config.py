@@ -17,60 +17,56 @@ Departures from the paper, stated up front:
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Any, get_type_hints
+from typing import Any
 
-from exgrpo.core.registry import REGISTRIES, RegistryChoices
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid. The message names the field and what was expected.
-
-    `field` and `reason` keep the two parts, so a caller can re-raise under a fuller field name.
-    """
-
-    def __init__(self, field_name: str, message: str):
-        self.field, self.reason = field_name, message
-        super().__init__(f"config field '{field_name}': {message}")
+from exgrpo.core import declared
+from exgrpo.core.declared import ConfigError, check_fields, choices_of, range_reason, setting
+from exgrpo.core.registry import (
+    QUESTION_SAMPLERS,
+    REPLAY_WEIGHTINGS,
+    SELECTION_METRICS,
+    SELECTION_MODES,
+    Registry,
+    RegistryChoices,
+)
 
 
 @dataclass
 class ExGRPOConfig:
-    """All method settings. Field docstrings follow each field (CleanRL style)."""
+    """All method settings. Each field is declared once (`exgrpo.core.declared.setting`: type, default, range or
+    choices); its docstring follows it (CleanRL style)."""
 
     # ---------------------------------------------------------------- method
-    method: str = "exgrpo"
+    method: str = setting("exgrpo", choices=frozenset({"on_policy", "exgrpo"}))
     """`on_policy` (Dr.GRPO baseline, paper Table 1 "On-Policy") or `exgrpo`."""
-    n_rollouts: int = 8
+    n_rollouts: int = setting(8, lo=1)
     """K: rollouts per question (paper §3.3). Experiential groups have 1 replayed + K-1 fresh."""
-    rho: float = 0.5
+    rho: float = setting(0.5, lo=0.0, hi=1.0, hi_open=True)
     """ρ: share of the batch's questions drawn from the buffer, in [0, 1) (paper Eq. 4). n_exp = min(#eligible, ⌊ρB⌋)."""
-    n_exp_rounding: str = "floor"
+    n_exp_rounding: str = setting("floor", choices=frozenset({"floor", "int"}))
     """How ⌊ρB⌋ is computed: `floor` (the exact floor, the paper's ⌊ρB⌋; a 1e-9 guard absorbs float error) or `int` (released `int(B·ρ)` on the float product: 41 of the 512,000 points B = 1..512, ρ = 0.000..0.999 in steps of 0.001 differ, e.g. B=50, ρ=0.58 gives 28, not 29)."""
 
     # ---------------------------------------------------------------- reward (paper §3.5)
-    reward_region: str = "after_think"
+    reward_region: str = setting("after_think", choices=frozenset({"after_think", "full"}))
     """Which part of the response is graded: `after_think` (text after `</think>`, as released) or `full`."""
     reward_require_think_close: bool = True
     """With `after_think`: a response without `</think>` scores 0 (released). False grades the whole response instead."""
-    reward_answer_rule: str = "release"
+    reward_answer_rule: str = setting("release", choices=frozenset({"release", "release_060", "last_box"}))
     """`release`: the region as math-verify 0.6.0 (pinned by the release) read it, several boxes joined by
     "and"/"or"/"," as a set and a final answer after the last box included; `release_060`: also 0.6.0's readings
     where 0.9.0 changed them (percent numbers, floats against irrationals, equations, decimal commas, boxed
     golds: equal to 0.6.0 on math-verify's 269 test cases); `last_box`: only the last box."""
-    reward_timeout_s: float = 5.0
+    reward_timeout_s: float = setting(5.0, lo=0, lo_open=True)
     """Wall-clock timeout per answer, enforced by a process pool (never signals in threads)."""
-    reward_max_chars: int = 4000
+    reward_max_chars: int = setting(4000, lo=1)
     """Graded text is capped to its last N characters before parsing (answers come last)."""
-    reward_workers: int = 1
+    reward_workers: int = setting(1, lo=1)
     """Processes in the verifier pool."""
-    reward_kind: str = "binary"
+    reward_kind: str = setting("binary", choices=frozenset({"binary", "step_credit", "reward_model"}))
     """The training reward: `binary` (1 iff the final answer is right, paper §3.1); `step_credit`, the tiny
     task's continuous reward for the Table 2 analogue: (reasoning steps equal to the canonical step at their
     position + the binary answer reward) / (steps + 1), in [0, 1] and 1 only for a fully right response (CPU
@@ -84,11 +80,11 @@ class ExGRPOConfig:
     """Replay on top of the fresh questions: B fresh plus n_exp replayed per step (a batch of B + n_exp groups), instead of the paper's B - n_exp fresh plus n_exp replayed (docs/regimes.md, R1). CPU trainer only."""
 
     # ---------------------------------------------------------------- experience buffer (paper §4.1, Alg. 1)
-    buffer_lbound: int = 0
+    buffer_lbound: int = setting(0, lo=0)
     """A question is eligible for the buffer when lbound < k <= rbound (k successes of K)."""
     buffer_rbound: int = -1
     """Upper eligibility bound on k; -1 means K-1 (released: lbound=0, rbound=7 for K=8)."""
-    max_traj_per_question: int = 0
+    max_traj_per_question: int = setting(0, lo=0)
     """Cap on stored trajectories per question (oldest dropped); 0 = unlimited, as released."""
     replay_counts_in_k: bool = True
     """For an experiential group, k counts the replayed (always correct) trajectory too: the group is 1+7 (released; docs/method.md §7)."""
@@ -96,94 +92,94 @@ class ExGRPOConfig:
     """Collect experience from step 1. Released: collection starts only once replay is active (docs/method.md §7)."""
     retire_from_buffer: bool = True
     """Questions with k = K leave the buffer at the end of every step (paper Alg. 1, E ← E \\ S)."""
-    retire_from_data: str = "epoch"
+    retire_from_data: str = setting("epoch", choices=frozenset({"epoch", "never"}))
     """When retired questions leave the training data: `epoch` (at epoch boundaries, as released) or `never`."""
-    retire_data_margin: int = 20
+    retire_data_margin: int = setting(20, lo=0)
     """Released: pruning the data only happens if more than batch + margin questions remain. Which count is compared (after or before pruning) is `retire_data_guard`."""
-    retire_data_guard: str = "after"
+    retire_data_guard: str = setting("after", choices=frozenset({"after", "before"}))
     """When the margin is checked at an epoch boundary: `after` (prune only if more than batch + margin questions remain afterwards; the project's reading, the paper is silent) or `before` (released: prune whenever the data held more than batch + margin before pruning, however few remain; 200 questions, 190 retired, B=16 keeps 10)."""
     keep_stale_bucket: bool = False
     """Released: a buffered question whose new k falls outside (lbound, rbound] (e.g. 0/8) keeps its old bucket, so it stays replayable and counts towards n_exp. False (paper: buckets by the latest correctness) drops it from the buckets until k is eligible again; its trajectories stay stored either way."""
-    retired_review_fraction: float = 0.0
+    retired_review_fraction: float = setting(0.0, lo=0.0, hi=1.0)
     """"Retired Review" (paper Table 7): fraction of retired questions un-retired (removed from the retired set and returned to the training data) every `retired_review_every` steps; 0 = off."""
-    retired_review_every: int = 25
+    retired_review_every: int = setting(25, lo=1)
     """Retired Review period in steps (paper Table 7 uses 10% every 25 steps)."""
 
     # ---------------------------------------------------------------- question sampler (paper §4.1, Alg. 2)
-    sampler: str = "gaussian"
+    sampler: str = setting("gaussian", choices=QUESTION_SAMPLERS)
     """Bucket weighting: `gaussian` (paper), `uniform` ("w/o Q. Selection"), `linear`, `sqrt`, `linear_clip` (released options)."""
     sampler_mu: float = 0.5
     """Gaussian mean, in accuracy units k/K (0.5 paper default; 0.25 = "Hard-Biased", Table 3)."""
-    sampler_sigma: float = 1.0
+    sampler_sigma: float = setting(1.0, lo=0, lo_open=True)
     """Gaussian σ, in the units given by `sigma_units` (Table 3 varies 0.5 / 1.0 / 1.5)."""
-    sigma_units: str = "count"
+    sigma_units: str = setting("count", choices=frozenset({"count", "accuracy"}))
     """`count`: σ in success counts, as released (σ_acc = σ/K); `accuracy`: σ in units of k/K, the paper's literal text."""
-    sample_range: str = "all"
+    sample_range: str = setting("all", choices=frozenset({"all", "first_half", "last_half"}))
     """Released `exp_sample_range`: restrict candidates by insertion order to `all`, `first_half` or `last_half`."""
-    difficulty_signal: str = "success"
+    difficulty_signal: str = setting("success", choices=frozenset({"success", "reward_std"}))
     """Bucket key: `success` (k of K, binary reward) or `reward_std` (paper §5.3 continuous-reward extension)."""
 
     # ---------------------------------------------------------------- trajectory selection (paper §4.1)
-    selection_mode: str = "argmin"
+    selection_mode: str = setting("argmin", choices=SELECTION_MODES)
     """`argmin` (lowest score, paper), `argmax` ("w/ Highest Entropy T."), or `random` ("w/o T. Selection")."""
-    selection_metric: str = "entropy"
+    selection_metric: str = setting("entropy", choices=SELECTION_METRICS)
     """Score: `entropy` (mean full-vocabulary token entropy), `nll` (mean NLL, log-PPL; Alg. 1 line 11) or `random`."""
-    selection_policy: str = "current"
+    selection_policy: str = setting("current", choices=frozenset({"current", "at_collection"}))
     """Score under the `current` policy with an extra forward pass (paper), or use the value recorded `at_collection` (cheaper)."""
-    entropy_mask: str = "response"
+    entropy_mask: str = setting("response", choices=frozenset({"response", "as_released"}))
     """`response`: mean over response tokens; `as_released`: the released pad-position mask (docs/method.md §7, issue #57)."""
 
     # ---------------------------------------------------------------- advantages (paper §3.1, Dr.GRPO)
     adv_std_norm: bool = False
     """Divide group advantages by the group std (vanilla GRPO). False = mean-centred only (Dr.GRPO, paper)."""
-    adv_eps: float = 1e-6
+    adv_eps: float = setting(1e-6, lo=0, lo_open=True)
     """Epsilon added to the std when `adv_std_norm` is on."""
 
     # ---------------------------------------------------------------- policy loss (paper Eq. 4, §1.8-1.9)
-    clip_eps: float = 0.2
+    clip_eps: float = setting(0.2, lo=0, lo_open=True)
     """PPO clip ε for on-policy tokens (before replay activates, or always with `keep_clip_after_activation`)."""
     keep_clip_after_activation: bool = False
     """Released removes clipping for all tokens once replay is active (docs/method.md §7); True keeps PPO clip on fresh tokens."""
-    replay_shaping: str = "shaped"
+    replay_shaping: str = setting("shaped", choices=REPLAY_WEIGHTINGS)
     """Replayed tokens: `shaped` f(w)=w/(w+β) (paper); `clipped` PPO ratio ("w/o Shaping", Table 6); `unclipped` −w·A (released no_reshape)."""
-    shaping_beta: float = 0.1
+    shaping_beta: float = setting(0.1, lo=0, lo_open=True)
     """β of the policy shaping f(w) = w/(w+β)."""
     is_correction: bool = True
     """Replayed ratio w = π_θ/π_past with recorded behaviour log-probs (paper); False uses π_θold ("w/o IS Correction")."""
-    loss_agg: str = "seq_sum_const"
+    loss_agg: str = setting("seq_sum_const", choices=frozenset({"seq_sum_const", "token_mean", "seq_mean"}))
     """`seq_sum_const`: Σ tokens over sequences / constant (released, Dr.GRPO); `token_mean`; `seq_mean` (mean of per-sequence token means)."""
-    loss_norm_const: int = 0
+    loss_norm_const: int = setting(0, lo=0)
     """Constant normaliser for `seq_sum_const`; 0 = the maximum response length (released: 8192)."""
-    entropy_coef: float = 0.001
+    entropy_coef: float = setting(0.001, lo=0)
     """Entropy bonus coefficient on the token-mean entropy (paper Table 4)."""
-    entropy_scale: str = "token_mean"
+    entropy_scale: str = setting("token_mean", choices=frozenset({"token_mean", "per_micro_batch"}))
     """Entropy bonus on a mini-batch split into micro-batches and ranks (the verl plug-in): `token_mean`, the
     token mean over the whole mini-batch (paper); `per_micro_batch`, each micro-batch's own token mean summed
     over micro-batches and averaged over ranks (released: gradient accumulation 1, FSDP average), i.e. about
     ranks x micro-batches times larger relative to the policy term. Identical with one micro-batch on one rank
     (the CPU trainer)."""
-    grad_scale: str = "whole_batch"
+    grad_scale: str = setting("whole_batch", choices=frozenset({"whole_batch", "as_released"}))
     """Gradient scale of a mini-batch split over data-parallel ranks (the verl plug-in): `whole_batch`, the
     gradient of the whole mini-batch's loss (paper); `as_released`, that divided by the number of ranks (the
     release's FSDP averaged ranks whose losses already carried the global normaliser), so grad-norm clipping and
     the skip bound act where the release's did. Identical on one rank (the CPU trainer)."""
-    kl_coef: float = 0.0
+    kl_coef: float = setting(0.0, lo=0)
     """KL coefficient to a reference policy; 0 = no KL (paper)."""
-    grad_clip: float = 1.0
+    grad_clip: float = setting(1.0, lo=0)
     """Gradient-norm clip."""
-    log_ratio_clamp: float = 20.0
+    log_ratio_clamp: float = setting(20.0, lo=0)
     """|log π_θ − log π_old| (and the KL's log-ratio) is clamped to this before exp, as verl 0.9 does, so an extreme ratio cannot overflow; 0 = no clamp, as released (ExGRPO's loss has none: at log-ratio 25 it gives −A·e^25 and a gradient, the clamp −A·e^20 and none). The paper states no clamp."""
-    skip_grad_bound: float = 500.0
+    skip_grad_bound: float = setting(500.0, lo=0)
     """Released: skip the optimizer step when the grad norm is non-finite or above this; 0 disables."""
 
     # ---------------------------------------------------------------- delayed start (paper §4.2)
     delayed_start: bool = True
     """Run on-policy until batch pass@1 exceeds `start_threshold`, then switch to ExGRPO (one way). Off for Llama base (paper §5.1)."""
-    start_threshold: float = 0.35
+    start_threshold: float = setting(0.35, lo=0.0, hi=1.0)
     """Batch pass@1 (fraction of all responses with reward 1) that activates replay."""
 
     # ---------------------------------------------------------------- difficulty-masked GRPO (paper §3.2, Eq. 14)
-    difficulty_mask: str = "none"
+    difficulty_mask: str = setting("none", choices=frozenset({"none", "hard", "medium", "easy"}))
     """Preliminary study: only questions whose online accuracy is in this bucket get gradient: `none`, `hard`, `medium`, `easy`."""
     mask_hard_high: float = 0.25
     """Hard = (0, mask_hard_high]."""
@@ -202,40 +198,10 @@ class ExGRPOConfig:
         return self.sampler_sigma if self.sigma_units == "count" else self.sampler_sigma * self.n_rollouts
 
     def validate(self) -> ExGRPOConfig:
-        """Check every field; raise ConfigError naming the first bad one. Returns self."""
-        for f in fields(self):
-            _check_type(f.name, getattr(self, f.name), _hints()[f.name])
-        for name, allowed in STATIC_CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(name, f"got {getattr(self, name)!r}, expected one of {sorted(allowed)}")
-        for registry in REGISTRIES:  # membership of a built-in name loads nothing (no torch, no plug-in)
-            value = getattr(self, registry.config_field)
-            if value not in registry:
-                raise ConfigError(registry.config_field, f"got {value!r}, expected one of {sorted(registry)}")
-        _check_range("rho", self.rho, 0.0, 1.0, hi_open=True)
-        _check_range("start_threshold", self.start_threshold, 0.0, 1.0)
-        _check_range("retired_review_fraction", self.retired_review_fraction, 0.0, 1.0)
-        _check_range("mask_hard_high", self.mask_hard_high, 0.0, self.mask_easy_low, hi_open=True)
-        _check_range("mask_easy_low", self.mask_easy_low, self.mask_hard_high, 1.0)
-        for name in ("reward_timeout_s", "sampler_sigma", "shaping_beta", "clip_eps", "adv_eps"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(name, f"must be > 0, got {getattr(self, name)!r}")
-        for name in ("n_rollouts", "reward_max_chars", "reward_workers", "retired_review_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)!r}")
-        for name in (
-            "max_traj_per_question",
-            "loss_norm_const",
-            "retire_data_margin",
-            "entropy_coef",
-            "kl_coef",
-            "grad_clip",
-            "skip_grad_bound",
-            "buffer_lbound",
-            "log_ratio_clamp",
-        ):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, f"must be >= 0, got {getattr(self, name)!r}")
+        """Check every field (its declaration: type, choices, range), then the rules that tie fields together;
+        raise ConfigError naming the first bad one. Returns self."""
+        check_fields(self)
+        _check_mask_bounds(self)
         if self.reward_kind != "binary" and self.difficulty_signal != "reward_std":
             raise ConfigError(
                 "reward_kind",
@@ -278,25 +244,22 @@ class ExGRPOConfig:
         return dataclasses.asdict(self)
 
 
+def _check_mask_bounds(cfg: ExGRPOConfig) -> None:
+    """The difficulty mask's buckets: hard (0, mask_hard_high], medium between, easy [mask_easy_low, 1)."""
+    for name, lo, hi, hi_open in (
+        ("mask_hard_high", 0.0, cfg.mask_easy_low, True),
+        ("mask_easy_low", cfg.mask_hard_high, 1.0, False),
+    ):
+        if (reason := range_reason(getattr(cfg, name), lo, hi, hi_open=hi_open)) is not None:
+            raise ConfigError(name, reason)
+
+
 STATIC_CHOICES: dict[str, frozenset[str]] = {
-    "method": frozenset({"on_policy", "exgrpo"}),
-    "reward_region": frozenset({"after_think", "full"}),
-    "reward_answer_rule": frozenset({"release", "release_060", "last_box"}),
-    "retire_from_data": frozenset({"epoch", "never"}),
-    "retire_data_guard": frozenset({"after", "before"}),
-    "n_exp_rounding": frozenset({"floor", "int"}),
-    "sigma_units": frozenset({"count", "accuracy"}),
-    "sample_range": frozenset({"all", "first_half", "last_half"}),
-    "difficulty_signal": frozenset({"success", "reward_std"}),
-    "reward_kind": frozenset({"binary", "step_credit", "reward_model"}),
-    "selection_policy": frozenset({"current", "at_collection"}),
-    "entropy_mask": frozenset({"response", "as_released"}),
-    "loss_agg": frozenset({"seq_sum_const", "token_mean", "seq_mean"}),
-    "entropy_scale": frozenset({"token_mean", "per_micro_batch"}),
-    "grad_scale": frozenset({"whole_batch", "as_released"}),
-    "difficulty_mask": frozenset({"none", "hard", "medium", "easy"}),
+    name: frozenset(allowed)
+    for name, allowed in choices_of(ExGRPOConfig).items()
+    if not isinstance(allowed, Registry)
 }
-"""Allowed values of the enumerated fields that are not implementations (fixed here)."""
+"""Allowed values of the enumerated fields that are not implementations (from their declarations)."""
 
 
 CHOICES: Mapping[str, frozenset[str]] = RegistryChoices(STATIC_CHOICES)
@@ -305,39 +268,8 @@ CHOICES: Mapping[str, frozenset[str]] = RegistryChoices(STATIC_CHOICES)
 
 @lru_cache(maxsize=1)
 def field_docs() -> dict[str, str]:
-    """Field name → docstring, read from the class source (for the README and error messages)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(ExGRPOConfig)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-        ):
-            docs[node.target.id] = str(nxt.value.value).strip()
-    return docs
-
-
-@lru_cache(maxsize=1)
-def _hints() -> dict[str, Any]:
-    return get_type_hints(ExGRPOConfig)
-
-
-def _check_type(name: str, value: Any, expected: Any) -> None:
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return
-    if expected is bool and not isinstance(value, bool):
-        raise ConfigError(name, f"expected true/false, got {value!r}")
-    if expected is not bool and isinstance(value, bool) or not isinstance(value, expected):
-        raise ConfigError(name, f"expected {expected.__name__}, got {type(value).__name__} {value!r}")
-
-
-def _check_range(name: str, value: float, lo: float, hi: float, hi_open: bool = False) -> None:
-    bad = value < lo or (value >= hi if hi_open else value > hi)
-    if bad:
-        raise ConfigError(name, f"must be in [{lo}, {hi}{')' if hi_open else ']'}, got {value!r}")
+    """Field name → docstring of `ExGRPOConfig` (for the README and error messages)."""
+    return declared.field_docs(ExGRPOConfig)
 
 
 __all__ = [

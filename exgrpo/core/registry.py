@@ -100,10 +100,10 @@ class Registry(Generic[T]):
         return iter([*self.builtin, *(n for n in self._entries if n not in self.builtin)])
 
     def __len__(self) -> int:
-        return len(list(self))
+        return sum(1 for _ in self)
 
     def keys(self) -> list[str]:
-        return list(self)
+        return [*iter(self)]
 
     def entries(self) -> list[Entry[T]]:
         """Every registered implementation, built-ins first. The caller imports the core modules that
@@ -114,7 +114,7 @@ class Registry(Generic[T]):
             raise LookupError(
                 f"{self.config_field}: built-ins {missing} not registered: import their core module"
             )
-        return [self._entries[n] for n in self]
+        return [self._entries[n] for n in iter(self)]
 
 
 QUESTION_SAMPLERS: Registry[Callable[..., Any]] = Registry(
@@ -171,7 +171,8 @@ class RegistryChoices(Mapping[str, frozenset]):
 
 
 class PluginDict(dict):
-    """A dict that plug-ins may extend: every read first runs `load_plugins` (exgrpo.core.variants.ABLATIONS)."""
+    """A dict that plug-ins may extend: every read first runs `load_plugins` (exgrpo.core.variants.ABLATIONS), so
+    a broken or clashing plug-in stops any run that reads a variant."""
 
     def __getitem__(self, key: Any) -> Any:
         load_plugins()

@@ -13,10 +13,13 @@ Registered as selection_mode `median` (any selection_metric scores it) and as th
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from exgrpo.core.registry import SELECTION_MODES
 from exgrpo.core.variants import register_variant
+
+if TYPE_CHECKING:
+    import torch
 
 
 @SELECTION_MODES.register(
@@ -28,6 +31,8 @@ def pick_median(scores: torch.Tensor, generator: torch.Generator | None) -> int:
     """Index of the lower-median candidate. Args: scores [n] (n >= 1); generator unused (deterministic).
 
     A NaN score sorts last (torch.sort), so it is picked only when at least half the scores are NaN."""
+    import torch  # here, not at the top: loading the plug-in (to validate a config naming it) needs no torch
+
     order = torch.sort(scores, stable=True).indices
     return int(order[(scores.numel() - 1) // 2].item())
 

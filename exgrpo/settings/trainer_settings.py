@@ -30,40 +30,30 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from functools import lru_cache
+from dataclasses import dataclass, fields
 from typing import Any
 
-from exgrpo.core.config import ConfigError, _check_range, _check_type
+from exgrpo.core.declared import ConfigError, check_fields, setting
 
 NOT_AT_PAPER = "not a paper-scale setting (CPU trainer only)"
 
 
-def _meta(
+def _setting(
+    default: Any,
     *,
     paper: Any,
     verl: tuple[str, ...] = (),
     refused: str = "",
-    lo: float | None = None,
-    hi: float | None = None,
-    hi_open: bool = False,
     runtime_only: bool = False,
-) -> dict[str, Any]:
-    """Field metadata: `paper` default (a value, or a sentence where the backbone decides), the `verl` keys the
-    field becomes on the verl route or the reason it is `refused` there (then only the default is accepted),
-    the closed range [lo, hi] (`hi_open`: [lo, hi)), and `runtime_only` (where or how far a process runs, not
-    what it trains: not fingerprinted)."""
+    **allowed: Any,
+) -> Any:
+    """A trainer setting (`exgrpo.core.declared.setting`): its `paper` default (a value, or a sentence where the
+    backbone decides), the `verl` keys it becomes on the verl route or the reason it is `refused` there (then
+    only the default is accepted), `runtime_only` (where or how far a process runs, not what it trains: not
+    fingerprinted) and its `allowed` values (lo, hi, lo_open, hi_open, items)."""
     if bool(verl) == bool(refused):
         raise ValueError("a trainer setting either becomes verl keys or is refused on the verl route")
-    return {
-        "paper": paper,
-        "verl": verl,
-        "refused": refused,
-        "lo": lo,
-        "hi": hi,
-        "hi_open": hi_open,
-        "runtime_only": runtime_only,
-    }
+    return setting(default, paper=paper, verl=verl, refused=refused, runtime_only=runtime_only, **allowed)
 
 
 _ACTOR, _ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
@@ -71,108 +61,88 @@ _ACTOR, _ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
 
 @dataclass
 class TrainerSettings:
-    """All trainer settings. Field docstrings follow each field (CleanRL style); metadata as in `_meta`."""
+    """All trainer settings, each declared once (`_setting`); field docstrings follow each field (CleanRL style)."""
 
-    steps: int = field(
-        default=200,
-        metadata=_meta(
-            paper="the backbone's `steps` (700 for Qwen2.5-Math-7B)",
-            verl=("trainer.total_training_steps",),
-            lo=1,
-        ),
+    steps: int = _setting(
+        200,
+        paper="the backbone's `steps` (700 for Qwen2.5-Math-7B)",
+        verl=("trainer.total_training_steps",),
+        lo=1,
     )
     """Training steps (one rollout batch each). Tiny: the backbone's `steps` (100 for tiny-math)."""
-    batch_size: int = field(default=16, metadata=_meta(paper=128, verl=("data.train_batch_size",), lo=1))
+    batch_size: int = _setting(16, paper=128, verl=("data.train_batch_size",), lo=1)
     """B: questions per step (fresh + replayed; B fresh + replayed with `fresh_anchored`). Paper Table 4: 128."""
-    train_size: int = field(
-        default=0,
-        metadata=_meta(
-            paper=0, lo=0, refused="a regime setting: the verl route converts the whole train split"
-        ),
+    train_size: int = _setting(
+        0, paper=0, lo=0, refused="a regime setting: the verl route converts the whole train split"
     )
     """Training questions used: the first N of the train split's (shuffled) stored order; 0 = all of them."""
-    train_difficulties: tuple[int, ...] = field(
-        default=(),
-        metadata=_meta(paper=(), refused="a regime setting: the verl route converts the whole train split"),
+    train_difficulties: tuple[int, ...] = _setting(
+        (),
+        paper=(),
+        refused="a regime setting: the verl route converts the whole train split",
+        items={"lo": 1},
     )
     """Keep only training questions with these numbers of operations (e.g. (3, 4): a harder mix); () = all."""
-    mini_batches: int = field(
-        default=2, metadata=_meta(paper=2, verl=(f"{_ACTOR}.ppo_mini_batch_size",), lo=1)
-    )
+    mini_batches: int = _setting(2, paper=2, verl=(f"{_ACTOR}.ppo_mini_batch_size",), lo=1)
     """Optimizer steps per training step (paper: 128 prompts, mini-batch 64 → 2); verl: mini-batches of
     `batch_size / mini_batches` prompts (refused unless it divides `batch_size`)."""
-    lr: float = field(default=1e-4, metadata=_meta(paper=1e-6, verl=(f"{_ACTOR}.optim.lr",), lo=0.0))
+    lr: float = _setting(1e-4, paper=1e-6, verl=(f"{_ACTOR}.optim.lr",), lo=0, lo_open=True)
     """AdamW learning rate, constant (1e-4: the largest that gains on the tiny task without eroding greedy
     accuracy; paper Table 4: 1e-6). Must be > 0."""
-    adam_beta1: float = field(
-        default=0.9, metadata=_meta(paper=0.9, verl=(f"{_ACTOR}.optim.betas",), lo=0.0, hi=1.0, hi_open=True)
+    adam_beta1: float = _setting(
+        0.9, paper=0.9, verl=(f"{_ACTOR}.optim.betas",), lo=0.0, hi=1.0, hi_open=True
     )
     """AdamW β1 (paper: 0.9)."""
-    adam_beta2: float = field(
-        default=0.99,
-        metadata=_meta(paper=0.999, verl=(f"{_ACTOR}.optim.betas",), lo=0.0, hi=1.0, hi_open=True),
+    adam_beta2: float = _setting(
+        0.99, paper=0.999, verl=(f"{_ACTOR}.optim.betas",), lo=0.0, hi=1.0, hi_open=True
     )
     """AdamW β2: 0.99 at tiny scale (runs of 100-300 steps, shorter than β2=0.999's ~1000-step window; the
     committed tiny study was trained with it), 0.999 at paper scale (the paper's AdamW)."""
-    weight_decay: float = field(
-        default=0.0, metadata=_meta(paper=0.01, verl=(f"{_ACTOR}.optim.weight_decay",), lo=0.0)
-    )
+    weight_decay: float = _setting(0.0, paper=0.01, verl=(f"{_ACTOR}.optim.weight_decay",), lo=0.0)
     """AdamW weight decay (decoupled). Paper scale: 0.01, verl's and the release's."""
-    temperature: float = field(
-        default=1.0, metadata=_meta(paper=1.0, verl=(f"{_ROLLOUT}.temperature",), lo=0.0)
-    )
+    temperature: float = _setting(1.0, paper=1.0, verl=(f"{_ROLLOUT}.temperature",), lo=0.0)
     """Rollout temperature (paper: 1.0; 0 = greedy). The fresh rows' π_θold is the rollout's own log-probs, exact
     only at 1.0."""
-    top_p: float = field(default=1.0, metadata=_meta(paper=1.0, verl=(f"{_ROLLOUT}.top_p",), lo=0.0, hi=1.0))
+    top_p: float = _setting(1.0, paper=1.0, verl=(f"{_ROLLOUT}.top_p",), lo=0.0, hi=1.0, lo_open=True)
     """Rollout top-p (paper: 1.0), in (0, 1]."""
-    max_new_tokens: int = field(
-        default=72,
-        metadata=_meta(
-            paper="the backbone's `max_response_length` (8192)",
-            verl=(
-                "data.max_response_length",
-                f"{_ROLLOUT}.max_model_len",
-                f"{_ACTOR}.ppo_max_token_len_per_gpu",
-                f"{_ROLLOUT}.log_prob_max_token_len_per_gpu",
-                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-            ),
-            lo=1,
+    max_new_tokens: int = _setting(
+        72,
+        paper="the backbone's `max_response_length` (8192)",
+        verl=(
+            "data.max_response_length",
+            f"{_ROLLOUT}.max_model_len",
+            f"{_ACTOR}.ppo_max_token_len_per_gpu",
+            f"{_ROLLOUT}.log_prob_max_token_len_per_gpu",
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
         ),
+        lo=1,
     )
     """Response length cap; also the constant loss normaliser when `loss_norm_const` is 0. Tiny: the backbone's
     `max_response_length` (72). verl: the response length, the model length (prompt + response) and the token
     budgets of a dynamic micro-batch (4 x model length)."""
-    val_every: int = field(default=25, metadata=_meta(paper=10, verl=("trainer.test_freq",), lo=0))
+    val_every: int = _setting(25, paper=10, verl=("trainer.test_freq",), lo=0)
     """Validate every N steps (and at the last step); 0 disables (verl: test_freq -1)."""
-    val_size: int = field(
-        default=200, metadata=_meta(paper="the whole validation split", verl=("data.val_max_samples",), lo=0)
-    )
+    val_size: int = _setting(200, paper="the whole validation split", verl=("data.val_max_samples",), lo=0)
     """Validation questions (first N of the valid split)."""
-    val_temperature: float = field(
-        default=0.6, metadata=_meta(paper=0.6, verl=(f"{_ROLLOUT}.val_kwargs.temperature",), lo=0.0)
-    )
+    val_temperature: float = _setting(0.6, paper=0.6, verl=(f"{_ROLLOUT}.val_kwargs.temperature",), lo=0.0)
     """Validation temperature (paper: 0.6, one sample)."""
-    ckpt_every: int = field(default=25, metadata=_meta(paper=50, verl=("trainer.save_freq",), lo=1))
+    ckpt_every: int = _setting(25, paper=50, verl=("trainer.save_freq",), lo=1)
     """Checkpoint every N steps (and at the last step)."""
-    threads: int = field(
-        default=1,
-        metadata=_meta(
-            paper=NOT_AT_PAPER,
-            lo=1,
-            runtime_only=True,
-            refused="torch intra-op threads of the CPU trainer's own process; verl's Ray workers are sized by the "
-            "backbone's resources",
-        ),
+    threads: int = _setting(
+        1,
+        paper=NOT_AT_PAPER,
+        lo=1,
+        runtime_only=True,
+        refused="torch intra-op threads of the CPU trainer's own process; verl's Ray workers are sized by the "
+        "backbone's resources",
     )
     """torch intra-op threads (not part of the run's identity)."""
-    stop_after: int = field(
-        default=0,
-        metadata=_meta(
-            paper=NOT_AT_PAPER,
-            lo=0,
-            runtime_only=True,
-            refused="a per-job stop, not a run setting: on verl a segment job's launch override exgrpo.stop_after",
-        ),
+    stop_after: int = _setting(
+        0,
+        paper=NOT_AT_PAPER,
+        lo=0,
+        runtime_only=True,
+        refused="a per-job stop, not a run setting: on verl a segment job's launch override exgrpo.stop_after",
     )
     """Exit after this step without finishing (tests and failure drills); 0 = run to the end."""
 
@@ -186,23 +156,9 @@ class TrainerSettings:
         return (self.adam_beta1, self.adam_beta2)
 
     def validate(self, where: str = "trainer.") -> TrainerSettings:
-        """Check every field's type and range; raise ConfigError naming `<where><field>`. Returns self."""
+        """Check every field against its declaration; raise ConfigError naming `<where><field>`. Returns self."""
         try:
-            for f in fields(self):
-                value = getattr(self, f.name)
-                if f.name == "train_difficulties":
-                    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in value):
-                        raise ConfigError(f.name, f"expected operation counts >= 1, got {list(value)!r}")
-                    continue
-                _check_type(f.name, value, _hints()[f.name])
-                meta = f.metadata
-                if meta["lo"] is not None or meta["hi"] is not None:
-                    lo = meta["lo"] if meta["lo"] is not None else float("-inf")
-                    hi = meta["hi"] if meta["hi"] is not None else float("inf")
-                    _check_range(f.name, value, lo, hi, hi_open=meta["hi_open"])
-            for name in ("lr", "top_p"):
-                if getattr(self, name) <= 0:
-                    raise ConfigError(name, f"must be > 0, got {getattr(self, name)!r}")
+            check_fields(self)
         except ConfigError as err:
             raise ConfigError(f"{where}{err.field}", err.reason) from None
         return self
@@ -237,13 +193,6 @@ RUNTIME_ONLY = frozenset(f.name for f in fields(TrainerSettings) if f.metadata["
 """Fields that say where or how far a process runs, not what it trains (not fingerprinted)."""
 REFUSED_ON_VERL = {f.name: f.metadata["refused"] for f in fields(TrainerSettings) if f.metadata["refused"]}
 """Fields the verl route cannot follow → why; it accepts only their default."""
-
-
-@lru_cache(maxsize=1)
-def _hints() -> dict[str, Any]:
-    from typing import get_type_hints
-
-    return get_type_hints(TrainerSettings)
 
 
 VERL_KEYS = frozenset(key for name in names() for key in spec(name)["verl"])

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from exgrpo.core.declared import ConfigError, check_fields, setting
 from exgrpo.testbed import task
 from exgrpo.testbed.tokenizer import encode_questions, encode_responses
 
@@ -38,34 +39,48 @@ DEFAULT_FORM_MIX = {"symbolic": 0.8, "words": 0.08, "choice4": 0.06, "choice10":
 
 @dataclass
 class SFTSettings:
-    """Every SFT knob; `steps` and `lr` come from the backbone entry's `sft` block."""
+    """Every SFT knob, each declared once (`exgrpo.core.declared.setting`); `steps` and `lr` come from the
+    backbone entry's `sft` block (config/backbones.yaml)."""
 
-    steps: int
-    lr: float
-    batch_size: int = 64
-    micro_batch: int = 16
-    warmup: int = 50
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.98)
-    grad_clip: float = 1.0
-    p_noise: float = 0.2
-    p_prop: float = 0.7
-    difficulties: tuple[int, ...] = task.ID_DIFFICULTIES
-    form_mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_FORM_MIX))
+    steps: int = setting(lo=1)
+    """Optimizer steps."""
+    lr: float = setting(lo=0, lo_open=True)
+    """Peak learning rate (AdamW), reached after `warmup` steps, then cosine decay to `min_lr_ratio` of it."""
+    batch_size: int = setting(64, lo=1)
+    """Examples per optimizer step."""
+    micro_batch: int = setting(16, lo=1)
+    """Examples per forward pass (gradient accumulation over batch_size / micro_batch)."""
+    warmup: int = setting(50, lo=0)
+    """Linear warm-up steps (at most a tenth of `steps`)."""
+    min_lr_ratio: float = setting(0.1, lo=0.0, hi=1.0)
+    """Final learning rate as a fraction of `lr`."""
+    weight_decay: float = setting(0.1, lo=0.0)
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = setting((0.9, 0.98), items={"lo": 0.0, "hi": 1.0, "hi_open": True})
+    """AdamW (β1, β2), each in [0, 1)."""
+    grad_clip: float = setting(1.0, lo=0.0)
+    """Gradient-norm clip."""
+    p_noise: float = setting(0.2, lo=0.0, hi=1.0)
+    """Probability that the noisy teacher writes a step's result off by ±1 or ±2 (each step on its own)."""
+    p_prop: float = setting(0.7, lo=0.0, hi=1.0)
+    """Probability that a wrong step's value is carried on (a wrong answer) rather than corrected."""
+    difficulties: tuple[int, ...] = setting(task.ID_DIFFICULTIES, items={"lo": 1})
+    """Numbers of operations of the SFT problems."""
+    form_mix: dict[str, float] = setting(default_factory=lambda: dict(DEFAULT_FORM_MIX))
+    """Prompt form -> sampling weight (>= 0) over symbolic / words / choice4 / choice10."""
     seed: int = 0
+    """torch seed of the run (the model's initialisation and batching)."""
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]  # JSON/YAML give lists
+        self.difficulties = tuple(self.difficulties)
 
     def validate(self) -> SFTSettings:
-        from exgrpo.core.config import ConfigError
-
-        for name in ("steps", "batch_size", "micro_batch"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"sft.{name}", f"must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ConfigError("sft.lr", f"must be > 0, got {self.lr}")
-        for name in ("p_noise", "p_prop", "min_lr_ratio"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(f"sft.{name}", f"must be in [0, 1], got {getattr(self, name)}")
+        """Check every field against its declaration, then the form mix; ConfigError names `sft.<field>`."""
+        try:
+            check_fields(self)
+        except ConfigError as err:
+            raise ConfigError(f"sft.{err.field}", err.reason) from None
         unknown = set(self.form_mix) - {"symbolic", "words", "choice4", "choice10"}
         if unknown or not self.form_mix or min(self.form_mix.values()) < 0:
             raise ConfigError(

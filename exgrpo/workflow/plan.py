@@ -8,8 +8,8 @@ Dependencies come from the printed inputs and outputs (a job waits for the jobs 
 Assumptions, stated up front: unlimited parallelism (no queue wait, every ready job starts at once), each job
 runs for the runtime it requests (the requested wall time is an upper bound), and local rules (`localrule`,
 run on the submit host in milliseconds, e.g. `resolve_run`) take no time. With a partition limit a training
-run longer than the limit is a chain of segments (`exgrpo.workflow.cluster.segment_plan`), whose requested times add
-up along the chain; any other job longer than the limit is reported as not fitting.
+run longer than the limit is a chain of segments (`exgrpo.workflow.cluster.segment_stops`), whose requested
+times add up along the chain; any other job longer than the limit is reported as not fitting.
 """
 
 from __future__ import annotations
