@@ -17,6 +17,7 @@ from analysis import schema
 from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss
+from exgrpo.core.loss_inputs import LossInputs
 from exgrpo.core.reward import Verifier
 from exgrpo.records import metrics as M
 from exgrpo.records import metrics_verl as MV
@@ -56,19 +57,17 @@ def test_core_metric_keys_are_registered():
     exp = manager.end_step(1, 0.5)
     verifier_keys = Verifier.from_config(cfg).metrics()
     logp = -torch.rand(2, 3)
-    _, loss_metrics = exgrpo_policy_loss(
-        logp,
-        logp + 0.1,
-        torch.ones(2),
-        torch.ones(2, 3, dtype=torch.bool),
+    inputs = LossInputs(
+        logp=logp,
+        old_logp=logp + 0.1,
+        advantages=torch.ones(2),
+        response_mask=torch.ones(2, 3, dtype=torch.bool),
         is_replay=torch.tensor([False, True]),
         behaviour_logp=logp - 0.1,
-        replay_active=True,
-        cfg=cfg,
-        norm_const=3,
         token_entropy=torch.rand(2, 3),
         ref_logp=logp,
     )
+    _, loss_metrics = exgrpo_policy_loss(inputs, cfg=cfg, replay_active=True, norm_const=3)
     for key in [*exp, *verifier_keys, *(f"update/{k}" for k in loss_metrics)]:
         assert M.lookup(key) is not None, key
     renames = MV.verl_key_map()

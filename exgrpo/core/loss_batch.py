@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from exgrpo.core.config import ConfigError, ExGRPOConfig
+from exgrpo.core.loss_inputs import LossInputs
 from exgrpo.core.token_loss import REPLAY_TOKEN_LOSSES, replay_weight
 
 
@@ -29,32 +30,25 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float(torch.where(mask, x, 0.0).sum().item() / n) if n else 0.0
 
 
-def check_loss_inputs(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    is_replay: torch.Tensor,
-    behaviour_logp: torch.Tensor | None,
-    replay_active: bool,
-    cfg: ExGRPOConfig,
-    token_entropy: torch.Tensor | None,
-    sample_mask: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-) -> torch.Tensor:
-    """The (micro-)batch checks of `exgrpo_policy_loss` (same arguments), for both runtimes: shapes, the replay
-    shaping, replayed rows only once replay is active and with π_past, and the entropy / reference log-probs the
-    config needs (`ConfigError` naming the field; `agg_loss` checks `loss_agg`). Returns the advantages as
-    [B, 1] or [B, T]."""
+def check_loss_inputs(inputs: LossInputs, *, cfg: ExGRPOConfig, replay_active: bool) -> None:
+    """The (micro-)batch checks of `exgrpo_policy_loss` (same arguments), for both runtimes: shapes (those in
+    `LossInputs`' docstrings), the replay shaping, replayed rows only once replay is active and with π_past, and
+    the entropy / reference log-probs the config needs (`ConfigError` naming the field; `agg_loss` checks
+    `loss_agg`). Raises on the first failed check."""
+    logp, advantages, is_replay, sample_mask = (
+        inputs.logp,
+        inputs.advantages,
+        inputs.is_replay,
+        inputs.sample_mask,
+    )
     _check_shapes(
         logp,
         {
-            "old_logp": old_logp,
-            "response_mask": response_mask,
-            "behaviour_logp": behaviour_logp,
-            "token_entropy": token_entropy,
-            "ref_logp": ref_logp,
+            "old_logp": inputs.old_logp,
+            "response_mask": inputs.response_mask,
+            "behaviour_logp": inputs.behaviour_logp,
+            "token_entropy": inputs.token_entropy,
+            "ref_logp": inputs.ref_logp,
         },
     )
     b = logp.shape[0]
@@ -73,15 +67,14 @@ def check_loss_inputs(
         raise ValueError(
             "is_replay marks replayed rows but replay_active is False (replay starts after the switch)"
         )
-    if any_replay and cfg.is_correction and behaviour_logp is None:
+    if any_replay and cfg.is_correction and inputs.behaviour_logp is None:
         raise ValueError("behaviour_logp is required for replayed rows when cfg.is_correction is True")
-    if cfg.entropy_coef > 0 and token_entropy is None:
+    if cfg.entropy_coef > 0 and inputs.token_entropy is None:
         raise ConfigError(
             "entropy_coef", f"is {cfg.entropy_coef} but no token_entropy was passed to the loss"
         )
-    if cfg.kl_coef > 0 and ref_logp is None:
+    if cfg.kl_coef > 0 and inputs.ref_logp is None:
         raise ConfigError("kl_coef", f"is {cfg.kl_coef} but no ref_logp was passed to the loss")
-    return advantages[:, None] if advantages.shape == (b,) else advantages
 
 
 def loss_metrics(

@@ -1,8 +1,9 @@
 """Per-token policy losses of the mixed-policy objective (paper Eq. 4, §4.2 shaping, App. D.1).
 
 `policy_token_losses` is the first part of `exgrpo.core.loss`: [B, T] losses of fresh and replayed rows,
-before any aggregation. The switches arrive as floats and strings, not as a config object. What each switch
-does, and the departures from the paper and the release, are stated in `exgrpo.core.loss`'s docstring.
+before any aggregation. The tensors arrive as one `LossInputs` (`exgrpo.core.loss_inputs`), the switches as
+floats and strings, not as a config object. What each switch does, and the departures from the paper and the
+release, are stated in `exgrpo.core.loss`'s docstring.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from exgrpo.core.loss_inputs import LossInputs
 from exgrpo.core.registry import REPLAY_WEIGHTINGS
 
 LOG_RATIO_CLAMP = 20.0
@@ -147,12 +149,7 @@ class TokenLosses:
 
 
 def policy_token_losses(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    adv: torch.Tensor,
-    response_mask: torch.Tensor,
-    is_replay: torch.Tensor,
-    behaviour_logp: torch.Tensor | None,
+    inputs: LossInputs,
     *,
     replay_active: bool,
     clip_eps: float,
@@ -160,27 +157,31 @@ def policy_token_losses(
     replay_shaping: str,
     shaping_beta: float,
     is_correction: bool,
-    sample_mask: torch.Tensor | None = None,
     log_ratio_clamp: float = LOG_RATIO_CLAMP,
 ) -> TokenLosses:
     """Per-token losses of fresh and replayed rows (paper Eq. 4 with §4.2 shaping; Eq. 14 with `sample_mask`).
 
     Args:
-        logp, old_logp: [B, T] log π_θ (differentiable) and log π_θold.
-        adv: [B, 1] or [B, T] group advantages.
-        response_mask: [B, T] bool, response tokens.
-        is_replay: [B] bool, replayed (experience) rows.
-        behaviour_logp: [B, T] log π_past, read on replayed rows when `is_correction`.
+        inputs: the batch (`LossInputs`); read: logp, old_logp [B, T] log π_θ (differentiable) and log π_θold;
+            advantages [B] (or [B, T]; [B, 1] accepted) group advantages; response_mask [B, T] response tokens;
+            is_replay [B] bool replayed (experience) rows; behaviour_logp [B, T] log π_past, read on replayed
+            rows when `is_correction`; sample_mask [B] bool rows that get gradient (None = all).
         replay_active: mixed-policy mode (delayed start): removes the fresh tokens' clip unless
             `keep_clip_after_activation`.
         clip_eps, replay_shaping, shaping_beta, is_correction: the loss switches (module docstring).
-        sample_mask: [B] bool rows that get gradient; None = all.
         log_ratio_clamp: bound on |log-ratio| before exp (0 = none, as released).
     Returns:
         `TokenLosses`.
     """
-    mask = response_mask.bool()
-    replay = is_replay.bool()
+    logp, old_logp, behaviour_logp, sample_mask = (
+        inputs.logp,
+        inputs.old_logp,
+        inputs.behaviour_logp,
+        inputs.sample_mask,
+    )
+    adv = inputs.token_advantages
+    mask = inputs.mask
+    replay = inputs.is_replay.bool()
     keep = mask if sample_mask is None else mask & sample_mask.bool()[:, None]
 
     # fresh tokens: π_θ / π_θold, PPO clip until the switch (or always with keep_clip_after_activation)

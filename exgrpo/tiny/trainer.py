@@ -36,6 +36,7 @@ from exgrpo.core.buffer import Trajectory
 from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager
 from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
+from exgrpo.core.loss_inputs import LossInputs
 from exgrpo.core.reward import Verifier
 from exgrpo.core.selection import candidate_scores, metric_needs
 from exgrpo.records import metrics as M
@@ -277,18 +278,18 @@ class CPUTrainer:
                 temperature=1.0,
                 with_entropy=True,
             )
-            loss, m = exgrpo_policy_loss(
-                logp,
-                batch["old_logp"][chunk],
-                batch["adv"][chunk],
-                batch["mask"][chunk],
+            inputs = LossInputs(
+                logp=logp,
+                old_logp=batch["old_logp"][chunk],
+                advantages=batch["adv"][chunk],
+                response_mask=batch["mask"][chunk],
                 is_replay=batch["is_replay"][chunk],
                 behaviour_logp=batch["blogp"][chunk],
-                replay_active=self.manager.replay_active,
-                cfg=self.cfg,
-                norm_const=self.norm_const,
                 token_entropy=ent,
                 sample_mask=batch["sample_mask"][chunk],
+            )
+            loss, m = exgrpo_policy_loss(
+                inputs, cfg=self.cfg, replay_active=self.manager.replay_active, norm_const=self.norm_const
             )
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -8,8 +8,8 @@ core's `exgrpo_policy_loss`, the function the CPU trainer calls, so both compute
 tensors (paper Eq. 4 with §4.2 shaping; Eq. 14 with the sample mask).
 
 verl's FSDP engine calls the loss once per micro-batch, SUMS the micro-batch losses of a mini-batch and
-AVERAGES gradients over data-parallel ranks. The core's `agg_loss` data-parallel arguments (verl's
-`dp_size`, `batch_num_tokens` = response tokens of the mini-batch over all ranks, `global_batch_size`) make
+AVERAGES gradients over data-parallel ranks. The core's data-parallel split (`DataParallel`: verl's
+`dp_size`, `batch_num_tokens` = response tokens of the mini-batch over all ranks, `global_batch_size`) makes
 each micro-batch's value its share, so this sum-then-average equals the core loss of the whole mini-batch
 (verl's own global-batch normalisation). With one micro-batch on one rank the value is the core's.
 
@@ -34,6 +34,7 @@ import torch
 
 from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.loss import exgrpo_policy_loss
+from exgrpo.core.loss_inputs import ONE_BATCH, DataParallel, LossInputs
 from exgrpo.records import metrics as M
 from exgrpo.records.metrics_verl import worker_key
 from exgrpo.verl_plugin.batch import BEHAV_FIELD, IS_REPLAY_FIELD, REPLAY_ACTIVE_KEY, SAMPLE_MASK_FIELD
@@ -46,30 +47,22 @@ VERL_INPUTS = {
 
 
 def micro_batch_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
+    inputs: LossInputs,
     *,
-    is_replay: torch.Tensor,
-    behaviour_logp: torch.Tensor | None,
-    sample_mask: torch.Tensor | None,
-    token_entropy: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-    replay_active: bool,
     cfg: ExGRPOConfig,
+    replay_active: bool,
     norm_const: int,
-    dp_size: int = 1,
-    batch_num_tokens: int | None = None,
-    global_batch_size: int | None = None,
+    dp: DataParallel = ONE_BATCH,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch's share of the core ExGRPO loss of its mini-batch (see module docstring).
 
     Args:
-        logp, old_logp, response_mask, behaviour_logp, token_entropy, ref_logp: [b, T] (padded response layout).
-        advantages: [b] or [b, T]; is_replay, sample_mask: [b].
-        batch_num_tokens: response tokens of the whole mini-batch over all ranks (verl `batch_num_tokens`);
-            None = this micro-batch's. global_batch_size: sequences of the mini-batch; None = this one's.
+        inputs: the micro-batch's tensors (`LossInputs`, padded response layout): logp, old_logp,
+            response_mask, behaviour_logp, token_entropy, ref_logp [b, T]; advantages [b] or [b, T];
+            is_replay, sample_mask [b].
+        dp: the mini-batch's data-parallel split (`DataParallel`): verl's dp_size, batch_num_tokens (response
+            tokens of the whole mini-batch over all ranks; None = this micro-batch's) and global_batch_size
+            (sequences of the mini-batch; None = this one's).
     Returns:
         (scalar loss to backpropagate, the core's metrics for this micro-batch alone). Over micro-batches
         (summed) and ranks (gradients averaged) the loss is the core loss of the mini-batch
@@ -77,29 +70,22 @@ def micro_batch_loss(
     """
     try:
         loss, metrics = exgrpo_policy_loss(
-            logp,
-            old_logp,
-            advantages,
-            response_mask,
-            is_replay=is_replay,
-            behaviour_logp=behaviour_logp,
-            replay_active=replay_active,
-            cfg=cfg,
-            norm_const=norm_const,
-            token_entropy=token_entropy,
-            sample_mask=sample_mask,
-            ref_logp=ref_logp,
-            dp_size=dp_size,
-            batch_num_tokens=None if batch_num_tokens is None else max(int(batch_num_tokens), 1),
-            global_batch_size=None if global_batch_size is None else max(int(global_batch_size), 1),
+            inputs, cfg=cfg, replay_active=replay_active, norm_const=norm_const, dp=dp
         )
     except ConfigError as err:  # the core's micro-batch check, with the verl setting that provides the input
         if err.field in VERL_INPUTS:
             raise ConfigError(err.field, f"{err.reason} ({VERL_INPUTS[err.field]})") from err
         raise
-    if cfg.grad_scale == "as_released" and dp_size != 1:
-        loss = loss / dp_size  # the release's 1/dp: FSDP's rank average of losses already globally normalised
+    if cfg.grad_scale == "as_released" and dp.dp_size != 1:
+        loss = (
+            loss / dp.dp_size
+        )  # the release's 1/dp: FSDP's rank average of losses already globally normalised
     return loss, metrics
+
+
+def _count(value: Any) -> int | None:
+    """A mini-batch count from verl's non-tensor metadata: None stays None, else an int >= 1."""
+    return None if value is None else max(int(value), 1)
 
 
 def exgrpo_actor_loss(
@@ -129,26 +115,25 @@ def exgrpo_actor_loss(
     fields = ["response_mask", "old_log_probs", "advantages", IS_REPLAY_FIELD, BEHAV_FIELD, SAMPLE_MASK_FIELD]
     if cfg.kl_coef > 0:
         fields.append("ref_log_prob")
-    dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1)
-    batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
-    global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
+    dp = DataParallel(
+        dp_size=int(tu.get_non_tensor_data(data=data, key="dp_size", default=1)),
+        batch_num_tokens=_count(tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)),
+        global_batch_size=_count(tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)),
+    )
     d = data.select(*fields).to_padded_tensor()
-    loss, metrics = micro_batch_loss(
-        logp,
-        d["old_log_probs"],
-        d["advantages"],
-        d["response_mask"],
+    inputs = LossInputs(
+        logp=logp,
+        old_logp=d["old_log_probs"],
+        advantages=d["advantages"],
+        response_mask=d["response_mask"],
         is_replay=d[IS_REPLAY_FIELD].reshape(-1).bool(),
         behaviour_logp=d[BEHAV_FIELD],
-        sample_mask=d[SAMPLE_MASK_FIELD].reshape(-1).bool(),
         token_entropy=entropy,
+        sample_mask=d[SAMPLE_MASK_FIELD].reshape(-1).bool(),
         ref_logp=d["ref_log_prob"] if cfg.kl_coef > 0 else None,
-        replay_active=bool(replay_active),
-        cfg=cfg,
-        norm_const=norm_const,
-        dp_size=int(dp_size),
-        batch_num_tokens=batch_num_tokens,
-        global_batch_size=global_batch_size,
+    )
+    loss, metrics = micro_batch_loss(
+        inputs, cfg=cfg, replay_active=bool(replay_active), norm_const=norm_const, dp=dp
     )
     out = {worker_key(M.UPDATE_BY_KEY[k]): v for k, v in metrics.items()}
     out[worker_key(M.REPLAY_ACTIVE_IN_LOSS)] = float(bool(replay_active))

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from exgrpo.core.loss import exgrpo_policy_loss
+from exgrpo.core.loss_inputs import DataParallel, LossInputs
 from exgrpo.core.variants import config_for
 from exgrpo.verl_plugin.loss import micro_batch_loss
 
@@ -58,18 +59,16 @@ def _reference_grad() -> torch.Tensor:
     d = _batch()
     theta = d["theta"].clone().requires_grad_(True)
     logp, ent = _logp_entropy(theta)
-    loss, _ = exgrpo_policy_loss(
-        logp,
-        d["old"],
-        d["adv"],
-        d["mask"],
+    inputs = LossInputs(
+        logp=logp,
+        old_logp=d["old"],
+        advantages=d["adv"],
+        response_mask=d["mask"],
         is_replay=d["is_replay"],
         behaviour_logp=d["behav"],
-        replay_active=True,
-        cfg=_cfg("whole_batch"),
-        norm_const=NORM,
         token_entropy=ent,
     )
+    loss, _ = exgrpo_policy_loss(inputs, cfg=_cfg("whole_batch"), replay_active=True, norm_const=NORM)
     loss.backward()
     return theta.grad
 
@@ -79,27 +78,20 @@ def _rank_grad(rank: int, world: int, grad_scale: str) -> torch.Tensor:
     d = _batch()
     rows = torch.arange(B).reshape(world, -1)[rank]
     theta = d["theta"].clone().requires_grad_(True)
-    n_tok = int(d["mask"].sum())
+    dp = DataParallel(dp_size=world, batch_num_tokens=int(d["mask"].sum()), global_batch_size=B)
     groups = [rows[:1], rows[1:]] if world > 1 else [rows[:3], rows[3:]]
     for idx in groups:
         logp, ent = _logp_entropy(theta[idx])
-        loss, _ = micro_batch_loss(
-            logp,
-            d["old"][idx],
-            d["adv"][idx],
-            d["mask"][idx],
+        inputs = LossInputs(
+            logp=logp,
+            old_logp=d["old"][idx],
+            advantages=d["adv"][idx],
+            response_mask=d["mask"][idx],
             is_replay=d["is_replay"][idx],
             behaviour_logp=d["behav"][idx],
-            sample_mask=None,
             token_entropy=ent,
-            ref_logp=None,
-            replay_active=True,
-            cfg=_cfg(grad_scale),
-            norm_const=NORM,
-            dp_size=world,
-            batch_num_tokens=n_tok,
-            global_batch_size=B,
         )
+        loss, _ = micro_batch_loss(inputs, cfg=_cfg(grad_scale), replay_active=True, norm_const=NORM, dp=dp)
         loss.backward()
     grad = theta.grad.clone()
     if world > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -10,6 +11,7 @@ import torch
 
 from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.core.loss import AGGREGATIONS, exgrpo_policy_loss, resolve_norm_const
+from exgrpo.core.loss_inputs import DataParallel, LossInputs
 from exgrpo.core.token_loss import REPLAY_TOKEN_LOSSES, SHAPING_FNS, low_var_kl
 
 LN = math.log
@@ -32,17 +34,15 @@ def one_token(
     """Loss and d loss / d logp for a single-token batch, A given, seq_sum_const with norm 1."""
     x = torch.tensor([[logp]], dtype=torch.float64, requires_grad=True)
     beh = None if behaviour is None else torch.tensor([[behaviour]], dtype=torch.float64)
-    loss, metrics = exgrpo_policy_loss(
-        x,
-        torch.tensor([[old]], dtype=torch.float64),
-        torch.tensor([adv], dtype=torch.float64),
-        torch.ones(1, 1, dtype=torch.bool),
+    inputs = LossInputs(
+        logp=x,
+        old_logp=torch.tensor([[old]], dtype=torch.float64),
+        advantages=torch.tensor([adv], dtype=torch.float64),
+        response_mask=torch.ones(1, 1, dtype=torch.bool),
         is_replay=torch.tensor([replay]),
         behaviour_logp=beh,
-        replay_active=active,
-        cfg=c or cfg(),
-        norm_const=1,
     )
+    loss, metrics = exgrpo_policy_loss(inputs, cfg=c or cfg(), replay_active=active, norm_const=1)
     loss.backward()
     return loss.item(), x.grad.item(), metrics
 
@@ -127,17 +127,14 @@ def test_released_wo_shaping_registry_entry_is_unclipped():
 def test_clipfrac_counts_on_policy_tokens_only():
     logp = torch.log(torch.tensor([[0.75, 0.75], [0.5, 0.5]]))
     old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
-    _, m = exgrpo_policy_loss(
-        logp,
-        old,
-        torch.tensor([1.0, 1.0]),
-        torch.ones(2, 2, dtype=torch.bool),
+    inputs = LossInputs(
+        logp=logp,
+        old_logp=old,
+        advantages=torch.tensor([1.0, 1.0]),
+        response_mask=torch.ones(2, 2, dtype=torch.bool),
         is_replay=torch.tensor([False, False]),
-        behaviour_logp=None,
-        replay_active=False,
-        cfg=cfg(),
-        norm_const=1,
     )
+    _, m = exgrpo_policy_loss(inputs, cfg=cfg(), replay_active=False, norm_const=1)
     assert m["clipfrac"] == pytest.approx(0.5)  # row 0 (w=1.5, A>0) clipped, row 1 (w=1) not
     assert m["on_tokens"] == 4 and m["replay_tokens"] == 0
 
@@ -161,13 +158,15 @@ def _agg_batch():
 )
 def test_aggregation_modes(mode, want, want_masked):
     logp, old, adv, mask = _agg_batch()
-    c = cfg(loss_agg=mode)
-    common = dict(
-        is_replay=torch.tensor([False, False]), behaviour_logp=None, replay_active=True, cfg=c, norm_const=10
+    common = dict(cfg=cfg(loss_agg=mode), replay_active=True, norm_const=10)
+    inputs = LossInputs(
+        logp=logp, old_logp=old, advantages=adv, response_mask=mask, is_replay=torch.tensor([False, False])
     )
-    loss, _ = exgrpo_policy_loss(logp, old, adv, mask, **common)
+    loss, _ = exgrpo_policy_loss(inputs, **common)
     assert loss.item() == pytest.approx(want, abs=1e-6)
-    masked, _ = exgrpo_policy_loss(logp, old, adv, mask, sample_mask=torch.tensor([True, False]), **common)
+    masked, _ = exgrpo_policy_loss(
+        dataclasses.replace(inputs, sample_mask=torch.tensor([True, False])), **common
+    )
     assert masked.item() == pytest.approx(want_masked, abs=1e-6)
     masked.backward()
     assert torch.all(logp.grad[1] == 0)  # excluded row gets no gradient
@@ -175,6 +174,47 @@ def test_aggregation_modes(mode, want, want_masked):
     assert AGGREGATIONS[mode](
         torch.tensor([[-1.0, -1.0, 7.0], [-3.0, 7.0, 7.0]]), mask, norm_const=10
     ).item() == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("mode", "want"),
+    [
+        ("seq_sum_const", 2 * -5 / 10),  # the constant is not a count: only the x dp_size share
+        ("token_mean", 2 * -5 / 6),  # the mini-batch's 6 tokens, not this batch's 3
+        ("seq_mean", 2 * (-1 + -3) / 4),  # the mini-batch's 4 sequences, not this batch's 2
+    ],
+)
+def test_aggregation_share_of_a_two_rank_mini_batch(mode, want):
+    logp, old, adv, mask = _agg_batch()
+    inputs = LossInputs(
+        logp=logp, old_logp=old, advantages=adv, response_mask=mask, is_replay=torch.tensor([False, False])
+    )
+    dp = DataParallel(dp_size=2, batch_num_tokens=6, global_batch_size=4)
+    loss, m = exgrpo_policy_loss(inputs, cfg=cfg(loss_agg=mode), replay_active=True, norm_const=10, dp=dp)
+    assert loss.item() == pytest.approx(want, abs=1e-6)
+    one_batch = {"seq_sum_const": -5 / 10, "token_mean": -5 / 3, "seq_mean": (-1 + -3) / 2}[mode]
+    assert m["loss"] == pytest.approx(one_batch, abs=1e-6)  # the metrics describe this batch alone
+    if mode != "seq_sum_const":  # over several ranks this batch's own count cannot stand for the mini-batch's
+        with pytest.raises(ValueError, match="ranks needs"):
+            exgrpo_policy_loss(
+                inputs, cfg=cfg(loss_agg=mode), replay_active=True, norm_const=10, dp=DataParallel(dp_size=2)
+            )
+
+
+def test_loss_inputs_rows_and_data_parallel_default():
+    logp, old, adv, mask = _agg_batch()
+    inputs = LossInputs(
+        logp=logp, old_logp=old, advantages=adv, response_mask=mask, is_replay=torch.tensor([False, True])
+    )
+    assert inputs.token_advantages.tolist() == [[1.0], [3.0]] and inputs.mask.dtype == torch.bool
+    row = inputs.rows(slice(1, 2))
+    assert row.logp.tolist() == [[-0.5, 50.0, -9.0]] and row.is_replay.tolist() == [True]
+    assert row.behaviour_logp is None and row.sample_mask is None
+    token_level = LossInputs(logp=logp, old_logp=old, advantages=old, response_mask=mask, is_replay=adv > 2)
+    assert token_level.token_advantages is old
+    assert DataParallel().is_one_batch and not DataParallel(batch_num_tokens=3).is_one_batch
+    assert not DataParallel(dp_size=2).is_one_batch
+    assert DataParallel(dp_size=4).share(torch.tensor(0.5)).item() == 2.0
 
 
 def test_seq_sum_const_needs_positive_constant():
@@ -192,19 +232,16 @@ def test_entropy_bonus_and_kl_terms():
     ent = torch.tensor([[0.2, 0.6]], requires_grad=True)
     ref = logp + LN(2.0)  # k3 with r = ln 2: 2 − ln 2 − 1
     c = cfg(entropy_coef=0.01, kl_coef=0.1, loss_agg="token_mean")
-    loss, m = exgrpo_policy_loss(
-        logp,
-        logp.clone(),
-        torch.tensor([1.0]),
-        torch.ones(1, 2, dtype=torch.bool),
+    inputs = LossInputs(
+        logp=logp,
+        old_logp=logp.clone(),
+        advantages=torch.tensor([1.0]),
+        response_mask=torch.ones(1, 2, dtype=torch.bool),
         is_replay=torch.tensor([False]),
-        behaviour_logp=None,
-        replay_active=True,
-        cfg=c,
-        norm_const=1,
         token_entropy=ent,
         ref_logp=ref,
     )
+    loss, m = exgrpo_policy_loss(inputs, cfg=c, replay_active=True, norm_const=1)
     k3 = 2 - LN(2) - 1
     assert loss.item() == pytest.approx(-1.0 - 0.01 * 0.4 + 0.1 * k3, abs=1e-6)
     assert m["entropy"] == pytest.approx(0.4) and m["kl"] == pytest.approx(k3, abs=1e-6)
@@ -216,62 +253,27 @@ def test_entropy_bonus_and_kl_terms():
 # ----------------------------------------------------------------------------- bad input
 def test_bad_input_errors():
     one = torch.zeros(1, 1)
-    base = dict(behaviour_logp=None, norm_const=1)
+
+    def loss(replay: bool, active: bool, c: ExGRPOConfig, old: torch.Tensor = one):
+        inputs = LossInputs(
+            logp=one,
+            old_logp=old,
+            advantages=torch.ones(1),
+            response_mask=one.bool(),
+            is_replay=torch.tensor([replay]),
+        )
+        return exgrpo_policy_loss(inputs, cfg=c, replay_active=active, norm_const=1)
+
     with pytest.raises(ValueError, match="replay_active"):
-        exgrpo_policy_loss(
-            one,
-            one,
-            torch.ones(1),
-            one.bool(),
-            is_replay=torch.tensor([True]),
-            replay_active=False,
-            cfg=cfg(is_correction=False),
-            **base,
-        )
+        loss(True, False, cfg(is_correction=False))
     with pytest.raises(ValueError, match="behaviour_logp"):
-        exgrpo_policy_loss(
-            one,
-            one,
-            torch.ones(1),
-            one.bool(),
-            is_replay=torch.tensor([True]),
-            replay_active=True,
-            cfg=cfg(),
-            **base,
-        )
+        loss(True, True, cfg())
     with pytest.raises(ConfigError, match="entropy_coef"):
-        exgrpo_policy_loss(
-            one,
-            one,
-            torch.ones(1),
-            one.bool(),
-            is_replay=torch.tensor([False]),
-            replay_active=False,
-            cfg=ExGRPOConfig(),
-            **base,
-        )
+        loss(False, False, ExGRPOConfig())
     with pytest.raises(ConfigError, match="kl_coef"):
-        exgrpo_policy_loss(
-            one,
-            one,
-            torch.ones(1),
-            one.bool(),
-            is_replay=torch.tensor([False]),
-            replay_active=False,
-            cfg=cfg(kl_coef=0.1),
-            **base,
-        )
+        loss(False, False, cfg(kl_coef=0.1))
     with pytest.raises(ValueError, match="old_logp"):
-        exgrpo_policy_loss(
-            one,
-            torch.zeros(1, 2),
-            torch.ones(1),
-            one.bool(),
-            is_replay=torch.tensor([False]),
-            replay_active=False,
-            cfg=cfg(),
-            **base,
-        )
+        loss(False, False, cfg(), old=torch.zeros(1, 2))
 
 
 # ----------------------------------------------------------------------------- scalar reference, all switches
@@ -324,18 +326,16 @@ def test_matches_scalar_reference(keep_clip, shaping, is_corr, agg):
     replay = torch.tensor([True, False, False, True, False, False])
     keep = torch.tensor([True, True, False, True, True, True])
     c = cfg(keep_clip_after_activation=keep_clip, replay_shaping=shaping, is_correction=is_corr, loss_agg=agg)
-    loss, _ = exgrpo_policy_loss(
-        logp,
-        old,
-        adv,
-        mask,
+    inputs = LossInputs(
+        logp=logp,
+        old_logp=old,
+        advantages=adv,
+        response_mask=mask,
         is_replay=replay,
         behaviour_logp=beh,
-        replay_active=True,
-        cfg=c,
-        norm_const=16,
         sample_mask=keep,
     )
+    loss, _ = exgrpo_policy_loss(inputs, cfg=c, replay_active=True, norm_const=16)
     want = _reference(
         logp.tolist(),
         old.tolist(),

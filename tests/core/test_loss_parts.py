@@ -14,6 +14,7 @@ import torch
 
 from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.loss import agg_loss, entropy_bonus, entropy_term, exgrpo_policy_loss, kl_term
+from exgrpo.core.loss_inputs import DataParallel, LossInputs
 from exgrpo.core.token_loss import low_var_kl, policy_token_losses
 
 CLAMP = 20.0
@@ -125,24 +126,25 @@ def test_parts_reproduce_the_composite_loss_exactly(agg, shaping, is_corr, keep_
         kl_coef=0.05,
     ).validate()
     results = []
-    for fn in (_composite_before, exgrpo_policy_loss):
+    for new in (False, True):
         logp = x["logp"].clone().requires_grad_(True)
         ent = x["entropy"].clone().requires_grad_(True)
-        out = fn(
-            logp,
-            x["old"],
-            x["adv"],
-            x["mask"],
+        tensors = dict(
             is_replay=replay,
             behaviour_logp=x["behav"],
-            replay_active=active,
-            cfg=cfg,
-            norm_const=12,
             token_entropy=ent,
             sample_mask=x["keep"],
             ref_logp=x["ref"],
         )
-        loss = out[0] if isinstance(out, tuple) else out
+        if new:
+            inputs = LossInputs(
+                logp=logp, old_logp=x["old"], advantages=x["adv"], response_mask=x["mask"], **tensors
+            )
+            loss, _ = exgrpo_policy_loss(inputs, cfg=cfg, replay_active=active, norm_const=12)
+        else:
+            loss = _composite_before(
+                logp, x["old"], x["adv"], x["mask"], replay_active=active, cfg=cfg, norm_const=12, **tensors
+            )
         loss.backward()
         results.append((loss.detach(), logp.grad, ent.grad))
     (old_loss, old_glogp, old_gent), (new_loss, new_glogp, new_gent) = results
@@ -155,40 +157,32 @@ def test_parts_compose_to_the_loss():
     """pg from `policy_token_losses` + `agg_loss`, minus `entropy_bonus`, plus kl_coef · `kl_term`."""
     x = _inputs(3)
     cfg = ExGRPOConfig(entropy_coef=0.01, kl_coef=0.1).validate()
+    inputs = LossInputs(
+        logp=x["logp"],
+        old_logp=x["old"],
+        advantages=x["adv"],
+        response_mask=x["mask"],
+        is_replay=x["replay"],
+        behaviour_logp=x["behav"],
+        token_entropy=x["entropy"],
+        sample_mask=x["keep"],
+        ref_logp=x["ref"],
+    )
     tl = policy_token_losses(
-        x["logp"],
-        x["old"],
-        x["adv"][:, None],
-        x["mask"],
-        x["replay"],
-        x["behav"],
+        inputs,
         replay_active=True,
         clip_eps=0.2,
         keep_clip_after_activation=False,
         replay_shaping="shaped",
         shaping_beta=0.1,
         is_correction=True,
-        sample_mask=x["keep"],
     )
     by_parts = (
         agg_loss(tl.loss, x["mask"], "seq_sum_const", norm_const=12)
         - entropy_bonus(x["entropy"], x["mask"], 0.01, tl.keep)
         + 0.1 * kl_term(x["logp"], x["ref"], x["mask"], tl.keep)
     )
-    loss, _ = exgrpo_policy_loss(
-        x["logp"],
-        x["old"],
-        x["adv"],
-        x["mask"],
-        is_replay=x["replay"],
-        behaviour_logp=x["behav"],
-        replay_active=True,
-        cfg=cfg,
-        norm_const=12,
-        token_entropy=x["entropy"],
-        sample_mask=x["keep"],
-        ref_logp=x["ref"],
-    )
+    loss, _ = exgrpo_policy_loss(inputs, cfg=cfg, replay_active=True, norm_const=12)
     assert torch.equal(loss, by_parts)
     assert not tl.loss[~tl.keep].any()  # excluded rows and padding carry no loss
 
@@ -201,25 +195,13 @@ def test_agg_loss_shares_over_ranks_and_micro_batches_add_up(mode):
     whole = agg_loss(loss_mat, mask, mode, norm_const=12)
     n_tok, n_seq = int(mask.sum()), int((mask.sum(-1) > 0).sum())
     ranks = [[slice(0, 1), slice(1, 4)], [slice(4, 6), slice(6, 8)]]
-    total = (
-        sum(
-            agg_loss(
-                loss_mat[rows],
-                mask[rows],
-                mode,
-                norm_const=12,
-                dp_size=2,
-                batch_num_tokens=n_tok,
-                global_batch_size=n_seq,
-            )
-            for rank in ranks
-            for rows in rank
-        )
-        / 2
+    dp = DataParallel(dp_size=2, batch_num_tokens=n_tok, global_batch_size=n_seq)
+    total = sum(
+        agg_loss(loss_mat[rows], mask[rows], mode, norm_const=12, dp=dp) for rank in ranks for rows in rank
     )
-    torch.testing.assert_close(total, whole, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(total / 2, whole, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="ranks needs"):
-        agg_loss(loss_mat, mask, "token_mean", dp_size=2)
+        agg_loss(loss_mat, mask, "token_mean", dp=DataParallel(dp_size=2))
 
 
 def test_entropy_scales_on_a_two_rank_two_micro_batch_split_by_hand():
@@ -245,7 +227,10 @@ def test_entropy_scales_on_a_two_rank_two_micro_batch_split_by_hand():
     def objective(scale):
         """What FSDP optimises: the rank average of each rank's summed micro-batch values."""
         per_rank = [
-            sum(entropy_term(*padded(m), scale=scale, dp_size=2, batch_num_tokens=8) for m in rank)
+            sum(
+                entropy_term(*padded(m), scale=scale, dp=DataParallel(dp_size=2, batch_num_tokens=8))
+                for m in rank
+            )
             for rank in split
         ]
         return float(sum(per_rank) / 2)

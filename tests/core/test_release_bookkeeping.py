@@ -24,6 +24,7 @@ import torch
 from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.experience import ExperienceManager, Trajectory
 from exgrpo.core.loss import exgrpo_policy_loss
+from exgrpo.core.loss_inputs import LossInputs
 from exgrpo.core.sampler import n_replay
 
 K = 8
@@ -141,17 +142,15 @@ def _one_token(log_ratio: float, clamp: float, *, replay: bool):
     x = torch.tensor([[0.0]], dtype=torch.float64, requires_grad=True)
     old = torch.tensor([[-log_ratio]], dtype=torch.float64)
     c = ExGRPOConfig(entropy_coef=0.0, log_ratio_clamp=clamp).validate()
-    loss, _ = exgrpo_policy_loss(
-        x,
-        old,
-        torch.tensor([0.5], dtype=torch.float64),
-        torch.ones(1, 1, dtype=torch.bool),
+    inputs = LossInputs(
+        logp=x,
+        old_logp=old,
+        advantages=torch.tensor([0.5], dtype=torch.float64),
+        response_mask=torch.ones(1, 1, dtype=torch.bool),
         is_replay=torch.tensor([replay]),
         behaviour_logp=old if replay else None,
-        replay_active=True,
-        cfg=c,
-        norm_const=1,
     )
+    loss, _ = exgrpo_policy_loss(inputs, cfg=c, replay_active=True, norm_const=1)
     loss.backward()
     return loss.item(), x.grad.item()
 
@@ -176,18 +175,15 @@ def test_unclamped_padding_cannot_make_nan():
     old = torch.tensor([[-1.2, -200.0]])  # the padding slot's log-ratio 200 would overflow exp in float32
     mask = torch.tensor([[True, False]])
     c = ExGRPOConfig(entropy_coef=0.0, log_ratio_clamp=0.0, kl_coef=0.1).validate()
-    loss, _ = exgrpo_policy_loss(
-        logp,
-        old,
-        torch.tensor([1.0]),
-        mask,
+    inputs = LossInputs(
+        logp=logp,
+        old_logp=old,
+        advantages=torch.tensor([1.0]),
+        response_mask=mask,
         is_replay=torch.tensor([False]),
-        behaviour_logp=None,
-        replay_active=True,
-        cfg=c,
-        norm_const=1,
         ref_logp=old,
     )
+    loss, _ = exgrpo_policy_loss(inputs, cfg=c, replay_active=True, norm_const=1)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and logp.grad[0, 1] == 0.0
     r = 0.2  # the valid token: −A·e^r plus 0.1 · KL k3 at ref − logp = −0.2

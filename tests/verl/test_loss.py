@@ -14,6 +14,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding  # noqa: E402
 
 from exgrpo.core.loss import exgrpo_policy_loss  # noqa: E402
+from exgrpo.core.loss_inputs import DataParallel, LossInputs  # noqa: E402
 from exgrpo.core.variants import config_for  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin.loss import exgrpo_actor_loss, micro_batch_loss  # noqa: E402
@@ -83,21 +84,24 @@ def _model_output(values: torch.Tensor, prompt_lens: list[int], resp_lens: list[
     return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
 
 
-def _core(cfg, t, logp, entropy, rows=slice(None)):
-    return exgrpo_policy_loss(
-        logp[rows],
-        t["old"][rows],
-        t["adv"][rows],
-        t["mask"][rows],
-        is_replay=torch.tensor(IS_REPLAY)[rows],
-        behaviour_logp=t["behav"][rows],
-        replay_active=True,
-        cfg=cfg,
-        norm_const=NORM,
-        token_entropy=entropy[rows],
-        sample_mask=torch.tensor(SAMPLE_MASK)[rows],
-        ref_logp=t["ref"][rows] if cfg.kl_coef > 0 else None,
+def _inputs(t, logp, entropy, *, sample_mask=True, ref=True) -> LossInputs:
+    """The batch `t` (of `_padded_batch`) in the padded layout, with these log-probs and entropies."""
+    return LossInputs(
+        logp=logp,
+        old_logp=t["old"],
+        advantages=t["adv"],
+        response_mask=t["mask"],
+        is_replay=torch.tensor(IS_REPLAY),
+        behaviour_logp=t["behav"],
+        token_entropy=entropy,
+        sample_mask=torch.tensor(SAMPLE_MASK) if sample_mask else None,
+        ref_logp=t["ref"] if ref else None,
     )
+
+
+def _core(cfg, t, logp, entropy, rows=slice(None)):
+    inputs = _inputs(t, logp, entropy, ref=cfg.kl_coef > 0).rows(rows)
+    return exgrpo_policy_loss(inputs, cfg=cfg, replay_active=True, norm_const=NORM)
 
 
 def _assert_core_value_and_grads(cfg, t, loss, logp, ent, rtol):
@@ -199,26 +203,13 @@ def test_micro_batches_and_ranks_sum_to_the_core_loss_of_the_mini_batch(loss_agg
     _, t = _padded_batch(seed=3)
     logp = t["logp"].clone().requires_grad_(True)
     ent = t["entropy"].clone().requires_grad_(True)
-    n_tok, n_seq = int(t["mask"].sum()), len(PROMPT_LENS)
+    dp = DataParallel(
+        dp_size=dp_size, batch_num_tokens=int(t["mask"].sum()), global_batch_size=len(PROMPT_LENS)
+    )
     total = 0.0
     for rows in (slice(0, 2), slice(2, 3), slice(3, 6)):  # uneven micro-batches, as dynamic bsz makes them
-        part, _ = micro_batch_loss(
-            logp[rows],
-            t["old"][rows],
-            t["adv"][rows],
-            t["mask"][rows],
-            is_replay=torch.tensor(IS_REPLAY)[rows],
-            behaviour_logp=t["behav"][rows],
-            sample_mask=torch.tensor(SAMPLE_MASK)[rows],
-            token_entropy=ent[rows],
-            ref_logp=t["ref"][rows],
-            replay_active=True,
-            cfg=cfg,
-            norm_const=NORM,
-            dp_size=dp_size,
-            batch_num_tokens=n_tok,
-            global_batch_size=n_seq,
-        )
+        inputs = _inputs(t, logp, ent).rows(rows)
+        part, _ = micro_batch_loss(inputs, cfg=cfg, replay_active=True, norm_const=NORM, dp=dp)
         total = total + part / dp_size  # the dp average of this rank's contribution (other ranks add theirs)
     _assert_core_value_and_grads(cfg, t, total, logp, ent, rtol=1e-5)
 
@@ -227,20 +218,15 @@ def test_replay_free_batch_before_activation_is_ppo_clip():
     cfg = config_for("on_policy")
     _, t = _padded_batch(seed=5)
     no_replay = torch.zeros(len(PROMPT_LENS), dtype=torch.bool)
-    loss, m = micro_batch_loss(
-        t["logp"],
-        t["old"],
-        t["adv"],
-        t["mask"],
+    inputs = LossInputs(
+        logp=t["logp"],
+        old_logp=t["old"],
+        advantages=t["adv"],
+        response_mask=t["mask"],
         is_replay=no_replay,
-        behaviour_logp=None,
-        sample_mask=None,
         token_entropy=t["entropy"],
-        ref_logp=None,
-        replay_active=False,
-        cfg=cfg,
-        norm_const=NORM,
     )
+    loss, m = micro_batch_loss(inputs, cfg=cfg, replay_active=False, norm_const=NORM)
     ratio = torch.exp(t["logp"] - t["old"])
     a = t["adv"][:, None]
     pg = torch.maximum(-a * ratio, -a * ratio.clamp(0.8, 1.2))
@@ -276,7 +262,8 @@ def test_released_entropy_scale_on_two_ranks_two_micro_batches():
     _, t = _padded_batch(seed=4)
     coef = 0.25  # large, so a wrong scale cannot hide in the tolerance
     split = [[slice(0, 2), slice(2, 3)], [slice(3, 5), slice(5, 6)]]  # 2 ranks x 2 micro-batches
-    n_tok, n_seq = int(t["mask"].sum()), len(PROMPT_LENS)
+    dp = DataParallel(dp_size=2, batch_num_tokens=int(t["mask"].sum()), global_batch_size=len(PROMPT_LENS))
+    inputs = _inputs(t, t["logp"], t["entropy"], sample_mask=False, ref=False)
 
     def objective(scale):
         cfg = config_for("exgrpo", entropy_coef=coef, entropy_scale=scale)
@@ -284,40 +271,18 @@ def test_released_entropy_scale_on_two_ranks_two_micro_batches():
         for rank in split:
             per_rank.append(
                 sum(
-                    micro_batch_loss(
-                        t["logp"][rows],
-                        t["old"][rows],
-                        t["adv"][rows],
-                        t["mask"][rows],
-                        is_replay=torch.tensor(IS_REPLAY)[rows],
-                        behaviour_logp=t["behav"][rows],
-                        sample_mask=None,
-                        token_entropy=t["entropy"][rows],
-                        ref_logp=None,
-                        replay_active=True,
-                        cfg=cfg,
-                        norm_const=NORM,
-                        dp_size=2,
-                        batch_num_tokens=n_tok,
-                        global_batch_size=n_seq,
-                    )[0]
+                    micro_batch_loss(inputs.rows(rows), cfg=cfg, replay_active=True, norm_const=NORM, dp=dp)[
+                        0
+                    ]
                     for rows in rank
                 )
             )
         return sum(per_rank) / 2, cfg
 
     def pg(rows=slice(None)):  # the core's policy term of `rows` alone (Σ / const), no entropy bonus
-        return exgrpo_policy_loss(
-            t["logp"][rows],
-            t["old"][rows],
-            t["adv"][rows],
-            t["mask"][rows],
-            is_replay=torch.tensor(IS_REPLAY)[rows],
-            behaviour_logp=t["behav"][rows],
-            replay_active=True,
-            cfg=config_for("exgrpo", entropy_coef=0.0),
-            norm_const=NORM,
-        )[0]
+        no_entropy = dataclasses.replace(inputs, token_entropy=None).rows(rows)
+        cfg = config_for("exgrpo", entropy_coef=0.0)
+        return exgrpo_policy_loss(no_entropy, cfg=cfg, replay_active=True, norm_const=NORM)[0]
 
     def mean(rows):
         return float(t["entropy"][rows][t["mask"][rows]].mean())

@@ -112,6 +112,7 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
 
     import exgrpo.tiny.trainer as tiny
     from exgrpo.core.loss import exgrpo_policy_loss
+    from exgrpo.core.loss_inputs import LossInputs
     from exgrpo.verl_plugin.loss import exgrpo_actor_loss
 
     fresh_q, plan = ["q0", "q1"], ["q1", "q3"]
@@ -253,19 +254,17 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
     # ---- the loss: the CPU trainer's call on its whole batch vs the installed loss on verl's layout
     norm = 16
     cur_logp, cur_ent = _current_policy(cb["ids"], cb["mask"])
-    cpu_loss, _ = exgrpo_policy_loss(
-        cur_logp,
-        cb["old_logp"],
-        cb["adv"],
-        cb["mask"],
+    cpu_inputs = LossInputs(
+        logp=cur_logp,
+        old_logp=cb["old_logp"],
+        advantages=cb["adv"],
+        response_mask=cb["mask"],
         is_replay=cb["is_replay"],
         behaviour_logp=cb["blogp"],
-        replay_active=True,
-        cfg=base,
-        norm_const=norm,
         token_entropy=cur_ent,
         sample_mask=cb["sample_mask"],
     )
+    cpu_loss, _ = exgrpo_policy_loss(cpu_inputs, cfg=base, replay_active=True, norm_const=norm)
     nested = lambda name: torch.nested.as_nested_tensor([r[name] for r in vrows], layout=torch.jagged)  # noqa: E731
     td = TensorDict(
         {

@@ -73,6 +73,7 @@ def _loss_dumps(debug: Path) -> list[Path]:
 def test_worker_loss_equals_core_loss_on_the_same_tensors(cpu_run):
     from exgrpo.core.config import ExGRPOConfig
     from exgrpo.core.loss import exgrpo_policy_loss, resolve_norm_const
+    from exgrpo.core.loss_inputs import DataParallel, LossInputs
     from exgrpo.verl_plugin.batch import BEHAV_FIELD, IS_REPLAY_FIELD, REPLAY_ACTIVE_KEY, SAMPLE_MASK_FIELD
 
     run = cpu_run["run"]
@@ -86,21 +87,23 @@ def test_worker_loss_equals_core_loss_on_the_same_tensors(cpu_run):
         meta = {k: json.loads(v) for k, v in meta.items()}
         is_replay = t[IS_REPLAY_FIELD].reshape(-1).bool()
         with_replay += int(is_replay.any())
-        want, _ = exgrpo_policy_loss(
-            t["log_probs"],
-            t["old_log_probs"],
-            t["advantages"],
-            t["response_mask"],
+        inputs = LossInputs(
+            logp=t["log_probs"],
+            old_logp=t["old_log_probs"],
+            advantages=t["advantages"],
+            response_mask=t["response_mask"],
             is_replay=is_replay,
             behaviour_logp=t[BEHAV_FIELD],
-            replay_active=bool(meta[REPLAY_ACTIVE_KEY]),
-            cfg=cfg,
-            norm_const=norm,
             token_entropy=t.get("entropy"),
             sample_mask=t[SAMPLE_MASK_FIELD].reshape(-1).bool(),
+        )
+        dp = DataParallel(
             dp_size=int(meta["dp_size"]),
             batch_num_tokens=int(meta["batch_num_tokens"]),
             global_batch_size=int(meta["global_batch_size"]),
+        )
+        want, _ = exgrpo_policy_loss(
+            inputs, cfg=cfg, replay_active=bool(meta[REPLAY_ACTIVE_KEY]), norm_const=norm, dp=dp
         )
         got = t["loss"].reshape(())
         assert torch.isfinite(got), path.name
