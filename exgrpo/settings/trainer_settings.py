@@ -29,8 +29,9 @@ Departures from the paper, stated up front:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 from exgrpo.core.declared import ConfigError, check_fields, setting
@@ -42,13 +43,14 @@ def _setting(
     default: Any,
     *,
     paper: Any,
-    verl: tuple[str, ...] = (),
+    verl: tuple[str, ...] | Mapping[str, Callable[[Any, int], Any]] = (),
     refused: str = "",
     runtime_only: bool = False,
     **allowed: Any,
 ) -> Any:
     """A trainer setting (`exgrpo.core.declared.setting`): its `paper` default (a value, or a sentence where the
-    backbone decides), the `verl` keys it becomes on the verl route or the reason it is `refused` there (then
+    backbone decides), the `verl` keys it becomes on the verl route (a tuple: each key gets the field's value;
+    a mapping: key -> fn(settings, max_prompt_length), for a value derived from it) or the reason it is `refused` there (then
     only the default is accepted), `runtime_only` (where or how far a process runs, not what it trains: not
     fingerprinted) and its `allowed` values (lo, hi, lo_open, hi_open, items)."""
     if bool(verl) == bool(refused):
@@ -57,6 +59,15 @@ def _setting(
 
 
 _ACTOR, _ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+
+
+def _token_budget(s: TrainerSettings, prompt: int) -> int:
+    """Per-GPU token budget of a dynamic micro-batch: 4 x the model length (prompt + response)."""
+    return 4 * (prompt + s.max_new_tokens)
+
+
+def _betas(s: TrainerSettings, prompt: int) -> list[float]:
+    return [float(b) for b in s.betas]
 
 
 @dataclass
@@ -83,18 +94,23 @@ class TrainerSettings:
         items={"lo": 1},
     )
     """Keep only training questions with these numbers of operations (e.g. (3, 4): a harder mix); () = all."""
-    mini_batches: int = _setting(2, paper=2, verl=(f"{_ACTOR}.ppo_mini_batch_size",), lo=1)
+    mini_batches: int = _setting(
+        2,
+        paper=2,
+        verl={f"{_ACTOR}.ppo_mini_batch_size": lambda s, prompt: s.batch_size // s.mini_batches},
+        lo=1,
+    )
     """Optimizer steps per training step (paper: 128 prompts, mini-batch 64 → 2); verl: mini-batches of
     `batch_size / mini_batches` prompts (refused unless it divides `batch_size`)."""
     lr: float = _setting(1e-4, paper=1e-6, verl=(f"{_ACTOR}.optim.lr",), lo=0, lo_open=True)
     """AdamW learning rate, constant (1e-4: the largest that gains on the tiny task without eroding greedy
     accuracy; paper Table 4: 1e-6). Must be > 0."""
     adam_beta1: float = _setting(
-        0.9, paper=0.9, verl=(f"{_ACTOR}.optim.betas",), lo=0.0, hi=1.0, hi_open=True
+        0.9, paper=0.9, verl={f"{_ACTOR}.optim.betas": _betas}, lo=0.0, hi=1.0, hi_open=True
     )
     """AdamW β1 (paper: 0.9)."""
     adam_beta2: float = _setting(
-        0.99, paper=0.999, verl=(f"{_ACTOR}.optim.betas",), lo=0.0, hi=1.0, hi_open=True
+        0.99, paper=0.999, verl={f"{_ACTOR}.optim.betas": _betas}, lo=0.0, hi=1.0, hi_open=True
     )
     """AdamW β2: 0.99 at tiny scale (runs of 100-300 steps, shorter than β2=0.999's ~1000-step window; the
     committed tiny study was trained with it), 0.999 at paper scale (the paper's AdamW)."""
@@ -108,19 +124,21 @@ class TrainerSettings:
     max_new_tokens: int = _setting(
         72,
         paper="the backbone's `max_response_length` (8192)",
-        verl=(
-            "data.max_response_length",
-            f"{_ROLLOUT}.max_model_len",
-            f"{_ACTOR}.ppo_max_token_len_per_gpu",
-            f"{_ROLLOUT}.log_prob_max_token_len_per_gpu",
-            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-        ),
+        verl={
+            "data.max_response_length": lambda s, prompt: s.max_new_tokens,
+            f"{_ROLLOUT}.max_model_len": lambda s, prompt: prompt + s.max_new_tokens,
+            f"{_ACTOR}.ppo_max_token_len_per_gpu": _token_budget,
+            f"{_ROLLOUT}.log_prob_max_token_len_per_gpu": _token_budget,
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": _token_budget,
+        },
         lo=1,
     )
     """Response length cap; also the constant loss normaliser when `loss_norm_const` is 0. Tiny: the backbone's
     `max_response_length` (72). verl: the response length, the model length (prompt + response) and the token
     budgets of a dynamic micro-batch (4 x model length)."""
-    val_every: int = _setting(25, paper=10, verl=("trainer.test_freq",), lo=0)
+    val_every: int = _setting(
+        25, paper=10, verl={"trainer.test_freq": lambda s, prompt: s.val_every or -1}, lo=0
+    )
     """Validate every N steps (and at the last step); 0 disables (verl: test_freq -1)."""
     val_size: int = _setting(200, paper="the whole validation split", verl=("data.val_max_samples",), lo=0)
     """Validation questions (first N of the valid split)."""
@@ -196,6 +214,15 @@ REFUSED_ON_VERL = {f.name: f.metadata["refused"] for f in fields(TrainerSettings
 
 
 VERL_KEYS = frozenset(key for name in names() for key in spec(name)["verl"])
+
+
+@lru_cache(maxsize=1)
+def _hints() -> dict[str, Any]:
+    from typing import get_type_hints
+
+    return get_type_hints(TrainerSettings)
+
+
 """Every verl key a trainer setting names (its field metadata)."""
 
 
@@ -203,9 +230,10 @@ def trainer_overrides(trainer: Mapping[str, Any], max_prompt_length: int) -> dic
     """Dotted verl keys for a tiny-scale run's trainer settings (RunSpec.trainer: the fields it sets, on top of the
     `TrainerSettings` defaults, as `exgrpo train` reads them).
 
-    Every field of the schema either becomes the verl keys its metadata names (`VERL_KEYS`: each one written
-    here, so none falls back to a verl or exgrpo_trainer.yaml default unseen) or is refused unless it has its
-    default (`REFUSED_ON_VERL`). Raises ConfigError naming the `trainer.<field>`.
+    Every field of the schema either becomes the verl keys its declaration names (`VERL_KEYS`: each one written
+    here, from the declaration alone, so none falls back to a verl or exgrpo_trainer.yaml default unseen and a new
+    field needs no edit here) or is refused unless it has its default (`REFUSED_ON_VERL`). Raises ConfigError
+    naming the `trainer.<field>`.
     """
     settings = TrainerSettings.from_dict(trainer)
     default = TrainerSettings()
@@ -219,32 +247,14 @@ def trainer_overrides(trainer: Mapping[str, Any], max_prompt_length: int) -> dic
     batch, minis = settings.batch_size, settings.mini_batches
     if batch % minis:
         raise ConfigError("trainer.mini_batches", f"batch_size {batch} is not a multiple of {minis}")
-    response = settings.max_new_tokens
-    actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    tokens = 4 * (max_prompt_length + response)  # per-GPU token budget of a dynamic micro-batch
-    keys = {
-        "trainer.total_training_steps": settings.steps,
-        "trainer.test_freq": settings.val_every or -1,
-        "trainer.save_freq": settings.ckpt_every,
-        "data.train_batch_size": batch,
-        "data.max_response_length": response,
-        "data.val_max_samples": settings.val_size,
-        f"{actor}.ppo_mini_batch_size": batch // minis,
-        f"{actor}.ppo_max_token_len_per_gpu": tokens,
-        f"{actor}.optim.lr": float(settings.lr),
-        f"{actor}.optim.betas": [float(b) for b in settings.betas],
-        f"{actor}.optim.weight_decay": float(settings.weight_decay),
-        f"{rollout}.temperature": float(settings.temperature),
-        f"{rollout}.top_p": float(settings.top_p),
-        f"{rollout}.max_model_len": max_prompt_length + response,
-        f"{rollout}.log_prob_max_token_len_per_gpu": tokens,
-        f"{rollout}.val_kwargs.temperature": float(settings.val_temperature),
-        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": tokens,
-    }
-    if set(keys) != set(VERL_KEYS):  # the schema's metadata and this conversion name the same keys
-        raise AssertionError(
-            f"trainer_overrides writes {sorted(set(keys) ^ set(VERL_KEYS))} unlike the schema"
-        )
+    keys: dict[str, Any] = {}
+    for f in fields(TrainerSettings):
+        verl = f.metadata["verl"]
+        if isinstance(verl, Mapping):  # values derived from the settings
+            keys.update({key: value_of(settings, max_prompt_length) for key, value_of in verl.items()})
+        else:  # the field's own value, as its declared type (an int given for a float is written as a float)
+            value = getattr(settings, f.name)
+            keys.update(dict.fromkeys(verl, float(value) if _hints()[f.name] is float else value))
     return keys
 
 
