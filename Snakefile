@@ -19,7 +19,11 @@ import os
 
 from snakemake.utils import min_version
 
-from exgrpo.workflow.workflow_config import DEFAULT_CONFIG, DEFAULT_STUDY, check_config_files
+from exgrpo.workflow.workflow_config import (
+    DEFAULT_CONFIG,
+    DEFAULT_STUDY,
+    check_config_files,
+)
 
 min_version("9.0")
 
