@@ -1,8 +1,10 @@
-"""Print the paper-vs-released switch table (README) from exgrpo.core.switches.SWITCHES."""
+"""Print the paper-vs-released switch table (README) from exgrpo.core.switches.SWITCHES, the registries' table
+(docs/plugins.md) or every setting of the three schemas (docs/settings.md), all read from the declarations."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 HELP = "print the README table of method switches: paper default, released behaviour, ablation served"
 
@@ -13,6 +15,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--registries",
         action="store_true",
         help="print the table of registered implementations instead (docs/plugins.md)",
+    )
+    parser.add_argument(
+        "--settings",
+        action="store_true",
+        help="print every setting of the method, trainer and SFT schemas instead (docs/settings.md)",
     )
 
 
@@ -65,6 +72,32 @@ def switch_table() -> str:
     return "\n".join(rows)
 
 
+def settings_tables() -> str:
+    """Markdown: one table per schema (method, trainer, SFT), derived from each field's declaration."""
+    from exgrpo.core.config import ExGRPOConfig
+    from exgrpo.core.declared import settings_table
+    from exgrpo.settings.trainer_settings import TrainerSettings
+    from exgrpo.tiny.sft import SFTSettings
+
+    def verl(f: Any) -> str:
+        return (
+            f"refused: {f.metadata['refused']}"
+            if f.metadata["refused"]
+            else ", ".join(f"`{k}`" for k in f.metadata["verl"])
+        )
+
+    trainer_extra = {"paper scale": lambda f: str(f.metadata["paper"]), "verl route": verl}
+    return "\n\n".join(
+        [
+            "## The method (`exgrpo.core.config.ExGRPOConfig`)\n\n" + settings_table(ExGRPOConfig),
+            "## The trainer (`exgrpo.settings.trainer_settings.TrainerSettings`)\n\n"
+            + settings_table(TrainerSettings, trainer_extra),
+            "## Supervised fine-tuning of the tiny bases (`exgrpo.tiny.sft.SFTSettings`)\n\n"
+            + settings_table(SFTSettings),
+        ]
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    print(registry_table() if args.registries else switch_table())
+    print(registry_table() if args.registries else settings_tables() if args.settings else switch_table())
     return 0

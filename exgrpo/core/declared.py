@@ -151,8 +151,51 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def allowed_text(meta: dict[str, Any]) -> str:
+    """The declared allowed values as a reader writes them: `[0.0, 1.0)`, `>= 1`, `a, b`, or '' when free."""
+    if meta.get("choices") is not None:
+        return ", ".join(f"`{c}`" for c in sorted(meta["choices"]))
+    lo, hi = meta.get("lo"), meta.get("hi")
+    items = meta.get("items")
+    if lo is None and hi is None:
+        return f"each {allowed_text(items)}" if items else ""
+    if hi is None:
+        return f"{'>' if meta.get('lo_open') else '>='} {lo}"
+    if lo is None:
+        return f"{'<' if meta.get('hi_open') else '<='} {hi}"
+    return f"{'(' if meta.get('lo_open') else '['}{lo}, {hi}{')' if meta.get('hi_open') else ']'}"
+
+
+def settings_table(cls: type, extra: dict[str, Callable[[dataclasses.Field], str]] | None = None) -> str:
+    """Markdown: one row per field of `cls` (name, type, default, allowed values, doc, then the `extra`
+    columns), derived from the declarations, so a new field appears with no edit to any table."""
+    extra = extra or {}
+    hints, docs = get_type_hints(cls), field_docs(cls)
+    header = ["setting", "type", "default", "allowed", *extra, "meaning"]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for f in dataclasses.fields(cls):
+        default = (
+            "(required)"
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            else f"`{f.default if f.default is not dataclasses.MISSING else f.default_factory()}`"
+        )
+        kind = getattr(hints[f.name], "__name__", str(hints[f.name]))
+        cells = [
+            f"`{f.name}`",
+            kind,
+            default,
+            allowed_text(dict(f.metadata)),
+            *(fn(f) for fn in extra.values()),
+        ]
+        cells.append(" ".join(docs.get(f.name, "").split()))
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)
+
+
 __all__ = [
     "ConfigError",
+    "allowed_text",
+    "settings_table",
     "check_fields",
     "check_value",
     "choices_of",

@@ -153,3 +153,21 @@ def test_a_field_added_to_each_schema_is_validated_documented_and_reaches_the_ru
         timeout=300,
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_docs_settings_page_is_the_generated_one():
+    from exgrpo.commands.switches import settings_tables
+
+    assert settings_tables() in (ROOT / "docs" / "settings.md").read_text(encoding="utf-8"), (
+        "docs/settings.md is stale: regenerate it with `exgrpo switches --settings`"
+    )
+
+
+def test_allowed_values_read_as_written():
+    from exgrpo.core.declared import allowed_text
+
+    assert allowed_text({"lo": 0.0, "hi": 1.0, "hi_open": True}) == "[0.0, 1.0)"
+    assert allowed_text({"lo": 0, "lo_open": True}) == "> 0"
+    assert allowed_text({"choices": frozenset({"b", "a"})}) == "`a`, `b`"
+    assert allowed_text({"items": {"lo": 1}}) == "each >= 1"
+    assert allowed_text({}) == ""
