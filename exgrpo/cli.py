@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def flag_table() -> str:
-    """The markdown table of every subcommand's flags (docs/cli.md holds it; tests/test_cli_style.py checks it
+    """The markdown table of every subcommand's flags (docs/cli.md holds it; tests/commands/test_cli_style.py checks it
     is current). Deprecated aliases are hidden from `--help` and listed in their own column."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

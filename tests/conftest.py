@@ -1,7 +1,7 @@
 """The one verl-on-CPU run shared by the verl end-to-end tests and the no-secret-in-outputs test.
 
 A verl start costs about a minute of start-up (Ray, TransferQueue, workers importing torch and verl), so the
-run that tests/verl/test_verl_cpu_e2e.py kills, resumes and collects is also the run that
+run that tests/verl_plugin/test_verl_cpu_e2e.py kills, resumes and collects is also the run that
 tests/security/test_no_secret_in_outputs.py searches for planted secrets (`verl_cpu_run`, session scope):
 
 - every step runs with recognisable fake secrets (`PLANTED`) in its environment, HOME under the run's root,
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verl_runs import logged_steps, start_and_kill_after_checkpoint, tracker
+from tests.verl_plugin.verl_runs import logged_steps, start_and_kill_after_checkpoint, tracker
 
 PLANTED = {
     # "hf_" apart, so the tracked-files token scan (tests/workflow/test_environment.py) never meets a token here.

@@ -3,7 +3,7 @@ included, since a lazy import inside a circle is a circle that only bites later;
 too, a circle there is one the type checker must break; `importlib.import_module("...")` with a literal name),
 walked with ast, has no strongly connected component of more than one module. Packages import only packages of
 lower layers (`LAYERS`), and the configuration imports no torch (checked in a process where torch cannot load).
-The configuration imports no runtime (the schema and resolve are torch-free: tests/test_trainer_settings.py).
+The configuration imports no runtime (the schema and resolve are torch-free: tests/settings/test_trainer_settings.py).
 Imports flow command line -> runtimes -> core: exgrpo/core (the method and its configuration) imports nothing of
 the project but the core, and no third-party package but the method's own (`CORE_LIBRARIES`).
 """
@@ -285,3 +285,30 @@ def test_a_dry_run_of_the_tiny_study_imports_no_torch(tmp_path: Path):
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "torch imported by" not in done.stdout + done.stderr
+
+
+REPOSITORY_WIDE_TESTS = {
+    "test_hygiene.py",
+    "test_import_graph.py",
+    "test_no_external_citations.py",
+    "test_readme.py",
+}
+"""Top-level test files check the repository as a whole (lint and types, imports, citations, the README)."""
+NOT_A_PACKAGE = {
+    "security": "the cluster route end to end, across packages",
+    "data": "fixture files",
+    "fixtures": "fixture files",
+}
+"""Test folders that mirror no package, with the reason."""
+
+
+def test_tests_mirror_the_packages():
+    tests = ROOT / "tests"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    packages = {p.name for p in (ROOT / "exgrpo").iterdir() if (p / "__init__.py").is_file()} | {
+        "analysis",
+        "benchmarks",
+    }
+    assert folders - set(NOT_A_PACKAGE) <= packages, sorted(folders - set(NOT_A_PACKAGE) - packages)
+    loose = {p.name for p in tests.glob("test_*.py")}
+    assert loose <= REPOSITORY_WIDE_TESTS, sorted(loose - REPOSITORY_WIDE_TESTS)

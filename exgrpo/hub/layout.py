@@ -12,7 +12,7 @@ A hub repo is a git repository; a client's cache (`huggingface_hub`'s `HF_HUB_CA
 
 `publish` writes exactly that for one commit. The commit hash is a real git commit hash of the repo's tree, so a
 hub client resolving `revision=<commit>` or `main` offline (`HF_HUB_OFFLINE=1`) finds it as it would a
-downloaded one; `git` itself computes the same hash for the same files (tests/data/test_hf_cache.py checks it).
+downloaded one; `git` itself computes the same hash for the same files (tests/hub/test_hf_cache.py checks it).
 
 How the hash is made (deterministic: only the files' bytes and the repo id enter it):
 - each file's git blob; a file matching `LFS_PATTERNS` (weights, parquet: the hub's default `.gitattributes`)

@@ -12,7 +12,7 @@ Defaults per scale (the `paper` entry of each field's metadata):
 - tiny: the dataclass defaults, then the backbone's `steps` and `max_response_length`, then the budget preset
   (`exgrpo.settings.resolve.BUDGETS`), then the study's `trainer:` overrides.
 - paper: verl's trainer reads `verl_plugin/config/exgrpo_trainer.yaml` (paper Table 4, run_exgrpo.sh) and the
-  backbone entry; `paper` states those values, and tests/test_trainer_settings.py checks that the yaml agrees.
+  backbone entry; `paper` states those values, and tests/settings/test_trainer_settings.py checks that the yaml agrees.
 
 Fixed on both routes, so not settings: AdamW's eps is torch's default 1e-8 (verl 0.9.1 has no key for it), the
 learning rate is constant with no warm-up (exgrpo_trainer.yaml `lr_scheduler_type: constant`,

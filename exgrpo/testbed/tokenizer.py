@@ -56,7 +56,7 @@ def build_tokenizer(model_max_length: int = 512) -> Any:
     `model_type: qwen2` checkpoint as a `Qwen2Tokenizer` from vocab and merges, whatever class was saved,
     and with raw ' ' / '\n' entries that rebuild silently drops every space and newline (the Tiny-Math
     family's prompts reached the RL trainer and the evaluation without them). The ids are the same in
-    both forms (tests/tiny/test_tokenizer.py checks `AutoTokenizer` against this function).
+    both forms (tests/testbed/test_tokenizer.py checks `AutoTokenizer` against this function).
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

@@ -7,7 +7,7 @@ Outputs:
 - `<out>/log.jsonl.gz`, `<out>/run.json`  copied/written atomically at the end; `run.json` is last, so
   its presence means the run is complete.
 A run killed at any point and started again with the same arguments continues from its last
-checkpoint, and its final metrics are bit-identical to an uninterrupted run (tests/train/test_resume.py).
+checkpoint, and its final metrics are bit-identical to an uninterrupted run (tests/tiny/test_resume.py).
 
 Nothing stale: every checkpoint and run.json records the run's fingerprint (`run_fingerprint`: the
 resolved method and trainer settings, the seeds, the data manifest's hash, the init weights' hash and

@@ -1,7 +1,7 @@
 """ExGRPO on verl's vLLM rollout on CPU: replay from step 1, a SIGKILL and a resume, and what the vLLM servers of
 the run listen on (issue 33, point 3; docs/security.md "Engines").
 
-One run of `exgrpo.verl_plugin.cpu.demo`'s toy task on MODEL (module scope, as tests/verl/test_verl_cpu_e2e.py
+One run of `exgrpo.verl_plugin.cpu.demo`'s toy task on MODEL (module scope, as tests/verl_plugin/test_verl_cpu_e2e.py
 does it on the exgrpo_cpu rollout): ExGRPO with delayed start off, so replay is active from step 1, verl's vLLM
 rollout through the plug-in's CPU keys, a checkpoint every SAVE_FREQ steps and the plug-in's debug dumps on.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.engines.conftest import HAS_VLLM, MODEL, SKIP_REASON, children_on_torchs_own_kernels
-from tests.verl_runs import logged_steps, start_and_kill_after_checkpoint, tracker
+from tests.verl_plugin.verl_runs import logged_steps, start_and_kill_after_checkpoint, tracker
 
 pytestmark = [pytest.mark.real_engines, pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)]
 
@@ -222,7 +222,7 @@ def test_replay_from_step_1_on_vllms_rollout_with_a_finite_loss(resumed_vllm_run
     replaying = {s: d for s, d in steps.items() if d.get("exgrpo/replay_rows", 0) > 0}
     assert replaying, f"no step replayed: {[(s, d.get('exgrpo/replay_rows')) for s, d in steps.items()]}"
     # a replayed trajectory is a stored correct one (binary reward); whether its group is mixed (0 < k < K) is
-    # up to the fresh samples, tests/verl/test_verl_cpu_e2e.py checks the mixed groups on the stand-in rollout
+    # up to the fresh samples, tests/verl_plugin/test_verl_cpu_e2e.py checks the mixed groups on the stand-in rollout
     for s, d in replaying.items():
         assert d["exgrpo/replay_reward_mean"] == 1.0, f"step {s}"
     for s, d in steps.items():
@@ -230,7 +230,7 @@ def test_replay_from_step_1_on_vllms_rollout_with_a_finite_loss(resumed_vllm_run
 
 
 def test_kill_and_restart_resumes_with_the_buffer_step_and_data_position_restored(resumed_vllm_run):
-    from tests.verl.test_verl_cpu_e2e import _equal_state_dirs
+    from tests.verl_plugin.test_verl_cpu_e2e import _equal_state_dirs
 
     k, ckpt, debug = resumed_vllm_run["k"], resumed_vllm_run["ckpt"], resumed_vllm_run["debug"]
     assert k >= SAVE_FREQ and k % SAVE_FREQ == 0

@@ -5,7 +5,7 @@ and every file written is searched for every planted value: the run folder (conf
 provenance, metrics files, checkpoints), the results folder, the jobs' logs, the debug dumps, Ray's own session
 folders (their logs), and a W&B offline run folder (verl's `wandb` logger added to the run, `WANDB_MODE=offline`;
 wandb comes with verl). The run is the session's verl-on-CPU run (`verl_cpu_run`, tests/conftest.py), which
-tests/verl/test_verl_cpu_e2e.py also checks: a first attempt killed after its checkpoint and a requeued attempt
+tests/verl_plugin/test_verl_cpu_e2e.py also checks: a first attempt killed after its checkpoint and a requeued attempt
 through the launch script that resumes, both with the secrets in their environment, so one verl start-up serves
 both files. The Snakemake report and the workflow's own folders are searched by
 tests/workflow/test_slurm_e2e.py, on the run it already makes."""

@@ -30,7 +30,7 @@ RUN = "reruns/smoke/train/tiny-math-small/exgrpo/s0"  # results_dir: reruns (con
 CKPT = "work/smoke/ckpt/tiny-math-small/exgrpo/s0"
 VOLATILE = ("time/", "reward/seconds", "reward/pool_restarts")
 """Log keys that measure the machine, not the run: timings, and grading-pool restarts after a time-out (as in
-tests/train/test_resume.py)."""
+tests/tiny/test_resume.py)."""
 
 
 @pytest.mark.parametrize(

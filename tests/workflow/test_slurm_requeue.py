@@ -1,5 +1,5 @@
 """The SLURM stand-ins' background jobs, preemption and requeue (slurm_standins/_fakeslurm.py), on a shell job:
-what the verl fault drill relies on when it preempts a training job (tests/verl/test_fault_drills.py)."""
+what the verl fault drill relies on when it preempts a training job (tests/verl_plugin/test_fault_drills.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A non-default value of each field is used by the CPU trainer (observed through spies on what the trainer hands
 to torch and the rollout), and verl's resolved config carries every field the verl route follows. The schema
-itself (documentation, ranges, the verl keys by hand) is tests/test_trainer_settings.py.
+itself (documentation, ranges, the verl keys by hand) is tests/settings/test_trainer_settings.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 
 from exgrpo.settings.trainer_settings import REFUSED_ON_VERL, names
-from tests.trainer_settings_cases import BACKBONES, NONDEFAULT, ROOT, SFT, VERL_EXPECTED, VERL_NONDEFAULT
+from tests.settings.trainer_settings_cases import (
+    BACKBONES,
+    NONDEFAULT,
+    ROOT,
+    SFT,
+    VERL_EXPECTED,
+    VERL_NONDEFAULT,
+)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from exgrpo.cli import build_parser, flag_table
 from exgrpo.cli import main as cli
 from exgrpo.core.config import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OLD_NAMES = {
     "--method": "--variant",
     "--tp": "--tensor-parallel-size",

@@ -43,7 +43,7 @@ psutil = pytest.importorskip("psutil")
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
-from tests.verl_runs import kill_tree, tracker  # noqa: E402
+from tests.verl_plugin.verl_runs import kill_tree, tracker  # noqa: E402
 
 PLANNED = 12
 """Every attempt is planned for this many steps and stopped long before."""

@@ -3,7 +3,7 @@
 Walks every field: it is documented with a paper default and a verl fate, a non-default value becomes the verl
 route's keys (the keys the field's metadata names, with hand-computed values) or is refused there before any job,
 naming the field. Out-of-range values are refused naming the field; the paper-scale yaml agrees with the schema's
-paper defaults. That the CPU trainer uses each field, in a short real run, is tests/test_trainer_settings_runs.py.
+paper defaults. That the CPU trainer uses each field, in a short real run, is tests/settings/test_trainer_settings_runs.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,14 @@ import yaml
 
 from exgrpo.core.config import ConfigError
 from exgrpo.settings.trainer_settings import REFUSED_ON_VERL, TrainerSettings, names, spec
-from tests.trainer_settings_cases import BACKBONES, NONDEFAULT, PROMPT, ROOT, VERL_EXPECTED, VERL_NONDEFAULT
+from tests.settings.trainer_settings_cases import (
+    BACKBONES,
+    NONDEFAULT,
+    PROMPT,
+    ROOT,
+    VERL_EXPECTED,
+    VERL_NONDEFAULT,
+)
 
 
 def test_every_field_is_documented_with_a_paper_default_and_a_verl_fate():

@@ -121,7 +121,7 @@ def test_verl_renders_the_single_user_message_verbatim_for_llama_base():
         chat_template=hc.PLAIN_CHAT_TEMPLATE,
     )
     assert text == "<|bos|>" + plain
-    registry = load_backbones(Path(__file__).resolve().parents[1] / "config" / "backbones.yaml")
+    registry = load_backbones(Path(__file__).resolve().parents[2] / "config" / "backbones.yaml")
     key = "actor_rollout_ref.model.custom_chat_template"
     for name in ("llama3.1-8b", "qwen2.5-math-7b", "llama3.1-8b-instruct"):
         bb = registry[name]

@@ -16,7 +16,7 @@ from exgrpo.records.fingerprints import fingerprint, weights_digest
 from exgrpo.settings.backbones import extended_model_dir, load_backbones
 from exgrpo.settings.resolve import PRECEDENCE, read_run_file, resolve, run_spec, write_run_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = load_backbones(ROOT / "config/backbones.yaml")
 
 

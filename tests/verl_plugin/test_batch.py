@@ -1,6 +1,6 @@
 """Batch assembly with replayed rows on verl's real data structures: prompt rows, the replay payload, group ids,
 short groups, masks, advantages, records and behaviour log-probs (the replay agent loop:
-tests/verl/test_replay_agent_loop.py)."""
+tests/verl_plugin/test_replay_agent_loop.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from exgrpo.core import step_metrics as core_metrics  # noqa: E402
 from exgrpo.core.variants import config_for  # noqa: E402
 from exgrpo.records import metrics as M  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
-from tests.verl.batch_items import dataset_item, trajectory  # noqa: E402
+from tests.verl_plugin.batch_items import dataset_item, trajectory  # noqa: E402
 
 
 def _worker_rows(batch) -> list[dict]:

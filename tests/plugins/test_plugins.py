@@ -17,7 +17,7 @@ from exgrpo.core.registry import QUESTION_SAMPLERS, REPLAY_WEIGHTINGS, SELECTION
 from exgrpo.core.selection import select_index
 from exgrpo.core.variants import ABLATIONS, PLUGIN_VARIANTS, config_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 NEW_PLUGIN = """
 import torch

@@ -22,7 +22,7 @@ from exgrpo.core.reward import Verifier
 from exgrpo.records import metrics as M
 from exgrpo.records import metrics_verl as MV
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_registry_is_torch_free_and_names_are_unique():

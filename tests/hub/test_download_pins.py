@@ -191,19 +191,3 @@ def test_a_changed_training_file_is_refused_by_name(tmp_path, fake_dataset_hub, 
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "ChecksumError" in err and "data/train-00000-of-00001.parquet has sha256" in err
-
-
-# ------------------------------------------------------------------------------------------ the workflow
-def test_the_workflow_downloads_pass_the_pins_and_the_locks(dry_all):
-    _, result = dry_all
-    shells = {(j.rule, j.wildcards.get("backbone")): " ".join(j.shell.split()) for j in result.jobs}
-    assert "--lock-dir config/locks" in shells[("download", None)]
-    for name, entry in REGISTRY.items():
-        if entry["scale"] != "paper" or not entry.get("in_all", True):  # Table 2's: test_table2_study.py
-            continue
-        shell = shells[("download_model", name)]
-        assert f"--lock config/locks/{name}.json" in shell
-        assert f"--revision-field 'backbones.{name}.revision (config/backbones.yaml)'" in shell
-        assert (f"--revision {entry['revision']} " in shell) == (entry["revision"] is not None), shell
-    (judge,) = [s for (rule, _), s in shells.items() if rule == "download_judge"]
-    assert re.search(r"--revision [0-9a-f]{40} --lock config/locks/judge-qwen3-32b.json", judge), judge

@@ -1,7 +1,7 @@
 """The trainer-settings tests' shared cases: one non-default value per field and the verl keys it sets.
 
-Used by tests/test_trainer_settings.py (the schema and the verl route's keys) and
-tests/test_trainer_settings_runs.py (the CPU trainer's and verl's real runs).
+Used by tests/settings/test_trainer_settings.py (the schema and the verl route's keys) and
+tests/settings/test_trainer_settings_runs.py (the CPU trainer's and verl's real runs).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BACKBONES = ROOT / "config" / "backbones.yaml"
 SFT = ROOT / "tests" / "fixtures" / "tiny-sft"
 PROMPT = 96  # tiny-math's max_prompt_length

@@ -21,6 +21,8 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_make_data_runs_on_avx2_kernels_and_says_so(tmp_path):
+    """The command pins the kernels for the whole process; make-data computes nothing with torch (the task is
+    pure Python), so it does not import it and records no torch numerics, only the pin it ran under."""
     out = tmp_path / "data"
     done = subprocess.run(
         [sys.executable, "-m", "exgrpo.cli", "make-data", "--out", str(out)],
@@ -30,6 +32,19 @@ def test_make_data_runs_on_avx2_kernels_and_says_so(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     machine = json.loads((out / "manifest.json").read_text())["provenance"]["machine"]
+    assert machine["env"]["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert machine["torch"] is None
+
+
+def test_a_pinned_process_computes_on_avx2_kernels_and_records_them():
+    code = (
+        "import json; from exgrpo.cli import pin_cpu_kernels; pin_cpu_kernels(); import torch;"
+        "from exgrpo.records.provenance import provenance; print(json.dumps(provenance()['machine']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True
+    )
+    machine = json.loads(done.stdout)
     assert machine["env"]["ATEN_CPU_CAPABILITY"] == "avx2"
     assert machine["torch"]["cpu_capability"] == "AVX2"
 

@@ -21,8 +21,8 @@ import exgrpo.verl_plugin.agent_loop as agent_loop_mod  # noqa: E402
 from exgrpo.core import step as core_step  # noqa: E402
 from exgrpo.verl_plugin import batch as vb  # noqa: E402
 from exgrpo.verl_plugin.agent_loop import ReplayAgentLoop  # noqa: E402
-from tests.verl.batch_items import dataset_item, trajectory  # noqa: E402
-from tests.verl.conftest import CHAT_WORDS, word_tokenizer  # noqa: E402
+from tests.verl_plugin.batch_items import dataset_item, trajectory  # noqa: E402
+from tests.verl_plugin.conftest import CHAT_WORDS, word_tokenizer  # noqa: E402
 
 WORDS = [*CHAT_WORDS, "1+1", "?", "2", "a", "b", "c"]
 

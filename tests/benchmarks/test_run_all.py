@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
 run_all = sys.modules["run_all"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
 spec.loader.exec_module(run_all)

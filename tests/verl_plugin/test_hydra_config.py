@@ -22,7 +22,7 @@ from exgrpo.settings.backbones import load_backbones, load_reward_models  # noqa
 from exgrpo.verl_plugin import hydra_config as hc  # noqa: E402
 
 REGISTRY = Path(__file__).resolve().parents[2] / "config" / "backbones.yaml"
-BACKBONES = {  # Tables 1 and 5 (Table 2's Qwen2.5-7B base is out of `all`: tests/verl/test_reward_model_route.py)
+BACKBONES = {  # Tables 1 and 5 (Table 2's Qwen2.5-7B base is out of `all`: tests/verl_plugin/test_reward_model_route.py)
     k: v for k, v in load_backbones(REGISTRY).items() if v["scale"] == "paper" and v.get("in_all", True)
 }
 PAPER_STEPS = {

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from exgrpo.core.config import ConfigError
 from exgrpo.verl_plugin.segments import checkpointed_by_verl, stop_after
-from tests.verl_runs import logged_steps, tracker
+from tests.verl_plugin.verl_runs import logged_steps, tracker
 
 STEPS = 4
 STOP = 2
@@ -110,7 +110,7 @@ def test_segment_one_checkpoints_its_stop_step_and_ends_cleanly(segmented_run):
 
 
 def test_segment_two_resumes_the_checkpointed_state_and_trains_to_the_end(segmented_run):
-    from tests.verl.test_verl_cpu_e2e import _equal_state_dirs
+    from tests.verl_plugin.test_verl_cpu_e2e import _equal_state_dirs
 
     run, debug = segmented_run["run"], segmented_run["debug"]
     assert logged_steps(segmented_run["logs"][1]) == [3, 4]

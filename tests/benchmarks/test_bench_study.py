@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_summary_of_the_committed_tiny_study(tmp_path: Path):
