@@ -1,16 +1,17 @@
 # ExGRPO replication suite: the whole study as one Snakemake workflow.
 #
 # Targets (config/config.yaml says WHAT each runs; the profile says WHERE). Every study of the config
-# is the target of its own name (`exgrpo studies` lists them); the shipped ones:
-#   tiny       (default) the embedded CPU study into results/tiny/, from the shipped bases (models/tiny/)
+# is the target of its own name (`exgrpo studies` lists them); each writes under the config's results_dir
+# (reruns/, beside the committed references in results/); the shipped ones:
+#   tiny       (default) the embedded CPU study into reruns/tiny/, from the shipped bases (models/tiny/)
 #   tiny_pretrain  rebuild the shipped tiny bases (SFT) into models/tiny/
 #   tiny_full  the same with more seeds and every ablation
-#   tiny_regimes  the pre-registered regime map (docs/regimes.md) into results/tiny/regimes/
+#   tiny_regimes  the pre-registered regime map (docs/regimes.md) into reruns/tiny/regimes/
 #   smoke      minimal budgets on one tiny backbone (tests, CI)
-#   all        (= paper_repro) the paper replication at full scale into results/paper-repro/ (GPUs)
-#   paper_cpu  the paper route (verl's trainer, CPU mode) on a tiny base into results/paper-cpu/
-#   paper_headline  Table 1's Qwen2.5-Math-7B row (On-Policy vs ExGRPO, ID+OOD) into results/paper-repro/
-#   paper_ablation_shaping  one ablation slice (Table 6 w/o Shaping) into results/paper-repro/
+#   all        (= paper_repro) the paper replication at full scale into reruns/paper-repro/ (GPUs)
+#   paper_cpu  the paper route (verl's trainer, CPU mode) on a tiny base into reruns/paper-cpu/
+#   paper_headline  Table 1's Qwen2.5-Math-7B row (On-Policy vs ExGRPO, ID+OOD) into reruns/paper-repro/
+#   paper_ablation_shaping  one ablation slice (Table 6 w/o Shaping) into reruns/paper-repro/
 #   tiny_plugins  the plug-in example (docs/plugins.md) at 3 seeds; tiny_continuous  the Table 2 analogue
 #   figures    re-render tables and figures from what is already under results/
 # `snakemake --profile slurm all` submits to SLURM (./slurm -> profiles/slurm). Run locally, `all`

@@ -5,7 +5,7 @@ benchmark files the run wrote (results/<source>/benchmarks/) summed per rule wit
 Each clone is installed as its own README documents for the target (`readme_install`): the first command
 (`python3 -m venv ... && snakemake --cores 2 tiny`) up to `snakemake` for `tiny` and the other tiny-scale
 targets. `paper_cpu` runs vLLM's CPU build, so it needs `--venv .venv-engines` (the engine environment
-`.ci/engines_env` sets up once; README "Real engines on CPU"). `--venv DIR` runs every clone in an existing
+`.ci/engines_env` sets up once; docs/real-engines.md). `--venv DIR` runs every clone in an existing
 environment with the clone first on PYTHONPATH (no install timed): also the fast path for trying the script.
 
 `--commit SHA` also times that commit the same way in the same run (its own fresh clone and venv,

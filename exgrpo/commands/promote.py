@@ -1,6 +1,6 @@
 """Make a rerun the committed reference: copy reruns/<source>/ into results/<source>/, then re-render it.
 
-Deliberate by design (README "Reruns and the committed results"): the workflow never writes into
+Deliberate by design (docs/studies.md, "Making a rerun the reference"): the workflow never writes into
 results/ by default, so the reference changes only through this command (or `--config
 results_dir=results`). Each run folder of the rerun (train/, eval/, prelim/ files, benchmark records,
 regime folders) replaces the committed one of the same path; committed runs the rerun does not hold are

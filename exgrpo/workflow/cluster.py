@@ -217,7 +217,7 @@ def engine_refusal(vllm_jobs: Iterable[tuple[str, str]], has_vllm: bool, config:
     return (
         f"{config}: {fields} runs vLLM's CPU build (rules {', '.join(sorted({r for _, r in pairs}))}), and vLLM "
         "is not installed in this environment. Run Snakemake inside the engine environment (`.ci/engines_env && "
-        '. .venv-engines/bin/activate`; README "Real engines on CPU"), or set `engines: stand_in` for the '
+        ". .venv-engines/bin/activate`; docs/real-engines.md), or set `engines: stand_in` for the "
         "plug-in's exgrpo_cpu rollout and the tiny route's evaluation."
     )
 

@@ -1,6 +1,6 @@
 """Every study of a workflow configuration, with its target, source, job count and cost estimate.
 
-`exgrpo studies` prints this table (README "Your own study"). The configuration is read the way
+`exgrpo studies` prints this table (docs/studies.md, "A study of your own"). The configuration is read the way
 Snakemake reads it: config/config.yaml, then each overlay given with `--configfile`, merged by
 Snakemake's own `update_config`, then validated (exgrpo.workflow.workflow_config.load_config, the one parse and
 validation: a study that would not build is refused here too, naming the field).

@@ -112,11 +112,12 @@ def test_alias_refuses_a_real_vllm_or_another_version(tmp_path):
         vllm_metadata.alias_version("0.24.0+cpu")
 
 
-def test_readme_real_engines_block_builds_this_env_and_runs_the_checks():
+def test_the_docs_block_builds_this_env_and_runs_the_checks():
+    """docs/real-engines.md's one block (section "The environment"), which tests/test_readme.py also checks."""
     import re as _re
 
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Real engines on CPU", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "docs" / "real-engines.md").read_text()
+    section = text.split("\n## The environment\n", 1)[1].split("\n## ", 1)[0]
     (block,) = _re.findall(r"```bash\n(.*?)```", section, flags=_re.S)
     assert block.strip().startswith(".ci/engines_env && . .venv-engines/bin/activate")
     assert "pytest -m real_engines" in block

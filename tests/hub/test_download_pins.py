@@ -61,7 +61,7 @@ def _model(tmp_path: Path, *extra: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ the registry
-def test_every_paper_backbone_names_its_revision_and_the_readme_lists_the_unpinned():
+def test_every_paper_backbone_names_its_revision_and_the_docs_list_the_unpinned():
     paper = {name: e for name, e in REGISTRY.items() if e["scale"] == "paper"}
     assert len(paper) == 7  # Tables 1 and 5, and Table 2's Qwen2.5-7B base
     for name, entry in paper.items():
@@ -70,12 +70,12 @@ def test_every_paper_backbone_names_its_revision_and_the_readme_lists_the_unpinn
     unpinned = {entry["hf_id"] for entry in paper.values() if entry["revision"] is None}
     train = [s for s in download.SOURCES if s.kind == "hf_dataset"]
     unpinned |= {s.ref for s in train if s.revision is None}
-    readme = (ROOT / "README.md").read_text()
+    cluster = (ROOT / "docs" / "cluster.md").read_text()
     section = (
-        readme.split("**Pinned inputs.**", 1)[1].split("Still unpinned", 1)[1].split("Their downloads", 1)[0]
+        cluster.split("\n## Pinned data\n", 1)[1].split("Still unpinned", 1)[1].split("Their downloads", 1)[0]
     )
     listed = set(re.findall(r"`([\w.-]+/[\w.-]+)`", section))
-    assert listed == unpinned  # the README names exactly the entries still unpinned
+    assert listed == unpinned  # docs/cluster.md names exactly the entries still unpinned
 
 
 # ------------------------------------------------------------------------------------------ models

@@ -1,6 +1,6 @@
 """Same machine, same seed, same versions: two independent training runs are bit-identical.
 
-What the README promises about reproducibility, as a test: a short run started twice from scratch gives the
+What docs/method.md ("Reproducibility") promises, as a test: a short run started twice from scratch gives the
 same per-step log (timings aside) and the same final weights, and its run.json records what that depends
 on (the CPU model, torch's thread counts, BLAS back-end and dispatched CPU capability). Across CPU types
 only statistical agreement is claimed, so nothing here compares against committed numbers.
