@@ -166,6 +166,14 @@ def allowed_text(meta: dict[str, Any]) -> str:
     return f"{'(' if meta.get('lo_open') else '['}{lo}, {hi}{')' if meta.get('hi_open') else ']'}"
 
 
+def _default_text(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return f"`{f.default}`"
+    if f.default_factory is not dataclasses.MISSING:
+        return f"`{f.default_factory()}`"
+    return "(required)"
+
+
 def settings_table(cls: type, extra: dict[str, Callable[[dataclasses.Field], str]] | None = None) -> str:
     """Markdown: one row per field of `cls` (name, type, default, allowed values, doc, then the `extra`
     columns), derived from the declarations, so a new field appears with no edit to any table."""
@@ -174,11 +182,7 @@ def settings_table(cls: type, extra: dict[str, Callable[[dataclasses.Field], str
     header = ["setting", "type", "default", "allowed", *extra, "meaning"]
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for f in dataclasses.fields(cls):
-        default = (
-            "(required)"
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            else f"`{f.default if f.default is not dataclasses.MISSING else f.default_factory()}`"
-        )
+        default = _default_text(f)
         kind = getattr(hints[f.name], "__name__", str(hints[f.name]))
         cells = [
             f"`{f.name}`",
