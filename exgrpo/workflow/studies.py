@@ -53,12 +53,14 @@ class StudyRow:
         return sum(self.jobs.values())
 
 
-def study_jobs(study: Study) -> dict[str, list[str]]:
-    """Job kind -> the backbone of each job of the study (the per-backbone jobs a fresh build runs).
+def study_jobs(study: Study, wf: WorkflowConfig | None = None) -> dict[str, list[str]]:
+    """Job kind -> the backbone of each job of the study (the jobs a fresh build of its target runs).
 
     train: one per run; eval: one per evaluated model and profile (every benchmark in one job), the
     trained runs plus each backbone's base; prelim: one per on-policy run of an ablation backbone when
-    the study has a preliminary study; other: data, run resolution and rendering (light CPU jobs).
+    the study has a preliminary study; other: the light CPU jobs (`_other_jobs`). `wf` (the backbone
+    registry) decides which tiny bases must be trained first; without it none is counted.
+    tests/workflow/test_own_study.py checks the totals against Snakemake's own dry runs.
     """
     runs = study.runs()
     profiles = len(study.profiles)
@@ -68,9 +70,38 @@ def study_jobs(study: Study) -> dict[str, list[str]]:
         + [b for b in study.backbones for _ in range(profiles)],
         "prelim": [b for b in study.ablation_backbones for _ in study.seeds] if study.prelim else [],
     }
-    data = 1 if study.scale == "tiny" else 1 + len(study.backbones)
-    jobs["other"] = [""] * (data + len(runs) + 1)  # data, resolve_run per run, render
+    jobs["other"] = [""] * _other_jobs(study, wf)
     return jobs
+
+
+def _other_jobs(study: Study, wf: WorkflowConfig | None) -> int:
+    """resolve_run per run, render_study, reproduce_study and the target's own rule; then the inputs:
+    tiny scale: make_data, an `sft` per backbone with no shipped base (every backbone under the smoke budget)
+    and `hf_cache_tiny` for hub-cache inputs; paper scale: the data download, one model download per backbone,
+    the judge's (a preliminary study), the reward model's, and a re-templated train and validation file per
+    prompt format other than the chat template (workflow/rules/data.smk, prelim.smk)."""
+    n = len(study.runs()) + 3
+    if study.scale == "tiny":
+        return n + 1 + len(_bases_to_train(study, wf)) + (study.inputs == "hub_cache")
+    n += 1 + len(study.backbones) + bool(study.prelim) + bool(study.reward_model)
+    if study.data == "math" and wf is not None:
+        formats = {wf.backbones[b].get("template") for b in study.backbones} - {None}
+        n += 2 * len({f for f in formats if f == "llama_base"})  # prompt_format_of: llama_base, else chat
+    return n
+
+
+def _bases_to_train(study: Study, wf: WorkflowConfig | None) -> list[str]:
+    if wf is None:
+        return []
+    if study.budget == "smoke":
+        return list(study.backbones)
+    from exgrpo.testbed.models import shipped_base
+
+    return [
+        b
+        for b in study.backbones
+        if shipped_base(b, wf.backbones[b], study.data_seed, root="models/tiny") is None
+    ]
 
 
 def measured_wall_h(results: Path, source: str) -> dict[str, float]:
@@ -92,7 +123,7 @@ def study_rows(wf: WorkflowConfig, results: str | Path = "results") -> list[Stud
     rows = []
     for target, name in target_studies(wf.studies).items():
         study = wf.studies[name]
-        jobs = study_jobs(study)
+        jobs = study_jobs(study, wf)
         requested = gpu = 0.0
         for kind, stage in STAGE_OF_RULE_KIND.items():
             for backbone in jobs[kind]:

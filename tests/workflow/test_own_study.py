@@ -176,3 +176,16 @@ def _rerun_keeps_the_reference_and_reports(wf: Path, snakemake, args: tuple[str,
     one = new.samples.copy()
     one.loc[one.index[0], "score"] = 1.0 - one.loc[one.index[0], "score"]
     assert "reproduces" in {c.verdict for c in compare_evals(ref, dataclasses.replace(new, samples=one))}
+
+
+@pytest.mark.parametrize("target", ["tiny", "smoke", "paper_cpu", "paper_continuous", "all"])
+def test_the_job_counts_are_snakemakes_own(target, snakemake, dry_all):
+    """`exgrpo studies` counts jobs from the study (no dry run, so it lists every study in a second); Snakemake's
+    own dry run of each target from scratch (`--forceall`, in the checkout with its shipped tiny bases) is the
+    independent count it must equal (`all`: the session's shared SLURM dry run)."""
+    rows = {r.target: r for r in study_rows(load_config(workdir=ROOT), ROOT / "results")}
+    result = (
+        dry_all[1] if target == "all" else snakemake("-n", "--forceall", "--cores", "2", target, cwd=ROOT)
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert rows[target].total_jobs == sum(result.counts.values()), (rows[target].jobs, result.counts)
