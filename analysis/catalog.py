@@ -274,7 +274,7 @@ def _gain_row(
     pub, pub_base = (
         _pick(paper_numbers.published(paper_est, target, v), "avg", split) for v in (variant, "on_policy")
     )
-    if any(x is None for x in (mine, mine_base, pub, pub_base)):
+    if mine is None or mine_base is None or pub is None or pub_base is None:
         return None
     gain, pub_gain = mine["value"] - mine_base["value"], pub["value"] - pub_base["value"]
     hit = comp[

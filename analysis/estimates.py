@@ -77,6 +77,7 @@ def reproduced(results: Results, profile: str | None) -> pd.DataFrame:
             if not members:
                 continue
             if full:
+                assert arm is not None  # `full` implies an arm
                 value, lo, hi = stats.estimate(arm, members)
             else:
                 value, lo, hi = _from_aggregates(group, members)

@@ -9,7 +9,7 @@ gives identical bytes (tests/analysis/test_render.py checks it). Error bars are 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,9 @@ from analysis.tables import readable, write_text
 
 matplotlib.use("Agg")
 
-STYLE = {
+# Keys typed Any: matplotlib's stubs type rc_context's keys as a Literal of every rcParam name
+# (matplotlib.typing.RcKeyType, absent before 3.10 while the project allows matplotlib>=3.9).
+STYLE: dict[Any, Any] = {
     "font.size": 9,
     "axes.titlesize": 10,
     "axes.labelsize": 9,
@@ -90,7 +92,10 @@ def save(plot: Plot, directory: Path) -> list[Path]:
 
 
 def _bars(
-    ax, groups: list[str], series: list[tuple[str, str, list[float], list | None]], annotate: bool = False
+    ax,
+    groups: list[str],
+    series: Sequence[tuple[str, str, Sequence[float], Sequence[Any] | None]],
+    annotate: bool = False,
 ) -> None:
     """Grouped bars: series = (label, colour, values per group, errors per group or None).
 

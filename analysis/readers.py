@@ -88,7 +88,7 @@ def read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
             raise ResultsError(path, col, "required column missing")
     out = {}
     for col, kind in columns.items():
-        values = []
+        values: list[int | float | str | None] = []
         for lineno, text in enumerate(raw[col].tolist(), start=2):
             if text == "":
                 if not kind.endswith("?"):

@@ -102,6 +102,7 @@ def load(
         _, train = load_train(root, registry, variants=allowed, notes=notes)
         evals, samples = load_eval(root, registry, notes, variants=allowed)
         if reused:
+            assert source_frames is not None  # every reused arm was checked to have the source's tree
             extra = [_reused(frame, spec["backbone"], set(reused)) for frame in source_frames]
             train, evals, samples = (
                 pd.concat([own, more], ignore_index=True) if not more.empty else own

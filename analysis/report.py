@@ -38,13 +38,14 @@ class Rendering:
 
 def build_plots(results: Results, profile: str | None) -> tuple[list[Plot], list[str]]:
     """Every figure the source's data allows, and one line per figure skipped."""
+    main: str | None  # the main backbone; None when the source has none
     if results.source == "paper":
         est = paper_numbers.estimates(results.scores)
         main, others = labels.MAIN_PAPER_BACKBONE, []
     else:
         est = repro_estimates.reproduced(results, profile)
         roles = catalog.roles(results, sorted(set(est["backbone"]))) if len(est) else {"main": [], "t5": []}
-        main, others = (roles["main"] or [None])[0], roles["t5"]
+        main, others = (roles["main"][0] if roles["main"] else None), roles["t5"]
     builders = {
         "fig1a_masked_scores": lambda: figures.fig1a(results, est, main),
         "fig1b_entropy_validity": lambda: figures.fig1b(results),

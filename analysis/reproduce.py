@@ -80,6 +80,10 @@ def compare_runs(ref_root: Path, new_root: Path, runs: pd.DataFrame) -> list[Run
     out = []
     for b, v, s in runs[["backbone", "variant", "seed"]].itertuples(index=False):
         new, ref = _run_meta(new_root, b, v, int(s)), _run_meta(ref_root, b, v, int(s))
+        if new is None:
+            raise FileNotFoundError(
+                f"{new_root}/train/{b}/{v}/s{int(s)}/run.json: a rerun's run has no run.json"
+            )
         if ref is None:
             out.append(
                 RunRow(b, v, int(s), None, "new", None, (new.get("summary") or {}).get("final_val_acc"))
@@ -103,7 +107,15 @@ def compare_runs(ref_root: Path, new_root: Path, runs: pd.DataFrame) -> list[Run
     return out
 
 
-def _cell_samples(samples: pd.DataFrame, key: tuple) -> pd.DataFrame:
+CellKey = tuple[str, str, int, str, str]
+"""(backbone, variant, seed, benchmark, profile) of an evaluation cell."""
+
+
+def _cell_key(row: dict) -> CellKey:
+    return row["backbone"], row["variant"], row["seed"], row["benchmark"], row["profile"]
+
+
+def _cell_samples(samples: pd.DataFrame, key: CellKey) -> pd.DataFrame:
     b, v, s, bench, prof = key
     sel = samples[
         (samples["backbone"] == b)
@@ -117,11 +129,10 @@ def _cell_samples(samples: pd.DataFrame, key: tuple) -> pd.DataFrame:
 
 def compare_evals(ref: loader.Results | Regime, new: loader.Results | Regime) -> list[Cell]:
     """Every evaluation cell of the rerun against the committed one (RULE), of a source or of a regime."""
-    keys = ["backbone", "variant", "seed", "benchmark", "profile"]
-    committed = {tuple(r[k] for k in keys): r for r in ref.evals.to_dict("records")}
+    committed = {_cell_key(r): r for r in ref.evals.to_dict("records")}
     cells = []
     for row in new.evals.to_dict("records"):
-        key = tuple(row[k] for k in keys)
+        key = _cell_key(row)
         rerun = 100.0 * row["avg_at_k"]
         old = committed.get(key)
         if old is None:
@@ -162,9 +173,8 @@ def _f(value: float | None, digits: int = 2) -> str:
 
 def new_cells(evals: pd.DataFrame) -> list[Cell]:
     """The cells of a rerun with no committed counterpart (verdict *new*)."""
-    keys = ["backbone", "variant", "seed", "benchmark", "profile"]
     return [
-        Cell(*(r[k] for k in keys), None, 100.0 * r["avg_at_k"], None, None, None, "new")
+        Cell(*_cell_key(r), None, 100.0 * r["avg_at_k"], None, None, None, "new")
         for r in evals.to_dict("records")
     ]
 
@@ -241,7 +251,11 @@ def plot(cells: list[Cell], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, max(2.0, 0.28 * len(shown) + 1)))
     colours = {"bit-identical": "tab:green", "reproduces": "tab:blue", "differs": "tab:red"}
     for i, c in enumerate(shown):
-        err = None if c.lo is None else [[c.diff - c.lo], [c.hi - c.diff]]
+        assert c.diff is not None  # `shown` keeps the cells with a difference
+        err = None
+        if c.lo is not None:
+            assert c.hi is not None  # an interval has both ends (compare_evals)
+            err = [[c.diff - c.lo], [c.hi - c.diff]]
         ax.errorbar(c.diff, i, xerr=err, fmt="o", color=colours.get(c.verdict, "grey"), capsize=3)
     ax.axvline(0.0, color="black", lw=0.8)
     ax.set_yticks(

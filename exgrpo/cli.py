@@ -59,7 +59,8 @@ def flag_table() -> str:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     rows = ["| command | flags | deprecated aliases |", "|---|---|---|"]
     for name, cmd in sorted(sub.choices.items()):
-        flags, aliases = [], []
+        flags: list[str] = []
+        aliases: list[str] = []
         for action in cmd._actions:
             if not action.option_strings or action.dest == "help":
                 continue

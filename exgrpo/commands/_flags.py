@@ -33,7 +33,8 @@ def deprecated_alias(parser: argparse.ArgumentParser, old: str, action: argparse
     parser.add_argument(
         old,
         dest=action.dest,
-        type=action.type,
+        # typeshed's add_argument does not admit type=None, argparse's own default for an untyped flag
+        type=action.type,  # type: ignore[arg-type]
         choices=action.choices,
         action=_Alias,
         default=argparse.SUPPRESS,

@@ -21,7 +21,7 @@ import ast
 import dataclasses
 import inspect
 import textwrap
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, get_args, get_origin, get_type_hints
 
 RANGE_KEYS = ("lo", "hi", "lo_open", "hi_open")
@@ -174,7 +174,7 @@ def _default_text(f: dataclasses.Field) -> str:
     return "(required)"
 
 
-def settings_table(cls: type, extra: dict[str, Callable[[dataclasses.Field], str]] | None = None) -> str:
+def settings_table(cls: type, extra: Mapping[str, Callable[[Any], str]] | None = None) -> str:
     """Markdown: one row per field of `cls` (name, type, default, allowed values, doc, then the `extra`
     columns), derived from the declarations, so a new field appears with no edit to any table."""
     extra = extra or {}

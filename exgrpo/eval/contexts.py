@@ -68,6 +68,7 @@ def filter_overlong(
     lengths = prompt_lengths(lm, task, system_prompt, chat) if context else None
     if lengths is None:
         return {**info, "max_prompt_tokens": None, "filtered": None, "filtered_ids": []}
+    assert context is not None  # lengths are measured only with a context length
     over = sorted(pid for pid, n in lengths.items() if n + max_new_tokens > context)
     info["max_prompt_tokens"] = max(lengths.values(), default=0)
     if policy == "truncate":

@@ -68,6 +68,13 @@ DTYPES = {
 }
 
 
+def _as_text(value: object, what: str) -> str:
+    """`value` (a tokenizer's decode or untokenized chat template), checked to be the one text it must be."""
+    if not isinstance(value, str):
+        raise TypeError(f"{BACKEND_NAME}: tokenizer {what} returned {type(value).__name__}, expected str")
+    return value
+
+
 @register_model(BACKEND_NAME)
 class TinySamplerLM(TemplateLM):
     """lm-eval LM over a local HF causal-LM folder, sampling with `exgrpo.testbed.rollout.generate`.
@@ -104,7 +111,7 @@ class TinySamplerLM(TemplateLM):
 
         if dtype not in DTYPES:
             raise ValueError(f"{BACKEND_NAME}: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-        if batch_size in (None, "auto"):
+        if batch_size is None or batch_size == "auto":
             batch_size = DEFAULT_BATCH_SIZE
         try:
             self._batch_size = int(batch_size)
@@ -125,7 +132,8 @@ class TinySamplerLM(TemplateLM):
         self._model = AutoModelForCausalLM.from_pretrained(
             str(pretrained), dtype=DTYPES[dtype], **load_kwargs
         )
-        self._model.to(self._device).eval()
+        # transformers' decorated PreTrainedModel.to reads, to mypy, as taking the model as its argument
+        self._model.to(self._device).eval()  # type: ignore[arg-type]
         self.tokenizer = configure_pad_token(self.tokenizer, model_config=self._model.config)
         self.add_bos_token = add_bos_token
         self.chat_template_args = dict(chat_template_args or {})
@@ -214,7 +222,7 @@ class TinySamplerLM(TemplateLM):
         return encoding
 
     def tok_decode(self, tokens: list[int], skip_special_tokens: bool = True) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+        return _as_text(self.tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens), "decode")
 
     def _context_ids(self, context: str, max_ctx_len: int) -> list[int]:
         """Prompt ids as the HF backend's `tok_batch_encode` builds them, left-truncated to `max_ctx_len`."""
@@ -237,10 +245,11 @@ class TinySamplerLM(TemplateLM):
             **self.chat_template_args,
         }
         try:
-            return self.tokenizer.apply_chat_template(chat_history, **kwargs)
+            text = self.tokenizer.apply_chat_template(chat_history, **kwargs)
         except jinja2.exceptions.TemplateError:
             chat_history = [msg for msg in chat_history if msg["role"] != "system"]
-            return self.tokenizer.apply_chat_template(chat_history, **kwargs)
+            text = self.tokenizer.apply_chat_template(chat_history, **kwargs)
+        return _as_text(text, "apply_chat_template (tokenize=False)")
 
     # -------------------------------------------------------------------------------------- generation
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:

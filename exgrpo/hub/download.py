@@ -183,9 +183,11 @@ def download_data(
         if source.kind == "hf_dataset":
             path, commit = fetch_hf_dataset(source, out, lock_dir, pin)
         else:
-            path = with_retries(
-                lambda source=source: FETCHERS[source.kind](source, out), f"{source.name} ({source.ref})"
-            )
+
+            def fetch(source: Source = source) -> Path:
+                return FETCHERS[source.kind](source, out)
+
+            path = with_retries(fetch, f"{source.name} ({source.ref})")
         try:
             digest = verify_file(source, path)
         except ChecksumError:

@@ -227,7 +227,7 @@ class LLMJudge:
                 todo[key] = prompt
         if todo:
             self.backend_calls += 1
-            outputs = self.backend(list(todo.values()))
+            outputs: Sequence[str | EngineReply] = self.backend(list(todo.values()))
             if len(outputs) != len(todo):
                 raise RuntimeError(f"judge backend returned {len(outputs)} replies for {len(todo)} prompts")
             for (key, prompt), reply in zip(todo.items(), outputs):

@@ -281,8 +281,11 @@ class VLLMPolicy:
         if self._model is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
             dtype = torch.bfloat16 if device == "cuda" else torch.float32
+            # transformers' decorated PreTrainedModel.to reads, to mypy, as taking the model as its argument
             self._model = (
-                AutoModelForCausalLM.from_pretrained(self.settings.model, dtype=dtype).to(device).eval()
+                AutoModelForCausalLM.from_pretrained(self.settings.model, dtype=dtype)
+                .to(device)  # type: ignore[arg-type]
+                .eval()
             )
         return [
             hf_token_stats(self._model, s.prompt_ids, s.response_ids, position_chunk=self.position_chunk)

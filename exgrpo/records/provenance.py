@@ -105,6 +105,7 @@ def cpu_model() -> dict[str, str | None]:
 def machine(import_torch: bool = False) -> dict[str, Any]:
     """CPU model and counts, plus torch's numerics settings when this process imported torch (or, with
     `import_torch`, when torch is installed: see torch_numerics)."""
+    usable: int | None  # os.cpu_count() is None when the count cannot be determined
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

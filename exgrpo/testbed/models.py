@@ -104,6 +104,7 @@ def build_model(family: str, arch: dict[str, int], tokenizer: Any, seed: int = 0
         **{k: v for k, v in arch.items() if k != "num_key_value_heads"},
     )
     torch.manual_seed(seed)
+    model: Qwen2ForCausalLM | LlamaForCausalLM
     if family == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**common))
     else:

@@ -116,7 +116,10 @@ class ReplayAgentLoop(ReportingAgentLoop):
                 f"{self.response_length}: it would be truncated"
             )
         version = int(kwargs.get("global_steps", 1)) - 1  # the sync trainer generates step s with weights s-1
-        live_server, self.server_manager = self.server_manager, StoredTrajectoryServer(ids, logp, version)
+        # verl declares server_manager an LLMServerClient; the session calls only its `generate`, which the
+        # stand-in provides (duck-typed)
+        live_server = self.server_manager
+        self.server_manager = StoredTrajectoryServer(ids, logp, version)  # type: ignore[assignment]
         try:
             output = await super()._run_session(sampling_params, **kwargs)
         finally:

@@ -184,7 +184,7 @@ def checkpoint_problem(folder: str | Path) -> str | None:
 
 def choose_checkpoint(default_local_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
     """The newest checkpoint that passes its checks (or None), and the newer ones skipped with the reason."""
-    skipped = []
+    skipped: list[tuple[Path, str]] = []
     for _, folder in checkpoint_steps(default_local_dir):
         problem = checkpoint_problem(folder)
         if problem is None:

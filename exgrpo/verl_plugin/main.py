@@ -17,6 +17,7 @@ cluster verl's `ray.init()` starts, or the one it joins, admits only the job's o
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 from exgrpo.verl_plugin import PLUGIN_MODULE
 
@@ -60,7 +61,11 @@ def run(config) -> None:  # noqa: ANN001 (an omegaconf DictConfig)
         config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
     )
     if config.exgrpo.run_dir:
-        write_resolved(config.exgrpo.run_dir, OmegaConf.to_container(config, resolve=True))
+        # omegaconf types to_container as any container with any DictKeyType keys; a DictConfig composed by
+        # hydra resolves to a dict with str keys
+        write_resolved(
+            config.exgrpo.run_dir, cast("dict[str, Any]", OmegaConf.to_container(config, resolve=True))
+        )
     run_ppo(config, task_runner_class=TaskRunnerV1)
 
 

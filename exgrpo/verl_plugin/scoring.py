@@ -6,8 +6,8 @@ replicas sleep; the core turns its output into scores (`batch.score_candidates`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,7 +38,10 @@ def score_on_actor(
     missing = sorted({q for q, _ in flat if q not in prompt_cache})
     if missing:
         raise KeyError(f"no cached prompt ids for planned questions {missing[:5]}")
-    rows = vb.scoring_rows([prompt_cache[q] for q, _ in flat], [c.token_ids for _, c in flat])
+    # scoring_rows reads each prompt with list(p), so int arrays do; its Sequence[Sequence[int]] annotation
+    # (batch.py) does not admit np.ndarray, which numpy does not register as a Sequence
+    prompts = cast("list[Sequence[int]]", [prompt_cache[q] for q, _ in flat])
+    rows = vb.scoring_rows(prompts, [c.token_ids for _, c in flat])
     uid = vb.new_uid()
     keys = [f"{uid}_{i}_0" for i in range(len(rows))]
     tags = [

@@ -129,6 +129,12 @@ class ExGRPOTrainer(PPOTrainerSync):
             flush=True,
         )
 
+    def _data_order(self) -> DataOrder:
+        """The fresh-question order (built by _init_dataloader, or restored from a checkpoint)."""
+        if self.data_order is None:
+            raise RuntimeError("no DataOrder yet: the trainer's dataloader has not been initialised")
+        return self.data_order
+
     def _items(self, qids: list[str]) -> list[dict[str, Any]]:
         return [self.train_dataset[self.qid_pos[q]] for q in qids]
 
@@ -141,7 +147,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         """Fresh prompts from the DataOrder (verl calls this to refill failed groups)."""
         batch_size = int(self.config.data.train_batch_size)
         qids = step_questions.take_questions(
-            self.data_order, self.manager, int(num_prompts or batch_size), batch_size
+            self._data_order(), self.manager, int(num_prompts or batch_size), batch_size
         )
         rows = vb.prompt_rows(self._items(qids), [])
         self._submitted.extend(r["uid"] for r in rows)
@@ -152,7 +158,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         batch_size = int(self.config.data.train_batch_size)
         plan, chosen = self._replayed, self._replayed.chosen
         fresh = step_questions.take_fresh(
-            self.exgrpo_cfg, self.data_order, self.manager, batch_size, len(plan.qids)
+            self.exgrpo_cfg, self._data_order(), self.manager, batch_size, len(plan.qids)
         )
         rows = vb.prompt_rows(self._items(fresh), self._items(plan.qids))
         self._replay_by_uid = {row["uid"]: traj for row, traj in zip(rows[len(fresh) :], chosen)}
@@ -167,7 +173,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         fault_point("rollout", self.global_steps)
         self._prep_metrics = {
             **core_metrics.plan_metrics(plan, len(fresh), self.global_steps),
-            **core_metrics.data_metrics(self.data_order),
+            **core_metrics.data_metrics(self._data_order()),
         }
         return {}
 
@@ -322,7 +328,7 @@ class ExGRPOTrainer(PPOTrainerSync):
             step=self.global_steps,
             cfg=self.exgrpo_cfg,
             manager=self.manager,
-            data_order=self.data_order.state_dict(),
+            data_order=self._data_order().state_dict(),
             prompt_cache=self.prompt_cache,
             select_rng_state=self.select_generator.get_state(),
         )

@@ -93,14 +93,14 @@ def _other_jobs(study: Study, wf: WorkflowConfig | None) -> int:
 def _bases_to_train(study: Study, wf: WorkflowConfig | None) -> list[str]:
     if wf is None:
         return []
-    if study.budget == "smoke":
+    if study.budget == "smoke" or study.data_seed is None:  # no shipped base fits: each is trained first
         return list(study.backbones)
     from exgrpo.testbed.models import shipped_base
 
     return [
         b
         for b in study.backbones
-        if shipped_base(b, wf.backbones[b], study.data_seed, root="models/tiny") is None
+        if shipped_base(b, dict(wf.backbones[b]), study.data_seed, root="models/tiny") is None
     ]
 
 
