@@ -236,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         data_order_seed=spec.data_order_seed,
         device=args.device,
         reward_model=reward_model,
+        trainer=spec.trainer if backbone["scale"] == "tiny" else None,
     )
     if args.rollout != "exgrpo_cpu":
         if args.device != "cpu":
@@ -243,10 +244,6 @@ def run(args: argparse.Namespace) -> int:
         from exgrpo.verl_plugin.cpu import ROLLOUTS
 
         flat.update(ROLLOUTS[args.rollout])
-    if backbone["scale"] == "tiny":
-        from exgrpo.settings.trainer_settings import trainer_overrides
-
-        flat.update(trainer_overrides(spec.trainer, int(backbone["max_prompt_length"])))
     fp, parts = run_fingerprint(
         spec, flat, model_path, device=args.device, weights=backbone["scale"] == "tiny"
     )

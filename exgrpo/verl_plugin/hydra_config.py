@@ -91,8 +91,14 @@ def verl_overrides(
     data_order_seed: int | None = None,
     device: str = "cuda",
     reward_model: Mapping[str, Any] | None = None,
+    trainer: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Dotted verl config keys → values for one run (everything not fixed in exgrpo_trainer.yaml).
+    """Dotted verl config keys → values for one run (everything not fixed in exgrpo_trainer.yaml): the one
+    writer of a run's verl keys.
+
+    `trainer` (a tiny-scale run's trainer settings, `RunSpec.trainer`): its verl keys are the declared ones
+    (`exgrpo.settings.trainer_settings.trainer_overrides`), and the steps and response length come from it
+    instead of the backbone entry; no other key may coincide with one of them.
 
     `reward_model` (`reward_kind: reward_model` only, paper §5.3): the study's reward model, its registry entry
     (config/backbones.yaml `reward_models`) with `path`, the local snapshot verl serves (reward_model_keys).
@@ -127,7 +133,6 @@ def verl_overrides(
         "data.train_files": train_files,
         "data.val_files": val_files,
         "data.max_prompt_length": int(backbone["max_prompt_length"]),
-        "data.max_response_length": max_resp,
         "data.seed": int(seed if data_order_seed is None else data_order_seed),
         "actor_rollout_ref.model.path": model_path or backbone["hf_id"],
         "actor_rollout_ref.rollout.n": cfg.n_rollouts,
@@ -144,7 +149,6 @@ def verl_overrides(
         f"{actor}.optim.clip_grad": cfg.grad_clip if cfg.grad_clip > 0 else NO_CLIP_GRAD,
         f"{actor}.data_loader_seed": int(seed),
         **reward_keys(cfg, backbone, reward_model, tiny=tiny),
-        "trainer.total_training_steps": int(backbone["steps"]),
         "trainer.nnodes": nodes,
         "trainer.n_gpus_per_node": gpus,
         "trainer.experiment_name": f"{backbone_name}-{variant}-s{seed}",
@@ -163,7 +167,24 @@ def verl_overrides(
     }
     if backbone.get("template") == "llama_base":
         flat["actor_rollout_ref.model.custom_chat_template"] = PLAIN_CHAT_TEMPLATE
-    return flat
+    return {**flat, **_trainer_keys(backbone, trainer, set(flat))}
+
+
+def _trainer_keys(
+    backbone: Mapping[str, Any], trainer: Mapping[str, Any] | None, taken: set[str]
+) -> dict[str, Any]:
+    """The run's steps, response length and, with `trainer`, every key its trainer settings declare."""
+    if trainer is None:
+        return {
+            "trainer.total_training_steps": int(backbone["steps"]),
+            "data.max_response_length": int(backbone["max_response_length"]),
+        }
+    from exgrpo.settings.trainer_settings import trainer_overrides
+
+    keys = trainer_overrides(trainer, int(backbone["max_prompt_length"]))
+    if taken & set(keys):
+        raise AssertionError(f"verl keys written twice: {sorted(taken & set(keys))}")
+    return keys
 
 
 def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
