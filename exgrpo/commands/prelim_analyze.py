@@ -12,8 +12,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exgrpo.commands._flags import deprecated_alias
+
+if TYPE_CHECKING:
+    from exgrpo.prelim.policies import Policy
 
 HELP = (
     "preliminary study: sample K rollouts per training question, bucket by k/K, record entropy/PPL/judge/code"
@@ -165,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     bounds = T.BucketBounds(args.hard_high, args.easy_low)
     questions = T.choose_questions(T.load_questions(args.data, args.split), args.questions, args.seed)
     progress = not args.no_progress
+    policy: Policy
     if args.engine == "tiny":
         from exgrpo.prelim.policies import TinyPolicy
         from exgrpo.testbed.models import load_checkpoint

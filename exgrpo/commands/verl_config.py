@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any, cast
 
 from exgrpo.commands._flags import deprecated_alias, run_from_flags
 
@@ -260,5 +261,6 @@ def run(args: argparse.Namespace) -> int:
 
         composed = hc.compose_run_config(args.out)
         hc.check_verl_config(composed)
-        print(f"wrote {hc.write_resolved(args.out, OmegaConf.to_container(composed, resolve=True))}")
+        resolved = cast("dict[str, Any]", OmegaConf.to_container(composed, resolve=True))  # str keys (hydra)
+        print(f"wrote {hc.write_resolved(args.out, resolved)}")
     return 0

@@ -181,9 +181,9 @@ def run_training(
 
     final = _save_final(ckpt_dir, model, tokenizer)
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-    val = [r["val/acc"] for r in rows if "val/acc" in r]
+    val_accs = [r["val/acc"] for r in rows if "val/acc" in r]
     summary = {
-        "final_val_acc": val[-1] if val else None,
+        "final_val_acc": val_accs[-1] if val_accs else None,
         "weights_sha256": weights_digest(model),
         "steps": args.steps,
         "final_model": str(final),

@@ -260,7 +260,11 @@ def evaluate(
             "n": len(items),
         }
 
-    result = {"temperature": temperature, "n_samples": n_samples, **summary([v for _, v in verdicts])}
+    result: dict[str, Any] = {
+        "temperature": temperature,
+        "n_samples": n_samples,
+        **summary([v for _, v in verdicts]),
+    }
     result["by_difficulty"] = {
         str(d): summary([v for dd, v in verdicts if dd == d]) for d in sorted({d for d, _ in verdicts})
     }
@@ -351,7 +355,11 @@ def run_sft(
         "settings": settings_dict(settings),
         "init": None
         if parent is None
-        else {"backbone": parent, "path": str(init_dir), "steps_total": init_record.get("steps_total")},
+        else {
+            "backbone": parent,
+            "path": str(init_dir),
+            "steps_total": (init_record or {}).get("steps_total"),
+        },
         "steps": settings.steps,
         "steps_total": settings.steps + (init_record.get("steps_total", 0) if init_record else 0),
         "final_loss": sum(losses[-20:]) / len(losses[-20:]),

@@ -117,7 +117,7 @@ class CPUTrainer:
                 top_p=self.args.top_p,
                 generator=self.generators["rollout"],
             )
-        rewards = self.verifier.scores(
+        rewards: np.ndarray | list[float] = self.verifier.scores(
             roll.texts, [self.questions[q].answer for q in owners], [self.questions[q].kind for q in owners]
         )
         if self.cfg.reward_kind == "binary":

@@ -201,14 +201,15 @@ def regime_studies(
     resolution); those are reused.
     """
     regimes = parse_regimes(raw, wf.backbones)
-    if not regimes:
+    if not regimes or raw is None:
         return {}, {}, {}
     base = wf.studies.get(raw["base_study"])
     if base is None or base.scale != "tiny":
         raise ConfigError("regimes.base_study", f"{raw['base_study']!r} is not a tiny-scale study")
     seeds = tuple(raw["seeds"])
     base_runs = set(base.runs())
-    studies, reuse = {}, {}
+    studies: dict[str, Any] = {}
+    reuse: dict[str, dict[str, str]] = {}
     for name, regime in regimes.items():
         reuse[name] = {}
         data_seed = base.data_seed if regime.data_seed is None else regime.data_seed

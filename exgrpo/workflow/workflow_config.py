@@ -213,9 +213,9 @@ def load_workflow_config(
         name: resolve_study(name, raw, config, backbones, reward_models)
         for name, raw in config["studies"].items()
     }
-    for target, study in {**TARGET_ALIASES, DEFAULT_STUDY: DEFAULT_STUDY}.items():
-        if study not in studies:
-            raise ConfigError(f"studies.{study}", f"missing; target `{target}` runs this study")
+    for target, study_name in {**TARGET_ALIASES, DEFAULT_STUDY: DEFAULT_STUDY}.items():
+        if study_name not in studies:
+            raise ConfigError(f"studies.{study_name}", f"missing; target `{target}` runs this study")
     for name in studies:
         if name in TARGET_ALIASES:
             raise ConfigError(

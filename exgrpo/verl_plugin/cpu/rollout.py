@@ -319,7 +319,7 @@ class CPURolloutAdapter(BaseRollout):
         )
         self.replica_rank = rank // world if replica_rank == -1 else int(replica_rank)
         self.rollout_rank = rank % world
-        self._server = None
+        self._server: Any = None  # the replica's server actor, looked up by name on first use
 
     def _server_handle(self) -> Any:
         if self._server is None:
@@ -364,7 +364,7 @@ class CPURolloutReplica(RolloutReplica):
             lambda _self: ray.get_runtime_context().get_node_id()
         )
         name = server_name(self.replica_rank) + self.name_suffix
-        server = (
+        server: Any = (  # an actor handle (ray's stubs type ray.remote(cls) as the class itself)
             ray.remote(HFRolloutServer)
             .options(
                 name=name,
