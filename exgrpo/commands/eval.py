@@ -17,6 +17,14 @@ HELP = "Evaluate a model on benchmarks (lm-eval + Math-Verify), writing per-samp
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_subject_flags(parser)
+    _add_input_flags(parser)
+    _add_engine_flags(parser)
+    _add_grading_flags(parser)
+
+
+def _add_subject_flags(parser: argparse.ArgumentParser) -> None:
+    """What is evaluated, under which profile, and where the results go."""
     parser.add_argument(
         "--model", required=True, help="local model folder (HF format: config.json, weights, tokenizer)"
     )
@@ -58,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="samples per problem for every benchmark (not with --profile paper)",
     )
+
+
+def _add_input_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the benchmark files come from and how prompts are written."""
     data = parser.add_argument(
         "--data",
         dest="data_dir",
@@ -72,6 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prompt-format", default="chat", help="chat (model's chat template, no system prompt) or llama_base"
     )
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """How the backend generates: batching, device, precision, threads, vLLM parallelism and context."""
     parser.add_argument(
         "--batch-size",
         default=None,
@@ -119,6 +135,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and count it), truncate (lm-eval's left truncation); auto: filter on vllm, "
         "truncate on hf and tiny",
     )
+
+
+def _add_grading_flags(parser: argparse.ArgumentParser) -> None:
+    """The grader, and progress output."""
     parser.add_argument(
         "--grader",
         default=None,

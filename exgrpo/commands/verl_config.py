@@ -26,6 +26,14 @@ HELP = "Write the verl Hydra config (exgrpo_run.yaml) of a paper-scale run: a ba
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_run_flags(parser)
+    _add_input_flags(parser)
+    _add_cluster_flags(parser)
+    _add_override_flags(parser)
+
+
+def _add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """Which run: its run file (or backbone, variant and seed), the output folder, the registry."""
     parser.add_argument(
         "--run-file",
         type=Path,
@@ -44,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path, help="run directory (config, checkpoints, logs)")
     parser.add_argument("--backbones", type=Path, default=Path("config/backbones.yaml"))
+
+
+def _add_input_flags(parser: argparse.ArgumentParser) -> None:
+    """The run's data, base model and reward model."""
     parser.add_argument(
         "--train-files",
         default=None,
@@ -77,6 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--train-files/--val-files (a tiny backbone, --device cpu: exgrpo.verl_plugin.tiny_route)",
     )
     deprecated_alias(parser, "--tiny-data", data)
+
+
+def _add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    """Where it runs: nodes, GPUs per node, device and the CPU-mode rollout."""
     parser.add_argument("--nnodes", type=int, default=None, help="override the backbone's resources.nodes")
     parser.add_argument("--gpus-per-node", type=int, default=None)
     parser.add_argument(
@@ -93,6 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --device cpu: the rollout engine; vllm = verl's own vLLM rollout on vLLM's CPU build (the "
         "engine environment, docs/real-engines.md; keys exgrpo.verl_plugin.cpu.VLLM_ROLLOUT_KEYS)",
     )
+
+
+def _add_override_flags(parser: argparse.ArgumentParser) -> None:
+    """Extra verl keys and whether to compose the config with Hydra now."""
     parser.add_argument(
         "--set",
         dest="overrides",
