@@ -80,54 +80,9 @@ def resolve_study(
     """The study `studies.<name>` resolved; `reward_models` is the backbones file's registry of them."""
     where = ["studies", name]
     scale = raw["scale"]
-    of_scale = [b for b, e in backbones.items() if e["scale"] == scale]
-    if raw["backbones"] == "all":
-        chosen = [b for b in of_scale if backbones[b].get("in_all", True)]
-        if not chosen:
-            raise ConfigError(
-                field_path([*where, "backbones"]), f"no backbone of scale {scale!r} is registered"
-            )
-    else:
-        chosen = [
-            _known_backbone(b, [*where, "backbones", i], backbones, scale)
-            for i, b in enumerate(raw["backbones"])
-        ]
-    ablation_backbones = list(raw.get("ablation_backbones", []))
-    for i, b in enumerate(ablation_backbones):
-        if b not in chosen:
-            _known_backbone(b, [*where, "ablation_backbones", i], backbones, scale)
-            raise ConfigError(
-                field_path([*where, "ablation_backbones", i]),
-                f"backbone {b!r} is not among the study's backbones",
-            )
-    if (raw["ablations"] or raw["prelim"]) and not ablation_backbones:
-        raise ConfigError(
-            field_path([*where, "ablation_backbones"]), "required when ablations or prelim are set"
-        )
-    for group in VARIANT_GROUPS:
-        for i, variant in enumerate(raw[group]):
-            if variant not in (config[group] or {}):
-                raise ConfigError(
-                    field_path([*where, group, i]),
-                    f"unknown {group} variant {variant!r}; defined under `{group}`: "
-                    f"{', '.join(config[group] or {}) or 'none'}",
-                )
-    from exgrpo.eval.profiles import PROFILES
-
-    benchmarks: list[str] = []
-    for i, bench_set in enumerate(raw["eval"]["benchmarks"]):
-        if bench_set not in config["benchmarks"]:
-            raise ConfigError(
-                field_path([*where, "eval", "benchmarks", i]),
-                unknown("benchmark set", bench_set, config["benchmarks"]),
-            )
-        benchmarks += [b for b in config["benchmarks"][bench_set] if b not in benchmarks]
-    for i, profile in enumerate(raw["eval"]["profiles"]):
-        if profile not in PROFILES:
-            raise ConfigError(
-                field_path([*where, "eval", "profiles", i]),
-                unknown("decoding profile", profile, PROFILES, " (exgrpo.eval.profiles)"),
-            )
+    chosen, ablation_backbones = _study_backbones(where, raw, backbones, scale)
+    _check_variants(where, raw, config)
+    benchmarks = _study_benchmarks(where, raw, config)
     engines = raw.get("engines", "stand_in")
     if engines != "stand_in" and (raw.get("runtime"), scale) != ("verl", "tiny"):
         raise ConfigError(
@@ -163,6 +118,70 @@ def resolve_study(
         reward_model=reward_model,
         inputs=inputs,
     )
+
+
+def _study_backbones(
+    where: list[Any], raw: Mapping[str, Any], backbones: Mapping[str, Mapping[str, Any]], scale: str
+) -> tuple[list[str], list[str]]:
+    """(backbones, ablation backbones) of a study entry: `all` of its scale or the named ones, checked."""
+    of_scale = [b for b, e in backbones.items() if e["scale"] == scale]
+    if raw["backbones"] == "all":
+        chosen = [b for b in of_scale if backbones[b].get("in_all", True)]
+        if not chosen:
+            raise ConfigError(
+                field_path([*where, "backbones"]), f"no backbone of scale {scale!r} is registered"
+            )
+    else:
+        chosen = [
+            _known_backbone(b, [*where, "backbones", i], backbones, scale)
+            for i, b in enumerate(raw["backbones"])
+        ]
+    ablation_backbones = list(raw.get("ablation_backbones", []))
+    for i, b in enumerate(ablation_backbones):
+        if b not in chosen:
+            _known_backbone(b, [*where, "ablation_backbones", i], backbones, scale)
+            raise ConfigError(
+                field_path([*where, "ablation_backbones", i]),
+                f"backbone {b!r} is not among the study's backbones",
+            )
+    if (raw["ablations"] or raw["prelim"]) and not ablation_backbones:
+        raise ConfigError(
+            field_path([*where, "ablation_backbones"]), "required when ablations or prelim are set"
+        )
+    return chosen, ablation_backbones
+
+
+def _check_variants(where: list[Any], raw: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """Every variant a study lists is defined under its group (`methods`, `ablations`, `prelim`)."""
+    for group in VARIANT_GROUPS:
+        for i, variant in enumerate(raw[group]):
+            if variant not in (config[group] or {}):
+                raise ConfigError(
+                    field_path([*where, group, i]),
+                    f"unknown {group} variant {variant!r}; defined under `{group}`: "
+                    f"{', '.join(config[group] or {}) or 'none'}",
+                )
+
+
+def _study_benchmarks(where: list[Any], raw: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """The benchmarks of the study's sets (order kept, duplicates dropped); its profiles checked."""
+    from exgrpo.eval.profiles import PROFILES
+
+    benchmarks: list[str] = []
+    for i, bench_set in enumerate(raw["eval"]["benchmarks"]):
+        if bench_set not in config["benchmarks"]:
+            raise ConfigError(
+                field_path([*where, "eval", "benchmarks", i]),
+                unknown("benchmark set", bench_set, config["benchmarks"]),
+            )
+        benchmarks += [b for b in config["benchmarks"][bench_set] if b not in benchmarks]
+    for i, profile in enumerate(raw["eval"]["profiles"]):
+        if profile not in PROFILES:
+            raise ConfigError(
+                field_path([*where, "eval", "profiles", i]),
+                unknown("decoding profile", profile, PROFILES, " (exgrpo.eval.profiles)"),
+            )
+    return benchmarks
 
 
 def _data_and_reward_model(
