@@ -95,11 +95,17 @@ def range_reason(
     above = hi is not None and (value >= hi if hi_open else value > hi)
     if not (below or above):
         return None
+    bounds = _bounds_text(lo, hi, lo_open, hi_open)
+    return f"must be {'in ' if lo is not None and hi is not None else ''}{bounds}, got {value!r}"
+
+
+def _bounds_text(lo: Any, hi: Any, lo_open: Any, hi_open: Any) -> str:
+    """`>= 1`, `< 2`, `[0.0, 1.0)`: one spelling for the error messages and the docs' tables."""
     if hi is None:
-        return f"must be {'>' if lo_open else '>='} {lo}, got {value!r}"
+        return f"{'>' if lo_open else '>='} {lo}"
     if lo is None:
-        return f"must be {'<' if hi_open else '<='} {hi}, got {value!r}"
-    return f"must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}, got {value!r}"
+        return f"{'<' if hi_open else '<='} {hi}"
+    return f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
 
 
 def check_value(name: str, value: Any, expected: Any, meta: dict[str, Any]) -> None:
@@ -159,11 +165,7 @@ def allowed_text(meta: dict[str, Any]) -> str:
     items = meta.get("items")
     if lo is None and hi is None:
         return f"each {allowed_text(items)}" if items else ""
-    if hi is None:
-        return f"{'>' if meta.get('lo_open') else '>='} {lo}"
-    if lo is None:
-        return f"{'<' if meta.get('hi_open') else '<='} {hi}"
-    return f"{'(' if meta.get('lo_open') else '['}{lo}, {hi}{')' if meta.get('hi_open') else ']'}"
+    return _bounds_text(lo, hi, meta.get("lo_open"), meta.get("hi_open"))
 
 
 def _default_text(f: dataclasses.Field) -> str:
