@@ -288,6 +288,7 @@ def test_a_dry_run_of_the_tiny_study_imports_no_torch(tmp_path: Path):
 
 
 REPOSITORY_WIDE_TESTS = {
+    "test_docs_numbers.py",
     "test_hygiene.py",
     "test_import_graph.py",
     "test_no_external_citations.py",

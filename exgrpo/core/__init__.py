@@ -1,8 +1,9 @@
 """The method: everything ExGRPO computes, written once and driven by both runtimes (torch, numpy, math-verify).
 
-Configuration: `config` (`ExGRPOConfig`, every setting with the paper's meaning as default), `declared` (how a
-setting is declared and checked), `variants` (the paper's named ablations), `switches` (paper vs release),
-`registry` (the replaceable parts and plug-ins), `suggest` (did-you-mean).
+Configuration: `config` (`ExGRPOConfig`, every setting with the paper's meaning as default),
+`config_rules` (the rules tying settings together), `declared` (how a setting is declared and checked),
+`variants` (the paper's named ablations), `switches` (paper vs release), `registry` (the replaceable parts and
+plug-ins), `suggest` (did-you-mean).
 Experience: `buffer` (stored trajectories), `experience` and `experience_state` (buckets, retirement, delayed
 start; resumable state), `sampler` (bucket weighting, Alg. 2), `selection` (which trajectory is replayed),
 `ordered_set`, `data_order` (the training-data position).

@@ -25,7 +25,8 @@ from functools import lru_cache
 from typing import Any
 
 from exgrpo.core import declared
-from exgrpo.core.declared import ConfigError, check_fields, choices_of, range_reason, setting
+from exgrpo.core.config_rules import check_tied_fields
+from exgrpo.core.declared import ConfigError, check_fields, choices_of, setting
 from exgrpo.core.registry import (
     QUESTION_SAMPLERS,
     REPLAY_WEIGHTINGS,
@@ -359,23 +360,7 @@ class ExGRPOConfig:
         """Check every field (its declaration: type, choices, range), then the rules that tie fields together;
         raise ConfigError naming the first bad one. Returns self."""
         check_fields(self)
-        _check_mask_bounds(self)
-        if self.reward_kind != "binary" and self.difficulty_signal != "reward_std":
-            raise ConfigError(
-                "reward_kind",
-                f"{self.reward_kind!r} is a continuous reward: it needs "
-                "difficulty_signal 'reward_std' (buckets by reward std, paper §5.3)",
-            )
-        if self.n_rollouts < 2:
-            raise ConfigError(
-                "n_rollouts", f"GRPO needs at least 2 rollouts per question, got {self.n_rollouts}"
-            )
-        if not (self.buffer_lbound < self.rbound <= self.n_rollouts):
-            raise ConfigError(
-                "buffer_rbound",
-                f"need buffer_lbound ({self.buffer_lbound}) < rbound ({self.rbound}) "
-                f"<= n_rollouts ({self.n_rollouts})",
-            )
+        check_tied_fields(self)
         return self
 
     @classmethod
@@ -400,16 +385,6 @@ class ExGRPOConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _check_mask_bounds(cfg: ExGRPOConfig) -> None:
-    """The difficulty mask's buckets: hard (0, mask_hard_high], medium between, easy [mask_easy_low, 1)."""
-    for name, lo, hi, hi_open in (
-        ("mask_hard_high", 0.0, cfg.mask_easy_low, True),
-        ("mask_easy_low", cfg.mask_hard_high, 1.0, False),
-    ):
-        if (reason := range_reason(getattr(cfg, name), lo, hi, hi_open=hi_open)) is not None:
-            raise ConfigError(name, reason)
 
 
 STATIC_CHOICES: dict[str, frozenset[str]] = {
