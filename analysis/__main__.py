@@ -66,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "reproduce":
         from analysis.reproduce import reproduce
         from analysis.reproduce_regimes import reproduce_regimes
-
         from analysis.verdicts import Margin
 
         compare = reproduce_regimes if args.regimes else reproduce

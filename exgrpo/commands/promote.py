@@ -67,7 +67,9 @@ def refusals(rerun_dir: Path, source: str, backbones: str) -> list[str]:
     from analysis import evidence, loader
 
     found = evidence.check(loader.load(rerun_dir, source, backbones))
-    return [f"{d.path}: {d.field} is {d.stored}, its evidence gives {d.evidence}" for d in found.disagreements]
+    return [
+        f"{d.path}: {d.field} is {d.stored}, its evidence gives {d.evidence}" for d in found.disagreements
+    ]
 
 
 def run(args: argparse.Namespace) -> int:

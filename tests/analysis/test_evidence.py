@@ -52,7 +52,10 @@ def test_a_score_its_samples_do_not_give_is_named(tmp_path):
     _edit(results / "tiny" / CELL, tamper)
     found = _check(results)
     named = {(Path(d.path).name, d.field) for d in found.disagreements}
-    assert named == {("tiny_test.tiny.json", "metrics.avg_at_k"), ("tiny_test.tiny.json", "metrics.pass_at_k")}
+    assert named == {
+        ("tiny_test.tiny.json", "metrics.avg_at_k"),
+        ("tiny_test.tiny.json", "metrics.pass_at_k"),
+    }
     text = "\n".join(evidence.markdown(found))
     assert "tiny_test.tiny.json" in text and "metrics.avg_at_k" in text
 
