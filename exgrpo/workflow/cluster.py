@@ -160,8 +160,8 @@ def stage_time_refusal(entry: Mapping[str, Any], stage: str, limit_min: int | No
     """Why a backbone's `stage` job (eval, judge) cannot run under a partition time limit, or None: only
     training is split into segments (`segment_stops`), so an evaluation or judge job asking for more minutes
     than the partition allows would be refused by SLURM or killed at the limit, after the runs it waits for."""
-    if stage == "train":
-        raise ValueError("training runs are split into segments under a limit (segment_stops)")
+    if stage == "train":  # split into segments under a limit (segment_stops)
+        return None
     runtime = int(stage_resources(entry, stage)["runtime_min"])
     if not limit_min or runtime <= limit_min:
         return None
@@ -192,6 +192,26 @@ def segment_runtime(runtime_min: int, limit_min: int | None) -> int:
     """Minutes each segment job requests: its share of the run's runtime, never above the limit."""
     n = segment_count(runtime_min, limit_min)
     return runtime_min if n == 1 else min(int(limit_min or runtime_min), math.ceil(runtime_min / n))
+
+
+def check_stage_time(
+    name: str,
+    entry: Mapping[str, Any],
+    stage: str,
+    limit_min: int | None,
+    file: str = "config/backbones.yaml",
+) -> None:
+    """`stage_time_refusal` as a ConfigError naming the backbone's field and its file: called by the rules'
+    resources (workflow/rules/common.smk), so a dry run of the jobs planned is refused, not a study the run
+    does not build; and by the configuration load for the studies of given targets."""
+    why = stage_time_refusal(entry, stage, int(limit_min) if limit_min else None)
+    if why is not None:
+        from exgrpo.core.config import ConfigError
+        from exgrpo.settings.yaml_files import field_path
+
+        raise ConfigError(
+            field_path(["backbones", name, "resources", stage, "runtime_min"]), f"{why} ({file})"
+        )
 
 
 # ---------------------------------------------------------------------------- GPU guard
@@ -256,6 +276,7 @@ __all__ = [
     "SITE_ENV",
     "STAGES",
     "VLLM_CPU_RULES",
+    "check_stage_time",
     "engine_refusal",
     "gpu_refusal",
     "job_gpus",

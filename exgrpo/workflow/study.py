@@ -318,18 +318,14 @@ def _check_served_gpus(
 def check_stage_times(study: Study, backbones: Mapping[str, Mapping[str, Any]], files: Files) -> None:
     """Every evaluation job (each backbone) and judge job (each ablation backbone, when the study has a
     preliminary study) of `study` fits the partition time limit (exgrpo.workflow.cluster.stage_time_refusal)."""
-    from exgrpo.workflow.cluster import stage_time_refusal
+    from exgrpo.workflow.cluster import check_stage_time
 
-    stages = [("eval", b) for b in study.backbones] + [
-        ("judge", b) for b in study.ablation_backbones if study.prelim
-    ]
+    stages = [("eval", b) for b in study.backbones]
+    stages += [("judge", b) for b in study.ablation_backbones if study.prelim]
     for stage, name in stages:
-        why = stage_time_refusal(backbones[name], stage, files.limit_min)
-        if why is not None:
-            raise ConfigError(
-                field_path(["backbones", name, "resources", stage, "runtime_min"]),
-                f"{why} (study {study.name!r}; {files.backbones})",
-            )
+        check_stage_time(
+            name, backbones[name], stage, files.limit_min, f"study {study.name!r}; {files.backbones}"
+        )
 
 
 def check_route(study: Study, variant: str, method: Any, config_file: str) -> None:

@@ -17,7 +17,7 @@ Used by the Snakefile (workflow/rules/common.smk), `exgrpo studies`, `exgrpo pla
 4. what a study's jobs would refuse minutes in, each fact checked by its owner (exgrpo.workflow.study.check_study_jobs,
    check_route, check_stage_times): a backbone vLLM's CPU build cannot serve, a hub-cache backbone unpinned or
    against its lock, a CPU-trainer-only reward or setting on a verl study, a served model larger than its job,
-   and (for the run's targets) an evaluation or judge job longer than `partition_limit_min`.
+   and, for a run's target studies (`WorkflowConfig.check_target`), an eval or judge job over `partition_limit_min`.
 Every failure is a `ConfigError` whose field is a path such as `studies.tiny.seeds[0]` or
 `methods.exgrpo.rho`; layer 4's also name the file of the field.
 
@@ -103,6 +103,17 @@ class WorkflowConfig:
     """(source, backbone, variant, seed) -> its RunSpec, filled by `study_run`: the validation resolves every
     study run once and the workflow's helpers (method.json, its log line, segments) read the same spec.
     `dataclasses.replace` shares it: a source's runs do not change when the regime map is attached."""
+
+    files: Files | None = None
+    """The files the configuration was read from and the partition limit (exgrpo.workflow.study.Files)."""
+
+    def check_target(self, study: str) -> list[str]:
+        """[] (no inputs), after refusing an evaluation or judge job of `study` longer than partition_limit_min
+        (exgrpo.workflow.study.check_stage_times): the Snakefile's study targets call it as an input function,
+        so the limit is checked while the DAG of a run building `study` is built, and for no other study."""
+        if self.files is not None and self.files.limit_min:
+            check_stage_times(self.studies[study], self.backbones, self.files)
+        return []
 
     def method_config(self, variant: str, backbone: str, budget: str = "full") -> ExGRPOConfig:
         """The resolved method settings of `variant` trained on `backbone` (exgrpo.settings.resolve precedence)."""
@@ -197,16 +208,13 @@ def load_workflow_config(
     workdir: str | Path = ".",
     config_files: Iterable[str | Path] = (),
     already_read: Iterable[str | Path] = (),
-    targets: Iterable[str] | None = None,
 ) -> WorkflowConfig:
     """Validate a merged Snakemake `config` (and the backbones file it names) and resolve studies: the one
     validation, in Snakemake (workflow/rules/common.smk) and outside it (`load_config`).
 
     `config_files`: the YAML files `config` was merged from, checked strictly first except those in
     `already_read` (the Snakefile reads config/config.yaml strictly before Snakemake does); errors of the
-    study checks name them. `targets`: the Snakemake targets of this run; with a partition time limit the
-    evaluation and judge jobs of the studies they build are checked against it (None: not checked, as in
-    `exgrpo plan`, which reports what does not fit).
+    study checks name them.
     Raises ConfigError (field path + reason) or FileNotFoundError (file name) on bad input.
     """
     paths, read = [Path(p) for p in config_files], {Path(p).resolve() for p in already_read}
@@ -237,8 +245,8 @@ def load_workflow_config(
         limit_min=int(config["partition_limit_min"]) if config.get("partition_limit_min") else None,
     )
     _check_runs(wf, files)
-    _check_jobs(wf, files, targets)
-    return _with_regimes(wf, config.get("regimes"))
+    _check_jobs(wf, files)
+    return _with_regimes(dataclasses.replace(wf, files=files), config.get("regimes"))
 
 
 def _coerced(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -306,27 +314,10 @@ def _check_runs(wf: WorkflowConfig, files: Files) -> None:
             check_route(study, variant, spec.method, files.config)
 
 
-def _check_jobs(wf: WorkflowConfig, files: Files, targets: Iterable[str] | None) -> None:
-    """What a study's jobs would refuse once started, refused now (exgrpo.workflow.study.check_study_jobs) for
-    every study; the partition time limit for the studies the run's `targets` build."""
+def _check_jobs(wf: WorkflowConfig, files: Files) -> None:
+    """What a study's jobs would refuse once started, refused now (exgrpo.workflow.study.check_study_jobs)."""
     for name, study in wf.studies.items():
         check_study_jobs(study, wf.raw["studies"][name], wf.backbones, wf.reward_models, files)
-    if targets is None or files.limit_min is None:
-        return
-    for name in planned_studies(wf.studies, targets):
-        check_stage_times(wf.studies[name], wf.backbones, files)
-
-
-def planned_studies(studies: Mapping[str, Study], targets: Iterable[str]) -> list[str]:
-    """The studies a Snakemake run of `targets` builds: each target naming a study (`target_studies`), each
-    file target under a study's source (`<results>/<source>/...`, `work/<source>/...`); no target = the
-    default study."""
-    by_target = target_studies(studies)
-    targets = list(targets) or [DEFAULT_STUDY]
-    out = [by_target[t] for t in targets if t in by_target]
-    for target in (t for t in targets if t not in by_target):
-        out += [n for n, s in studies.items() if f"/{s.source}/" in f"/{target}"]
-    return list(dict.fromkeys(out))
 
 
 def _with_regimes(wf: WorkflowConfig, raw: Mapping[str, Any] | None) -> WorkflowConfig:
@@ -394,7 +385,6 @@ __all__ = [
     "load_config",
     "load_workflow_config",
     "load_yaml",
-    "planned_studies",
     "read_config_files",
     "target_studies",
 ]

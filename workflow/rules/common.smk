@@ -41,7 +41,6 @@ WF = load_workflow_config(
     schema_dir=f"{workflow.current_basedir}/../schemas",
     config_files=workflow.configfiles,
     already_read=globals().get("STRICTLY_READ", ()),
-    targets=workflow.dag_settings.targets,  # the partition limit is checked for the studies they build
 )
 REPORT_DIR = f"{workflow.current_basedir}/../report"
 RESULTS = WF.results_dir
