@@ -11,7 +11,10 @@ import prelim), parses every reply, and reports per category:
   drops null judgments, and reported).
 Which number Table 2 uses: the paper does not say. We report `hard_prompt`'s plain win rate as the headline
 (upstream's default category and score) and every category beside it. The style-controlled Bradley-Terry
-score (upstream's `--control-features length markdown`) is not implemented yet (docs/arena-hard.md).
+score (upstream's `--control-features length markdown`, `exgrpo.eval.arena_hard_style`) is reported beside
+it as `style_controlled`: the plain rate is the headline because it needs no tokenizer choice (upstream
+counts length with gpt-4o's tiktoken, which this project cannot match exactly) and is what upstream prints by
+default.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from exgrpo.eval.arena_hard_protocol import (
     parse_label,
     question_scores,
 )
+from exgrpo.eval.arena_hard_style import style_controlled, style_features
 
 JudgeBackend = Callable[[list[list[dict[str, str]]]], Sequence[Any]]
 """Conversations -> replies (str, or an object with `.text`), one per conversation, in order."""
@@ -121,13 +125,9 @@ def judge_games(
     records = []
     for i, q in enumerate(questions):
         g1, g2 = (_reply_text(r) for r in replies[2 * i : 2 * i + 2])
-        records.append(
-            {
-                "uid": q.uid,
-                "category": q.category,
-                "games": [{"reply": g1, "label": parse_label(g1)}, {"reply": g2, "label": parse_label(g2)}],
-            }
-        )
+        games = [{"reply": g1, "label": parse_label(g1)}, {"reply": g2, "label": parse_label(g2)}]
+        style = style_features(answers[q.uid], baselines[q.category][q.uid])
+        records.append({"uid": q.uid, "category": q.category, "games": games, "style": style})
     return records
 
 
@@ -146,8 +146,13 @@ def win_rate(scores: Sequence[float], *, n_boot: int = 100, seed: int = 0) -> di
 
 
 def aggregate(records: Sequence[dict[str, Any]], *, n_boot: int = 100, seed: int = 0) -> dict[str, Any]:
-    """Per-category win rates from judged records; questions with an unparsed game are dropped and counted."""
-    by_category: dict[str, list[float]] = {}
+    """Per-category win rates from judged records; questions with an unparsed game are dropped and counted.
+
+    Each category gets the plain win rate (`win_rate`, `ci_low`, `ci_high`) and, where every record carries
+    its `style` features, the style-controlled one (`style_controlled`: same keys).
+    """
+    scores: dict[str, list[float]] = {}
+    features: dict[str, list[list[float]]] = {}
     counts: dict[str, dict[str, int]] = {}
     for rec in records:
         c = counts.setdefault(rec["category"], {"n_questions": 0, "n_unparsed": 0})
@@ -156,10 +161,18 @@ def aggregate(records: Sequence[dict[str, Any]], *, n_boot: int = 100, seed: int
         if l1 is None or l2 is None:
             c["n_unparsed"] += 1
             continue
-        by_category.setdefault(rec["category"], []).extend(question_scores(l1, l2))
+        battles = question_scores(l1, l2)
+        scores.setdefault(rec["category"], []).extend(battles)
+        if rec.get("style") is not None:
+            features.setdefault(rec["category"], []).extend([rec["style"]] * len(battles))
     out: dict[str, Any] = {}
     for category, c in counts.items():
-        stats = win_rate(by_category.get(category, []), n_boot=n_boot, seed=seed)
+        cat_scores = scores.get(category, [])
+        stats: dict[str, Any] = win_rate(cat_scores, n_boot=n_boot, seed=seed)
+        if len(features.get(category, [])) == len(cat_scores):
+            stats["style_controlled"] = style_controlled(
+                cat_scores, features.get(category, []), n_boot=n_boot, seed=seed
+            )
         out[category] = {**stats, **c, "baseline": CATEGORY_BASELINES[category]}
     return out
 
