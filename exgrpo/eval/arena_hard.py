@@ -35,6 +35,12 @@ from exgrpo.eval.arena_hard_protocol import (
 )
 from exgrpo.eval.arena_hard_style import style_controlled, style_features
 
+HUB_DATASET = "lmarena-ai/arena-hard-auto"
+"""Where v2.0's questions and baseline answers are published (inferred; read from the hub cache like other
+hub data, never downloaded by the scorer)."""
+DATA_SUBDIR = "data/arena-hard-v2.0"
+"""v2.0's folder inside that repository: `question.jsonl` and `model_answer/<baseline>.jsonl`."""
+
 JudgeBackend = Callable[[list[list[dict[str, str]]]], Sequence[Any]]
 """Conversations -> replies (str, or an object with `.text`), one per conversation, in order."""
 
@@ -91,6 +97,24 @@ def load_answers(path: str | Path) -> dict[str, str]:
             raise ValueError(f"{path}: line {i}: field 'uid' or the answer text missing or not a string")
         answers[row["uid"]] = text
     return answers
+
+
+def load_benchmark(folder: str | Path) -> tuple[list[Question], dict[str, dict[str, str]]]:
+    """Questions and per-category baseline answers from a v2.0 folder (`DATA_SUBDIR`'s layout).
+
+    Missing files are errors naming the path, before any judging.
+    """
+    folder = Path(folder)
+    qpath = folder / "question.jsonl"
+    if not qpath.is_file():
+        raise FileNotFoundError(f"{qpath}: Arena-Hard v2.0 questions not found ({HUB_DATASET}:{DATA_SUBDIR})")
+    baselines = {}
+    for category, model in CATEGORY_BASELINES.items():
+        apath = folder / "model_answer" / f"{model}.jsonl"
+        if not apath.is_file():
+            raise FileNotFoundError(f"{apath}: baseline answers for {category!r} not found")
+        baselines[category] = load_answers(apath)
+    return load_questions(qpath), baselines
 
 
 def _reply_text(reply: Any) -> Any:
@@ -202,8 +226,11 @@ __all__ = [
     "JudgeBackend",
     "Question",
     "aggregate",
+    "DATA_SUBDIR",
+    "HUB_DATASET",
     "judge_games",
     "load_answers",
+    "load_benchmark",
     "load_questions",
     "score_arena_hard",
     "win_rate",

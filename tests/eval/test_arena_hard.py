@@ -116,11 +116,8 @@ class FakeJudge:
 
 
 def _load() -> tuple[list[ah.Question], dict[str, str], dict[str, dict[str, str]]]:
-    questions = ah.load_questions(FIXTURE / "question.jsonl")
-    baselines = {
-        cat: ah.load_answers(FIXTURE / "model_answer" / f"{model}.jsonl")
-        for cat, model in CATEGORY_BASELINES.items()
-    }
+    questions, baselines = ah.load_benchmark(FIXTURE)
+    assert set(baselines) == set(CATEGORY_BASELINES)
     answers = {q.uid: f"model answer to {q.uid}" for q in questions}
     return questions, answers, baselines
 
@@ -155,6 +152,8 @@ def test_judge_conversation_shape() -> None:
 
 
 def test_bad_input_names_file_and_field(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="question.jsonl"):
+        ah.load_benchmark(tmp_path)
     bad = tmp_path / "question.jsonl"
     bad.write_text('{"uid": "x", "category": "math_only", "prompt": "p"}\n')
     with pytest.raises(ValueError, match=r"question.jsonl: line 1: field 'category'"):
