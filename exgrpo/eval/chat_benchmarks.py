@@ -46,7 +46,8 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
             "arenahard_v2",
             "ArenaHardV2",
             "lmarena-ai/arena-hard-auto (v2.0 prompts; inferred)",
-            "pairwise LLM judge against a baseline model's answers (judge and baseline not stated)",
+            "pairwise LLM judge against each category's baseline answers, two position-swapped games, plain "
+            "and style-controlled win rates (exgrpo.eval.arena_hard; judge not stated by the paper)",
         ),
         ChatBenchmark(
             "ifeval",
