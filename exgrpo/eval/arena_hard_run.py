@@ -3,7 +3,8 @@
 `run_arena_hard(folder, policy, judge, out)` reads the v2.0 folder (`arena_hard.load_benchmark`), asks `policy`
 (conversations -> replies) for one answer per question (a single user turn, no system prompt, as upstream's
 gen_answer), scores the answers with `judge` (`arena_hard.score_arena_hard`) and writes
-`<out>/arenahard_v2.json` (scores, per-category results, every judged game) and `arenahard_v2_answers.jsonl`.
+`<out>/arenahard_v2.<profile>.json` (scores, per-category results, every judged game; the name the workflow's
+`eval_paper_chat_if` rule expects) and `arenahard_v2.<profile>.answers.jsonl`.
 Both callables come from the command layer (the project's vLLM judge engine, exgrpo.prelim.judge_engine,
 which this package may not import). The result file is this benchmark's own, not the math benchmarks'
 per-benchmark file contract (results/README.md): Table 2's column is its `score`.
@@ -43,6 +44,7 @@ def run_arena_hard(
     judge: JudgeBackend,
     out: str | Path,
     *,
+    profile: str = "paper",
     limit: int | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
@@ -56,13 +58,13 @@ def run_arena_hard(
     result = score_arena_hard(questions, answers, baselines, judge, seed=seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "arenahard_v2_answers.jsonl", "w", encoding="utf-8") as fh:
+    with open(out / f"arenahard_v2.{profile}.answers.jsonl", "w", encoding="utf-8") as fh:
         for q in questions:
             fh.write(json.dumps({"uid": q.uid, "category": q.category, "answer": answers[q.uid]}) + "\n")
     summary = {k: v for k, v in result.items() if k != "records"}
-    payload = {"benchmark": "arenahard_v2", **summary, "records": result["records"]}
+    payload = {"benchmark": "arenahard_v2", "profile": profile, **summary, "records": result["records"]}
     text = json.dumps(_nan_to_none(payload), indent=2, ensure_ascii=False, allow_nan=False)
-    (out / "arenahard_v2.json").write_text(text + "\n", encoding="utf-8")
+    (out / f"arenahard_v2.{profile}.json").write_text(text + "\n", encoding="utf-8")
     return summary
 
 

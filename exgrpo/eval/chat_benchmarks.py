@@ -37,6 +37,8 @@ class ChatBenchmark:
     """lm-eval's own task, where one exists."""
     n_rows: int | None = None
     """Prompts in the set, where known."""
+    scored: bool = False
+    """`exgrpo eval` scores it (True) or refuses it by name (False)."""
 
 
 CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
@@ -48,6 +50,7 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
             "lmarena-ai/arena-hard-auto (v2.0 prompts; inferred)",
             "pairwise LLM judge against each category's baseline answers, two position-swapped games, plain "
             "and style-controlled win rates (exgrpo.eval.arena_hard; judge not stated by the paper)",
+            scored=True,
         ),
         ChatBenchmark(
             "ifeval",
@@ -70,7 +73,7 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
 
 def refuse_unscored(names: list[str]) -> None:
     """`exgrpo eval` on a Table 2 benchmark: refused by name (no scorer is wired; module docstring)."""
-    chat = [n for n in names if n in CHAT_BENCHMARKS]
+    chat = [n for n in names if n in CHAT_BENCHMARKS and not CHAT_BENCHMARKS[n].scored]
     if chat:
         raise ConfigError(
             "--benchmarks",
