@@ -2,8 +2,9 @@
 
 The paper evaluates its continuous-reward runs on ArenaHardV2, IFEval and IFBench and says nothing more (no
 hub ids, versions, judges or metrics). They are registered here with what is known, so a study can name them
-(`benchmarks.chat_if` in config/config.yaml) and the workflow plans their evaluation jobs; none is scored by
-`exgrpo eval` yet, which refuses them by name instead of scoring them some other way.
+(`benchmarks.chat_if` in config/config.yaml) and the workflow plans their evaluation jobs; `exgrpo eval`
+refuses by name those not `scored` yet instead of scoring them some other way (arenahard_v2 is scored:
+exgrpo.eval.arena_hard).
 
 What is known, and what is inferred (the setup §5.3 follows is RLMT's: WildChat-IF prompts, the Skywork reward
 model, these three benchmarks):
