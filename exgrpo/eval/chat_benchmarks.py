@@ -2,8 +2,9 @@
 
 The paper evaluates its continuous-reward runs on ArenaHardV2, IFEval and IFBench and says nothing more (no
 hub ids, versions, judges or metrics). They are registered here with what is known, so a study can name them
-(`benchmarks.chat_if` in config/config.yaml) and the workflow plans their evaluation jobs; none is scored by
-`exgrpo eval` yet, which refuses them by name instead of scoring them some other way.
+(`benchmarks.chat_if` in config/config.yaml) and the workflow plans their evaluation jobs; `exgrpo eval`
+refuses by name those not `scored` yet instead of scoring them some other way (arenahard_v2 is scored:
+exgrpo.eval.arena_hard).
 
 What is known, and what is inferred (the setup §5.3 follows is RLMT's: WildChat-IF prompts, the Skywork reward
 model, these three benchmarks):
@@ -37,6 +38,8 @@ class ChatBenchmark:
     """lm-eval's own task, where one exists."""
     n_rows: int | None = None
     """Prompts in the set, where known."""
+    scored: bool = False
+    """`exgrpo eval` scores it (True) or refuses it by name (False)."""
 
 
 CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
@@ -46,7 +49,9 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
             "arenahard_v2",
             "ArenaHardV2",
             "lmarena-ai/arena-hard-auto (v2.0 prompts; inferred)",
-            "pairwise LLM judge against a baseline model's answers (judge and baseline not stated)",
+            "pairwise LLM judge against each category's baseline answers, two position-swapped games, plain "
+            "and style-controlled win rates (exgrpo.eval.arena_hard; judge not stated by the paper)",
+            scored=True,
         ),
         ChatBenchmark(
             "ifeval",
@@ -69,7 +74,7 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
 
 def refuse_unscored(names: list[str]) -> None:
     """`exgrpo eval` on a Table 2 benchmark: refused by name (no scorer is wired; module docstring)."""
-    chat = [n for n in names if n in CHAT_BENCHMARKS]
+    chat = [n for n in names if n in CHAT_BENCHMARKS and not CHAT_BENCHMARKS[n].scored]
     if chat:
         raise ConfigError(
             "--benchmarks",
