@@ -2,8 +2,8 @@
 
 Every route that starts Ray goes through here:
 
-- `ensure_job_auth` (called by `main.py` before verl or Ray is imported, and by the multi-node script through
-  `python -m exgrpo.verl_plugin.ray_cluster token`) puts `RAY_AUTH_MODE=token` and a fresh random token
+- `ensure_job_auth` (called by `main.py` before verl or Ray is imported; both launch scripts make the token
+  first, through `python -m exgrpo.verl_plugin.ray_cluster token`) puts `RAY_AUTH_MODE=token` and a fresh random token
   (`RAY_AUTH_TOKEN`, 256 bits) into the environment of the job's processes, unless the job already has one.
   Ray reads the token from that variable on every node (Ray's token authentication, >= 2.52), so a client
   without it is refused by the GCS, the raylets, the workers and the agents' HTTP servers. The token lives
@@ -13,8 +13,8 @@ Every route that starts Ray goes through here:
   servers verl's vLLM rollout starts inside Ray workers inherit it from the raylet.
 - `job_ports` picks the ports of one node of one job: a block derived from `SLURM_JOB_ID` (so two jobs on
   one node differ), each checked free on this node and replaced by a port the OS hands out if taken.
-- `start_argv` / `python -m exgrpo.verl_plugin.ray_cluster start` runs `ray start` on one node of the
-  multi-node script with those ports, the dashboard off (or on loopback only, `EXGRPO_RAY_DASHBOARD=1`),
+- `start_argv` / `python -m exgrpo.verl_plugin.ray_cluster start` runs `ray start` on one node of either
+  launch script with those ports, the dashboard off (or on loopback only, `EXGRPO_RAY_DASHBOARD=1`),
   usage stats off, and refuses to start a node without token authentication. It prints the node's whole
   port plan (`PORTS_LINE`, read back by `logged_ports`) before it execs Ray: the plan its Ray processes use.
 
