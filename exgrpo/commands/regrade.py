@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exgrpo.commands._flags import deprecated_alias
 from exgrpo.core.config import ConfigError
+
+if TYPE_CHECKING:
+    from exgrpo.eval.grading import GradingSettings
 
 HELP = "Re-grade cached evaluation samples (no generation), writing new records and aggregates."
 
@@ -84,9 +88,7 @@ def run(args: argparse.Namespace) -> int:
 def regrade(args: argparse.Namespace) -> list[str]:
     """Regrade every cache under `args.cache`; returns one summary line per file."""
     from exgrpo.eval import cache
-    from exgrpo.eval.generation import regions_from_meta
-    from exgrpo.eval.grading import GRADERS, GradingSettings, get_grader, grade_records
-    from exgrpo.records.provenance import provenance
+    from exgrpo.eval.grading import GRADERS
 
     if args.grader is not None and args.grader not in GRADERS:
         raise ConfigError("grader", f"unknown grader {args.grader!r}; known: {', '.join(sorted(GRADERS))}")
@@ -96,51 +98,62 @@ def regrade(args: argparse.Namespace) -> list[str]:
     root = args.cache if args.cache.is_dir() else args.cache.parent
     lines = []
     for src in files:
-        records, meta = cache.read_samples(src)
-        stored = dict(meta.get("grading") or {})
-        overrides = {
-            "grader": args.grader,
-            "timeout_s": args.timeout_s,
-            "workers": args.workers,
-            "max_chars": args.max_chars,
-            "require_think_close": args.require_think_close,
-        }
-        settings = GradingSettings.from_dict(
-            {**stored, **{k: v for k, v in overrides.items() if v is not None}}
-        )
-        regions = (
-            regions_from_meta(records, stored) if args.region == "stored" else [args.region] * len(records)
-        )
-        if "kind" not in meta:
-            raise cache.CacheError(f"{src}: corrupt cache metadata, no 'kind'")
-        with get_grader(settings) as grader:
-            graded = grade_records(records, meta["kind"], regions, grader)
-        region_info = (
-            {k: v for k, v in stored.items() if k in ("region", "region_by_problem")}
-            if args.region == "stored"
-            else {"region": args.region}
-        )
-        prov = provenance(
-            seed=meta.get("seed"),
-            regraded_from=str(src.resolve()),
-            grader=grader.name,
-            grader_version=grader.version,
-            generation=meta.get("provenance"),
-        )
-        new_meta = {
-            **meta,
-            "grading": {**settings.to_dict(), **region_info},
-            "provenance": prov,
-            "grader": grader.name,
-            "grader_version": grader.version,
-        }  # the cache identity's grader
-        new_meta.pop("format_version", None)
-        dest = src if args.in_place else Path(args.out) / src.relative_to(root)
-        cache.write_samples(dest, graded, new_meta)
-        agg = cache.build_aggregate(graded, new_meta, prov)
-        cache.write_aggregate(cache.aggregate_path_for(dest), agg)
-        changed = int((graded["score"].to_numpy() != records["score"].to_numpy()).sum())
-        lines.append(
-            f"{dest}: avg@k {agg['metrics']['avg_at_k']:.4f} ({changed} of {len(graded)} scores changed)"
-        )
+        lines.append(_regrade_one(args, src, root))
     return lines
+
+
+def _grading_settings(args: argparse.Namespace, stored: dict) -> GradingSettings:
+    """The stored grading settings with the flags the user gave (those not None) laid over them."""
+    from exgrpo.eval.grading import GradingSettings
+
+    overrides = {
+        "grader": args.grader,
+        "timeout_s": args.timeout_s,
+        "workers": args.workers,
+        "max_chars": args.max_chars,
+        "require_think_close": args.require_think_close,
+    }
+    return GradingSettings.from_dict({**stored, **{k: v for k, v in overrides.items() if v is not None}})
+
+
+def _regrade_one(args: argparse.Namespace, src: Path, root: Path) -> str:
+    """Regrade one cache file `src` (under `root`), write its records and aggregate; its summary line."""
+    from exgrpo.eval import cache
+    from exgrpo.eval.generation import regions_from_meta
+    from exgrpo.eval.grading import get_grader, grade_records
+    from exgrpo.records.provenance import provenance
+
+    records, meta = cache.read_samples(src)
+    stored = dict(meta.get("grading") or {})
+    settings = _grading_settings(args, stored)
+    regions = regions_from_meta(records, stored) if args.region == "stored" else [args.region] * len(records)
+    if "kind" not in meta:
+        raise cache.CacheError(f"{src}: corrupt cache metadata, no 'kind'")
+    with get_grader(settings) as grader:
+        graded = grade_records(records, meta["kind"], regions, grader)
+    region_info = (
+        {k: v for k, v in stored.items() if k in ("region", "region_by_problem")}
+        if args.region == "stored"
+        else {"region": args.region}
+    )
+    prov = provenance(
+        seed=meta.get("seed"),
+        regraded_from=str(src.resolve()),
+        grader=grader.name,
+        grader_version=grader.version,
+        generation=meta.get("provenance"),
+    )
+    new_meta = {
+        **meta,
+        "grading": {**settings.to_dict(), **region_info},
+        "provenance": prov,
+        "grader": grader.name,
+        "grader_version": grader.version,
+    }  # the cache identity's grader
+    new_meta.pop("format_version", None)
+    dest = src if args.in_place else Path(args.out) / src.relative_to(root)
+    cache.write_samples(dest, graded, new_meta)
+    agg = cache.build_aggregate(graded, new_meta, prov)
+    cache.write_aggregate(cache.aggregate_path_for(dest), agg)
+    changed = int((graded["score"].to_numpy() != records["score"].to_numpy()).sum())
+    return f"{dest}: avg@k {agg['metrics']['avg_at_k']:.4f} ({changed} of {len(graded)} scores changed)"

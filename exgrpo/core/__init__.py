@@ -5,8 +5,9 @@ Configuration: `config` (`ExGRPOConfig`, every setting with the paper's meaning 
 `variants` (the paper's named ablations), `switches` (paper vs release), `registry` (the replaceable parts and
 plug-ins), `suggest` (did-you-mean).
 Experience: `buffer` (stored trajectories), `experience` and `experience_state` (buckets, retirement, delayed
-start; resumable state), `sampler` (bucket weighting, Alg. 2), `selection` (which trajectory is replayed),
-`ordered_set`, `data_order` (the training-data position).
+start; resumable state), `experience_groups` (a step's groups and their bucket keys), `sampler` (bucket
+weighting, Alg. 2), `selection` (which trajectory is replayed), `ordered_set`, `data_order` (the training-data
+position).
 One step: `step` (its assembly), `step_questions`, `step_batch`, `step_metrics`, `metric_names`,
 `advantages` (Dr.GRPO groups, difficulty masks).
 The objective: `loss` (Eq. 4 and its aggregation), `loss_inputs` (what one call is given), `loss_batch` (its

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -65,23 +64,10 @@ import numpy as np
 
 from exgrpo.core.buffer import DEFAULT_CHUNK_TOKENS, ExperienceBuffer, Trajectory
 from exgrpo.core.config import ExGRPOConfig
+from exgrpo.core.experience_groups import Group, bucket_keys, round_half_up
 from exgrpo.core.experience_state import ARRAYS_FILE, STATE_FILE, load_state, save_state
 from exgrpo.core.ordered_set import IndexedOrderedSet
-from exgrpo.core.sampler import n_replay, restrict_range, sample_questions, std_bucket_keys
-
-
-def _round_half_up(x: float) -> int:
-    return math.floor(x + 0.5)
-
-
-@dataclass
-class _Group:
-    qid: str
-    counted: np.ndarray  # float64: the rewards that define k (whole trained group, or fresh only)
-    fresh: np.ndarray  # float64 [n_fresh], aligned with trajectories
-    trajectories: list[Trajectory]
-    replayed: bool
-    step: int
+from exgrpo.core.sampler import n_replay, restrict_range, sample_questions
 
 
 class ExperienceManager:
@@ -99,7 +85,7 @@ class ExperienceManager:
         self._active = cfg.method == "exgrpo" and not cfg.delayed_start
         self._activation_step: int | None = 0 if self._active else None
         self._last_step: int | None = None
-        self._pending: list[_Group] = []
+        self._pending: list[Group] = []
         self._reviewed: list[str] = []  # un-retired, not yet drained by the trainer
         self._returning: list[str] = []  # un-retired, not yet handed back through prune_training_data
 
@@ -222,7 +208,7 @@ class ExperienceManager:
                 raise ValueError(f"question {qid!r}: reward_std with replay_counts_in_k needs all K rewards")
         else:
             counted = fresh
-        self._pending.append(_Group(qid, counted, fresh, list(trajectories), replayed, int(step)))
+        self._pending.append(Group(qid, counted, fresh, list(trajectories), replayed, int(step)))
 
     def end_step(self, step: int, batch_pass1: float) -> dict[str, float]:
         """Apply the step's groups, retire, review, check the delayed start; return metrics (module docstring).
@@ -232,47 +218,12 @@ class ExperienceManager:
             batch_pass1: fraction of the batch's responses with reward 1 (released `batch/solved`); with
                 `reward_std`, whatever batch score `start_threshold` is meant for (finite).
         """
-        if self._last_step is not None and step <= self._last_step:
-            raise ValueError(f"end_step: step {step} does not follow the previous step {self._last_step}")
-        if not math.isfinite(batch_pass1) or (
-            self.cfg.difficulty_signal == "success" and not 0.0 <= batch_pass1 <= 1.0
-        ):
-            raise ValueError(f"end_step: batch_pass1 must be a fraction in [0, 1], got {batch_pass1}")
-        if bad := [g.qid for g in self._pending if g.step != step]:
-            raise ValueError(f"end_step({step}): groups recorded with a different step: {bad[:5]}")
-        cfg, big_k = self.cfg, self.cfg.n_rollouts
+        self._check_end_step(step, batch_pass1)
+        cfg = self.cfg
         groups, self._pending = self._pending, []
-        if cfg.difficulty_signal == "reward_std":
-            keys = std_bucket_keys([float(np.std(g.counted)) for g in groups], big_k).tolist()
-            correct = [g.fresh > g.counted.mean() for g in groups]
-        else:
-            keys = [
-                int(g.counted.sum())
-                if g.counted.size == big_k
-                else _round_half_up(big_k * g.counted.sum() / g.counted.size)
-                for g in groups
-            ]
-            correct = [g.fresh == 1.0 for g in groups]
+        keys, correct = bucket_keys(groups, cfg)
         collecting = self.collecting
-        newly_retired: list[str] = []
-        stored = duplicates = 0
-        for g, k, ok in zip(groups, keys, correct):
-            self._set_key(g.qid, k)
-            if cfg.difficulty_signal == "success" and k == big_k and g.qid not in self._retired:
-                self._retired[g.qid] = None
-                newly_retired.append(g.qid)
-            if not (collecting and self.is_eligible_key(k)):
-                continue
-            if cfg.retire_from_buffer and g.qid in self._retired:
-                continue
-            was_buffered = g.qid in self.buffer
-            for traj, is_correct in zip(g.trajectories, ok):
-                if is_correct:
-                    added = self.buffer.add(g.qid, traj)
-                    stored += added
-                    duplicates += not added
-            if not was_buffered and g.qid in self.buffer:
-                self._bucket(g.qid, k)
+        newly_retired, stored, duplicates = self._store_groups(groups, keys, correct, collecting)
         if cfg.retire_from_buffer:
             for qid in newly_retired:
                 self._unbucket(qid)
@@ -302,11 +253,50 @@ class ExperienceManager:
         }
         if keys:
             metrics["exp/mean_key"] = float(np.mean(keys))
-        upper = big_k if cfg.difficulty_signal == "reward_std" else cfg.rbound
+        upper = cfg.n_rollouts if cfg.difficulty_signal == "reward_std" else cfg.rbound
         for key in range(cfg.buffer_lbound + 1, upper + 1):
             # eligible buffered questions per bucket (the step's group histogram is the trainer's exp/bucket_<k>)
             metrics[f"exp/buffer_bucket_{key}"] = float(len(self._buckets.get(key, ())))
         return metrics
+
+    def _check_end_step(self, step: int, batch_pass1: float) -> None:
+        """Refuse a step out of order, a batch score out of range, or groups recorded at another step."""
+        if self._last_step is not None and step <= self._last_step:
+            raise ValueError(f"end_step: step {step} does not follow the previous step {self._last_step}")
+        if not math.isfinite(batch_pass1) or (
+            self.cfg.difficulty_signal == "success" and not 0.0 <= batch_pass1 <= 1.0
+        ):
+            raise ValueError(f"end_step: batch_pass1 must be a fraction in [0, 1], got {batch_pass1}")
+        if bad := [g.qid for g in self._pending if g.step != step]:
+            raise ValueError(f"end_step({step}): groups recorded with a different step: {bad[:5]}")
+
+    def _store_groups(
+        self, groups: list[Group], keys: list[int], correct: list[np.ndarray], collecting: bool
+    ) -> tuple[list[str], int, int]:
+        """Key each group's question, retire the all-correct ones, store eligible correct trajectories.
+
+        Returns the questions retired this step, the trajectories stored and the duplicates refused."""
+        cfg, big_k = self.cfg, self.cfg.n_rollouts
+        newly_retired: list[str] = []
+        stored = duplicates = 0
+        for g, k, ok in zip(groups, keys, correct):
+            self._set_key(g.qid, k)
+            if cfg.difficulty_signal == "success" and k == big_k and g.qid not in self._retired:
+                self._retired[g.qid] = None
+                newly_retired.append(g.qid)
+            if not (collecting and self.is_eligible_key(k)):
+                continue
+            if cfg.retire_from_buffer and g.qid in self._retired:
+                continue
+            was_buffered = g.qid in self.buffer
+            for traj, is_correct in zip(g.trajectories, ok):
+                if is_correct:
+                    added = self.buffer.add(g.qid, traj)
+                    stored += added
+                    duplicates += not added
+            if not was_buffered and g.qid in self.buffer:
+                self._bucket(g.qid, k)
+        return newly_retired, stored, duplicates
 
     def prune_training_data(self, qids: list[str], batch_size: int) -> list[str]:
         """Epoch-boundary filtering (released: once per epoch, docs/method.md): the current training question list `qids` without retired
@@ -365,7 +355,7 @@ class ExperienceManager:
         cfg = self.cfg
         if cfg.retired_review_fraction <= 0 or step % cfg.retired_review_every != 0 or not self._retired:
             return []
-        n = min(len(self._retired), _round_half_up(cfg.retired_review_fraction * len(self._retired)))
+        n = min(len(self._retired), round_half_up(cfg.retired_review_fraction * len(self._retired)))
         pool = list(self._retired)
         chosen = [pool[i] for i in sorted(self.rng.choice(len(pool), size=n, replace=False))] if n else []
         for qid in chosen:

@@ -173,15 +173,8 @@ def policy_token_losses(
     Returns:
         `TokenLosses`.
     """
-    logp, old_logp, behaviour_logp, sample_mask = (
-        inputs.logp,
-        inputs.old_logp,
-        inputs.behaviour_logp,
-        inputs.sample_mask,
-    )
-    adv = inputs.token_advantages
-    mask = inputs.mask
-    replay = inputs.is_replay.bool()
+    logp, old_logp, sample_mask = inputs.logp, inputs.old_logp, inputs.sample_mask
+    adv, mask, replay = inputs.token_advantages, inputs.mask, inputs.is_replay.bool()
     keep = mask if sample_mask is None else mask & sample_mask.bool()[:, None]
 
     # fresh tokens: π_θ / π_θold, PPO clip until the switch (or always with keep_clip_after_activation)
@@ -195,15 +188,9 @@ def policy_token_losses(
     # replayed tokens: π_θ / π_past (IS correction) or π_θ / π_θold, shaped or clipped
     rep_clipped = None
     if bool(replay.any()):
-        denom = old_logp
-        if is_correction:
-            if behaviour_logp is None:
-                raise ValueError(
-                    "is_correction needs the replayed rows' behaviour log-probs (behaviour_logp)"
-                )
-            denom = torch.where(replay[:, None], behaviour_logp, old_logp)
-        rep_ratio = torch.exp(bounded_log_ratio(logp - denom, log_ratio_clamp, mask))
-        rep_loss, rep_clipped = REPLAY_TOKEN_LOSSES[replay_shaping](rep_ratio, adv, clip_eps, shaping_beta)
+        rep_ratio, rep_loss, rep_clipped = _replay_token_losses(
+            inputs, adv, mask, replay, is_correction, log_ratio_clamp, replay_shaping, clip_eps, shaping_beta
+        )
         token_loss = torch.where(replay[:, None], rep_loss, on_loss)
     else:
         rep_ratio = on_ratio
@@ -236,6 +223,30 @@ def low_var_kl(
     """
     r = bounded_log_ratio(ref_logp - logp, log_ratio_clamp, mask)
     return torch.clamp(torch.exp(r) - r - 1.0, -10.0, 10.0)
+
+
+def _replay_token_losses(
+    inputs: LossInputs,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    replay: torch.Tensor,
+    is_correction: bool,
+    log_ratio_clamp: float,
+    replay_shaping: str,
+    clip_eps: float,
+    shaping_beta: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The replayed tokens' ratio, loss and clip flags: π_θ / π_past (IS correction) or π_θ / π_θold, shaped
+    or clipped (computed over every row; the caller keeps the replayed rows')."""
+    logp, old_logp, behaviour_logp = inputs.logp, inputs.old_logp, inputs.behaviour_logp
+    denom = old_logp
+    if is_correction:
+        if behaviour_logp is None:
+            raise ValueError("is_correction needs the replayed rows' behaviour log-probs (behaviour_logp)")
+        denom = torch.where(replay[:, None], behaviour_logp, old_logp)
+    rep_ratio = torch.exp(bounded_log_ratio(logp - denom, log_ratio_clamp, mask))
+    rep_loss, rep_clipped = REPLAY_TOKEN_LOSSES[replay_shaping](rep_ratio, adv, clip_eps, shaping_beta)
+    return rep_ratio, rep_loss, rep_clipped
 
 
 __all__ = [

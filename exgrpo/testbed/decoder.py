@@ -13,6 +13,43 @@ import torch
 import torch.nn.functional as F
 
 
+def _check_supported(model: Any) -> None:
+    """Refuse a model configuration the decoder does not implement, naming every unsupported part."""
+    cfg = model.config
+    rope = getattr(cfg, "rope_parameters", None) or {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    problems = [
+        f"model_type {cfg.model_type!r}" if cfg.model_type not in ("qwen2", "llama") else "",
+        f"hidden_act {cfg.hidden_act!r}" if cfg.hidden_act != "silu" else "",
+        f"rope_type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
+        "sliding-window attention" if getattr(cfg, "use_sliding_window", False) else "",
+        "the model is not in eval mode" if model.training else "",
+    ]
+    if any(problems):
+        raise ValueError(
+            f"StaticDecoder: unsupported {', '.join(p for p in problems if p)}; use model.generate"
+        )
+
+
+def _fused_layer(layer: Any) -> tuple:
+    """One decoder layer's weights as the decoder reads them: q/k/v and gate/up concatenated, one matmul each."""
+    att, mlp = layer.self_attn, layer.mlp
+    qkv_b = (
+        None if att.q_proj.bias is None else torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
+    )
+    return (
+        layer.input_layernorm.weight,
+        torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
+        qkv_b,
+        att.o_proj.weight,
+        att.o_proj.bias,
+        layer.post_attention_layernorm.weight,
+        torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+        None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]),
+        mlp.down_proj.weight,
+        mlp.down_proj.bias,
+    )
+
+
 class StaticDecoder:
     """Incremental forward of a tiny Qwen2 / Llama model over a preallocated KV cache [rows, heads, T, dim].
 
@@ -23,43 +60,11 @@ class StaticDecoder:
 
     def __init__(self, model: Any, rows: int, length: int):
         cfg = model.config
-        rope = getattr(cfg, "rope_parameters", None) or {"rope_type": "default", "rope_theta": cfg.rope_theta}
-        problems = [
-            f"model_type {cfg.model_type!r}" if cfg.model_type not in ("qwen2", "llama") else "",
-            f"hidden_act {cfg.hidden_act!r}" if cfg.hidden_act != "silu" else "",
-            f"rope_type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
-            "sliding-window attention" if getattr(cfg, "use_sliding_window", False) else "",
-            "the model is not in eval mode" if model.training else "",
-        ]
-        if any(problems):
-            raise ValueError(
-                f"StaticDecoder: unsupported {', '.join(p for p in problems if p)}; use model.generate"
-            )
+        _check_supported(model)
         self.model, self.heads, self.kv_heads = model, cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
-        self.layers = []
-        for layer in model.model.layers:
-            att, mlp = layer.self_attn, layer.mlp
-            qkv_b = (
-                None
-                if att.q_proj.bias is None
-                else torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias])
-            )
-            self.layers.append(
-                (
-                    layer.input_layernorm.weight,
-                    torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
-                    qkv_b,
-                    att.o_proj.weight,
-                    att.o_proj.bias,
-                    layer.post_attention_layernorm.weight,
-                    torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                    None if mlp.gate_proj.bias is None else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias]),
-                    mlp.down_proj.weight,
-                    mlp.down_proj.bias,
-                )
-            )
+        self.layers = [_fused_layer(layer) for layer in model.model.layers]
         weight = model.model.embed_tokens.weight
         self.embed, self.norm = weight, model.model.norm.weight
         self.dev = weight.device

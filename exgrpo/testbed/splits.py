@@ -108,7 +108,19 @@ def make_splits(
     exprs["probe_length"] = _draw(
         PROBE_DIFFICULTY, sizes["probe_length"], taken, random.Random(f"{seed}/probe_length"), pools
     )
-    # train: uniform over d, the d=1 shortfall spread over the other difficulties
+    exprs["train"] = _draw_train(seed, sizes["train"], train_difficulties, taken, pools)
+    exprs.update(_ood_expressions(exprs["test"], sizes))
+    return _render(seed, exprs)
+
+
+def _draw_train(
+    seed: int,
+    size: int,
+    train_difficulties: Sequence[int],
+    taken: set[Expression],
+    pools: dict[int, list[Expression]],
+) -> list[Expression]:
+    """The training expressions: uniform over d, the d=1 shortfall spread over the other difficulties."""
     train_ds = tuple(sorted(set(train_difficulties)))
     if not train_ds or any(d not in ID_DIFFICULTIES for d in train_ds):
         raise ValueError(
@@ -116,16 +128,20 @@ def make_splits(
             f"got {tuple(train_difficulties)}"
         )
     rng = random.Random(f"{seed}/train")
-    want = _per_difficulty(sizes["train"], train_ds)
+    want = _per_difficulty(size, train_ds)
     first, rest = train_ds[0], train_ds[1:] or train_ds
-    exprs["train"] = _draw(first, want[first], taken, rng, pools)
-    for d, n in _per_difficulty(sizes["train"] - len(exprs["train"]), rest).items():
-        exprs["train"] += _draw(d, n, taken, rng, pools)
-    if len(exprs["train"]) < sizes["train"]:
-        raise ValueError(
-            f"split 'train': only {len(exprs['train'])} problems available, asked {sizes['train']}"
-        )
-    by_d = {d: [e for e in exprs["test"] if e.difficulty == d] for d in ID_DIFFICULTIES}
+    train = _draw(first, want[first], taken, rng, pools)
+    for d, n in _per_difficulty(size - len(train), rest).items():
+        train += _draw(d, n, taken, rng, pools)
+    if len(train) < size:
+        raise ValueError(f"split 'train': only {len(train)} problems available, asked {size}")
+    return train
+
+
+def _ood_expressions(test: list[Expression], sizes: dict[str, int]) -> dict[str, list[Expression]]:
+    """The OOD sets' expressions: the first of `test` per difficulty, re-rendered later in each set's form."""
+    by_d = {d: [e for e in test if e.difficulty == d] for d in ID_DIFFICULTIES}
+    exprs = {}
     for name in ("ood_words", "ood_choice4", "ood_choice10"):
         per_d = _per_difficulty(sizes[name], ID_DIFFICULTIES)
         if any(per_d[d] > len(by_d[d]) for d in ID_DIFFICULTIES):
@@ -133,6 +149,11 @@ def make_splits(
                 f"split {name!r}: size {sizes[name]} exceeds the test split it re-renders ({sizes['test']})"
             )
         exprs[name] = [e for d in ID_DIFFICULTIES for e in by_d[d][: per_d[d]]]
+    return exprs
+
+
+def _render(seed: int, exprs: dict[str, list[Expression]]) -> dict[str, list[dict]]:
+    """Every split's rows: its expressions rendered in the split's form, then shuffled (seeded per split)."""
     out: dict[str, list[dict]] = {}
     for name in SPLITS:
         rng = random.Random(f"{seed}/{name}/render")

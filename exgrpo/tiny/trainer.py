@@ -41,7 +41,7 @@ from exgrpo.core.reward import Verifier
 from exgrpo.core.selection import candidate_scores, metric_needs
 from exgrpo.records import metrics as M
 from exgrpo.settings.trainer_settings import TrainerSettings
-from exgrpo.testbed.rollout import generate, score
+from exgrpo.testbed.rollout import RolloutBatch, generate, score
 
 
 @dataclass
@@ -105,27 +105,7 @@ class CPUTrainer:
 
         qids, slots, is_replay = step_questions.canonical_layout(fresh_qids, replay_qids, K)
         owners = qids[: len(qids) - len(replay_qids)]  # the rows that are rolled out
-        prompts = [self.questions[qid].prompt_ids for qid in owners]
-        self.model.eval()
-        with torch.no_grad():
-            roll = generate(
-                self.model,
-                self.tok,
-                prompts,
-                max_new_tokens=self.args.max_new_tokens,
-                temperature=self.args.temperature,
-                top_p=self.args.top_p,
-                generator=self.generators["rollout"],
-            )
-        rewards: np.ndarray | list[float] = self.verifier.scores(
-            roll.texts, [self.questions[q].answer for q in owners], [self.questions[q].kind for q in owners]
-        )
-        if self.cfg.reward_kind == "binary":
-            # stored trajectories are correct by construction: the replayed rows' reward is 1
-            replay_rewards = [1.0] * len(chosen)
-        else:
-            rewards = self._continuous(owners, roll.texts, rewards)
-            replay_rewards = self._replay_rewards(replay_qids, chosen)
+        roll, rewards, replay_rewards = self._roll_out(owners, replay_qids, chosen)
         t_roll = time.perf_counter() - t0 - t_sel
 
         rows = core_step.step_rows(
@@ -163,6 +143,33 @@ class CPUTrainer:
         return metrics
 
     # ------------------------------------------------------------------ pieces
+    def _roll_out(
+        self, owners: list[str], replay_qids: list[str], chosen: list[Trajectory]
+    ) -> tuple[RolloutBatch, np.ndarray | list[float], list[float]]:
+        """Sample the fresh rows of `owners` and score them; the replayed rows' rewards beside them."""
+        prompts = [self.questions[qid].prompt_ids for qid in owners]
+        self.model.eval()
+        with torch.no_grad():
+            roll = generate(
+                self.model,
+                self.tok,
+                prompts,
+                max_new_tokens=self.args.max_new_tokens,
+                temperature=self.args.temperature,
+                top_p=self.args.top_p,
+                generator=self.generators["rollout"],
+            )
+        rewards: np.ndarray | list[float] = self.verifier.scores(
+            roll.texts, [self.questions[q].answer for q in owners], [self.questions[q].kind for q in owners]
+        )
+        if self.cfg.reward_kind == "binary":
+            # stored trajectories are correct by construction: the replayed rows' reward is 1
+            replay_rewards = [1.0] * len(chosen)
+        else:
+            rewards = self._continuous(owners, roll.texts, rewards)
+            replay_rewards = self._replay_rewards(replay_qids, chosen)
+        return roll, rewards, replay_rewards
+
     def _continuous(self, qids: list[str], texts: list[str], answer_rewards: Any) -> list[float]:
         """`reward_kind="step_credit"`: the continuous reward of each response (exgrpo.testbed.task.step_credit)."""
         from exgrpo.testbed.task import step_credit

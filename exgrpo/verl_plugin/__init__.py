@@ -11,8 +11,9 @@ it after verl registers, through verl's own registries:
 
 The loss (`loss.py`, installed with `set_loss_fn`), the reward (`reward.py`, `custom_reward_function`) and
 the Hydra config (`config/exgrpo_trainer.yaml`) are referenced from the config. Modules that only render
-configs and launch scripts (`hydra_config`, `launch`) import neither verl nor torch-heavy code, so the
-`exgrpo verl-config` / `exgrpo verl-launch` commands work without verl installed.
+configs and launch scripts (`hydra_config`, with `resolved_config` its Table 4 record, `launch`) import neither
+verl nor torch-heavy code, so the `exgrpo verl-config` / `exgrpo verl-launch` commands work without verl
+installed.
 
 Departures from the paper and from the released code are listed in each module's docstring and in
 `hydra_config.DEPARTURES` (written into every run's resolved_config.json).

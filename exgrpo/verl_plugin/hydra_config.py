@@ -34,6 +34,7 @@ import yaml
 
 from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.settings.resolve import resolve
+from exgrpo.verl_plugin.resolved_config import DEPARTURES, table4, write_resolved
 from exgrpo.verl_plugin.reward_serving import check_reward_serving, reward_keys
 from exgrpo.verl_plugin.reward_serving import config_value as _get
 
@@ -59,12 +60,6 @@ PLAIN_CHAT_TEMPLATE = (
 renders prompts through the chat template. This one writes the BOS token and then the message contents
 verbatim, with no role headers and no generation prompt. The prompt it gets is the single user message
 of `exgrpo retemplate`, so the model sees exactly the paper §G.1 plain prompt."""
-
-DEPARTURES = (
-    "skip_grad_bound is not applied (verl 0.9.1 skips only non-finite grad norms)",
-    "behaviour log-probs of stored trajectories are the actor's recomputed old_log_probs (as released), "
-    "not the vLLM sampling log-probs",
-)
 
 
 def variant_config(
@@ -106,6 +101,39 @@ def verl_overrides(
     `data_order_seed` seeds the training-data shuffle (`data.seed`); None = the run's `seed`. A `tiny`
     backbone trains only in the CPU mode (`device="cpu"`), from a local `model_path` (its shipped base):
     the paper route on the tiny task (exgrpo.verl_plugin.tiny_route)."""
+    tiny = _check_backbone(backbone_name, backbone, device, model_path)
+    resources = _train_resources(backbone, nnodes, gpus_per_node, device)
+    max_resp = int(backbone["max_response_length"])
+    run_dir = str(Path(run_dir).resolve())
+    flat = {
+        "data.train_files": train_files,
+        "data.val_files": val_files,
+        "data.max_prompt_length": int(backbone["max_prompt_length"]),
+        "data.seed": int(seed if data_order_seed is None else data_order_seed),
+        **_policy_keys(cfg, seed, model_path or backbone["hf_id"], max_resp),
+        **reward_keys(cfg, backbone, reward_model, tiny=tiny),
+        "trainer.nnodes": resources["nodes"],
+        "trainer.n_gpus_per_node": resources["gpus_per_node"],
+        "trainer.experiment_name": f"{backbone_name}-{variant}-s{seed}",
+        "trainer.default_local_dir": f"{run_dir}/checkpoints",
+        "trainer.validation_data_dir": f"{run_dir}/val_generations",
+        "exgrpo.variant": variant,
+        "exgrpo.backbone": backbone_name,
+        "exgrpo.seed": int(seed),
+        "exgrpo.run_dir": run_dir,
+        "exgrpo.resources": resources,
+        "exgrpo.config": cfg.to_dict(),
+    }
+    if backbone.get("template") == "llama_base":
+        flat["actor_rollout_ref.model.custom_chat_template"] = PLAIN_CHAT_TEMPLATE
+    return {**flat, **_trainer_keys(backbone, trainer, set(flat))}
+
+
+def _check_backbone(
+    backbone_name: str, backbone: Mapping[str, Any], device: str, model_path: str | None
+) -> bool:
+    """Refuse a backbone entry verl cannot train (scale, missing keys, a tiny one without its local folder);
+    True for a tiny backbone in the CPU mode."""
     tiny = backbone.get("scale") == "tiny" and device == "cpu"
     if backbone.get("scale") != "paper" and not tiny:
         raise ConfigError(
@@ -120,21 +148,32 @@ def verl_overrides(
         raise ConfigError(
             "model_path", f"tiny backbone {backbone_name!r} has no hf_id: pass its local model folder"
         )
-    res = (backbone.get("resources") or {}).get("train") or {}  # the training stage's job size
+    return tiny
+
+
+def _train_resources(
+    backbone: Mapping[str, Any], nnodes: int | None, gpus_per_node: int | None, device: str
+) -> dict[str, Any]:
+    """The training stage's job size: nodes and GPUs per node (the arguments, else the registry's
+    `resources.train`, else 1 node of 8 GPUs, 1 on CPU), then the entry's other resource keys."""
+    res = (backbone.get("resources") or {}).get("train") or {}
     nodes = int(nnodes or res.get("nodes", 1))
     gpus = int(gpus_per_node or res.get("gpus_per_node", 1 if device == "cpu" else 8))
-    max_resp = int(backbone["max_response_length"])
+    return {
+        "nodes": nodes,
+        "gpus_per_node": gpus,
+        **{k: v for k, v in res.items() if k not in ("nodes", "gpus_per_node")},
+    }
+
+
+def _policy_keys(cfg: ExGRPOConfig, seed: int, model: str, max_response_length: int) -> dict[str, Any]:
+    """The model, rollout, advantage and actor-loss keys of a run (from the ExGRPOConfig and the seed)."""
     from exgrpo.core.loss import resolve_norm_const  # torch: only where a run is configured
 
-    norm = resolve_norm_const(cfg.loss_norm_const, max_resp)
-    run_dir = str(Path(run_dir).resolve())
+    norm = resolve_norm_const(cfg.loss_norm_const, max_response_length)
     actor = "actor_rollout_ref.actor"
-    flat = {
-        "data.train_files": train_files,
-        "data.val_files": val_files,
-        "data.max_prompt_length": int(backbone["max_prompt_length"]),
-        "data.seed": int(seed if data_order_seed is None else data_order_seed),
-        "actor_rollout_ref.model.path": model_path or backbone["hf_id"],
+    return {
+        "actor_rollout_ref.model.path": model,
         "actor_rollout_ref.rollout.n": cfg.n_rollouts,
         "actor_rollout_ref.rollout.seed": int(seed),
         "algorithm.norm_adv_by_std_in_grpo": cfg.adv_std_norm,
@@ -148,26 +187,7 @@ def verl_overrides(
         f"{actor}.loss_scale_factor": norm,
         f"{actor}.optim.clip_grad": cfg.grad_clip if cfg.grad_clip > 0 else NO_CLIP_GRAD,
         f"{actor}.data_loader_seed": int(seed),
-        **reward_keys(cfg, backbone, reward_model, tiny=tiny),
-        "trainer.nnodes": nodes,
-        "trainer.n_gpus_per_node": gpus,
-        "trainer.experiment_name": f"{backbone_name}-{variant}-s{seed}",
-        "trainer.default_local_dir": f"{run_dir}/checkpoints",
-        "trainer.validation_data_dir": f"{run_dir}/val_generations",
-        "exgrpo.variant": variant,
-        "exgrpo.backbone": backbone_name,
-        "exgrpo.seed": int(seed),
-        "exgrpo.run_dir": run_dir,
-        "exgrpo.resources": {
-            "nodes": nodes,
-            "gpus_per_node": gpus,
-            **{k: v for k, v in res.items() if k not in ("nodes", "gpus_per_node")},
-        },
-        "exgrpo.config": cfg.to_dict(),
     }
-    if backbone.get("template") == "llama_base":
-        flat["actor_rollout_ref.model.custom_chat_template"] = PLAIN_CHAT_TEMPLATE
-    return {**flat, **_trainer_keys(backbone, trainer, set(flat))}
 
 
 def _trainer_keys(
@@ -307,68 +327,6 @@ def check_verl_config(config: Any) -> ExGRPOConfig:
             "algorithm.rollout_correction.bypass_mode", "must be false (old_log_probs are recomputed)"
         )
     return cfg
-
-
-def table4(resolved: Mapping[str, Any]) -> dict[str, Any]:
-    """Paper Table 4 (RLVR hyper-parameters) read back from a resolved verl config, plus the ExGRPO settings."""
-    a = "actor_rollout_ref.actor"
-    r = "actor_rollout_ref.rollout"
-    cfg = dict(_get(resolved, "exgrpo.config"))
-    n = _get(resolved, f"{r}.n")
-    return {
-        "backbone": _get(resolved, "exgrpo.backbone"),
-        "variant": _get(resolved, "exgrpo.variant"),
-        "model": _get(resolved, "actor_rollout_ref.model.path"),
-        "rollout_batch_prompts": _get(resolved, "data.train_batch_size"),
-        "update_batch_prompts": _get(resolved, f"{a}.ppo_mini_batch_size"),
-        "rollouts_per_prompt": n,
-        "train_temperature": _get(resolved, f"{r}.temperature"),
-        "val_temperature": _get(resolved, f"{r}.val_kwargs.temperature"),
-        "val_samples": _get(resolved, f"{r}.val_kwargs.n"),
-        "learning_rate": _get(resolved, f"{a}.optim.lr"),
-        "entropy_coef": _get(resolved, f"{a}.entropy_coeff"),
-        "kl": "none"
-        if not (_get(resolved, f"{a}.use_kl_loss") or _get(resolved, "algorithm.use_kl_in_reward"))
-        else _get(resolved, f"{a}.kl_loss_coef"),
-        "max_prompt_length": _get(resolved, "data.max_prompt_length"),
-        "max_response_length": _get(resolved, "data.max_response_length"),
-        "training_steps": _get(resolved, "trainer.total_training_steps"),
-        "save_freq": _get(resolved, "trainer.save_freq"),
-        "test_freq": _get(resolved, "trainer.test_freq"),
-        "gpus": _get(resolved, "trainer.nnodes") * _get(resolved, "trainer.n_gpus_per_node"),
-        "rollout_tp": _get(resolved, f"{r}.tensor_model_parallel_size"),
-        "gpu_memory_utilization": _get(resolved, f"{r}.gpu_memory_utilization"),
-        "adv_std_norm": _get(resolved, "algorithm.norm_adv_by_std_in_grpo"),
-        "loss_agg_mode": _get(resolved, f"{a}.loss_agg_mode"),
-        "loss_scale_factor": _get(resolved, f"{a}.loss_scale_factor"),
-        "rho": cfg["rho"],
-        "start_threshold": cfg["start_threshold"] if cfg["delayed_start"] else None,
-        "shaping_beta": cfg["shaping_beta"],
-        "sampler": cfg["sampler"],
-        "sampler_mu": cfg["sampler_mu"],
-        "sampler_sigma": cfg["sampler_sigma"],
-        "selection": f"{cfg['selection_mode']} {cfg['selection_metric']} ({cfg['selection_policy']})",
-    }
-
-
-def write_resolved(run_dir: str | Path, resolved: Mapping[str, Any]) -> Path:
-    """Write `<run_dir>/resolved_config.json`: the resolved verl config, its Table 4 view and the departures."""
-    from exgrpo.records.io import write_json
-    from exgrpo.records.provenance import provenance
-
-    path = Path(run_dir) / "resolved_config.json"
-    write_json(
-        path,
-        {
-            "resolved": resolved,
-            "table4": table4(resolved),
-            "departures": list(DEPARTURES),
-            "provenance": provenance(
-                config=dict(resolved["exgrpo"]["config"]), seed=resolved["exgrpo"]["seed"]
-            ),
-        },
-    )
-    return path
 
 
 __all__ = [

@@ -166,6 +166,18 @@ def write_demo(
     write_toy_data(paths["train"], n_train)
     write_toy_data(paths["val"], n_val, start=n_train)
     paths["reward"].write_text(TOY_REWARDS[reward], encoding="utf-8")
+    flat = _demo_overrides(paths, steps=steps, seed=seed, variant=variant, overrides=overrides)
+    flat.update(ROLLOUTS[rollout])
+    hc.write_run_config(paths["run"], flat, device="cpu")
+    return paths
+
+
+def _demo_overrides(
+    paths: dict[str, Path], *, steps: int, seed: int, variant: str, overrides: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The demo run's verl keys: a paper-scale stand-in backbone on the toy model and data, the toy reward."""
+    from exgrpo.verl_plugin import hydra_config as hc
+
     backbone = {
         "scale": "paper",
         "hf_id": str(paths["model"]),
@@ -186,9 +198,7 @@ def write_demo(
         val_files=str(paths["val"]),
     )
     flat["reward.custom_reward_function.path"] = str(paths["reward"])
-    flat.update(ROLLOUTS[rollout])
-    hc.write_run_config(paths["run"], flat, device="cpu")
-    return paths
+    return flat
 
 
 def launch_command(run_dir: str | Path, overrides: list[str]) -> list[str]:
