@@ -85,7 +85,7 @@ def test_plan_of_table2_prints_its_gpu_hours_from_the_registry(workflow_copier, 
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "13 jobs" in done.stdout
+    assert "14 jobs" in done.stdout
     # two trainings, the base model's and the two runs' evaluations
     assert f"GPU-hours requested: {2 * train_h + 3 * eval_h:,.1f}" in done.stdout
 
