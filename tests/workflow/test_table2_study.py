@@ -51,6 +51,11 @@ def test_table2_trains_grpo_and_exgrpo_against_the_reward_model(dry_table2):
     assert "eval_paper" not in result.counts and "download" not in result.counts  # no math data or benchmarks
     (chat,) = _by_rule(result, "download_chat_if")
     assert "--only wildchat_if --lock-dir config/locks" in chat.shell
+    # the hub rows become verl's prompt rows once, and both trainings read that file, not the raw export
+    (convert,) = _by_rule(result, "chat_prompts")
+    assert "exgrpo chat-prompts --in work/hf/chat_if/files/wildchat_if.parquet" in convert.shell
+    for train in _by_rule(result, "train_paper"):
+        assert set(convert.output) <= set(train.input), train.input
     (rm,) = _by_rule(result, "download_reward_model")
     pinned = registry["reward_models"][REWARD_MODEL]["revision"]
     assert (
