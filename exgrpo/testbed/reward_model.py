@@ -72,4 +72,6 @@ def score_texts(folder: str | Path, texts: list[str]) -> list[float]:
 
 if __name__ == "__main__":  # python -m exgrpo.testbed.reward_model [OUT [BASE]]
     args = sys.argv[1:]
-    print(build_reward_model(Path(args[1]) if len(args) > 1 else DEFAULT_BASE, args[0] if args else DEFAULT_OUT))
+    print(
+        build_reward_model(Path(args[1]) if len(args) > 1 else DEFAULT_BASE, args[0] if args else DEFAULT_OUT)
+    )

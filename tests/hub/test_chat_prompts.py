@@ -21,10 +21,21 @@ def test_sample_converts_to_verl_columns(tmp_path: Path) -> None:
     out = tmp_path / "verl.parquet"
     meta = convert(SAMPLE, out)
     table = pq.read_table(out)
-    assert set(table.column_names) == {"data_source", "prompt", "ability", "reward_model", "extra_info", "qid"}
+    assert set(table.column_names) == {
+        "data_source",
+        "prompt",
+        "ability",
+        "reward_model",
+        "extra_info",
+        "qid",
+    }
     rows = table.to_pylist()
     # 4 hub rows, wcif-0004 repeats wcif-0001's prompt: 3 rows, 1 dropped
-    assert [r["qid"] for r in rows] == ["wildchat_if-wcif-0001", "wildchat_if-wcif-0002", "wildchat_if-wcif-0003"]
+    assert [r["qid"] for r in rows] == [
+        "wildchat_if-wcif-0001",
+        "wildchat_if-wcif-0002",
+        "wildchat_if-wcif-0003",
+    ]
     assert meta["rows"] == 3 and meta["dropped_repeated_prompts"] == 1
     assert rows[0]["prompt"] == [
         {"content": "Write a two-line poem about rain. Do not use any commas.", "role": "user"}
@@ -85,7 +96,9 @@ def test_bad_rows_refused_naming_file_and_field(row: dict, field: str, tmp_path:
 
 def test_repeated_id_refused(tmp_path: Path) -> None:
     src = tmp_path / "dup.jsonl"
-    src.write_text(json.dumps({"id": "x", "prompt": "a"}) + "\n" + json.dumps({"id": "x", "prompt": "b"}) + "\n")
+    src.write_text(
+        json.dumps({"id": "x", "prompt": "a"}) + "\n" + json.dumps({"id": "x", "prompt": "b"}) + "\n"
+    )
     with pytest.raises(ChatPromptsError, match=r"dup\.jsonl: row 1: field 'id' .* repeats row 0"):
         convert(src, tmp_path / "o.parquet")
 

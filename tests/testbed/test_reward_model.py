@@ -41,8 +41,9 @@ def test_shipped_folder_is_its_seeded_build(tmp_path: Path) -> None:
     record = build_reward_model(ROOT / "models/tiny/tiny-math-h32", tmp_path / "rm", seed=0)
     assert record == json.loads((SHIPPED / "build.json").read_text())
     assert record["weights_sha256"] == file_sha256(SHIPPED / "model.safetensors")
-    assert build_reward_model(ROOT / "models/tiny/tiny-math-h32", tmp_path / "rm1", seed=1)["weights_sha256"] != (
-        record["weights_sha256"]
+    assert (
+        build_reward_model(ROOT / "models/tiny/tiny-math-h32", tmp_path / "rm1", seed=1)["weights_sha256"]
+        != (record["weights_sha256"])
     )
 
 
