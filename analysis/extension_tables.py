@@ -1,10 +1,11 @@
 """Tables for what the suite adds to the paper: Table 2's continuous-reward analogue and plug-in rows.
 
-- `table2_continuous`: GRPO and ExGRPO trained on a continuous reward (variants `continuous_on_policy`,
-  `continuous_exgrpo`; on the tiny task the step-credit reward, `ExGRPOConfig.reward_kind`) on the main
-  backbone, ID and OOD averages with 95% intervals and the paired ExGRPO − GRPO difference, beside the
-  published Table 2 (results/paper: ArenaHardV2, IFEval, IFBench on WildChat-IF, Qwen2.5-7B-Base). The two
-  settings share the method, not the task: only the sign and size of the gain can be compared.
+- `table2_continuous`: GRPO and ExGRPO trained on a continuous reward beside the published Table 2 (results/paper:
+  ArenaHardV2, IFEval, IFBench on WildChat-IF, Qwen2.5-7B-Base). Two reproductions: the tiny analogue (variants
+  `continuous_on_policy`, `continuous_exgrpo`; the step-credit reward, `ExGRPOConfig.reward_kind`) on the main
+  backbone, ID and OOD averages with 95% intervals and the paired ExGRPO − GRPO difference, which shares the
+  method, not the task (only the sign and size of the gain compare); and the paper-scale runs (`rm_on_policy`,
+  `rm_exgrpo`, study paper_continuous), whose ArenaHardV2 / IFEval / IFBench cells sit beside the paper's.
 - `plugin_table`: Table 6's reference arms and every paper ablation present, plus each plug-in variant
   (`exgrpo.core.variants.PLUGIN_VARIANTS`, docs/plugins.md) as an extra row, each with its interval and its paired
   difference from ExGRPO.
@@ -21,7 +22,11 @@ from analysis.score_specs import PAPER_TABLE6
 from analysis.tables import Table, fmt, fmt_ci
 
 CONTINUOUS = ("continuous_on_policy", "continuous_exgrpo")
-"""Table 2's two arms on a reproduced source."""
+"""Table 2's two arms on a reproduced source (the tiny analogue)."""
+REWARD_MODEL_ARMS = ("rm_on_policy", "rm_exgrpo")
+"""Table 2's two arms at paper scale (study paper_continuous: a reward model's score, the WildChat-IF prompts)."""
+TABLE2_BENCHMARKS = (("arenahard_v2", "ArenaHardV2"), ("ifeval", "IFEval"), ("ifbench", "IFBench"))
+"""Table 2's benchmarks (results/paper/table2.csv `benchmark`) and their column titles."""
 
 
 def _main_backbone(results: Results, est: pd.DataFrame) -> str | None:
@@ -90,8 +95,76 @@ def _paired(
     )
 
 
+def _rm_backbone(results: Results) -> str | None:
+    """The backbone the reward-model arms were evaluated on (the first by name if several), else None."""
+    ev = results.evals
+    if not len(ev):
+        return None
+    names = sorted(set(ev.loc[ev["variant"].isin(REWARD_MODEL_ARMS), "backbone"]))
+    return names[0] if names else None
+
+
+def _rm_cells(results: Results, profile: str | None, backbone: str, variant: str) -> dict[str, str]:
+    """One reward-model arm's Table 2 cells: avg@k in % per benchmark, the mean over seeds (n seeds)."""
+    ev = results.evals
+    ev = ev[(ev["backbone"] == backbone) & (ev["variant"] == variant)]
+    if profile is not None:
+        ev = ev[ev["profile"] == profile]
+    out = {}
+    for bench, title in TABLE2_BENCHMARKS:
+        rows = ev[ev["benchmark"] == bench]
+        seeds = rows["seed"].nunique()
+        value = 100 * float(rows["avg_at_k"].mean()) if seeds else float("nan")
+        out[title] = f"{fmt(value)} (n={seeds})" if seeds else "–"
+    return out
+
+
+def _published(paper: Results | None, paper_variant: str) -> dict[str, str]:
+    """The published Table 2 row of `paper_variant` (results/paper/table2.csv), '–' where a cell is missing."""
+    pub = pd.DataFrame()
+    if paper is not None and not paper.scores.empty:
+        pub = paper.scores[(paper.scores["table"] == "T2") & (paper.scores["variant"] == paper_variant)]
+    out = {}
+    for bench, title in (*TABLE2_BENCHMARKS, ("printed_avg", "Avg")):
+        cell = pub[pub["benchmark"] == bench]["value"] if len(pub) else pd.Series(dtype=float)
+        out[f"paper {title}"] = fmt(float(cell.iloc[0])) if len(cell) and np.isfinite(cell.iloc[0]) else "–"
+    return out
+
+
+def table2_reward_model(results: Results, paper: Results | None, profile: str | None) -> Table | None:
+    """Table 2 at paper scale: the `rm_*` runs' ArenaHardV2 / IFEval / IFBench beside the paper's (None without
+    both arms)."""
+    backbone = _rm_backbone(results)
+    if backbone is None or not set(REWARD_MODEL_ARMS) <= set(
+        results.evals.loc[results.evals["backbone"] == backbone, "variant"]
+    ):
+        return None
+    rows = []
+    for variant, paper_variant, name in (
+        ("rm_on_policy", "on_policy", "GRPO"),
+        ("rm_exgrpo", "exgrpo", "ExGRPO"),
+    ):
+        cells = _rm_cells(results, profile, backbone, variant)
+        rows.append({"Method": name, **cells, **_published(paper, paper_variant)})
+    label = labels.backbone_label(backbone, results.backbones)
+    caption = (
+        f"Continuous-reward extension (paper §5.3) at paper scale: GRPO and ExGRPO on {label}, trained on the "
+        f"WildChat-IF prompts against a reward model's score; reproduced in results/{results.source}, beside "
+        "the published row (WildChat-IF, Qwen2.5-7B-Base, Skywork-Reward-Llama-3.1-8B-v0.2)."
+    )
+    notes = [
+        "Reproduced cells: avg@k in % per benchmark, the mean over the seeds evaluated (n); '–' where a "
+        "benchmark has no evaluation file yet.",
+    ]
+    return Table("table2_continuous", "Table 2", caption, pd.DataFrame(rows), notes)
+
+
 def table2_continuous(results: Results, paper: Results | None, profile: str | None) -> Table | None:
-    """Table 2 with the reproduced continuous-reward arms beside the published ones (None without them)."""
+    """Table 2 with the reproduced continuous-reward arms beside the published ones (None without them): the
+    paper-scale `rm_*` runs where the source has them (table2_reward_model), else the tiny analogue's arms."""
+    rm_table = table2_reward_model(results, paper, profile)
+    if rm_table is not None:
+        return rm_table
     est = estimates.reproduced(results, profile)
     backbone = _main_backbone(results, est) if len(est) else None
     if backbone is None or not set(CONTINUOUS) <= set(est.loc[est["backbone"] == backbone, "variant"]):

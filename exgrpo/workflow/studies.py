@@ -78,12 +78,13 @@ def _other_jobs(study: Study, wf: WorkflowConfig | None) -> int:
     """resolve_run per run, render_study, reproduce_study and the target's own rule; then the inputs:
     tiny scale: make_data, an `sft` per backbone with no shipped base (every backbone under the smoke budget)
     and `hf_cache_tiny` for hub-cache inputs; paper scale: the data download, one model download per backbone,
-    the judge's (a preliminary study), the reward model's, and a re-templated train and validation file per
-    prompt format other than the chat template (workflow/rules/data.smk, prelim.smk)."""
+    the judge's (a preliminary study), the reward model's, a re-templated train and validation file per
+    prompt format other than the chat template, and a `data: chat_if` study's conversion of its prompts into
+    verl's rows (rule chat_prompts) (workflow/rules/data.smk, prelim.smk)."""
     n = len(study.runs()) + 3
     if study.scale == "tiny":
         return n + 1 + len(_bases_to_train(study, wf)) + (study.inputs == "hub_cache")
-    n += 1 + len(study.backbones) + bool(study.prelim) + bool(study.reward_model)
+    n += 1 + len(study.backbones) + bool(study.prelim) + bool(study.reward_model) + (study.data == "chat_if")
     if study.data == "math" and wf is not None:
         formats = {wf.backbones[b].get("template") for b in study.backbones} - {None}
         n += 2 * len({f for f in formats if f == "llama_base"})  # prompt_format_of: llama_base, else chat

@@ -61,3 +61,49 @@ def test_without_the_arms_there_is_no_table(tmp_path):
     tiny = loader.load(results, "tiny")
     assert extension_tables.table2_continuous(tiny, None, "t0.6") is None
     assert extension_tables.plugin_table(tiny, "t0.6") is None
+
+
+def _rm_tree(tmp_path, benchmarks=("arenahard_v2", "ifeval", "ifbench")):
+    """A paper_continuous source in the eval file contract (results/README.md): aggregates only, two seeds."""
+    import json
+
+    results = tmp_path / "results"
+    build_tree(results)
+    values = {"rm_on_policy": (0.10, 0.20), "rm_exgrpo": (0.30, 0.50)}
+    for variant, (v0, v1) in values.items():
+        for seed, base in ((0, v0), (1, v1)):
+            for i, bench in enumerate(benchmarks):
+                path = results / "paper-continuous" / "eval" / "qwen2.5-7b" / variant / f"s{seed}"
+                path.mkdir(parents=True, exist_ok=True)
+                record = {
+                    "benchmark": bench,
+                    "split": "ood",
+                    "profile": "paper",
+                    "k": 1,
+                    "n_problems": 100,
+                    "metrics": {"avg_at_k": base + i / 100},
+                }
+                (path / f"{bench}.paper.json").write_text(json.dumps(record))
+    return results
+
+
+def test_table2_renders_the_reward_model_runs_beside_the_published_rows(tmp_path):
+    results = _rm_tree(tmp_path)
+    source, paper = loader.load(results, "paper-continuous"), loader.load(results, "paper")
+    frame = extension_tables.table2_continuous(source, paper, "paper").frame.set_index("Method")
+    assert list(frame.index) == ["GRPO", "ExGRPO"]
+    # mean over the two seeds in %: GRPO ArenaHardV2 (10 + 20) / 2, ExGRPO IFBench (32 + 52) / 2
+    assert frame.loc["GRPO", "ArenaHardV2"] == "15.0 (n=2)"
+    assert frame.loc["ExGRPO", "IFBench"] == "42.0 (n=2)"
+    assert frame.loc["ExGRPO", "IFEval"] == "41.0 (n=2)"
+    assert frame.loc["GRPO", "paper ArenaHardV2"] == "15.1" and frame.loc["ExGRPO", "paper Avg"] == "21.7"
+
+
+def test_table2_marks_a_benchmark_without_files(tmp_path):
+    results = _rm_tree(tmp_path, benchmarks=("ifeval",))
+    source = loader.load(results, "paper-continuous")
+    frame = extension_tables.table2_continuous(source, None, None).frame.set_index("Method")
+    assert (
+        frame.loc["GRPO", "ArenaHardV2"] == "–" and frame.loc["GRPO", "IFEval"] == "15.0 (n=2)"
+    )  # the first benchmark: no offset
+    assert frame.loc["GRPO", "paper IFEval"] == "–"

@@ -101,17 +101,20 @@ def test_paper_cpu_trains_on_verls_vllm_rollout_and_evaluates_on_lm_evals_vllm(w
     assert (config["engines"], config["inputs"], config["backbones"]) == (
         "vllm",
         "hub_cache",
-        ["tiny-math-h32"],
+        ["tiny-math-h32", "tiny-llama-h32"],
     )
     result = snakemake("-n", "-p", "paper_cpu", cwd=wf)
     assert result.returncode == 0, result.stdout
     trains = [j for j in result.jobs if j.rule == "train_verl_cpu"]
     evals = [j for j in result.jobs if j.rule == "eval_tiny"]
-    assert len(trains) == 3 and evals
+    # both head-size-32 bases train on_policy and exgrpo; the preliminary masked run is the ablation backbone's only
+    assert len(trains) == 5 and evals
+    assert sorted(j.wildcards["backbone"] for j in trains).count("tiny-llama-h32") == 2
     hub = "export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 && "
     for job in trains:  # the base by repo id and revision from the offline hub cache
         assert job.shell.startswith(hub) and "--rollout vllm" in job.shell
-        assert "--model-path $(exgrpo hf-cache path exgrpo-tiny/tiny-math-h32 --revision " in job.shell
+        repo = f"exgrpo-tiny/{job.wildcards['backbone']}"
+        assert f"--model-path $(exgrpo hf-cache path {repo} --revision " in job.shell
     for job in evals:  # under the engine environment the real-engine tests run vLLM under, one at a time
         assert job.shell.startswith(
             f"{hub}{vllm_cpu_env_prefix()}exgrpo eval --backend vllm {' '.join(vllm_cpu_flags())} --model "

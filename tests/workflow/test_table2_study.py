@@ -39,7 +39,7 @@ def test_table2_trains_grpo_and_exgrpo_against_the_reward_model(dry_table2):
     }
     registry = yaml.safe_load((wf / "config/backbones.yaml").read_text())
     for job in train:  # the WildChat-IF file and the reward model's cached snapshot, by its manifest
-        assert f"--train-files {wf}/work/hf/chat_if/files/wildchat_if.parquet" in job.shell
+        assert f"--train-files {wf}/work/hf/chat_if/files/wildchat_if.verl.parquet" in job.shell
         assert f"--reward-model {REWARD_MODEL} --reward-model-path" in job.shell
         assert f"work/hf/models/{REWARD_MODEL}.json" in job.shell
     outputs = {p for j in _by_rule(result, "eval_paper_chat_if") for p in j.output}
@@ -51,6 +51,11 @@ def test_table2_trains_grpo_and_exgrpo_against_the_reward_model(dry_table2):
     assert "eval_paper" not in result.counts and "download" not in result.counts  # no math data or benchmarks
     (chat,) = _by_rule(result, "download_chat_if")
     assert "--only wildchat_if --lock-dir config/locks" in chat.shell
+    # the hub rows become verl's prompt rows once, and both trainings read that file, not the raw export
+    (convert,) = _by_rule(result, "chat_prompts")
+    assert "exgrpo chat-prompts --in work/hf/chat_if/files/wildchat_if.parquet" in convert.shell
+    # planned only because train_paper reads its output (the --train-files checked above)
+    assert convert.output == ["work/hf/chat_if/files/wildchat_if.verl.parquet"]
     (rm,) = _by_rule(result, "download_reward_model")
     pinned = registry["reward_models"][REWARD_MODEL]["revision"]
     assert (
@@ -85,7 +90,7 @@ def test_plan_of_table2_prints_its_gpu_hours_from_the_registry(workflow_copier, 
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "13 jobs" in done.stdout
+    assert "14 jobs" in done.stdout
     # two trainings, the base model's and the two runs' evaluations
     assert f"GPU-hours requested: {2 * train_h + 3 * eval_h:,.1f}" in done.stdout
 

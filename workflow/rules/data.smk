@@ -88,6 +88,28 @@ rule download_chat_if:
         "exgrpo download --out {params.out} --only wildchat_if --lock-dir {params.locks} > {log} 2>&1"
 
 
+# Paper §5.3 (Table 2): the downloaded WildChat-IF rows (hub columns) as verl's prompt parquet: `prompt` messages
+# (verl applies the backbone's chat template itself), a `qid` from the row's id (exgrpo.hub.chat_prompts).
+rule chat_prompts:
+    input:
+        manifest=chat_if_manifest(),
+    output:
+        parquet=f"{chat_if_dir()}/files/wildchat_if.verl.parquet",
+    log:
+        "logs/chat_prompts/wildchat_if.log",
+    benchmark:
+        "logs/chat_prompts/wildchat_if.benchmark.tsv"
+    conda:
+        "../envs/cpu.yaml"
+    threads: 1
+    resources:
+        **cpu_resources(),
+    params:
+        src=f"{chat_if_dir()}/files/wildchat_if.parquet",
+    shell:
+        "exgrpo chat-prompts --in {params.src} --out {output.parquet} > {log} 2>&1"
+
+
 rule download_reward_model:
     output:
         manifest=model_manifest("{reward_model}"),

@@ -10,8 +10,9 @@ def backbones_of_scale(scale):
 VERL_DATA_FILES = {"train": "openr1_math_46k", "val": "exgrpo_valid"}
 """`exgrpo download` files (<hf_cache>/files/<name>.parquet) that verl trains and validates on:
 the released training set (paper §3.2) and the released 2.2k validation set (`valid.parquet`, 2,259 rows)."""
-CHAT_IF_FILES = {"train": "wildchat_if", "val": "wildchat_if"}
-"""A `data: chat_if` study's verl files (paper §5.3): the WildChat-IF prompts for training, and the same file as
+CHAT_IF_FILES = {"train": "wildchat_if.verl", "val": "wildchat_if.verl"}
+"""A `data: chat_if` study's verl files (paper §5.3): the WildChat-IF prompts (rule chat_prompts' conversion of
+the downloaded hub-column file into verl's prompt rows) for training, and the same file as
 verl's validation set, which the reward-model runs never evaluate (trainer.test_freq -1, reward_serving)."""
 JUDGE_MODEL = "Qwen/Qwen3-32B"
 JUDGE_NAME = "judge-qwen3-32b"
@@ -76,7 +77,10 @@ def verl_data_files(backbone, source):
 
 
 def retemplated_inputs(wildcards):
-    """train_paper's re-templated data files: none for chat-template backbones."""
+    """train_paper's converted data files: a `data: chat_if` study's verl prompt rows (rule chat_prompts), the
+    re-templated copies for other prompt formats, none for chat-template backbones on the math data."""
+    if study_of_source(wildcards.source).data == "chat_if":
+        return list(verl_data_files(wildcards.backbone, wildcards.source).values())
     if prompt_format_of(wildcards.backbone) == "chat":
         return []
     return list(verl_data_files(wildcards.backbone, wildcards.source).values())
