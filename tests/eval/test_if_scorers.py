@@ -162,3 +162,16 @@ def test_a_response_count_mismatch_is_refused_before_scoring(ifbench_rows):
 def test_ifbench_ids_of_its_own_are_unknown_to_ifeval(ifbench_rows):
     with pytest.raises(IFRowError, match="unknown instruction ids \\['format:no_whitespace'\\]"):
         ifeval_scorer.score_ifeval(ifbench_rows[0], "violet")
+
+
+def test_refuse_unscored_consults_the_scored_flag():
+    from exgrpo.core.config import ConfigError
+    from exgrpo.eval.chat_benchmarks import CHAT_BENCHMARKS, refuse_unscored
+
+    assert {n for n, b in CHAT_BENCHMARKS.items() if b.scored} == {"ifeval", "ifbench"}
+    refuse_unscored(["aime24", "tiny"])  # the math registry's names pass
+    with pytest.raises(ConfigError, match="arenahard_v2: .* have no scorer yet"):
+        refuse_unscored(["ifeval", "arenahard_v2"])
+    # scored, but no generation path in `exgrpo eval` yet: refused saying so, not "no scorer"
+    with pytest.raises(ConfigError, match="ifeval, ifbench: scored by .* does not generate"):
+        refuse_unscored(["ifeval", "ifbench"])
