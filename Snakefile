@@ -78,4 +78,6 @@ for _target, _study in study_target_map().items():
         default_target: _target == DEFAULT_STUDY
         input:
             study_targets(_study),
+            # an input function: the partition limit is checked as this target's DAG is built (WF.check_target)
+            lambda wc, s=_study: WF.check_target(s),
         localrule: True

@@ -55,15 +55,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="compare the source's regime map (<source>/regimes/, target tiny_regimes) and its verdicts",
     )
+    rep.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="equivalence margin δ in avg@k points (default: analysis.verdicts.Margin, the seeds' spread)",
+    )
     rep.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     args = parser.parse_args(argv)
     if args.command == "reproduce":
         from analysis.reproduce import reproduce
         from analysis.reproduce_regimes import reproduce_regimes
+        from analysis.verdicts import Margin
 
         compare = reproduce_regimes if args.regimes else reproduce
         try:
-            print(compare(args.results, args.rerun, args.source, args.name, args.backbones))
+            margin = Margin() if args.margin is None else Margin(avg_at_k_points=args.margin)
+            print(compare(args.results, args.rerun, args.source, args.name, args.backbones, margin))
         except (ResultsError, FileNotFoundError, ValueError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -7,12 +7,14 @@
   (run.json `summary.final_model_sha256`); the table also says whether the code that trained it is
   the committed run's (`fingerprint_parts.code`);
 - an **evaluation cell** (run x benchmark x profile) is *bit-identical* when every per-sample score
-  and the aggregate metrics equal the committed ones; otherwise it *reproduces* when the 95% paired
-  bootstrap interval of (rerun − committed) avg@k, over the shared problems (analysis.stats), contains
-  0, and *differs* when it excludes 0. A cell without per-sample records on either side is compared on
-  avg@k alone (*bit-identical* or *differs*, no interval);
+  and the aggregate metrics equal the committed ones; otherwise the 95% paired bootstrap interval of
+  (rerun − committed) avg@k, over the shared problems (analysis.stats), decides against the margin ±δ
+  (analysis.verdicts: *reproduces* inside ±δ, *differs* when it excludes 0 and leaves ±δ, *inconclusive*
+  otherwise, with the problems that would decide it). A cell without per-sample records on either side is
+  compared on avg@k alone (*bit-identical*, *differs* beyond ±δ, else *inconclusive*; no interval);
 - a run or cell with no committed counterpart is *new* (nothing to compare).
-Both trees are read through analysis.loader (validated as for rendering).
+Both trees are read through analysis.loader (validated as for rendering). Before comparing, the committed
+tree is checked against its own evidence (analysis.evidence): every disagreement is named in the report.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import loader, stats
+from analysis import evidence, loader, stats, verdicts
 from analysis.regimes import Regime
 from analysis.tables import fmt, write_text
 from exgrpo.records.io import atomic_path, write_json
@@ -33,9 +35,12 @@ from exgrpo.records.io import atomic_path, write_json
 RULE = (
     "**Rule (fixed before the comparison).** A training run is *bit-identical* when its final weights have the "
     "committed sha256. An evaluation cell (run x benchmark x profile) is *bit-identical* when every per-sample "
-    "score and the aggregate metrics equal the committed ones; otherwise it *reproduces* when the 95% paired "
-    "bootstrap interval of rerun − committed avg@k (points, over the shared problems) contains 0, and *differs* "
-    "when it excludes 0. *new*: no committed counterpart."
+    "score and the aggregate metrics equal the committed ones; otherwise, with [lo, hi] the 95% paired "
+    "bootstrap interval of rerun − committed avg@k (points, over the shared problems), it *reproduces* when "
+    "-δ <= lo and hi <= δ (equivalence: inside the margin, even if the interval excludes 0), *differs* when "
+    "the interval excludes 0 and leaves ±δ, and is *inconclusive* otherwise. A cell without per-sample "
+    "records is *bit-identical*, *differs* (|rerun − committed| > δ) or *inconclusive* (no interval). "
+    "*new*: no committed counterpart."
 )
 
 
@@ -54,6 +59,10 @@ class Cell:
     lo: float | None
     hi: float | None
     verdict: str
+    n_problems: int | None = None
+    """Shared problems the interval is over (None: no interval)."""
+    n_to_decide: int | None = None
+    """Inconclusive cells: problems that would decide it (analysis.verdicts.N_TO_DECIDE_RULE)."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +136,11 @@ def _cell_samples(samples: pd.DataFrame, key: CellKey) -> pd.DataFrame:
     return sel.sort_values(["problem_id", "sample_index"]).reset_index(drop=True)
 
 
-def compare_evals(ref: loader.Results | Regime, new: loader.Results | Regime) -> list[Cell]:
-    """Every evaluation cell of the rerun against the committed one (RULE), of a source or of a regime."""
+def compare_evals(
+    ref: loader.Results | Regime, new: loader.Results | Regime, margin: verdicts.Margin | None = None
+) -> list[Cell]:
+    """Every evaluation cell of the rerun against the committed one (RULE, margin δ), of a source or regime."""
+    delta = (margin or verdicts.Margin()).avg_at_k_points
     committed = {_cell_key(r): r for r in ref.evals.to_dict("records")}
     cells = []
     for row in new.evals.to_dict("records"):
@@ -141,21 +153,19 @@ def compare_evals(ref: loader.Results | Regime, new: loader.Results | Regime) ->
         same_metrics = all(_same(old[m], row[m]) for m in ("avg_at_k", "pass_at_k", "maj_at_k", "n_problems"))
         a, b = _cell_samples(new.samples, key), _cell_samples(ref.samples, key)
         if a.empty or b.empty:
-            verdict = "bit-identical" if same_metrics else "differs"
-            cells.append(
-                Cell(
-                    *key, 100.0 * old["avg_at_k"], rerun, rerun - 100.0 * old["avg_at_k"], None, None, verdict
-                )
-            )
+            diff = rerun - 100.0 * old["avg_at_k"]
+            verdict = "bit-identical" if same_metrics else verdicts.point_verdict(diff, delta)
+            cells.append(Cell(*key, 100.0 * old["avg_at_k"], rerun, diff, None, None, verdict))
             continue
         identical = (
             same_metrics
             and len(a) == len(b)
             and a[["problem_id", "sample_index", "score"]].equals(b[["problem_id", "sample_index", "score"]])
         )
-        diff, lo, hi, _ = stats.paired_difference(stats.build_arm(a), stats.build_arm(b), [key[3]])
-        verdict = "bit-identical" if identical else "reproduces" if lo <= 0.0 <= hi else "differs"
-        cells.append(Cell(*key, 100.0 * old["avg_at_k"], rerun, diff, lo, hi, verdict))
+        diff, lo, hi, n = stats.paired_difference(stats.build_arm(a), stats.build_arm(b), [key[3]])
+        verdict = "bit-identical" if identical else verdicts.verdict(lo, hi, delta)
+        decide = verdicts.n_to_decide(diff, lo, hi, n, delta) if verdict == "inconclusive" else None
+        cells.append(Cell(*key, 100.0 * old["avg_at_k"], rerun, diff, lo, hi, verdict, n, decide))
     return cells
 
 
@@ -180,14 +190,24 @@ def new_cells(evals: pd.DataFrame) -> list[Cell]:
 
 
 def report_markdown(
-    source: str, ref_root: Path, new_root: Path, runs: list[RunRow], cells: list[Cell]
+    source: str,
+    ref_root: Path,
+    new_root: Path,
+    runs: list[RunRow],
+    cells: list[Cell],
+    margin: verdicts.Margin | None = None,
+    found: evidence.Evidence | None = None,
 ) -> str:
+    """The report: margin and rule first, then the evidence checks, the summary and the two tables."""
     head = [
         f"# Reproduction report: {source}",
         "",
         f"Rerun `{new_root}` against the committed reference `{ref_root}`.",
+        "",
+        (margin or verdicts.Margin()).text(),
     ]
-    return "\n".join([*head, "", *run_and_cell_sections(runs, cells)]) + "\n"
+    checked = evidence.markdown(found) if found is not None else []
+    return "\n".join([*head, "", *checked, *run_and_cell_sections(runs, cells)]) + "\n"
 
 
 def run_and_cell_sections(runs: list[RunRow], cells: list[Cell]) -> list[str]:
@@ -196,6 +216,8 @@ def run_and_cell_sections(runs: list[RunRow], cells: list[Cell]) -> list[str]:
     same = pd.Series([r.weights for r in runs], dtype=object).value_counts().to_dict()
     lines = [
         RULE,
+        "",
+        verdicts.N_TO_DECIDE_RULE,
         "",
         "Summary: training runs "
         + (", ".join(f"{v} {k}" for k, v in sorted(same.items())) or "none")
@@ -227,15 +249,15 @@ def run_and_cell_sections(runs: list[RunRow], cells: list[Cell]) -> list[str]:
         "## Evaluation cells (avg@k, %)",
         "",
         "| backbone | variant | seed | benchmark | profile | committed "
-        "| rerun | rerun − committed [95% CI] | verdict |",
-        "|---|---|---:|---|---|---:|---:|---|---|",
+        "| rerun | rerun − committed [95% CI] | n to decide | verdict |",
+        "|---|---|---:|---|---|---:|---:|---|---|---:|",
     ]
     for c in cells:
         interval = f" [{_f(c.lo)}, {_f(c.hi)}]" if c.lo is not None else ""
         diff = f"{_f(c.diff)}{interval}" if c.diff is not None else "-"
         lines.append(
             f"| {c.backbone} | {c.variant} | {c.seed} | {c.benchmark} | {c.profile} | {_f(c.committed)} "
-            f"| {_f(c.rerun)} | {diff} | {c.verdict} |"
+            f"| {_f(c.rerun)} | {diff} | {c.n_to_decide if c.n_to_decide is not None else '-'} | {c.verdict} |"
         )
     return lines
 
@@ -249,7 +271,12 @@ def plot(cells: list[Cell], path: Path) -> None:
 
     shown = [c for c in cells if c.diff is not None]
     fig, ax = plt.subplots(figsize=(7, max(2.0, 0.28 * len(shown) + 1)))
-    colours = {"bit-identical": "tab:green", "reproduces": "tab:blue", "differs": "tab:red"}
+    colours = {
+        "bit-identical": "tab:green",
+        "reproduces": "tab:blue",
+        "differs": "tab:red",
+        "inconclusive": "tab:orange",
+    }
     for i, c in enumerate(shown):
         assert c.diff is not None  # `shown` keeps the cells with a difference
         err = None
@@ -262,7 +289,9 @@ def plot(cells: list[Cell], path: Path) -> None:
         range(len(shown)), [f"{c.backbone}/{c.variant}/s{c.seed} {c.benchmark}" for c in shown], fontsize=7
     )
     ax.set_xlabel("rerun − committed avg@k (points), 95% paired interval")
-    ax.set_title("Reproduction: green bit-identical, blue reproduces, red differs", fontsize=9)
+    ax.set_title(
+        "Reproduction: green bit-identical, blue reproduces, red differs, orange inconclusive", fontsize=9
+    )
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png", metadata={"Software": None})
@@ -275,18 +304,28 @@ def reproduce(
     source: str,
     name: str,
     backbones: str | Path = loader.DEFAULT_BACKBONES,
+    margin: verdicts.Margin | None = None,
 ) -> Path:
-    """Compare <rerun>/<source>/ with <reference>/<source>/; write <rerun>/<source>/reproduction/<name>.*."""
+    """Compare <rerun>/<source>/ with <reference>/<source>/; write <rerun>/<source>/reproduction/<name>.*.
+    The committed tree is first checked against its evidence (analysis.evidence; named in the report)."""
+    margin = margin or verdicts.Margin()
     new = loader.load(rerun, source, backbones)
     ref_root = Path(reference) / source
     ref = loader.load(reference, source, backbones) if ref_root.is_dir() else None
+    found = evidence.check(ref) if ref is not None else None
     runs = compare_runs(ref_root, new.root, new.runs)
-    cells = compare_evals(ref, new) if ref is not None else new_cells(new.evals)
+    cells = compare_evals(ref, new, margin) if ref is not None else new_cells(new.evals)
     out = new.root / "reproduction"
-    write_text(out / f"{name}.md", report_markdown(source, ref_root, new.root, runs, cells))
+    write_text(out / f"{name}.md", report_markdown(source, ref_root, new.root, runs, cells, margin, found))
     write_json(
         out / f"{name}.json",
-        {"rule": RULE, "runs": [asdict(r) for r in runs], "cells": [asdict(c) for c in cells]},
+        {
+            "rule": RULE,
+            "margin": asdict(margin),
+            "evidence_disagreements": [] if found is None else [asdict(d) for d in found.disagreements],
+            "runs": [asdict(r) for r in runs],
+            "cells": [asdict(c) for c in cells],
+        },
     )
     plot(cells, out / f"{name}.png")
     return out / f"{name}.md"

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from exgrpo.commands import _eval_arena_hard as eval_arena_hard
 from exgrpo.commands._flags import deprecated_alias
 from exgrpo.core.config import ConfigError
 
@@ -21,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_input_flags(parser)
     _add_engine_flags(parser)
     _add_grading_flags(parser)
+    eval_arena_hard.add_arguments(parser)
 
 
 def _add_subject_flags(parser: argparse.ArgumentParser) -> None:
@@ -180,8 +182,11 @@ def run(args: argparse.Namespace) -> int:
     from exgrpo.eval.metrics import split_averages
     from exgrpo.eval.profiles import get_profile
 
+    names = [b.strip() for b in str(args.benchmarks).split(",")]
+    if "arenahard_v2" in names:
+        return eval_arena_hard.run(args, names)
     profile = get_profile(args.profile)
-    refuse_unscored([b.strip() for b in str(args.benchmarks).split(",")])
+    refuse_unscored(names)
     benchmarks = parse_benchmarks(args.benchmarks)
     if args.backend not in backends.BACKENDS:
         raise ConfigError(

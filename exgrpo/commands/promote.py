@@ -5,7 +5,9 @@ results/ by default, so the reference changes only through this command (or `--c
 results_dir=results`). Each run folder of the rerun (train/, eval/, prelim/ files, benchmark records,
 regime folders) replaces the committed one of the same path; committed runs the rerun does not hold are
 kept, and the re-rendered index.md then says when the runs come from several code versions. The
-rerun's own renderings and its reproduction report are not copied.
+rerun's own renderings and its reproduction report are not copied. A rerun whose cells disagree with their
+own evidence (analysis.evidence: a score its samples do not give, an evaluation naming other weights than its
+run's) is refused before anything is copied: the committed reference must summarise its own records.
 """
 
 from __future__ import annotations
@@ -59,8 +61,34 @@ def promote(rerun: Path, results: Path, dry_run: bool = False) -> list[Path]:
     return out
 
 
+def refusals(rerun_dir: Path, source: str, backbones: str) -> list[str]:
+    """One line per disagreement of the rerun's cells with their own evidence (file: field, stored vs
+    evidence); empty when the rerun may be promoted."""
+    from analysis import evidence, loader
+
+    found = evidence.check(loader.load(rerun_dir, source, backbones))
+    return [
+        f"{d.path}: {d.field} is {d.stored}, its evidence gives {d.evidence}" for d in found.disagreements
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from analysis.readers import ResultsError
+
     rerun, results = Path(args.rerun) / args.source, Path(args.results) / args.source
+    if not rerun.is_dir():
+        raise FileNotFoundError(f"{rerun}: no rerun to promote")
+    try:
+        refused = refusals(Path(args.rerun), args.source, args.backbones)
+    except ResultsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if refused:
+        print(f"error: {rerun} not promoted: its cells disagree with their own evidence", file=sys.stderr)
+        print("\n".join(refused), file=sys.stderr)
+        return 1
     done = promote(rerun, results, args.dry_run)
     print(f"{'would copy' if args.dry_run else 'copied'} {len(done)} files from {rerun}/ into {results}/")
     if not args.dry_run:

@@ -3,11 +3,11 @@
 The paper evaluates its continuous-reward runs on ArenaHardV2, IFEval and IFBench and says nothing more (no
 hub ids, versions, judges or metrics). They are registered here with what is known, so a study can name them
 (`benchmarks.chat_if` in config/config.yaml) and the workflow plans their evaluation jobs. `scored` says whether a
-scorer exists: IFEval's and IFBench's do (exgrpo.eval.ifeval_scorer, exgrpo.eval.ifbench_scorer: a pure function
-from a hub row and a response to strict and loose verdicts, and the four accuracies), Arena-Hard v2's not yet.
-`exgrpo eval` still refuses all three by name, each with its reason: no scorer (arenahard_v2), or a scorer but
-no generation path (ifeval, ifbench: the harness's benchmarks are question/answer documents graded per sample,
-and nothing yet feeds a hub row's `prompt` through the backends and hands the completion to the scorer).
+scorer exists: Arena-Hard v2's does and `exgrpo eval` runs it (exgrpo.eval.arena_hard); IFEval's and IFBench's do
+(exgrpo.eval.ifeval_scorer, exgrpo.eval.ifbench_scorer: a pure function from a hub row and a response to strict
+and loose verdicts, and the four accuracies; exgrpo.eval.if_eval_files writes the eval file pair), but `exgrpo
+eval` still refuses these two by name (`NOT_GENERATED`): the harness's benchmarks are question/answer documents
+graded per sample, and nothing yet feeds a hub row's `prompt` through the backends to the scorer.
 
 What is known, and what is inferred (the setup §5.3 follows is RLMT's: WildChat-IF prompts, the Skywork reward
 model, these three benchmarks):
@@ -43,7 +43,7 @@ class ChatBenchmark:
     n_rows: int | None = None
     """Prompts in the set, where known."""
     scored: bool = False
-    """A scorer exists (module docstring); `refuse_unscored` consults it."""
+    """A scorer exists (module docstring); `refuse_unscored` refuses by name those without one."""
 
 
 CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
@@ -53,7 +53,9 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
             "arenahard_v2",
             "ArenaHardV2",
             "lmarena-ai/arena-hard-auto (v2.0 prompts; inferred)",
-            "pairwise LLM judge against a baseline model's answers (judge and baseline not stated)",
+            "pairwise LLM judge against each category's baseline answers, two position-swapped games, plain "
+            "and style-controlled win rates (exgrpo.eval.arena_hard; judge not stated by the paper)",
+            scored=True,
         ),
         ChatBenchmark(
             "ifeval",
@@ -76,6 +78,9 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
 }
 """Table 2's three benchmarks, in the paper's column order."""
 
+NOT_GENERATED = ("ifeval", "ifbench")
+"""Scored, but `exgrpo eval` cannot yet generate their responses (module docstring): refused by name."""
+
 
 def refuse_unscored(names: list[str]) -> None:
     """`exgrpo eval` on a Table 2 benchmark: refused by name, saying what is missing (module docstring)."""
@@ -86,7 +91,7 @@ def refuse_unscored(names: list[str]) -> None:
             f"{', '.join(unscored)}: Table 2's benchmarks are registered (exgrpo.eval.chat_benchmarks) but "
             "have no scorer yet (docs/studies.md, Table 2 at paper scale)",
         )
-    ungenerated = [n for n in names if n in CHAT_BENCHMARKS]
+    ungenerated = [n for n in names if n in NOT_GENERATED]
     if ungenerated:
         raise ConfigError(
             "--benchmarks",
@@ -95,4 +100,4 @@ def refuse_unscored(names: list[str]) -> None:
         )
 
 
-__all__ = ["CHAT_BENCHMARKS", "ChatBenchmark", "refuse_unscored"]
+__all__ = ["CHAT_BENCHMARKS", "NOT_GENERATED", "ChatBenchmark", "refuse_unscored"]

@@ -111,6 +111,22 @@ def pinned_revision(
     return found
 
 
+def check_registry_pin(revision: str | None, lock_path: Path, what: str, field: str) -> str:
+    """The commit the registry pins `what` at, checked against its lock before any job: the check of an item
+    read offline by repo id and revision (a hub-cache study's backbone, exgrpo.hub.tiny), where the registry
+    must name the commit itself (a lock alone does not say which commit the cache publishes).
+
+    A missing `revision`, one that is not a commit hash and one that disagrees with the lock's are ConfigErrors
+    naming `field` (`pinned_revision`'s refusals, the same messages)."""
+    if revision is None:
+        raise ConfigError(
+            field,
+            f"{what} has no revision: a study with `inputs: hub_cache` reads it by its commit; set the commit "
+            f"(40 hex digits){' the lock ' + str(lock_path) + ' records' if read_lock(lock_path) else ''}",
+        )
+    return str(pinned_revision(revision, lock_path, what, field))
+
+
 def file_lock(root: Path, files: list[Path]) -> dict[str, str]:
     """Relative path -> sha256 of each file under `root` (the lock a download writes and checks)."""
     return {str(p.relative_to(root)): file_sha256(p) for p in files}

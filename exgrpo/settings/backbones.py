@@ -52,6 +52,11 @@ TEMPLATES: dict[str, frozenset[str]] = {
 TINY_MAX_POSITIONS = 256
 """Position table of the tiny models (`max_position_embeddings`); `exgrpo.testbed.models` builds them with it."""
 
+VLLM_CPU_HEAD_SIZES = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
+"""Attention head sizes vLLM's CPU attention serves (vLLM 0.24, docs/real-engines.md): it refuses any other at the
+first `generate()` ("Unsupported CPU attention configuration"), minutes into a job, so a study that asks its CPU
+engines to serve such a backbone is refused when the configuration is loaded (`vllm_cpu_refusal`)."""
+
 
 def load_backbones(
     path: str | Path = DEFAULT_BACKBONES, schema_dir: str | Path = SCHEMA_DIR
@@ -156,6 +161,27 @@ def _check_arch(entry: Mapping[str, Any], fail: Any) -> None:
         )
 
 
+def head_size(entry: Mapping[str, Any]) -> int | None:
+    """The backbone's attention head size (hidden_size / num_attention_heads); None without an `arch` (paper
+    scale: the hub config decides)."""
+    arch = entry.get("arch")
+    return int(arch["hidden_size"]) // int(arch["num_attention_heads"]) if arch else None
+
+
+def vllm_cpu_refusal(name: str, entry: Mapping[str, Any]) -> str | None:
+    """Why vLLM's CPU build cannot serve backbone `name` (its head size), or None when it can."""
+    size = head_size(entry)
+    if size is None or size in VLLM_CPU_HEAD_SIZES:
+        return None
+    arch = entry["arch"]
+    return (
+        f"backbone {name!r} has head size {size} (arch hidden_size {arch['hidden_size']} / num_attention_heads "
+        f"{arch['num_attention_heads']}), which vLLM's CPU attention refuses (it serves head sizes "
+        f"{', '.join(map(str, sorted(VLLM_CPU_HEAD_SIZES)))}: exgrpo.settings.backbones.VLLM_CPU_HEAD_SIZES); "
+        "use a head-size-32 backbone (tiny-math-h32, tiny-llama-h32) or `engines: stand_in`"
+    )
+
+
 def run_context(entry: Mapping[str, Any]) -> int:
     """The context the backbone runs with: its `context_extension` when it has one, else `max_context`."""
     ext = entry.get("context_extension")
@@ -249,13 +275,16 @@ __all__ = [
     "FAMILIES",
     "SCHEMA_DIR",
     "TEMPLATES",
+    "VLLM_CPU_HEAD_SIZES",
     "backbone_method_settings",
     "extended_model_dir",
+    "head_size",
     "load_backbone",
     "load_backbones",
     "load_reward_models",
     "reward_model_entry",
     "run_context",
+    "vllm_cpu_refusal",
 ]
 
 

@@ -197,6 +197,28 @@ def _check_context(name: str, backbone: Mapping[str, Any], trainer: Mapping[str,
         )
 
 
+VERL_REWARD_KINDS = frozenset({"binary", "reward_model"})
+"""The rewards the verl plug-in trains on (exgrpo.verl_plugin.reward and reward_serving): the answer grader and a
+served reward model. `step_credit`, the tiny task's continuous reward, exists only in the CPU trainer."""
+CPU_TRAINER_ONLY = {"fresh_anchored": "the verl plug-in trains B - n_exp fresh + n_exp replayed"}
+"""Method settings only the CPU trainer reads (the tiny regime map), with why; verl refuses them when its job
+starts (exgrpo.verl_plugin.hydra_config.check_verl_config), so a verl study is refused them at load time."""
+
+
+def route_refusal(method: ExGRPOConfig) -> tuple[str, str] | None:
+    """(method field, why) when a run's resolved method uses what only the CPU trainer has; None when the verl
+    route can train it."""
+    if method.reward_kind not in VERL_REWARD_KINDS:
+        return "reward_kind", (
+            f"{method.reward_kind!r} is a CPU-trainer reward (the tiny Table 2 analogue); the verl route trains on "
+            f"{' or '.join(sorted(VERL_REWARD_KINDS))} (exgrpo.settings.resolve.VERL_REWARD_KINDS)"
+        )
+    for field, why in CPU_TRAINER_ONLY.items():
+        if getattr(method, field) != getattr(ExGRPOConfig(), field):
+            return field, f"is a CPU-trainer setting ({why}; exgrpo.settings.resolve.CPU_TRAINER_ONLY)"
+    return None
+
+
 def run_spec(
     name: str,
     backbone: Mapping[str, Any],
@@ -267,11 +289,14 @@ def read_run_file(path: str | Path) -> RunSpec:
 
 __all__ = [
     "BUDGETS",
+    "CPU_TRAINER_ONLY",
     "PRECEDENCE",
     "RunSpec",
+    "VERL_REWARD_KINDS",
     "check_overrides",
     "read_run_file",
     "resolve",
+    "route_refusal",
     "run_spec",
     "trainer_settings",
     "training_parts",

@@ -1,7 +1,8 @@
 """Launch scripts for a paper-scale run: one GPU node, or several nodes with Ray inside a SLURM allocation.
 
-Both scripts export VERL_USE_EXTERNAL_MODULES (so every Ray worker imports the plug-in), `cd` into the run
-directory and start `python -m exgrpo.verl_plugin.main` on the run's `exgrpo_run.yaml`. Checkpoints go to
+Both scripts start the job's own Ray head through `ray_cluster start` (token authentication with a fresh
+per-job token, per-job ports, dashboard off; docs/security.md), export VERL_USE_EXTERNAL_MODULES (so every
+Ray worker imports the plug-in), `cd` into the run directory and start `python -m exgrpo.verl_plugin.main` on the run's `exgrpo_run.yaml`. Checkpoints go to
 the fixed `<run_dir>/checkpoints` with `trainer.resume_mode=auto`, so a requeued or re-submitted job resumes;
 verl's file logger writes one metrics file per attempt (it truncates its file when opened).
 
@@ -9,7 +10,8 @@ The multi-node script follows the usual Ray-on-SLURM recipe: `ray start --head` 
 `ray start --address` per other node (srun), a wait until all nodes joined, then the driver on the head
 node (`srun --overlap`), which attaches to the cluster through RAY_ADDRESS. Each `ray start` goes through
 `ray_cluster start`: token authentication with a fresh per-job token, per-job ports, dashboard off
-(docs/security.md).
+(docs/security.md). The single-node script starts one head on 127.0.0.1, waits for it (`ray_cluster wait`),
+runs the driver attached to it through RAY_ADDRESS, and stops the head's process group on exit.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ def _render(template: str, values: Mapping[str, Any]) -> str:
 def offline_env(hf_home: str | Path) -> dict[str, str]:
     """Environment of compute nodes without internet: models and data from the shared HF cache only."""
     return {"HF_HOME": str(Path(hf_home).resolve()), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def _cpu_mode_ray_cpus() -> int:
+    """The CPU mode's logical Ray CPUs (exgrpo_cpu.yaml's `ray_kwargs.ray_init.num_cpus`): the single-node
+    head gets them, since verl's ray.init() may not set them when it attaches to a running head."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "config" / "exgrpo_cpu.yaml"
+    return int(yaml.safe_load(path.read_text(encoding="utf-8"))["ray_kwargs"]["ray_init"]["num_cpus"])
 
 
 def launch_values(
@@ -87,6 +98,9 @@ def launch_values(
         "join_timeout_s": int(join_timeout_s),
         "device": device,
     }
+    # the head's CPUs: the allocation's on SLURM (as the multi-node head), the CPU mode's logical ones
+    cpus = values["cpus_per_task"]
+    values["ray_cpus"] = _cpu_mode_ray_cpus() if device == "cpu" else f"${{SLURM_CPUS_PER_TASK:-{cpus}}}"
     values["gpu_step"] = "" if device == "cpu" else f" --gpus-per-node={values['gpus_per_node']}"
     for key in ("nodes", "gpus_per_node", "cpus_per_task", "mem_mb", "time"):
         if values[key] < 1:

@@ -2,8 +2,8 @@
 
 Every route that starts Ray goes through here:
 
-- `ensure_job_auth` (called by `main.py` before verl or Ray is imported, and by the multi-node script through
-  `python -m exgrpo.verl_plugin.ray_cluster token`) puts `RAY_AUTH_MODE=token` and a fresh random token
+- `ensure_job_auth` (called by `main.py` before verl or Ray is imported; both launch scripts make the token
+  first, through `python -m exgrpo.verl_plugin.ray_cluster token`) puts `RAY_AUTH_MODE=token` and a fresh random token
   (`RAY_AUTH_TOKEN`, 256 bits) into the environment of the job's processes, unless the job already has one.
   Ray reads the token from that variable on every node (Ray's token authentication, >= 2.52), so a client
   without it is refused by the GCS, the raylets, the workers and the agents' HTTP servers. The token lives
@@ -13,13 +13,16 @@ Every route that starts Ray goes through here:
   servers verl's vLLM rollout starts inside Ray workers inherit it from the raylet.
 - `job_ports` picks the ports of one node of one job: a block derived from `SLURM_JOB_ID` (so two jobs on
   one node differ), each checked free on this node and replaced by a port the OS hands out if taken.
-- `start_argv` / `python -m exgrpo.verl_plugin.ray_cluster start` runs `ray start` on one node of the
-  multi-node script with those ports, the dashboard off (or on loopback only, `EXGRPO_RAY_DASHBOARD=1`),
+- `start_argv` / `python -m exgrpo.verl_plugin.ray_cluster start` runs `ray start` on one node of either
+  launch script with those ports, the dashboard off (or on loopback only, `EXGRPO_RAY_DASHBOARD=1`),
   usage stats off, and refuses to start a node without token authentication. It prints the node's whole
   port plan (`PORTS_LINE`, read back by `logged_ports`) before it execs Ray: the plan its Ray processes use.
 
-A single-node job lets verl's `ray.init()` start a local cluster: Ray picks free ports for it (measured:
-two such clusters on one machine share no port; the second one's dashboard agent skips its fixed HTTP port).
+- `wait` (the single-node script) connects to the head at RAY_ADDRESS until it answers.
+
+Both launch scripts start their head through `start`: the single-node one on 127.0.0.1 (a head whose node
+address is loopback binds every server there), so verl's `ray.init()` attaches to the job's authenticated head
+through RAY_ADDRESS; `ensure_job_auth`'s `RAY_ADDRESS=local` is for a driver started by hand outside them.
 """
 
 from __future__ import annotations
@@ -290,6 +293,27 @@ def logged_ports(log_text: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in json.loads(lines[-1][len(PORTS_LINE) :]).items()}
 
 
+def wait_for_head(address: str, timeout_s: float, poll_s: float = 2.0) -> bool:
+    """Connect to the head at `address` (with the job's token, from the environment) until it answers or
+    `timeout_s` passes: the single-node script's wait before the driver starts (a loaded node takes a minute
+    to bring a head up). True once connected."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.init(address=address, log_to_driver=False)
+            ray.shutdown()
+            return True
+        except (ConnectionError, RuntimeError) as err:  # not up yet
+            print(f"ray_cluster: waiting for the head ({type(err).__name__})", flush=True)
+            ray.shutdown()
+        time.sleep(poll_s)
+    return False
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -302,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("token", help="print a fresh token (the script keeps it in a variable, never in a file)")
     port = sub.add_parser("gcs-port", help="print this job's GCS port on this node (run on the head node)")
     port.add_argument("--host", default="0.0.0.0")
+    wait = sub.add_parser("wait", help="wait until the head at RAY_ADDRESS answers (exit 1 at the timeout)")
+    wait.add_argument("--timeout", type=float, default=600.0)
     start = sub.add_parser("start", help="exec `ray start` for this node with the job's ports")
     start.add_argument("--head", action="store_true")
     start.add_argument("--port", type=int, default=None, help="head: the GCS port `gcs-port` printed")
@@ -321,6 +347,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "gcs-port":
         print(job_ports(job_id, args.host)["port"])
         return 0
+    if args.cmd == "wait":
+        address = os.environ.get(ADDRESS_ENV, "")
+        if not address or address == "local":
+            parser.error(f"wait needs {ADDRESS_ENV}=<head ip:port>")
+        if wait_for_head(address, args.timeout):
+            return 0
+        print(f"ray_cluster: no head answered at {address} within {args.timeout:.0f} s", file=sys.stderr)
+        return 1
     require_job_auth()
     if args.head and args.port is None:
         parser.error("--head needs --port (from `gcs-port`)")
@@ -369,5 +403,6 @@ __all__ = [
     "secret_hits",
     "secret_values",
     "start_argv",
+    "wait_for_head",
     "written_files",
 ]

@@ -139,7 +139,36 @@ def site_resources(gpu: bool = False, environ: Mapping[str, str] | None = None) 
     return out
 
 
+def served_gpus_refusal(serve: Mapping[str, Any], entry: Mapping[str, Any]) -> str | None:
+    """Why a model served inside a backbone's training job (a reward model's `serve`, colocated with the actor)
+    cannot fit that job, or None: its vLLM server's `tensor_parallel` must not exceed the GPUs the job holds on
+    one node (`resources.train.gpus_per_node`), since a tensor-parallel group does not span nodes here."""
+    per_node = int(stage_resources(entry, "train").get("gpus_per_node", 0))
+    tp = int(serve["tensor_parallel"])
+    if tp <= per_node:
+        return None
+    return (
+        f"tensor_parallel {tp} asks for more GPUs than the training job it is served in holds on a node "
+        f"(resources.train.gpus_per_node = {per_node})"
+    )
+
+
 # ---------------------------------------------------------------------------- segments under a time limit
+
+
+def stage_time_refusal(entry: Mapping[str, Any], stage: str, limit_min: int | None) -> str | None:
+    """Why a backbone's `stage` job (eval, judge) cannot run under a partition time limit, or None: only
+    training is split into segments (`segment_stops`), so an evaluation or judge job asking for more minutes
+    than the partition allows would be refused by SLURM or killed at the limit, after the runs it waits for."""
+    if stage == "train":  # split into segments under a limit (segment_stops)
+        return None
+    runtime = int(stage_resources(entry, stage)["runtime_min"])
+    if not limit_min or runtime <= limit_min:
+        return None
+    return (
+        f"{runtime} min exceeds the partition limit (partition_limit_min = {limit_min}): the {stage} job is one "
+        "job (only training is split into segments); lower its runtime_min or raise the limit"
+    )
 
 
 def segment_count(runtime_min: int, limit_min: int | None) -> int:
@@ -163,6 +192,26 @@ def segment_runtime(runtime_min: int, limit_min: int | None) -> int:
     """Minutes each segment job requests: its share of the run's runtime, never above the limit."""
     n = segment_count(runtime_min, limit_min)
     return runtime_min if n == 1 else min(int(limit_min or runtime_min), math.ceil(runtime_min / n))
+
+
+def check_stage_time(
+    name: str,
+    entry: Mapping[str, Any],
+    stage: str,
+    limit_min: int | None,
+    file: str = "config/backbones.yaml",
+) -> None:
+    """`stage_time_refusal` as a ConfigError naming the backbone's field and its file: called by the rules'
+    resources (workflow/rules/common.smk), so a dry run of the jobs planned is refused, not a study the run
+    does not build; and by the configuration load for the studies of given targets."""
+    why = stage_time_refusal(entry, stage, int(limit_min) if limit_min else None)
+    if why is not None:
+        from exgrpo.core.config import ConfigError
+        from exgrpo.settings.yaml_files import field_path
+
+        raise ConfigError(
+            field_path(["backbones", name, "resources", stage, "runtime_min"]), f"{why} ({file})"
+        )
 
 
 # ---------------------------------------------------------------------------- GPU guard
@@ -227,6 +276,7 @@ __all__ = [
     "SITE_ENV",
     "STAGES",
     "VLLM_CPU_RULES",
+    "check_stage_time",
     "engine_refusal",
     "gpu_refusal",
     "job_gpus",
@@ -235,10 +285,12 @@ __all__ = [
     "segment_count",
     "segment_runtime",
     "segment_stops",
+    "served_gpus_refusal",
     "site_resources",
     "slurm_job_resources",
     "stage_gpus",
     "stage_resources",
+    "stage_time_refusal",
     "visible_gpus",
     "vllm_parallel",
 ]

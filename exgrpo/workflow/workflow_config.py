@@ -13,9 +13,13 @@ Used by the Snakefile (workflow/rules/common.smk), `exgrpo studies`, `exgrpo pla
    `exgrpo.settings.resolve.run_spec` (the one resolution, which also refuses an entry that overrides
    `method:` or turns a variant into another), so the core stays the one source of truth for
    method settings (no method field is repeated in a schema). A study run is resolved once
-   (`WorkflowConfig.study_run`): the jobs' method.json is the spec the validation built.
+   (`WorkflowConfig.study_run`): the jobs' method.json is the spec the validation built;
+4. what a study's jobs would refuse minutes in, each fact checked by its owner (exgrpo.workflow.study.check_study_jobs,
+   check_route, check_stage_times): a backbone vLLM's CPU build cannot serve, a hub-cache backbone unpinned or
+   against its lock, a CPU-trainer-only reward or setting on a verl study, a served model larger than its job,
+   and, for a run's target studies (`WorkflowConfig.check_target`), an eval or judge job over `partition_limit_min`.
 Every failure is a `ConfigError` whose field is a path such as `studies.tiny.seeds[0]` or
-`methods.exgrpo.rho`.
+`methods.exgrpo.rho`; layer 4's also name the file of the field.
 
 Job sizes, SLURM site settings and the no-GPU guard are in exgrpo.workflow.cluster.
 """
@@ -36,7 +40,16 @@ from exgrpo.settings.backbones import SCHEMA_DIR, load_backbones, load_reward_mo
 from exgrpo.settings.resolve import RunSpec, run_spec
 from exgrpo.settings.yaml_files import check_schema, field_path, load_yaml
 from exgrpo.workflow.regimes import Regime, arm_run, regime_studies
-from exgrpo.workflow.study import VARIANT_GROUPS, Study, check_shared_sources, resolve_study
+from exgrpo.workflow.study import (
+    VARIANT_GROUPS,
+    Files,
+    Study,
+    check_route,
+    check_shared_sources,
+    check_stage_times,
+    check_study_jobs,
+    resolve_study,
+)
 
 DEFAULT_CONFIG = "config/config.yaml"
 """The workflow's configuration file (the Snakefile's `configfile:`); overlays are merged on top of it."""
@@ -48,6 +61,9 @@ name (`target_studies`), so a study added to the config, or by an overlay with `
 
 DEFAULT_STUDY = "tiny"
 """The study of the default target (`snakemake` with no target)."""
+
+LOCK_DIR = "config/locks"
+"""The hub locks (exgrpo.hub.locks), relative to the workdir: what workflow/rules/data.smk checks downloads with."""
 
 
 def target_studies(studies: Iterable[str]) -> dict[str, str]:
@@ -87,6 +103,17 @@ class WorkflowConfig:
     """(source, backbone, variant, seed) -> its RunSpec, filled by `study_run`: the validation resolves every
     study run once and the workflow's helpers (method.json, its log line, segments) read the same spec.
     `dataclasses.replace` shares it: a source's runs do not change when the regime map is attached."""
+
+    files: Files | None = None
+    """The files the configuration was read from and the partition limit (exgrpo.workflow.study.Files)."""
+
+    def check_target(self, study: str) -> list[str]:
+        """[] (no inputs), after refusing an evaluation or judge job of `study` longer than partition_limit_min
+        (exgrpo.workflow.study.check_stage_times): the Snakefile's study targets call it as an input function,
+        so the limit is checked while the DAG of a run building `study` is built, and for no other study."""
+        if self.files is not None and self.files.limit_min:
+            check_stage_times(self.studies[study], self.backbones, self.files)
+        return []
 
     def method_config(self, variant: str, backbone: str, budget: str = "full") -> ExGRPOConfig:
         """The resolved method settings of `variant` trained on `backbone` (exgrpo.settings.resolve precedence)."""
@@ -146,13 +173,6 @@ class WorkflowConfig:
         return next(s for s in (*self.studies.values(), *self.regime_studies.values()) if s.source == source)
 
 
-def _coerce_cli_bool(value: Any) -> Any:
-    # `--config allow_no_gpu=true` arrives as the string "true" (Snakemake parses only True/False).
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return value
-
-
 def check_config_files(paths: Iterable[str | Path]) -> list[Path]:
     """Read each config file strictly (duplicate keys and syntax errors name the file); the paths read."""
     for path in paths:
@@ -177,7 +197,9 @@ def load_config(
     """The validated configuration of config/config.yaml plus overlays, outside Snakemake (`exgrpo studies`,
     `exgrpo plan`): each file parsed once (`read_config_files`), then validated once (`load_workflow_config`)."""
     files = [Path(p) if Path(p).is_absolute() else Path(workdir) / p for p in config_files]
-    return load_workflow_config(read_config_files(files), workdir=workdir)
+    return load_workflow_config(
+        read_config_files(files), workdir=workdir, config_files=files, already_read=files
+    )
 
 
 def load_workflow_config(
@@ -191,24 +213,66 @@ def load_workflow_config(
     validation, in Snakemake (workflow/rules/common.smk) and outside it (`load_config`).
 
     `config_files`: the YAML files `config` was merged from, checked strictly first except those in
-    `already_read` (the Snakefile reads config/config.yaml strictly before Snakemake does).
+    `already_read` (the Snakefile reads config/config.yaml strictly before Snakemake does); errors of the
+    study checks name them.
     Raises ConfigError (field path + reason) or FileNotFoundError (file name) on bad input.
     """
-    read = {Path(p).resolve() for p in already_read}
-    check_config_files([p for p in config_files if Path(p).resolve() not in read])
-    config = dict(config)
-    if "allow_no_gpu" in config:
-        config["allow_no_gpu"] = _coerce_cli_bool(config["allow_no_gpu"])
+    paths, read = [Path(p) for p in config_files], {Path(p).resolve() for p in already_read}
+    check_config_files([p for p in paths if p.resolve() not in read])
+    config = _coerced(config)
     schema_dir = Path(schema_dir)
     check_schema(config, schema_dir / "config.schema.yaml", source="config")
-    backbones_path = Path(config["backbones_file"])
-    if not backbones_path.is_absolute():
-        backbones_path = Path(workdir) / backbones_path
+    backbones_path = _backbones_path(config, workdir)
     backbones = load_backbones(backbones_path, schema_dir)
     reward_models = load_reward_models(backbones_path, schema_dir)
-
     overrides = _variant_overrides(config)
     _check_benchmark_names(config["benchmarks"])
+    studies = _resolve_studies(config, backbones, reward_models)
+    wf = WorkflowConfig(
+        raw=config,
+        backbones=backbones,
+        reward_models=reward_models,
+        studies=studies,
+        variant_overrides=overrides,
+        hf_cache=os.environ.get("EXGRPO_HF_CACHE") or config["hf_cache"],
+        allow_no_gpu=bool(config.get("allow_no_gpu", False)),
+        results_dir=str(config.get("results_dir", "reruns")),
+    )
+    files = Files(
+        config=", ".join(map(str, paths)) or DEFAULT_CONFIG,
+        backbones=str(backbones_path),
+        locks=Path(workdir) / LOCK_DIR,
+        limit_min=int(config["partition_limit_min"]) if config.get("partition_limit_min") else None,
+    )
+    _check_runs(wf, files)
+    _check_jobs(wf, files)
+    return _with_regimes(dataclasses.replace(wf, files=files), config.get("regimes"))
+
+
+def _coerced(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `config` with `--config` strings turned into the booleans they spell."""
+    config = dict(config)
+    value = config.get(
+        "allow_no_gpu"
+    )  # `--config allow_no_gpu=true` arrives as "true" (Snakemake parses True)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        config["allow_no_gpu"] = value.lower() == "true"
+    return config
+
+
+def _backbones_path(config: Mapping[str, Any], workdir: str | Path) -> Path:
+    """The backbones file the config names (`backbones_file`), relative to the workdir unless absolute."""
+    path = Path(config["backbones_file"])
+    return path if path.is_absolute() else Path(workdir) / path
+
+
+def _resolve_studies(
+    config: Mapping[str, Any],
+    backbones: Mapping[str, Mapping[str, Any]],
+    reward_models: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Study]:
+    """Every `studies` entry resolved (exgrpo.workflow.study), the targets' studies present, no study named like
+    a target alias, and studies sharing a source agreeing."""
     studies = {
         name: resolve_study(name, raw, config, backbones, reward_models)
         for name, raw in config["studies"].items()
@@ -224,21 +288,16 @@ def load_workflow_config(
                 f"{TARGET_ALIASES[name]!r} (exgrpo.workflow.workflow_config.TARGET_ALIASES): rename the study",
             )
     check_shared_sources(studies)
-    hf_cache = os.environ.get("EXGRPO_HF_CACHE") or config["hf_cache"]
-    wf = WorkflowConfig(
-        raw=config,
-        backbones=backbones,
-        reward_models=reward_models,
-        studies=studies,
-        variant_overrides=overrides,
-        hf_cache=hf_cache,
-        allow_no_gpu=bool(config.get("allow_no_gpu", False)),
-        results_dir=str(config.get("results_dir", "reruns")),
-    )
-    for variant in overrides:  # a variant must be valid on every backbone it may meet
-        for name in backbones:
+    return studies
+
+
+def _check_runs(wf: WorkflowConfig, files: Files) -> None:
+    """Every variant resolved on every backbone it may meet, then every run as its study resolves it (the
+    jobs' spec, built once), with what its verl job would refuse refused now."""
+    for variant in wf.variant_overrides:  # a variant must be valid on every backbone it may meet
+        for name in wf.backbones:
             wf.run(name, variant, 0, "full")
-    for name, study in studies.items():  # and every run as its study resolves it
+    for name, study in wf.studies.items():  # and every run as its study resolves it
         for backbone, variant, seed in study.runs():
             try:
                 spec = wf.study_run(study.source, backbone, variant, seed)  # the jobs' spec, built once
@@ -247,12 +306,18 @@ def load_workflow_config(
                 ):  # what its job would refuse, refused now
                     from exgrpo.settings.trainer_settings import trainer_overrides
 
-                    trainer_overrides(spec.trainer, int(backbones[backbone]["max_prompt_length"]))
+                    trainer_overrides(spec.trainer, int(wf.backbones[backbone]["max_prompt_length"]))
             except ConfigError as err:
                 if not err.field.startswith("trainer."):
                     raise
-                raise ConfigError(f"studies.{name}.{err.field}", err.reason) from None
-    return _with_regimes(wf, config.get("regimes"))
+                raise ConfigError(f"studies.{name}.{err.field}", f"{err.reason} ({files.config})") from None
+            check_route(study, variant, spec.method, files.config)
+
+
+def _check_jobs(wf: WorkflowConfig, files: Files) -> None:
+    """What a study's jobs would refuse once started, refused now (exgrpo.workflow.study.check_study_jobs)."""
+    for name, study in wf.studies.items():
+        check_study_jobs(study, wf.raw["studies"][name], wf.backbones, wf.reward_models, files)
 
 
 def _with_regimes(wf: WorkflowConfig, raw: Mapping[str, Any] | None) -> WorkflowConfig:
@@ -307,6 +372,7 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 __all__ = [
     "DEFAULT_CONFIG",
     "DEFAULT_STUDY",
+    "LOCK_DIR",
     "SCHEMA_DIR",
     "TARGET_ALIASES",
     "VARIANT_GROUPS",

@@ -48,6 +48,8 @@ def test_an_identical_rerun_is_bit_identical_and_keeps_every_verdict(tmp_path):
     out = reruns / "tiny" / "reproduction"
     table = json.loads((out / "tiny_regimes.json").read_text())
     assert {c["outcome"] for c in table["comparisons"]} == {"keeps its verdict"}
+    assert {c["effect"] for c in table["comparisons"]} == {"bit-identical"}
+    assert table["margin"] == {"avg_at_k_points": 1.5} and table["evidence_disagreements"] == []
     regimes = {c["regime"] for c in table["comparisons"]}
     assert regimes == {"fresh_anchored", "long_horizon"}
     assert table["cells"] and {c["verdict"] for c in table["cells"]} == {"bit-identical"}
@@ -56,6 +58,8 @@ def test_an_identical_rerun_is_bit_identical_and_keeps_every_verdict(tmp_path):
     assert len(table["runs"]) == 3 * (3 + 2)  # seeds 0-2 of 3 + 2 arms
     text = (out / "tiny_regimes.md").read_text()
     assert "**Regime rule (fixed before the comparison).**" in text and "**Rule (fixed" in text
+    assert text.index("**Margin.** δ = 1.5 avg@k points") < text.index("**Regime rule")  # stated first
+    assert "## Committed cells against their evidence" in text and "No disagreement." in text
     assert "| long_horizon | exgrpo − on_policy (primary) | id |" in text
     assert (out / "tiny_regimes.png").stat().st_size > 0
     assert not (results / "tiny" / "reproduction").exists()  # the committed tree is left as it was
@@ -82,6 +86,9 @@ def test_a_changed_regime_changes_its_verdict_and_a_regime_without_reference_is_
     assert outcome[("long_horizon", "id")] == ("hurts", "inconclusive", "changes")
     assert outcome[("weak_long", "id")][1:] == ("hurts", "new") and outcome[("weak_long", "id")][0] is None
     assert outcome[("fresh_anchored", "id")][2] == "keeps its verdict"
+    effects = {(c["regime"], c["split"]): c["effect"] for c in table["comparisons"]}
+    assert effects[("long_horizon", "id")] == "differs"  # Δ moved by about 40 points, far past ±1.5
+    assert effects[("fresh_anchored", "id")] == "bit-identical" and effects[("weak_long", "id")] == "new"
     verdicts = {c["variant"]: c["verdict"] for c in table["cells"]}
     assert verdicts["long_horizon/exgrpo"] == "differs" and verdicts["weak_long/exgrpo"] == "new"
     assert verdicts["long_horizon/on_policy"] == "bit-identical"  # the same arm, the same records

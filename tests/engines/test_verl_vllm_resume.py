@@ -265,6 +265,7 @@ def test_the_resumed_vllm_engine_starts_from_the_checkpointed_actor(resumed_vllm
     assert resumed[1]["fingerprint"] != resumed[0]["fingerprint"]
 
 
+@pytest.mark.security  # also a security check (docs/security.md); real_engines by the module's marker
 def test_vllms_servers_listen_on_the_node_only_and_refuse_requests_without_the_job_key(resumed_vllm_run):
     """The HTTP server verl starts per replica is bound to the node's address (not all addresses) and its /v1
     routes answer 401 without the job's VLLM_API_KEY or with a wrong one. The vLLM server process listens on

@@ -160,13 +160,33 @@ def two_jobs(tmp_path_factory):
             job.stop()
 
 
+CLIENT_CODE = """\
+import sys, ray
+try:
+    ray.init(address={address!r})
+except Exception as err:
+    print("REFUSED", type(err).__module__ + "." + type(err).__qualname__)
+    sys.exit(3)
+print("CONNECTED", ray.cluster_resources().get("CPU"))
+ray.shutdown()
+"""
+"""A client: `REFUSED <exception>` and exit 3 if `ray.init` raises, else `CONNECTED <the cluster's CPUs>`."""
+REFUSED = "REFUSED ray.exceptions.AuthenticationError"
+"""What Ray raises in a client without the cluster's token (Ray's token authentication, >= 2.52)."""
+
+
+def assert_refused(client: subprocess.CompletedProcess) -> None:
+    """The client was refused by Ray's token authentication, and by nothing else."""
+    assert client.returncode == 3 and client.stdout.splitlines()[-1:] == [REFUSED], (
+        client.stdout[-500:],
+        client.stderr[-2000:],
+    )
+
+
 def _connect(address: str, *envs: dict[str, str]) -> list[subprocess.CompletedProcess]:
     """One client per environment, side by side: each tries `ray.init(address)` (Ray reads the token once per
     process, so each needs its own)."""
-    code = (
-        f"import ray; ray.init(address={address!r}); r = ray.cluster_resources(); "
-        "print('CONNECTED', r.get('CPU')); ray.shutdown()"
-    )
+    code = CLIENT_CODE.format(address=address)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -200,8 +220,8 @@ def test_a_client_without_the_token_is_refused_and_one_with_it_connects(two_jobs
         _client_env(job),
     )
     for refused in (none, wrong, other_job):
-        assert refused.returncode != 0 and "AuthenticationError" in refused.stderr, refused.stderr[-2000:]
-    assert right.returncode == 0 and "CONNECTED 1.0" in right.stdout, right.stderr[-2000:]
+        assert_refused(refused)
+    assert right.returncode == 0 and right.stdout.splitlines()[-1:] == ["CONNECTED 1.0"], right.stderr[-2000:]
 
 
 def test_two_jobs_on_one_machine_listen_on_different_ports(two_jobs):
@@ -210,9 +230,13 @@ def test_two_jobs_on_one_machine_listen_on_different_ports(two_jobs):
     assert not set(a) & set(b), sorted(set(a) & set(b))
 
 
-def _http_status(host: str, port: int) -> int | str:
+def _http_status(host: str, port: int, token: str | None = None) -> int | str:
+    """The HTTP status of GET /api/version (with `token` as the bearer token), or the name of the exception
+    for a server that does not answer in HTTP/1.1 (gRPC: http.client.BadStatusLine, its HTTP/2 settings frame)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"http://{host}:{port}/api/version", headers=headers)
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/api/version", timeout=5) as resp:
+        with urllib.request.urlopen(request, timeout=5) as resp:
             return resp.status
     except urllib.error.HTTPError as err:
         return err.code
@@ -236,6 +260,20 @@ RAY_BINDS_ALL = {
 """Servers Ray 2.60 binds to all addresses unless the node address is 127.0.0.1 itself (Ray's own rule; no
 `ray start` flag or RAY_* setting changes it), plus the workers' gRPC servers (in the worker range)."""
 METRICS = ("metrics_export_port", "autoscaler_metric_port", "dashboard_metric_port")
+HTTP_AGENTS = ("dashboard_agent_listen_port", "runtime_env_agent_port")
+"""The agents' HTTP APIs (job submission, runtime environments): Ray's token middleware answers 401 without a
+token and 403 with a wrong one."""
+GRPC_ANSWER = "BadStatusLine"
+"""What urllib makes of a gRPC server's answer to HTTP/1.1 (its HTTP/2 settings frame): every other port."""
+
+
+def expected_status(ports: dict[str, int], port: int) -> int | str:
+    """The exact answer of the job's socket on `port` to an HTTP request without a token."""
+    if port in {ports[n] for n in METRICS}:
+        return 200  # Prometheus text, read-only, served without a token by Ray (docs/security.md)
+    if port in {ports[n] for n in HTTP_AGENTS}:
+        return 401
+    return GRPC_ANSWER
 
 
 def _job_sockets(job: Job) -> dict[int, set[str]]:
@@ -284,16 +322,12 @@ def test_a_server_ray_binds_to_all_addresses_is_on_the_node_address(two_jobs, se
 def test_the_open_sockets_refuse_strangers_except_the_metrics(two_jobs):
     job = two_jobs[0]
     got = _job_sockets(job)
-    metrics = {job.ports[n] for n in METRICS}
-    for port, addrs in got.items():
-        status = _http_status("127.0.0.1" if addrs & ALL_ADDRESSES else job.ip, port)
-        if port in metrics:  # Prometheus text, read-only, served without a token by Ray (docs/security.md)
-            assert status == 200, (port, status)
-        else:
-            assert status in (401, 403) or isinstance(status, str), f"port {port} ({addrs}) answered {status}"
-    # the agents' HTTP APIs (job submission, runtime environments) refuse a request without the token
-    for name in ("dashboard_agent_listen_port", "runtime_env_agent_port"):
-        assert _http_status(job.ip, job.ports[name]) in (401, 403), name
+    answers = {p: _http_status("127.0.0.1" if a & ALL_ADDRESSES else job.ip, p) for p, a in got.items()}
+    assert answers == {p: expected_status(job.ports, p) for p in got}
+    # the agents' HTTP APIs refuse a wrong token too (403), and the other job's token is a wrong one
+    for name in HTTP_AGENTS:
+        assert _http_status(job.ip, job.ports[name], "0" * 64) == 403, name
+        assert _http_status(job.ip, job.ports[name], two_jobs[1].env["RAY_AUTH_TOKEN"]) == 403, name
 
 
 def test_ray_writes_no_token_file_and_the_token_is_in_no_log(two_jobs):

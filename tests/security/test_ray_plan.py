@@ -157,7 +157,7 @@ def test_secret_hits_finds_a_value_written_plain_or_gzipped_and_nothing_else(tmp
     assert sorted(Path(f).name for f, _ in rc.secret_hits(files, secret)) == ["log.txt", "run.jsonl.gz"]
 
 
-def test_rendered_scripts_carry_no_secret_and_the_multi_node_one_authenticates():
+def test_rendered_scripts_carry_no_secret_and_both_authenticate():
     env = {"RAY_AUTH_TOKEN": "R" * 64, "HF_TOKEN": "hf_" + "H" * 30}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -173,3 +173,19 @@ def test_rendered_scripts_carry_no_secret_and_the_multi_node_one_authenticates()
     assert "export RAY_AUTH_MODE=token" in lines and "export RAY_AUTH_TOKEN" in lines
     code = [ln for ln in lines if not ln.lstrip().startswith("#")]
     assert sum("ray_cluster start" in ln for ln in code) == 2 and not any("ray start" in ln for ln in code)
+    # the single-node script: its own head through `ray_cluster start` on loopback, verl attached to it, the
+    # head's process group stopped on exit
+    lines = single.splitlines()
+    code = [ln for ln in lines if not ln.lstrip().startswith("#")]
+    assert "export RAY_AUTH_MODE=token" in lines and "export RAY_AUTH_TOKEN" in lines
+    assert 'export RAY_ADDRESS="$node_ip:$port"' in lines and "node_ip=127.0.0.1" in lines
+    (start,) = [ln for ln in code if "ray_cluster start" in ln]
+    assert start.startswith(
+        "setsid python -m exgrpo.verl_plugin.ray_cluster start --head"
+    ) and start.endswith("&")
+    assert not any("ray start" in ln or "ray stop" in ln for ln in code)
+    trap = code.index(next(ln for ln in code if ln.startswith("trap ")))
+    waited = code.index("python -m exgrpo.verl_plugin.ray_cluster wait --timeout=600")
+    driver = code.index(next(ln for ln in code if "exgrpo.verl_plugin.main" in ln))
+    assert code.index(start) < trap < waited < driver == len(code) - 1
+    assert 'kill -TERM -- -"$ray_pid"' in code[trap]

@@ -103,6 +103,23 @@ def _kill_leftovers(state: Path) -> list[int]:
     return left
 
 
+def _auth_probe(raylets: dict, env: dict[str, str]) -> dict:
+    """While both nodes are up: each raylet's token settings, and two clients from outside the job (no token;
+    a wrong one) trying the head's GCS address."""
+    from tests.security.test_ray_cluster import _connect
+
+    envs = {ip: raylet.environ() for ip, raylet in raylets.items()}
+    address = envs[NODE_IPS["fakenode1"]]["RAY_ADDRESS"]
+    stranger = {k: v for k, v in env.items() if not k.startswith("RAY_AUTH")}
+    return {
+        "modes": {ip: e.get("RAY_AUTH_MODE") for ip, e in envs.items()},
+        "tokens": {ip: e.get("RAY_AUTH_TOKEN", "") for ip, e in envs.items()},
+        "refused": _connect(
+            address, stranger, {**stranger, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}
+        ),
+    }
+
+
 @pytest.fixture(scope="module")
 def two_node_run(tmp_path_factory):
     from exgrpo.verl_plugin.cpu import demo
@@ -155,12 +172,17 @@ def two_node_run(tmp_path_factory):
         f"bash {script} {overrides}",
     ]
     seen: dict[str, set[str]] = {ip: set() for ip in NODE_IPS.values()}
+    auth: dict = {}
     t0 = time.monotonic()
     proc = subprocess.Popen(sbatch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         while proc.poll() is None:
-            for ip, raylet in _raylets(state).items():
+            raylets = _raylets(state)
+            for ip, raylet in raylets.items():
                 seen[ip] |= _worker_names(raylet)
+            if not auth and len(raylets) == len(NODE_IPS):
+                with contextlib.suppress(psutil.Error, KeyError):  # a raylet still starting: next round
+                    auth = _auth_probe(raylets, env)
             if time.monotonic() - t0 > RUN_TIMEOUT_S:
                 pytest.fail(f"the two-node job ran past {RUN_TIMEOUT_S} s")
             time.sleep(1)
@@ -181,6 +203,7 @@ def two_node_run(tmp_path_factory):
             "left": left,
             "state": state,
             "wall_s": wall,
+            "auth": auth,
         }
     finally:
         if proc.poll() is None:
@@ -210,6 +233,18 @@ def test_the_job_script_started_two_authenticated_nodes_and_trained(two_node_run
         for x in f.read_text().splitlines()
     ]
     assert 1 in steps
+
+
+def test_both_nodes_run_with_the_jobs_token_and_refuse_a_client_without_it(two_node_run):
+    from tests.security.test_ray_cluster import assert_refused
+
+    auth = two_node_run["auth"]
+    assert auth, "the probe never saw both raylets up"
+    assert set(auth["modes"].values()) == {"token"} and len(auth["modes"]) == 2, auth["modes"]
+    (token,) = set(auth["tokens"].values())  # one token, the job's, on both nodes
+    assert len(token) == 64 and token not in two_node_run["log"]
+    for refused in auth["refused"]:
+        assert_refused(refused)
 
 
 def test_the_actor_ranks_span_both_nodes(two_node_run):

@@ -157,9 +157,11 @@ def _rerun_keeps_the_reference_and_reports(wf: Path, snakemake, args: tuple[str,
     assert (wf / "reruns/mine/reproduction/my_study.png").stat().st_size > 0
 
     # the verdict rule on changed scores: the same tree with every score flipped on the first half of the
-    # problems differs; with one sample flipped it still reproduces (interval contains 0)
+    # problems differs; one sample flipped among 32 problems moves a cell by 0.78 points with an interval of
+    # about [0, 2.3]: inconclusive at the default margin (±1.5, analysis.verdicts), reproduces within ±5
     from analysis import loader
     from analysis.reproduce import compare_evals
+    from analysis.verdicts import Margin
 
     registry = str(wf / "config/backbones.yaml")
     ref, new = loader.load(wf / "results", "mine", registry), loader.load(wf / "reruns", "mine", registry)
@@ -175,7 +177,9 @@ def _rerun_keeps_the_reference_and_reports(wf: Path, snakemake, args: tuple[str,
     assert "differs" in verdicts.values(), verdicts
     one = new.samples.copy()
     one.loc[one.index[0], "score"] = 1.0 - one.loc[one.index[0], "score"]
-    assert "reproduces" in {c.verdict for c in compare_evals(ref, dataclasses.replace(new, samples=one))}
+    one_tree = dataclasses.replace(new, samples=one)
+    assert "inconclusive" in {c.verdict for c in compare_evals(ref, one_tree)}
+    assert "reproduces" in {c.verdict for c in compare_evals(ref, one_tree, Margin(avg_at_k_points=5.0))}
 
 
 @pytest.mark.parametrize("target", ["tiny", "smoke", "paper_cpu", "paper_continuous", "all"])

@@ -1,0 +1,117 @@
+"""`exgrpo eval --benchmarks arenahard_v2` route: a fake policy and a fake judge through `run_arena_hard`, and
+the command layer's wiring with the judge engine's vLLM call replaced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from exgrpo.eval.arena_hard_run import format_summary, run_arena_hard
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "arena_hard"
+
+
+def _policy(conversations: list[list[dict[str, str]]]) -> list[str]:
+    assert all(len(c) == 1 and c[0]["role"] == "user" for c in conversations)
+    return [f"policy answer {i}" for i in range(len(conversations))]
+
+
+def _judge_prefers_baseline(conversations: list[list[dict[str, str]]]) -> list[str]:
+    out = []
+    for conv in conversations:
+        a_part = conv[-1]["content"].split("<|The Start of Assistant B")[0]
+        out.append("[[A>B]]" if "BASELINE:" in a_part else "[[B>A]]")
+    return out
+
+
+def test_run_writes_results(tmp_path: Path) -> None:
+    summary = run_arena_hard(FIXTURE, _policy, _judge_prefers_baseline, tmp_path)
+    assert summary["score"] == 0.0  # the baseline wins every game
+    saved = json.loads((tmp_path / "arenahard_v2.paper.json").read_text())
+    assert saved["benchmark"] == "arenahard_v2" and saved["score"] == 0.0
+    assert len(saved["records"]) == 3 and all(len(r["games"]) == 2 for r in saved["records"])
+    answers = [
+        json.loads(line) for line in (tmp_path / "arenahard_v2.paper.answers.jsonl").read_text().splitlines()
+    ]
+    assert [a["uid"] for a in answers] == ["hp1", "hp2", "cw1"]
+    assert len(format_summary(summary)) == 2
+
+
+def test_run_limit_and_unparsed_category_is_null(tmp_path: Path) -> None:
+    summary = run_arena_hard(FIXTURE, _policy, lambda convs: ["no verdict"] * len(convs), tmp_path, limit=2)
+    assert set(summary["categories"]) == {"hard_prompt"}
+    assert summary["categories"]["hard_prompt"]["n_unparsed"] == 2
+    saved = json.loads((tmp_path / "arenahard_v2.paper.json").read_text())
+    assert saved["score"] is None  # no parsed question: no score, written as strict JSON null
+
+
+def test_policy_count_mismatch(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="policy returned 0 answers for 3 questions"):
+        run_arena_hard(FIXTURE, lambda convs: [], _judge_prefers_baseline, tmp_path)
+
+
+def test_cli_route_with_the_engine_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from exgrpo import cli
+    from exgrpo.prelim import judge_engine
+
+    calls: list[str] = []
+
+    def fake_vllm_chat(conversations, settings):  # type: ignore[no-untyped-def]
+        calls.append(settings.model)
+        if settings.model == "tiny-judge":
+            return _judge_prefers_baseline(conversations)
+        assert settings.temperature == 0.0 and settings.enable_thinking is False  # the policy: greedy
+        return _policy(conversations)
+
+    monkeypatch.setattr(judge_engine, "vllm_chat", fake_vllm_chat)
+    model = tmp_path / "policy"
+    model.mkdir()
+    out = tmp_path / "out"
+    argv = [
+        "eval",
+        "--model",
+        str(model),
+        "--benchmarks",
+        "arenahard_v2",
+        "--profile",
+        "paper",
+        "--out",
+        str(out),
+        "--backend",
+        "vllm",
+        "--data",
+        str(FIXTURE),
+        "--arena-judge-model",
+        "tiny-judge",
+    ]
+    assert cli.main(argv) == 0
+    assert calls == [str(model.resolve()), "tiny-judge"]  # policy first, then the judge
+    assert json.loads((out / "arenahard_v2.paper.json").read_text())["score"] == 0.0
+
+
+def test_cli_route_refuses_mixed_benchmarks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from exgrpo import cli
+
+    argv = [
+        "eval",
+        "--model",
+        str(tmp_path),
+        "--benchmarks",
+        "arenahard_v2,ifeval",
+        "--profile",
+        "paper",
+        "--out",
+        str(tmp_path / "o"),
+        "--backend",
+        "vllm",
+        "--data",
+        str(FIXTURE),
+    ]
+    assert cli.main(argv) == 2
+    assert "arenahard_v2 is evaluated on its own" in capsys.readouterr().err
+    argv[argv.index("arenahard_v2,ifeval")] = "arenahard_v2"
+    argv[argv.index(str(FIXTURE))] = str(tmp_path)  # no question.jsonl there
+    assert cli.main(argv) == 2
+    assert "needs the v2.0 folder" in capsys.readouterr().err
