@@ -2,16 +2,20 @@
 
 The paper evaluates its continuous-reward runs on ArenaHardV2, IFEval and IFBench and says nothing more (no
 hub ids, versions, judges or metrics). They are registered here with what is known, so a study can name them
-(`benchmarks.chat_if` in config/config.yaml) and the workflow plans their evaluation jobs; `exgrpo eval`
-refuses by name those not `scored` yet instead of scoring them some other way (arenahard_v2 is scored:
-exgrpo.eval.arena_hard).
+(`benchmarks.chat_if` in config/config.yaml) and the workflow plans their evaluation jobs. `scored` says whether a
+scorer exists: Arena-Hard v2's does and `exgrpo eval` runs it (exgrpo.eval.arena_hard); IFEval's and IFBench's do
+(exgrpo.eval.ifeval_scorer, exgrpo.eval.ifbench_scorer: a pure function from a hub row and a response to strict
+and loose verdicts, and the four accuracies; exgrpo.eval.if_eval_files writes the eval file pair), but `exgrpo
+eval` still refuses these two by name (`NOT_GENERATED`): the harness's benchmarks are question/answer documents
+graded per sample, and nothing yet feeds a hub row's `prompt` through the backends to the scorer.
 
 What is known, and what is inferred (the setup §5.3 follows is RLMT's: WildChat-IF prompts, the Skywork reward
 model, these three benchmarks):
 - `ifeval`: Google's IFEval (`google/IFEval`, 541 prompts with verifiable instructions); lm-eval ships it as
   task `ifeval`. Which of its four accuracies the paper reports is not stated.
 - `ifbench`: AllenAI's IFBench (inferred: `allenai/IFBench_test`), out-of-domain verifiable constraints
-  checked by its own verification code.
+  checked by its own verification code (vendored: exgrpo/eval/third_party/ifbench); its README says its
+  paper reports prompt-level loose accuracy.
 - `arenahard_v2`: Arena-Hard-Auto v2.0 (inferred: lmarena-ai/arena-hard-auto), a pairwise LLM judge against a
   baseline model's answers; the judge and baseline the paper used are not stated.
 """
@@ -39,7 +43,7 @@ class ChatBenchmark:
     n_rows: int | None = None
     """Prompts in the set, where known."""
     scored: bool = False
-    """`exgrpo eval` scores it (True) or refuses it by name (False)."""
+    """A scorer exists (module docstring); `refuse_unscored` refuses by name those without one."""
 
 
 CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
@@ -57,30 +61,43 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
             "ifeval",
             "IFEval",
             "google/IFEval",
-            "rule checks of verifiable instructions (which accuracy: not stated)",
+            "lm-eval's ifeval checks, strict and loose; Table 2: prompt-level loose (inferred)",
             lm_eval_task="ifeval",
             n_rows=541,
+            scored=True,
         ),
         ChatBenchmark(
             "ifbench",
             "IFBench",
             "allenai/IFBench_test (inferred)",
-            "IFBench's own constraint verification code (not in lm-eval)",
+            "IFBench's own verification functions (vendored), strict and loose; Table 2: prompt-level loose",
+            n_rows=300,
+            scored=True,
         ),
     )
 }
 """Table 2's three benchmarks, in the paper's column order."""
 
+NOT_GENERATED = ("ifeval", "ifbench")
+"""Scored, but `exgrpo eval` cannot yet generate their responses (module docstring): refused by name."""
+
 
 def refuse_unscored(names: list[str]) -> None:
-    """`exgrpo eval` on a Table 2 benchmark: refused by name (no scorer is wired; module docstring)."""
-    chat = [n for n in names if n in CHAT_BENCHMARKS and not CHAT_BENCHMARKS[n].scored]
-    if chat:
+    """`exgrpo eval` on a Table 2 benchmark: refused by name, saying what is missing (module docstring)."""
+    unscored = [n for n in names if n in CHAT_BENCHMARKS and not CHAT_BENCHMARKS[n].scored]
+    if unscored:
         raise ConfigError(
             "--benchmarks",
-            f"{', '.join(chat)}: Table 2's benchmarks are registered (exgrpo.eval.chat_benchmarks) but not "
-            "scored by `exgrpo eval` yet (docs/studies.md, Table 2 at paper scale)",
+            f"{', '.join(unscored)}: Table 2's benchmarks are registered (exgrpo.eval.chat_benchmarks) but "
+            "have no scorer yet (docs/studies.md, Table 2 at paper scale)",
+        )
+    ungenerated = [n for n in names if n in NOT_GENERATED]
+    if ungenerated:
+        raise ConfigError(
+            "--benchmarks",
+            f"{', '.join(ungenerated)}: scored by exgrpo.eval.ifeval_scorer / ifbench_scorer, but `exgrpo "
+            "eval` does not generate their responses yet (docs/studies.md, Table 2 at paper scale)",
         )
 
 
-__all__ = ["CHAT_BENCHMARKS", "ChatBenchmark", "refuse_unscored"]
+__all__ = ["CHAT_BENCHMARKS", "NOT_GENERATED", "ChatBenchmark", "refuse_unscored"]

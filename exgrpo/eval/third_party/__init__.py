@@ -1,0 +1,1 @@
+"""Third-party code vendored under its own licence, one folder per project (each with LICENSE and README.md)."""
