@@ -1,4 +1,11 @@
-"""The one verl-on-CPU run shared by the verl end-to-end tests and the no-secret-in-outputs test.
+"""The one verl-on-CPU run shared by the verl end-to-end tests and the no-secret-in-outputs test; and how the
+suite is split between pytest-xdist workers (`pytest -n 2 --dist loadgroup`, the README's test command).
+
+Under xdist (`pytest_collection_modifyitems` below) each test module is one work unit, so a module-scoped
+fixture (a trained run, a Snakemake run) is built once, not once per worker; every test marked `starts_ray`
+(verl's trainer or a Ray head) or using `verl_cpu_run` is one unit together, so no two Ray clusters compete for
+ports and the 2 cores, and the shared run is made once. Units are handed out heaviest first (that unit, then
+modules holding a `slow` or `segments` test), so no long test starts last while the other worker idles.
 
 A verl start costs about a minute of start-up (Ray, TransferQueue, workers importing torch and verl), so the
 run that tests/verl_plugin/test_verl_cpu_e2e.py kills, resumes and collects is also the run that
@@ -48,6 +55,38 @@ LEARNING_RATE = 1e-3
 """The toy run's actor learning rate (the paper's 1e-6 moves a weight by ~1e-6 per step, below the bf16 rounding
 of verl's HF export, so the exported model would not show the training)."""
 LAUNCH_TIMEOUT_S = 1200
+
+
+ONE_RAY_AT_A_TIME = "starts_ray"
+"""The xdist group (one work unit) of every test that starts verl's trainer or a Ray head."""
+
+
+def _xdist_group(item: pytest.Item) -> str:
+    if item.get_closest_marker("starts_ray") or "verl_cpu_run" in getattr(item, "fixturenames", ()):
+        return ONE_RAY_AT_A_TIME
+    return item.nodeid.split("::", 1)[0]
+
+
+def _heaviness(group: str, items: list[pytest.Item]) -> int:
+    if group == ONE_RAY_AT_A_TIME:
+        return 0
+    slow = any(item.get_closest_marker(name) for item in items for name in ("slow", "segments"))
+    return 1 if slow else 2
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the `xdist_group` marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup`: group the tests into work units and order the units heaviest first (module
+    docstring). Without xdist the order is pytest's own."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        group = _xdist_group(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+    order = sorted(groups, key=lambda g: _heaviness(g, groups[g]))  # stable: collection order within a tier
+    items[:] = [item for group in order for item in groups[group]]
 
 
 def _wait_for_second_boundary() -> None:

@@ -54,6 +54,7 @@ def test_ruff_format_check():
     assert out.returncode == 0, out.stdout[-4000:]
 
 
+@pytest.mark.slow  # over a minute: under xdist its module is handed out early (tests/conftest.py)
 def test_mypy_on_the_package_and_the_analysis():
     pytest.importorskip("mypy")
     assert PYPROJECT["tool"]["mypy"]["files"] == ["exgrpo", "analysis"], "mypy must cover every module"

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ from exgrpo.cli import pin_cpu_kernels
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 SKIP_REASON = "vLLM is not installed: the real-engine checks run in the engine environment (.ci/engines_env)"
+REQUIRED = os.environ.get("EXGRPO_REQUIRE_ENGINES") == "1"
+"""Set by .ci/run in the engine environment: there a real-engine test that skips fails instead (GPU-only tests
+apart), and a missing vLLM is an error at collection, so CI never passes without the engines."""
+if REQUIRED and not HAS_VLLM:
+    raise RuntimeError(
+        f"EXGRPO_REQUIRE_ENGINES=1 but vllm is not importable in {sys.executable}: {SKIP_REASON}"
+    )
 
 # Only where engines run: this file is imported when pytest collects, so the pin holds for the whole session
 # (before any engine starts: torch reads it at its first kernel dispatch); elsewhere the tests here skip.
@@ -42,6 +50,16 @@ MAX_TOKENS = 40
 #: the expected gap, 2e-3 leaves room for accumulated rounding over 40 positions without hiding a wrong weight
 #: (a perturbed weight moves log-probs by 1e-1 or more, see test_weight_reload).
 LOGPROB_ATOL = 2e-3
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under EXGRPO_REQUIRE_ENGINES=1 a skipped real-engine test (not a GPU-only one) is reported failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRED and report.skipped and not item.get_closest_marker("gpu"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under EXGRPO_REQUIRE_ENGINES=1 (.ci/run): {report.longrepr}"
 
 
 @contextlib.contextmanager

@@ -36,7 +36,11 @@ import pytest
 from tests.engines.conftest import HAS_VLLM, MODEL, SKIP_REASON, children_on_torchs_own_kernels
 from tests.verl_plugin.verl_runs import logged_steps, start_and_kill_after_checkpoint, tracker
 
-pytestmark = [pytest.mark.real_engines, pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)]
+pytestmark = [
+    pytest.mark.real_engines,
+    pytest.mark.starts_ray,
+    pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON),
+]
 
 SAVE_FREQ = 2
 FIRST_TOTAL = 12

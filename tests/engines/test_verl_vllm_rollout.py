@@ -27,7 +27,11 @@ from tests.engines.conftest import (
     children_on_torchs_own_kernels,
 )
 
-pytestmark = [pytest.mark.real_engines, pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)]
+pytestmark = [
+    pytest.mark.real_engines,
+    pytest.mark.starts_ray,
+    pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON),
+]
 
 STEPS = 3
 LEARNING_RATE = 1e-3

@@ -16,7 +16,7 @@ import pytest
 
 from exgrpo.verl_plugin import ray_cluster as rc
 
-pytestmark = [pytest.mark.security, pytest.mark.verl, pytest.mark.slow]
+pytestmark = [pytest.mark.security, pytest.mark.verl, pytest.mark.slow, pytest.mark.starts_ray]
 
 pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
 pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")

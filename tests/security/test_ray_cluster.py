@@ -26,7 +26,7 @@ import pytest
 
 from exgrpo.verl_plugin import ray_cluster as rc
 
-pytestmark = pytest.mark.security
+pytestmark = [pytest.mark.security, pytest.mark.starts_ray]
 
 TEST_RAY_ENV = {
     "RAY_agent_register_timeout_ms": "300000",

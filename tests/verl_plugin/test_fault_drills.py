@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.verl, pytest.mark.fault_drills]
+pytestmark = [pytest.mark.verl, pytest.mark.fault_drills, pytest.mark.starts_ray]
 
 pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
 pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")

@@ -13,6 +13,7 @@ pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.
 from omegaconf import OmegaConf  # noqa: E402
 
 
+@pytest.mark.starts_ray
 def test_entry_point_runs_up_to_verls_gpu_check_on_cpu(toy_run, small_overrides, entry_point):
     """The real launch path on CPU: Hydra composes the run yaml, the config checks pass, the resolved JSON is
     written, Ray starts, the TaskRunner actor (a separate process, plug-in loaded only through

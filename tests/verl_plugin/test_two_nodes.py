@@ -33,6 +33,7 @@ import pytest
 
 pytestmark = [
     pytest.mark.verl,
+    pytest.mark.starts_ray,
     pytest.mark.slow,
     # opt-in (docstring): a default run on a loaded machine must not hang on Ray's head start
     pytest.mark.skipif(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.verl, pytest.mark.verl_cpu_e2e]
+pytestmark = [pytest.mark.verl, pytest.mark.verl_cpu_e2e, pytest.mark.starts_ray]
 
 pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
 pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")

@@ -102,6 +102,7 @@ def segmented_run(tmp_path_factory):
     }
 
 
+@pytest.mark.starts_ray
 def test_segment_one_checkpoints_its_stop_step_and_ends_cleanly(segmented_run):
     assert logged_steps(segmented_run["logs"][0]) == [1, 2]
     assert segmented_run["after_first"] == STOP  # saved by the trainer: 2 is not a multiple of save_freq
@@ -109,6 +110,7 @@ def test_segment_one_checkpoints_its_stop_step_and_ends_cleanly(segmented_run):
     assert "segment ends" not in segmented_run["outs"][1]
 
 
+@pytest.mark.starts_ray
 def test_segment_two_resumes_the_checkpointed_state_and_trains_to_the_end(segmented_run):
     from tests.verl_plugin.test_verl_cpu_e2e import _equal_state_dirs
 
@@ -124,6 +126,7 @@ def test_segment_two_resumes_the_checkpointed_state_and_trains_to_the_end(segmen
     assert sorted(lrs) == [1, 2, 3, 4] and len(set(lrs.values())) == 1, lrs
 
 
+@pytest.mark.starts_ray
 def test_collect_sees_every_step_once(segmented_run):
     run = json.loads((segmented_run["results"] / "run.json").read_text())
     assert run["steps"] == STEPS
