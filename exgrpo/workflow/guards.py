@@ -13,7 +13,9 @@ from exgrpo.workflow.cluster import VLLM_CPU_RULES, engine_refusal, gpu_refusal,
 from exgrpo.workflow.workflow_config import WorkflowConfig
 
 
-def gpu_guard(jobs: Iterable[Any], targets: Iterable[str], local_exec: bool, wf: WorkflowConfig) -> str | None:
+def gpu_guard(
+    jobs: Iterable[Any], targets: Iterable[str], local_exec: bool, wf: WorkflowConfig
+) -> str | None:
     """Why a real run of `jobs` (Snakemake's needrun jobs) must not start here for lack of a GPU, or None."""
     gpu_jobs = [job.rule.name for job in jobs if job_gpus(job.resources) > 0]
     return gpu_refusal(

@@ -54,7 +54,9 @@ class PaperPaths(Layout):
         a backbone not prompted through its chat template (Llama base, paper §G.1) its re-templated copy; a
         `data: chat_if` study's WildChat-IF file."""
         if self.study_of_source(source).data == "chat_if":
-            return {role: f"{self.chat_if_dir()}/files/{name}.parquet" for role, name in CHAT_IF_FILES.items()}
+            return {
+                role: f"{self.chat_if_dir()}/files/{name}.parquet" for role, name in CHAT_IF_FILES.items()
+            }
         fmt = self.prompt_format_of(backbone)
         return {
             role: self.downloaded_file(name) if fmt == "chat" else self.retemplated_file(name, fmt)

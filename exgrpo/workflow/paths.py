@@ -54,11 +54,11 @@ class Layout:
         """The study that writes `source` (WorkflowConfig.study_for_source)."""
         return self.wf.study_for_source(source)
 
-    def data_dir(self, source: str, seed: int | str) -> str:
+    def data_dir(self, source: str, seed: object) -> str:
         """Tiny task splits written by `exgrpo make-data --out DIR --seed SEED`."""
         return f"work/{source}/data/s{seed}"
 
-    def data_manifest(self, source: str, seed: int | str) -> str:
+    def data_manifest(self, source: str, seed: object) -> str:
         """The manifest of the tiny task splits of `seed`."""
         return f"{self.data_dir(source, seed)}/manifest.json"
 
@@ -87,7 +87,7 @@ class Layout:
         from exgrpo.testbed.models import shipped_base
 
         study = self.study_of_source(source)
-        if study.budget != "smoke":
+        if study.budget != "smoke" and study.data_seed is not None:
             entry = self.backbones[backbone]
             shipped = shipped_base(backbone, entry, study.data_seed, root="models/tiny")
             if shipped is not None:

@@ -79,7 +79,8 @@ class Segments(RuleResources):
     def segment_before(self, wc: Any) -> list[str]:
         """The verl route's training rules serve the run's own job and (verl_segments.smk) its segment jobs:
         each waits for the segment before it."""
-        return self.previous_segment(wc) if "segment" in wc.keys() else self.last_segment(wc)
+        # Snakemake's Wildcards is a list of values with named keys: `in wc` would test the values
+        return self.previous_segment(wc) if "segment" in wc.keys() else self.last_segment(wc)  # noqa: SIM118
 
     def train_resources(self) -> dict[str, Any]:
         """backbone_resources("train") with the runtime of one segment under the partition limit."""

@@ -84,7 +84,9 @@ class WorkflowHelpers(Segments):
         if not study.prelim:
             return []
         return [
-            self.prelim_file(study.source, b, "on_policy", s) for b in study.ablation_backbones for s in study.seeds
+            self.prelim_file(study.source, b, "on_policy", s)
+            for b in study.ablation_backbones
+            for s in study.seeds
         ]
 
     def report_targets(self, study: Study) -> list[str]:
