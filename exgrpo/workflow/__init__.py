@@ -6,4 +6,7 @@
 - `cluster`: job sizes and SLURM site settings per rule.
 - `studies`: every study with its job count and cost (`exgrpo studies`).
 - `plan`: a target's jobs, GPU-hours and critical path from Snakemake's dry run (`exgrpo plan`).
+- the helpers the rules of workflow/rules/*.smk read (common.smk builds `targets.WorkflowHelpers` once and binds
+  its methods): `paths` (the layout), `paper_paths`, `hub_inputs`, `job_args`, `rule_resources`, `segments`,
+  `targets` (stage targets, the regime map) and `guards` (the `onstart` refusals).
 """

@@ -8,7 +8,7 @@
 - `gpu_refusal`: whether GPU work may start on this machine (a local run without a visible GPU is refused).
 
 Pure Python on validated entries (exgrpo.workflow.workflow_config validates them first); used by
-workflow/rules/common.smk, the compute ledger (analysis/ledger.py) and the tests.
+exgrpo.workflow.rule_resources (workflow/rules/common.smk binds it), the compute ledger (analysis/ledger.py) and the tests.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Snakemake's own `update_config`, then validated (exgrpo.workflow.workflow_config
 validation: a study that would not build is refused here too, naming the field).
 
 Job counts are the jobs of the study's own DAG from scratch (nothing done yet), counted from the
-study's runs exactly as workflow/rules/targets.smk lists its outputs. The cost estimate is two numbers:
+study's runs exactly as exgrpo.workflow.targets lists its outputs. The cost estimate is two numbers:
 - `requested`: the hours the jobs ask the scheduler for (the backbone's `resources.<stage>.runtime_min`,
   config/backbones.yaml), and GPU-hours = those hours x the GPUs each job holds (exgrpo.workflow.cluster); an
   upper bound, the numbers a cluster allocation is planned with;

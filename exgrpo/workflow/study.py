@@ -56,7 +56,7 @@ class Study:
     """The reward model (backbones file `reward_models`) its `reward_kind: reward_model` variants train against."""
     inputs: str = "local"
     """A tiny-scale study's inputs: `local` (models/tiny, the make-data folder) or `hub_cache` (the same files as
-    hub repos in the HF cache, read by repo id and revision offline: workflow/rules/hub_paths.smk and data.smk)."""
+    hub repos in the HF cache, read by repo id and revision offline: exgrpo/workflow/hub_inputs.py and workflow/rules/data.smk)."""
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(backbone, variant, seed) of every training run: methods on all backbones, ablations and

@@ -1,4 +1,4 @@
-"""`inputs: hub_cache` (workflow/rules/hub_paths.smk and data.smk): rule hf_cache_tiny builds the hub cache from the study's
+"""`inputs: hub_cache` (exgrpo/workflow/hub_inputs.py and workflow/rules/data.smk): rule hf_cache_tiny builds the hub cache from the study's
 make-data folder and the shipped bases, and the helpers the tiny-scale rules use resolve every model and the data
 by repo id and revision, offline, to the snapshots in that cache (run for real in a copy of the workflow)."""
 

@@ -1,5 +1,8 @@
 # Helpers shared by every stage: validated configuration, output paths, resources, targets.
 #
+# The logic lives in the package (exgrpo.workflow: paths, paper_paths, hub_inputs, job_args,
+# rule_resources, segments, targets, guards), under ruff, mypy and tests/workflow/; this file builds
+# it once from the validated config (H) and binds each helper to the name the rules use.
 # Rules read `config` only through these helpers. Path layout (the results contract):
 #   <R>/<source>/{train,eval,prelim}/...           results; <R> = config `results_dir` (default reruns/,
 #                                                  git-ignored; results/ holds the committed references)
@@ -10,27 +13,26 @@
 #   <hf_cache>/                                    paper-scale downloads (shared, see config.yaml)
 #   logs/<rule>/...                                job logs; logs of shared jobs also hold
 #                                                  their benchmark files (no study to charge)
-import importlib.util
-import json
 import os
 import re
 
 from exgrpo.core.variants import ABLATIONS
 from exgrpo.records.code_digest import code_digest
-from exgrpo.workflow.cluster import (
-    GPU_SITE_ENV,
-    SITE_ENV,
-    VLLM_CPU_RULES,
-    engine_refusal,
-    gpu_refusal,
-    job_gpus,
-    job_resources,
-    job_threads,
-    site_resources,
-    slurm_job_resources,
-    visible_gpus,
-    vllm_parallel,
+from exgrpo.workflow.guards import gpu_guard, vllm_guard
+from exgrpo.workflow.hub_inputs import TINY_JUDGE, VERL_CPU_THREADS, data_revision
+from exgrpo.workflow.job_args import SMOKE_SFT_STEPS, input_folder, output_folder
+from exgrpo.workflow.paper_paths import (
+    CHAT_IF_FILES,
+    JUDGE_MODEL,
+    JUDGE_NAME,
+    JUDGE_REVISION,
+    PRELIM_QUESTIONS,
+    VERL_DATA_FILES,
+    cached_model_cmd,
 )
+from exgrpo.workflow.paths import log_file, one_of
+from exgrpo.workflow.rule_resources import VERL_CPU_RESOURCES, cpu_resources
+from exgrpo.workflow.targets import WorkflowHelpers, results_root_of
 from exgrpo.workflow.workflow_config import load_workflow_config
 
 # Schemas sit next to this file (workflow/schemas), wherever the including Snakefile is. The
@@ -66,272 +68,110 @@ wildcard_constraints:
     profile="paper|community|tiny",
 
 
-# ---------------------------------------------------------------- paths
-def data_dir(source, seed):
-    """Tiny task splits written by `exgrpo make-data --out DIR --seed SEED`."""
-    return f"work/{source}/data/s{seed}"
-
-
-def data_manifest(source, seed):
-    return f"{data_dir(source, seed)}/manifest.json"
-
-
-def hf_cache():
-    """Shared HF cache of paper-scale data, benchmarks and weights (EXGRPO_HF_CACHE overrides)."""
-    return WF.hf_cache.rstrip("/")
-
-
-def download_manifest():
-    return f"{hf_cache()}/manifest.json"
-
-
-def model_manifest(backbone):
-    return f"{hf_cache()}/models/{backbone}.json"
-
-
-def sft_dir(source, backbone):
-    """SFT checkpoint of a tiny backbone (`exgrpo sft --out`), shared by every run of a source."""
-    return f"work/{source}/sft/{backbone}"
-
-
-def base_dir(source, backbone):
-    """The base a tiny run starts from: the shipped models/tiny/<backbone> when its recipe matches
-    the registry entry and the study's data seed (exgrpo.testbed.models.shipped_base; not for the smoke
-    budget, which trains its own short SFT), else the checkpoint the `sft` rule builds.
-    """
-    from exgrpo.testbed.models import shipped_base
-
-    study = study_of_source(source)
-    if study.budget != "smoke":
-        shipped = shipped_base(
-            backbone, BACKBONES[backbone], study.data_seed, root="models/tiny"
-        )
-        if shipped is not None:
-            return str(shipped)
-    return sft_dir(source, backbone)
-
-
-def train_dir(source, backbone, variant, seed):
-    """`exgrpo train --out`: log.jsonl.gz and run.json land here."""
-    return f"{RESULTS}/{source}/train/{backbone}/{variant}/s{seed}"
-
-
-def ckpt_dir(source, backbone, variant, seed):
-    """Checkpoints of one training run; a retried job resumes from here."""
-    return f"work/{source}/ckpt/{backbone}/{variant}/s{seed}"
-
-
-def run_file(source, backbone, variant, seed):
-    """The run's resolved config (rule resolve_run), read by `exgrpo train` / `exgrpo verl-config`."""
-    return f"work/{source}/runs/{backbone}/{variant}/s{seed}/method.json"
-
-
-def eval_dir(source, backbone, variant, seed):
-    """`exgrpo eval --out` of one trained model: <benchmark>.<profile>.json (+ .samples.parquet)."""
-    return f"{RESULTS}/{source}/eval/{backbone}/{variant}/s{seed}"
-
-
-def prelim_dir(source, backbone, variant, seed):
-    return f"{RESULTS}/{source}/prelim/{backbone}/{variant}/s{seed}"
-
-
-def log_file(rule, *parts):
-    """logs/<rule>/<part>/.../<last>.log"""
-    return os.path.join("logs", rule, *map(str, parts)) + ".log"
-
-
-def bench_file(source, rule, *parts):
-    """<results_dir>/<source>/benchmarks/<rule>/<parts>.tsv: summarised later into the compute ledger."""
-    return os.path.join(RESULTS, source, "benchmarks", rule, *map(str, parts)) + ".tsv"
-
-
-def backbones_file():
-    """The backbone registry in use (`backbones_file`, also handed to commands as --backbones)."""
-    return WF.raw["backbones_file"]
-
-
-def figure_sources():
-    """Configured result sources that exist under results/ (re-rendered by `figures`)."""
-    return [s for s in WF.raw["figures"]["sources"] if os.path.isdir(f"results/{s}")]
-
-
-# ---------------------------------------------------------------- evaluated models
-def eval_benchmarks(scale, data="math"):
-    """Every benchmark the studies of `scale` (and training `data`: `chat_if` is Table 2's) evaluate, in
-    config order.
-
-    A model is evaluated on all of them in one `exgrpo eval` call (one job per model and profile):
-    one start of lm-eval (~8 s, which dominates a tiny benchmark) or of the vLLM engine (minutes at
-    paper scale) serves every benchmark.
-    """
-    names = []
-    for study in STUDIES.values():
-        if study.scale == scale and study.data == data:
-            names += [b for b in study.benchmarks if b not in names]
-    return names
-
-
-def study_data(wc):
-    """manifest.json of the task data the run's study trains and evaluates on (a tiny-scale input)."""
-    return data_manifest(wc.source, study_of_source(wc.source).data_seed)
-
-
-def base_config(wc):
-    """config.json of the backbone's tiny base (the model a tiny-scale run starts from)."""
-    return f"{base_dir(wc.source, wc.backbone)}/config.json"
-
-
-def input_folder(name):
-    """A params callable: the folder of input `name` (commands take folders, rules track files)."""
-    return lambda wc, input: os.path.dirname(input[name])
-
-
-def output_folder(name=0):
-    """A params callable: the folder of output `name` (default the first)."""
-    return lambda wc, output: os.path.dirname(output[name])
-
-
-def eval_model_input(wc):
-    if wc.variant == "base":
-        return base_config(wc)
-    return f"{train_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/run.json"
-
-
-def eval_model_path(wc):
-    if wc.variant == "base":
-        return base_dir(wc.source, wc.backbone)
-    return f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final"
-
-
-# ---------------------------------------------------------------- studies and arguments
-def study_of_source(source):
-    return WF.study_for_source(source)
-
-
-def one_of(names):
-    """Regex matching exactly one of `names` (a wildcard constraint); matches nothing for no names."""
-    return "|".join(re.escape(n) for n in sorted(set(names))) or "(?!)"
-
-
-def sources_of_runtime(runtime, scale):
-    """Regex of the result sources of the `scale` studies trained by `runtime` (a rule's wildcard
-    constraint: train_verl_cpu takes the tiny-scale studies with `runtime: verl`)."""
-    return one_of(
-        s.source
-        for s in WF.studies.values()
-        if (s.runtime, s.scale) == (runtime, scale)
-    )
-
-
-def study_engines(source):
-    """`stand_in` or `vllm`: the CPU engines of a source's study (Study.engines)."""
-    return study_of_source(source).engines
-
-
-def verl_rollout_arg(source):
-    """`exgrpo verl-config` flag choosing a tiny-scale verl study's rollout (verl's vLLM or exgrpo_cpu)."""
-    return "--rollout vllm" if study_engines(source) == "vllm" else ""
-
-
-def tiny_eval_backend_args(source):
-    """`exgrpo eval` backend flags of a tiny-scale evaluation: the `tiny` sampler, or lm-eval's `vllm`
-    backend with the paper route's model_args changed by exgrpo.eval.backends.VLLM_CPU_ARGS only.
-    """
-    if study_engines(source) != "vllm":
-        return "--backend tiny"
-    from exgrpo.eval.backends import vllm_cpu_flags
-
-    return " ".join(["--backend vllm", *vllm_cpu_flags()])
-
-
-def tiny_engine_threads(wc):
-    """`threads:` of a tiny-scale evaluation or preliminary-study job: one (tiny_model_args) on the stand-ins;
-    on the real engines the cores of a verl CPU run (VERL_CPU_THREADS), so that a vLLM engine never shares
-    them with another: each binds every core of its NUMA node, and two evaluations started together on the
-    2-core machine lost their vLLM workers at the same moment (docs/real-engines.md)."""
-    return VERL_CPU_THREADS if study_engines(wc.source) == "vllm" else 1
-
-
-def tiny_engine_env(source):
-    """Shell prefix of a tiny-scale evaluation or preliminary-study job: on the real engines, the environment
-    vLLM's CPU build runs under there (exgrpo.eval.backends.VLLM_CPU_ENV); nothing on the stand-ins.
-    """
-    if study_engines(source) != "vllm":
-        return ""
-    from exgrpo.eval.backends import vllm_cpu_env_prefix
-
-    return vllm_cpu_env_prefix()
-
-
-VERL_CPU_THREADS = 2
-"""Cores of a verl CPU-mode run: its driver, Ray, the FSDP worker and the rollout server share them."""
-VERL_CPU_RESOURCES = {"mem_mb": 16000, "runtime": 120}
-"""Job size of a verl CPU-mode run of a tiny base: about ten Python processes of 0.3-0.7 GB each (Ray,
-TransferQueue, the workers), and minutes of start-up before the first step."""
-
-
-def data_for(source):
-    """`--data` of a source's jobs: tiny splits, or the HF cache for paper scale."""
-    study = study_of_source(source)
-    if study.scale == "tiny":
-        return data_dir(source, study.data_seed)
-    return hf_cache()
-
-
-def eval_data_for(source):
-    """`exgrpo eval --data`: the tiny splits, the released eval files `exgrpo download` wrote, or (a
-    `data: chat_if` study) the folder of Table 2's download."""
-    study = study_of_source(source)
-    if study.scale == "tiny":
-        return data_dir(source, study.data_seed)
-    return f"{chat_if_dir()}/files" if study.data == "chat_if" else downloads_dir()
-
-
-def init_for(source, backbone):
-    """`--init` of training: the SFT checkpoint (tiny) or the HF model id, read from the cache (paper)."""
-    entry = BACKBONES[backbone]
-    return base_dir(source, backbone) if entry["scale"] == "tiny" else entry["hf_id"]
-
-
-def sft_init(source, backbone):
-    """The SFT checkpoint a tiny backbone starts from (`sft.init`), or None."""
-    init = BACKBONES[backbone]["sft"]["init"]
-    return sft_dir(source, init) if init else None
-
-
-SMOKE_SFT_STEPS = 150
-"""SFT steps of every backbone under the smoke budget (plumbing only: weak but not useless models)."""
-
-
-def sft_steps_arg(source):
-    return (
-        f"--steps {SMOKE_SFT_STEPS}"
-        if study_of_source(source).budget == "smoke"
-        else ""
-    )
-
-
-def eval_limit_arg(source):
-    """Smoke evaluation looks at the first 32 problems of each benchmark."""
-    return "--limit 32" if study_of_source(source).budget == "smoke" else ""
-
-
-def resolved_run(wc):
-    """The run's resolution (exgrpo.settings.resolve.run_spec) as canonical JSON: rule resolve_run's params,
-    so a config change that alters it reruns that rule, and through method.json the training.
-    """
-    spec = WF.study_run(wc.source, wc.backbone, wc.variant, int(wc.seed))
-    return json.dumps(spec.to_dict(), sort_keys=True)
-
-
-def resolved_run_summary(wc):
-    """One line for the resolve_run job's log: which run, resolved how, written where."""
-    spec = WF.study_run(wc.source, wc.backbone, wc.variant, int(wc.seed))
-    path = run_file(wc.source, wc.backbone, wc.variant, wc.seed)
-    return (
-        f"{wc.backbone}/{wc.variant}/s{wc.seed} ({spec.budget} budget): resolved "
-        f"{' < '.join(spec.to_dict()['precedence'])} -> {path}"
-    )
+# ---------------------------------------------------------------- helpers (exgrpo.workflow)
+H = WorkflowHelpers(WF)
+"""Every path, argument, resource and target helper, for this run's configuration."""
+REGISTERED_STAGES = H.registered_stages
+
+data_dir = H.data_dir
+data_manifest = H.data_manifest
+hf_cache = H.hf_cache
+download_manifest = H.download_manifest
+model_manifest = H.model_manifest
+sft_dir = H.sft_dir
+base_dir = H.base_dir
+train_dir = H.train_dir
+ckpt_dir = H.ckpt_dir
+run_file = H.run_file
+eval_dir = H.eval_dir
+prelim_dir = H.prelim_dir
+bench_file = H.bench_file
+backbones_file = H.backbones_file
+figure_sources = H.figure_sources
+eval_benchmarks = H.eval_benchmarks
+study_data = H.study_data
+base_config = H.base_config
+eval_model_input = H.eval_model_input
+eval_model_path = H.eval_model_path
+study_of_source = H.study_of_source
+sources_of_runtime = H.sources_of_runtime
+study_engines = H.study_engines
+verl_rollout_arg = H.verl_rollout_arg
+tiny_eval_backend_args = H.tiny_eval_backend_args
+tiny_engine_threads = H.tiny_engine_threads
+tiny_engine_env = H.tiny_engine_env
+data_for = H.data_for
+eval_data_for = H.eval_data_for
+init_for = H.init_for
+sft_init = H.sft_init
+sft_steps_arg = H.sft_steps_arg
+eval_limit_arg = H.eval_limit_arg
+resolved_run = H.resolved_run
+resolved_run_summary = H.resolved_run_summary
+benchmarks_arg = H.benchmarks_arg
+offline_env = H.offline_env
+backbone_threads = H.backbone_threads
+backbone_resources = H.backbone_resources
+eval_parallel_args = H.eval_parallel_args
+prelim_parallel_args = H.prelim_parallel_args
+backbones_of_scale = H.backbones_of_scale
+downloads_dir = H.downloads_dir
+downloaded_file = H.downloaded_file
+retemplated_file = H.retemplated_file
+retemplated_formats = H.retemplated_formats
+chat_if_dir = H.chat_if_dir
+chat_if_manifest = H.chat_if_manifest
+data_manifest_of = H.data_manifest_of
+verl_data_files = H.verl_data_files
+retemplated_inputs = H.retemplated_inputs
+verl_data_args = H.verl_data_args
+reward_model_inputs = H.reward_model_inputs
+reward_model_args = H.reward_model_args
+run_reward_kind = H.run_reward_kind
+launch_script = H.launch_script
+paper_eval_model_input = H.paper_eval_model_input
+paper_eval_model = H.paper_eval_model
+prompt_format_of = H.prompt_format_of
+data_targets = H.data_targets
+train_targets = H.train_targets
+eval_targets = H.eval_targets
+base_eval_targets = H.base_eval_targets
+prelim_targets = H.prelim_targets
+report_targets = H.report_targets
+reproduce_targets = H.reproduce_targets
+prelim_file = H.prelim_file
+register_stage = H.register_stage
+study_targets = H.study_targets
+study_inputs = H.study_inputs
+regime_base_source = H.regime_base_source
+regime_spec_file = H.regime_spec_file
+regime_spec_json = H.regime_spec_json
+regime_reused_targets = H.regime_reused_targets
+regime_inputs = H.regime_inputs
+regime_targets = H.regime_targets
+partition_limit = H.partition_limit
+run_runtime_min = H.run_runtime_min
+run_segments = H.run_segments
+segment_runtime_of = H.segment_runtime_of
+segment_flag = H.segment_flag
+segment_output = H.segment_output
+segment_log = H.segment_log
+segment_benchmark = H.segment_benchmark
+previous_segment = H.previous_segment
+last_segment = H.last_segment
+segment_before = H.segment_before
+train_resources = H.train_resources
+verl_cpu_train_resources = H.verl_cpu_train_resources
+segment_stop_override = H.segment_stop_override
+verl_collect_command = H.verl_collect_command
+hub_inputs = H.hub_inputs
+hub_cache_manifest = H.hub_cache_manifest
+tiny_hub_inputs = H.tiny_hub_inputs
+tiny_offline_prefix = H.tiny_offline_prefix
+tiny_data_arg = H.tiny_data_arg
+tiny_base_arg = H.tiny_base_arg
+tiny_eval_model_arg = H.tiny_eval_model_arg
+tiny_prelim_judge_args = H.tiny_prelim_judge_args
 
 
 def code_digest_of(stage):
@@ -340,71 +180,28 @@ def code_digest_of(stage):
     return code_digest(stage)
 
 
-def benchmarks_arg(source):
-    return ",".join(study_of_source(source).benchmarks)
+def study_target_map():
+    """Target -> study for every study, refusing one whose target is a rule (after every rule file is included)."""
+    return H.study_target_map(r.name for r in workflow.rules)
 
 
-def offline_env():
-    """Shell prefix for paper-scale jobs on compute nodes: everything comes from the shared cache."""
-    return f"HF_HOME={hf_cache()} HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
+# `snakemake --report report.html <target>` collects outputs wrapped in report().
+def as_report(path, category, caption=None, **kwargs):
+    """Mark an output for the Snakemake report, with its caption from workflow/report/."""
+    if caption:
+        caption = os.path.join(REPORT_DIR, caption)
+    return report(path, category=category, caption=caption, **kwargs)
 
 
-# ---------------------------------------------------------------- resources
-# Per-backbone jobs take their size from one stage of the backbone's `resources` in
-# config/backbones.yaml (train for train_*, eval for eval_*, judge for prelim_*). The vLLM arguments
-# below come from the same entry, so a job requests exactly the GPUs its command uses.
-def backbone_threads(stage):
-    """`threads:` of a per-backbone rule of `stage` (a callable of the wildcards)."""
-    return lambda wildcards: job_threads(BACKBONES[wildcards.backbone], stage)
+def refuse_without_gpus(dag, targets):
+    """Stop a real local run of GPU work where no GPU is visible (called from `onstart`)."""
+    why = gpu_guard(dag.needrun_jobs(), targets, workflow.local_exec, WF)
+    if why:
+        raise WorkflowError(why)
 
 
-def backbone_resources(stage):
-    """`resources:` of a per-backbone rule: the backbone's `stage` entry plus EXGRPO_SLURM_* site settings.
-
-    Use as `resources: **backbone_resources(stage)` with `threads: backbone_threads(stage)`. A value
-    of None drops the resource for that job (CPU backbones get no gpu/nodes; unset site settings vanish).
-    """
-
-    def resources_of(backbone):
-        return slurm_job_resources(BACKBONES[backbone], stage)
-
-    def pick(key):
-        return lambda wc: resources_of(wc.backbone).get(key)
-
-    keys = {
-        "mem_mb",
-        "runtime",
-        "gpu",
-        "gres",
-        "nodes",
-        *SITE_ENV.values(),
-        *GPU_SITE_ENV.values(),
-    }
-    return {key: pick(key) for key in sorted(keys)}
-
-
-def cpu_resources():
-    """Site settings for light CPU jobs (sizes come from the profile's default-resources)."""
-    return site_resources(gpu=False)
-
-
-def eval_parallel_args(backbone):
-    """`exgrpo eval` vLLM flags: the backbone's eval tensor_parallel x data_parallel (= the job's GPUs)."""
-    tp, dp = vllm_parallel(BACKBONES[backbone], "eval")
-    return f"--tensor-parallel-size {tp} --data-parallel-size {dp}"
-
-
-def prelim_parallel_args(backbone):
-    """`exgrpo prelim-analyze` flags: the policy samples on eval's tensor_parallel, then the judge runs
-    on its own (the job requests the larger of the two)."""
-    policy_tp, _ = vllm_parallel(BACKBONES[backbone], "eval")
-    judge_tp, _ = vllm_parallel(BACKBONES[backbone], "judge")
-    return f"--tensor-parallel-size {policy_tp} --judge-tensor-parallel-size {judge_tp}"
-
-
-# Paper-scale helpers (verl plug-in, vLLM) and the targets of each study, by responsibility.
-include: "paper_paths.smk"
-include: "targets.smk"
-include: "regime_paths.smk"
-include: "segment_paths.smk"
-include: "hub_paths.smk"
+def refuse_without_vllm(dag):
+    """Stop a real run whose jobs start vLLM's CPU build where vLLM is not installed (called from `onstart`)."""
+    why = vllm_guard(dag.needrun_jobs(), workflow.configfiles, WF)
+    if why:
+        raise WorkflowError(why)

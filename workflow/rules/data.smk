@@ -164,7 +164,7 @@ rule retemplate:
 register_stage("data")
 
 
-# The hub cache a study with `inputs: hub_cache` reads (helpers in hub_paths.smk).
+# The hub cache a study with `inputs: hub_cache` reads (helpers in exgrpo.workflow.hub_inputs).
 rule hf_cache_tiny:
     input:
         data=lambda wc: data_manifest(wc.source, wc.seed),

@@ -57,7 +57,7 @@ rule download_judge:
     shell:
         "exgrpo download --out {params.out} --model {params.model} --name {params.name}"
         " --revision {params.revision} --lock {params.lock}"
-        " --revision-field 'JUDGE_REVISION (workflow/rules/paper_paths.smk)' > {log} 2>&1"
+        " --revision-field 'JUDGE_REVISION (exgrpo/workflow/paper_paths.py)' > {log} 2>&1"
 
 
 # vLLM samples K rollouts per training question from the run's HF export, the judge (vLLM, after

@@ -1,4 +1,4 @@
-# The segment jobs of a CPU-trainer run under a partition time limit; helpers in segment_paths.smk.
+# The segment jobs of a CPU-trainer run under a partition time limit; helpers in exgrpo.workflow.segments.
 
 
 rule train_tiny_segment:

@@ -68,7 +68,7 @@ rule train_tiny:
         init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
         segments=last_segment,  # the segment before it, under a partition limit (segments.smk)
-        hub=tiny_hub_inputs,  # `inputs: hub_cache`: the published repos (hub_paths.smk)
+        hub=tiny_hub_inputs,  # `inputs: hub_cache`: the published repos (exgrpo.workflow.hub_inputs)
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",
@@ -109,7 +109,7 @@ rule train_verl_cpu:
         data=study_data,
         init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
-        segments=segment_before,  # under a partition limit (segment_paths.smk, verl_segments.smk)
+        segments=segment_before,  # under a partition limit (exgrpo.workflow.segments, verl_segments.smk)
         hub=tiny_hub_inputs,
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
@@ -158,7 +158,7 @@ rule train_paper:
         reward_model=reward_model_inputs,  # paper §5.3: the study's reward model, served by verl
         prompts=retemplated_inputs,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
-        segments=segment_before,  # under a partition limit (segment_paths.smk, verl_segments.smk)
+        segments=segment_before,  # under a partition limit (exgrpo.workflow.segments, verl_segments.smk)
     output:
         run=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/run.json",
         log=f"{train_dir('{source}', '{backbone}', '{variant}', '{seed}')}/log.jsonl.gz",

@@ -1,4 +1,4 @@
-# The segment jobs of a verl run under a partition time limit (helpers in segment_paths.smk): the run's own
+# The segment jobs of a verl run under a partition time limit (helpers in exgrpo.workflow.segments): the run's own
 # rule with its inputs, settings and commands, except that the launch script gets `exgrpo.stop_after=S_k`
 # (the trainer checkpoints step S_k and exits: exgrpo.verl_plugin.segments) and nothing is collected; the
 # flag file says the segment finished. The next segment, and at last the run's own job, resume from verl's
