@@ -119,6 +119,24 @@ def aggregate(verdicts: list[IFVerdict]) -> dict[str, float]:
     }
 
 
+def score_set(
+    rows: list[Mapping[str, Any]],
+    responses: list[str],
+    known: Iterable[str],
+    score_one: Callable[[Mapping[str, Any], str, str], IFVerdict],
+    where: str,
+) -> tuple[list[IFVerdict], dict[str, float]]:
+    """Every prompt's verdicts under `score_one` and the four accuracies (one response per row, in order); every
+    row is checked against the `known` instruction ids before any is scored."""
+    if len(rows) != len(responses):
+        raise ValueError(f"{where}: {len(responses)} responses for {len(rows)} rows")
+    known = frozenset(known)
+    for row in rows:
+        check_row(row, known, f"{where}: key {row.get('key')!r}")
+    verdicts = [score_one(r, resp, where) for r, resp in zip(rows, responses, strict=True)]
+    return verdicts, aggregate(verdicts)
+
+
 def loose_variants(response: str) -> list[str]:
     """The eight responses the loose score tries (IFEval's definition, which IFBench's evaluation_lib keeps)."""
     lines = response.split("\n")
@@ -148,6 +166,7 @@ def seed_langdetect() -> None:
 
 
 __all__ = [
+    "score_set",
     "COLUMNS",
     "HEADLINE",
     "METRICS",

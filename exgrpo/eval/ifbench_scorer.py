@@ -26,9 +26,9 @@ from typing import Any
 
 from exgrpo.eval.if_scoring import (
     IFVerdict,
-    aggregate,
     check_row,
     loose_variants,
+    score_set,
     seed_langdetect,
     with_nltk_hint,
 )
@@ -84,13 +84,7 @@ def score_ifbench_set(
     rows: list[Mapping[str, Any]], responses: list[str], where: str = "ifbench"
 ) -> tuple[list[IFVerdict], dict[str, float]]:
     """Every prompt's verdicts and the four accuracies (one response per row, in order)."""
-    if len(rows) != len(responses):
-        raise ValueError(f"{where}: {len(responses)} responses for {len(rows)} rows")
-    known = known_instructions()
-    for row in rows:  # every row checked before any is scored
-        check_row(row, known, f"{where}: key {row.get('key')!r}")
-    verdicts = [score_ifbench(r, resp, where) for r, resp in zip(rows, responses, strict=True)]
-    return verdicts, aggregate(verdicts)
+    return score_set(rows, responses, known_instructions(), score_ifbench, where)
 
 
 __all__ = ["known_instructions", "score_ifbench", "score_ifbench_set"]

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from exgrpo.eval.if_scoring import IFVerdict, aggregate, check_row, seed_langdetect, with_nltk_hint
+from exgrpo.eval.if_scoring import IFVerdict, check_row, score_set, seed_langdetect, with_nltk_hint
 
 
 def _utils() -> ModuleType:
@@ -61,13 +61,7 @@ def score_ifeval_set(
     rows: list[Mapping[str, Any]], responses: list[str], where: str = "ifeval"
 ) -> tuple[list[IFVerdict], dict[str, float]]:
     """Every prompt's verdicts and the four accuracies (one response per row, in order)."""
-    if len(rows) != len(responses):
-        raise ValueError(f"{where}: {len(responses)} responses for {len(rows)} rows")
-    known = known_instructions()
-    for row in rows:  # every row checked before any is scored
-        check_row(row, known, f"{where}: key {row.get('key')!r}")
-    verdicts = [score_ifeval(r, resp, where) for r, resp in zip(rows, responses, strict=True)]
-    return verdicts, aggregate(verdicts)
+    return score_set(rows, responses, known_instructions(), score_ifeval, where)
 
 
 __all__ = ["known_instructions", "score_ifeval", "score_ifeval_set"]
