@@ -5,12 +5,16 @@ boundary, and the step right after replay activates. Each is found in an uninter
 run's log; the job is killed as soon as that step's row appears, then started again with the same
 arguments, and must reproduce the reference log (timings aside) and final weights exactly. One run is
 killed at each point in turn, so the three points cost one run's steps, not three.
+
+Besides those points, the same job killed at seeded random moments (issue 48: not only where a step's row has
+just appeared; any moment, inside a rollout, an update or a checkpoint's writing), then finished: bit-identical.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -68,10 +72,11 @@ def _run_and_kill(cmd: list[str], live_log: Path, stdout: Path, kill_step: int, 
 def reference(train_cmd, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("reference")
     cmd = train_cmd(root / "res", root / "ckpt")
+    t0 = time.monotonic()
     subprocess.run(cmd, check=True, capture_output=True, timeout=600)
     rows = _log(root / "res" / TRAIN_LOG)
     run = json.loads((root / "res" / "run.json").read_text())
-    return {"rows": rows, "sha": run["summary"]["weights_sha256"]}
+    return {"rows": rows, "sha": run["summary"]["weights_sha256"], "wall_s": time.monotonic() - t0}
 
 
 def _kill_points(rows: list[dict]) -> dict[str, int]:
@@ -114,3 +119,40 @@ def test_reference_run_exercises_replay_and_epochs(reference):
     assert max(r["data/epoch"] for r in rows) >= 1
     assert all(0.0 <= r["pass1"] <= 1.0 for r in rows)
     assert all(r["update/skipped_steps"] == 0 for r in rows)
+
+
+def _run_and_kill_after(cmd: list[str], delay_s: float) -> bool:
+    """Start `cmd` and SIGKILL it (and its verifier workers) `delay_s` seconds later; False if it ended first."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=delay_s)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return True
+
+
+RANDOM_KILL_SEED = 20261207
+"""Seed of the kill moments: each start is killed after a uniform 20-80% of the reference run's wall time."""
+
+
+def test_sigkill_at_seeded_random_moments_then_resume_is_bit_identical(reference, train_cmd, tmp_path):
+    """Three starts, each killed at a random moment (seeded), then a start left to finish: the log and weights
+    are the uninterrupted reference's. At least one kill must land before the run ends (else nothing was
+    tested); a moment before the first checkpoint restarts from step 1, which must be as exact."""
+    rng = random.Random(RANDOM_KILL_SEED)
+    delays = [rng.uniform(0.2, 0.8) * reference["wall_s"] for _ in range(3)]
+    cmd = train_cmd(tmp_path / "res", tmp_path / "ckpt")
+    killed: list[bool] = []
+    for delay in delays:  # a start that ends before its moment ends the chain
+        killed.append(_run_and_kill_after(cmd, delay))
+        if not killed[-1]:
+            break
+    assert killed[0], f"the run ended within {delays[0]:.1f} s, before the first kill"
+    if killed[-1]:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    run = json.loads((tmp_path / "res" / "run.json").read_text())
+    assert _stable(_log(tmp_path / "res" / TRAIN_LOG)) == _stable(reference["rows"]), (delays, killed)
+    assert run["summary"]["weights_sha256"] == reference["sha"], (delays, killed)
