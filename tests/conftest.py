@@ -78,7 +78,8 @@ def _heaviness(group: str, items: list[pytest.Item]) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup`: group the tests into work units and order the units heaviest first (module
     docstring). Without xdist the order is pytest's own."""
-    if config.getoption("dist", "no") != "loadgroup":
+    # Workers collect (the controller does not); xdist sets their `dist` to "no" and keeps `loadgroup`.
+    if not getattr(config.option, "loadgroup", False) and config.getoption("dist", "no") != "loadgroup":
         return
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:

@@ -55,5 +55,5 @@ def test_the_job_started_its_own_ray_and_wrote_no_token_file(cpu_route):
     assert not (
         cpu_route["root"] / "home" / ".ray" / "auth_token"
     ).exists()  # the token stays in the environment
-    # RAY_ADDRESS=local: never another job's
-    assert "Started a local Ray instance" in cpu_route["job_log"]
+    # the launch script starts the job's own head (ray_cluster: a fresh token, the job's ports), never another job's
+    assert "ray_cluster: ray start --head" in cpu_route["job_log"]

@@ -114,7 +114,8 @@ def test_every_shipped_checkpoint_loads_the_same_tokenizer(tok):
     folders = [p.parent for p in (root / "models" / "tiny").glob("*/config.json")] + [
         root / "tests/fixtures/tiny-sft"
     ]
-    assert len(folders) == 8  # the five study bases, the two head-size-32 bases vLLM serves, the fixture
+    # the five study bases, the two head-size-32 bases vLLM serves, the tiny reward model, the fixture
+    assert len(folders) == 9
     for folder in folders:
         loaded = AutoTokenizer.from_pretrained(folder)
         assert loaded.encode(TASK_TEXT, add_special_tokens=False) == tok.encode(

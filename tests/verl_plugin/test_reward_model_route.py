@@ -16,7 +16,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E402
 from verl.utils.config import validate_config  # noqa: E402
 
-from exgrpo.core import experience  # noqa: E402
+from exgrpo.core import experience, experience_groups  # noqa: E402
 from exgrpo.core.buffer import Trajectory  # noqa: E402
 from exgrpo.core.config import ConfigError  # noqa: E402
 from exgrpo.settings.backbones import load_backbones, load_reward_models  # noqa: E402
@@ -109,13 +109,13 @@ def test_the_trainer_buckets_with_the_cores_reward_std_keys(monkeypatch):
 
     assert trainer.ExperienceManager is experience.ExperienceManager
     seen = []
-    real = experience.std_bucket_keys
+    real = experience_groups.std_bucket_keys
 
     def spy(stds, k, *args):
         seen.append([float(s) for s in stds])
         return real(stds, k, *args)
 
-    monkeypatch.setattr(experience, "std_bucket_keys", spy)
+    monkeypatch.setattr(experience_groups, "std_bucket_keys", spy)
     cfg = hc.variant_config("rm_exgrpo", load_backbones(REGISTRY)[BACKBONE])
     manager = experience.ExperienceManager(cfg, seed=0)
     groups = {

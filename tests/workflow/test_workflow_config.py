@@ -174,7 +174,11 @@ def test_paper_cpu_runs_the_real_engines_from_the_hub_cache_and_can_fall_back_to
     schema's default, and a config names the stand-ins for any backbone."""
     studies = load().studies
     study = studies["paper_cpu"]
-    assert (study.engines, study.inputs, study.backbones) == ("vllm", "hub_cache", ("tiny-math-h32",))
+    assert (study.engines, study.inputs, study.backbones) == (
+        "vllm",
+        "hub_cache",
+        ("tiny-math-h32", "tiny-llama-h32"),
+    )
     assert {s.engines for n, s in studies.items() if n != "paper_cpu"} == {"stand_in"}  # the schema's default
     config = copy.deepcopy(CONFIG)
     set_at("studies/paper_cpu/engines", "stand_in")(config)
