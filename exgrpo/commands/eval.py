@@ -179,6 +179,8 @@ def _batch_size(value: str | None, backend: str) -> int | str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the flags (before any model loads), evaluate through the harness, print the results; 2 on a cache
+    error. Arena-Hard goes to its own route (`_eval_arena_hard`)."""
     from exgrpo.eval import backends, harness
     from exgrpo.eval.benchmarks import parse_benchmarks
     from exgrpo.eval.cache import CacheError

@@ -176,6 +176,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the flags, sample and judge the chosen questions (`exgrpo.prelim.trajectories.analyze`), write the
+    records (and the texts with --texts), print the summary."""
     from exgrpo.prelim import trajectories as T
     from exgrpo.records.io import write_jsonl
     from exgrpo.records.provenance import provenance

@@ -195,6 +195,8 @@ def _set_aside_stale(run_dir: Path, fp: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Resolve the run, write its verl config and fingerprint into --out (stale checkpoints set aside), and
+    with --resolve the config composed with verl's defaults."""
     from exgrpo.core.config import ConfigError
     from exgrpo.records.io import write_json
     from exgrpo.verl_plugin import hydra_config as hc
