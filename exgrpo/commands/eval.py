@@ -9,10 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from exgrpo.commands import _eval_arena_hard as eval_arena_hard
 from exgrpo.commands._flags import deprecated_alias
 from exgrpo.core.config import ConfigError
+
+if TYPE_CHECKING:
+    from exgrpo.eval.harness import EvalSettings
+    from exgrpo.eval.profiles import DecodingProfile
 
 HELP = "Evaluate a model on benchmarks (lm-eval + Math-Verify), writing per-sample caches and aggregates."
 
@@ -174,12 +179,12 @@ def _batch_size(value: str | None, backend: str) -> int | str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the flags (before any model loads), evaluate through the harness, print the results; 2 on a cache
+    error. Arena-Hard goes to its own route (`_eval_arena_hard`)."""
     from exgrpo.eval import backends, harness
     from exgrpo.eval.benchmarks import parse_benchmarks
     from exgrpo.eval.cache import CacheError
     from exgrpo.eval.chat_benchmarks import refuse_unscored
-    from exgrpo.eval.grading import GradingSettings
-    from exgrpo.eval.metrics import split_averages
     from exgrpo.eval.profiles import get_profile
 
     names = [b.strip() for b in str(args.benchmarks).split(",")]
@@ -199,50 +204,9 @@ def run(args: argparse.Namespace) -> int:
     model_dir = backends.check_model_dir(args.model)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"{args.data_dir}: data folder not found")
-    defaults = GradingSettings()
-    grading = GradingSettings(
-        grader=args.grader or profile.grader,
-        timeout_s=defaults.timeout_s if args.grader_timeout is None else args.grader_timeout,
-        workers=defaults.workers if args.grader_workers is None else args.grader_workers,
-    )
-    settings = harness.EvalSettings(
-        profile=profile,
-        seed=args.seed,
-        limit=args.limit,
-        k=args.k,
-        data_dir=args.data_dir,
-        prompt_format=args.prompt_format,
-        grading=grading,
-        batch_size=_batch_size(args.batch_size, args.backend),
-        backend=args.backend,
-        max_model_len=args.max_model_len,
-        overlong_prompts=args.overlong_prompts,
-        reuse_other_versions=args.reuse_other_versions,
-    )
+    settings = _eval_settings(args, profile)
     model_id = str(model_dir.resolve())
-    if args.backend == "hf":
-        model_args = backends.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")
-    elif args.backend == "tiny":
-        model_args = backends.tiny_model_args(
-            model_id,
-            seed=args.seed,
-            dtype=args.dtype or "float32",
-            threads=args.threads,
-            revision=args.revision,
-        )
-    else:
-        model_args = backends.vllm_model_args(
-            model_id,
-            seed=args.seed,
-            profile=profile,
-            tensor_parallel_size=args.tensor_parallel_size,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            max_model_len=args.max_model_len,
-            dtype=args.dtype or "auto",
-            revision=args.revision,
-            data_parallel_size=args.data_parallel_size,
-            enforce_eager=args.enforce_eager,
-        )
+    model_args = _model_args(args, model_id, profile)
 
     def make_lm():
         if args.threads is not None:
@@ -269,6 +233,70 @@ def run(args: argparse.Namespace) -> int:
     except CacheError as err:
         print(f"exgrpo eval: error: {err}", file=sys.stderr)
         return 2
+    _print_results(aggregates)
+    return 0
+
+
+def _eval_settings(args: argparse.Namespace, profile: DecodingProfile) -> EvalSettings:
+    """The harness's EvalSettings from the flags: the grader (the profile's unless --grader), its timeout and
+    workers (GradingSettings' defaults unless given), the batch size of the backend."""
+    from exgrpo.eval import harness
+    from exgrpo.eval.grading import GradingSettings
+
+    defaults = GradingSettings()
+    grading = GradingSettings(
+        grader=args.grader or profile.grader,
+        timeout_s=defaults.timeout_s if args.grader_timeout is None else args.grader_timeout,
+        workers=defaults.workers if args.grader_workers is None else args.grader_workers,
+    )
+    return harness.EvalSettings(
+        profile=profile,
+        seed=args.seed,
+        limit=args.limit,
+        k=args.k,
+        data_dir=args.data_dir,
+        prompt_format=args.prompt_format,
+        grading=grading,
+        batch_size=_batch_size(args.batch_size, args.backend),
+        backend=args.backend,
+        max_model_len=args.max_model_len,
+        overlong_prompts=args.overlong_prompts,
+        reuse_other_versions=args.reuse_other_versions,
+    )
+
+
+def _model_args(args: argparse.Namespace, model_id: str, profile: DecodingProfile) -> Any:
+    """The lm-eval model arguments of --backend (hf, tiny or vllm) from the flags."""
+    from exgrpo.eval import backends
+
+    if args.backend == "hf":
+        return backends.hf_model_args(model_id, revision=args.revision, dtype=args.dtype or "float32")
+    if args.backend == "tiny":
+        return backends.tiny_model_args(
+            model_id,
+            seed=args.seed,
+            dtype=args.dtype or "float32",
+            threads=args.threads,
+            revision=args.revision,
+        )
+    return backends.vllm_model_args(
+        model_id,
+        seed=args.seed,
+        profile=profile,
+        tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype or "auto",
+        revision=args.revision,
+        data_parallel_size=args.data_parallel_size,
+        enforce_eager=args.enforce_eager,
+    )
+
+
+def _print_results(aggregates: list[dict[str, Any]]) -> None:
+    """One line per benchmark (avg@k, pass@k, maj@k), then the unweighted ID and OOD averages."""
+    from exgrpo.eval.metrics import split_averages
+
     for agg in aggregates:
         m = agg["metrics"]
         print(
@@ -282,4 +310,3 @@ def run(args: argparse.Namespace) -> int:
                 f"{split.upper()} average (unweighted over {len(averages['benchmarks'][split])} benchmarks): "
                 f"{averages[split]:.4f}"
             )
-    return 0

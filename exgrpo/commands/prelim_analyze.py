@@ -12,12 +12,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exgrpo.commands._flags import deprecated_alias
 
 if TYPE_CHECKING:
+    from exgrpo.prelim.judge import Judge
+    from exgrpo.prelim.judge_engine import JudgeSettings
     from exgrpo.prelim.policies import Policy
+    from exgrpo.prelim.trajectories import BucketBounds
 
 HELP = (
     "preliminary study: sample K rollouts per training question, bucket by k/K, record entropy/PPL/judge/code"
@@ -25,11 +28,21 @@ HELP = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags, in --help order: sampling, the bucket bounds (the method's defaults), the judge, outputs."""
     from exgrpo.core.config import ExGRPOConfig
-    from exgrpo.prelim.judge import JUDGES
-    from exgrpo.prelim.judge_engine import JudgeSettings
 
-    cfg, judge = ExGRPOConfig(), JudgeSettings()
+    cfg = ExGRPOConfig()
+    _add_sampling_flags(p)
+    p.add_argument("--hard-high", type=float, default=cfg.mask_hard_high, help="Hard = (0, hard_high]")
+    p.add_argument("--easy-low", type=float, default=cfg.mask_easy_low, help="Easy = [easy_low, 1)")
+    _add_judge_flags(p)
+    _add_output_flags(p)
+
+
+def _add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    """The checkpoint, the questions, the judge kind, the output file, and how rollouts are sampled."""
+    from exgrpo.prelim.judge import JUDGES
+
     p.add_argument("--model", required=True, type=Path, help="checkpoint to analyse (HF model directory)")
     p.add_argument(
         "--data",
@@ -75,8 +88,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             help="vLLM tensor parallel size for the policy",
         ),
     )
-    p.add_argument("--hard-high", type=float, default=cfg.mask_hard_high, help="Hard = (0, hard_high]")
-    p.add_argument("--easy-low", type=float, default=cfg.mask_easy_low, help="Easy = [easy_low, 1)")
+
+
+def _add_judge_flags(p: argparse.ArgumentParser) -> None:
+    """The LLM judge: its model, engine settings, reply cache and prompt template."""
+    from exgrpo.prelim.judge_engine import JudgeSettings
+
+    judge = JudgeSettings()
     p.add_argument(
         "--judge-model", default=judge.model, help=f"LLM judge (default {judge.model}, paper §F.2)"
     )
@@ -122,6 +140,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="judge prompt template file with {question} and {solution} (default: built-in)",
     )
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    """What else is written and recorded, threads and progress."""
     p.add_argument(
         "--texts",
         type=Path,
@@ -154,66 +176,18 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    import torch
-
+    """Check the flags, sample and judge the chosen questions (`exgrpo.prelim.trajectories.analyze`), write the
+    records (and the texts with --texts), print the summary."""
     from exgrpo.prelim import trajectories as T
-    from exgrpo.prelim.judge import JUDGE_PROMPT, JUDGE_PROMPT_VERSION, make_judge
-    from exgrpo.prelim.judge_engine import JudgeSettings
     from exgrpo.records.io import write_jsonl
     from exgrpo.records.provenance import provenance
 
     _check(args)
-    torch.set_num_threads(args.threads)
+    _torch_threads(args.threads)
     bounds = T.BucketBounds(args.hard_high, args.easy_low)
     questions = T.choose_questions(T.load_questions(args.data, args.split), args.questions, args.seed)
-    progress = not args.no_progress
-    policy: Policy
-    if args.engine == "tiny":
-        from exgrpo.prelim.policies import TinyPolicy
-        from exgrpo.testbed.models import load_checkpoint
-
-        model, tokenizer = load_checkpoint(args.model)
-        policy = TinyPolicy(
-            model,
-            tokenizer,
-            max_new_tokens=args.max_new_tokens or 72,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            progress=progress,
-        )
-    else:
-        from exgrpo.prelim.policies import SamplerSettings, VLLMPolicy
-
-        policy = VLLMPolicy(
-            SamplerSettings(
-                model=str(args.model),
-                temperature=args.temperature,
-                top_p=args.top_p,
-                max_tokens=args.max_new_tokens or 8192,
-                seed=args.seed,
-                tensor_parallel_size=args.tp,
-            ),
-            progress=progress,
-        )
-    settings = JudgeSettings(
-        model=args.judge_model,
-        tensor_parallel_size=args.judge_tp,
-        max_tokens=args.judge_max_tokens,
-        seed=args.seed,
-        max_model_len=args.judge_max_model_len,
-        dtype=args.judge_dtype,
-        enforce_eager=args.judge_enforce_eager,
-        request_seed=args.judge_request_seed,
-        max_position_embeddings=args.judge_max_position_embeddings,
-    )
-    template = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
-    judge = make_judge(
-        args.judge, settings=settings.validate(), cache_path=args.judge_cache, prompt_template=template
-    )
+    policy = _policy(args)
+    judge, settings = _judge(args)
     records, summary = T.analyze(
         policy,
         questions,
@@ -223,25 +197,7 @@ def run(args: argparse.Namespace) -> int:
         bounds=bounds,
         log=lambda msg: print(f"prelim-analyze: {msg}", file=sys.stderr),
     )
-    run_config = {
-        "model": str(args.model),
-        "data": str(args.data),
-        "split": args.split,
-        "questions": args.questions,
-        "k": args.k,
-        "judge": judge.name,
-        "engine": args.engine,
-        "temperature": args.temperature,
-        "top_p": args.top_p,
-        "max_new_tokens": args.max_new_tokens,
-        "bounds": dataclasses.asdict(bounds),
-        "backbone": args.backbone,
-    }
-    if args.judge == "llm":
-        run_config["judge_settings"] = dataclasses.asdict(settings)
-        run_config["judge_prompt_version"] = (
-            JUDGE_PROMPT_VERSION if args.judge_prompt is None else str(args.judge_prompt)
-        )
+    run_config = _run_config(args, judge.name, bounds, settings)
     if args.texts is not None:
         write_jsonl(
             args.texts,
@@ -259,3 +215,96 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2, sort_keys=True))
     print(f"wrote {len(records)} trajectory records to {args.out}")
     return 0
+
+
+def _torch_threads(threads: int) -> None:
+    """torch's CPU threads (torch imported here, not when the command line is built)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    """The sampler of --engine: the testbed's CPU sampler over the loaded checkpoint, or vLLM."""
+    if args.engine == "tiny":
+        from exgrpo.prelim.policies import TinyPolicy
+        from exgrpo.testbed.models import load_checkpoint
+
+        model, tokenizer = load_checkpoint(args.model)
+        return TinyPolicy(
+            model,
+            tokenizer,
+            max_new_tokens=args.max_new_tokens or 72,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    from exgrpo.prelim.policies import SamplerSettings, VLLMPolicy
+
+    return VLLMPolicy(
+        SamplerSettings(
+            model=str(args.model),
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_tokens=args.max_new_tokens or 8192,
+            seed=args.seed,
+            tensor_parallel_size=args.tp,
+        ),
+        progress=not args.no_progress,
+    )
+
+
+def _judge(args: argparse.Namespace) -> tuple[Judge, JudgeSettings]:
+    """The judge of --judge (validated settings, its reply cache, the prompt template), and its settings."""
+    from exgrpo.prelim.judge import JUDGE_PROMPT, make_judge
+    from exgrpo.prelim.judge_engine import JudgeSettings
+
+    settings = JudgeSettings(
+        model=args.judge_model,
+        tensor_parallel_size=args.judge_tp,
+        max_tokens=args.judge_max_tokens,
+        seed=args.seed,
+        max_model_len=args.judge_max_model_len,
+        dtype=args.judge_dtype,
+        enforce_eager=args.judge_enforce_eager,
+        request_seed=args.judge_request_seed,
+        max_position_embeddings=args.judge_max_position_embeddings,
+    )
+    template = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
+    judge = make_judge(
+        args.judge, settings=settings.validate(), cache_path=args.judge_cache, prompt_template=template
+    )
+    return judge, settings
+
+
+def _run_config(
+    args: argparse.Namespace, judge_name: str, bounds: BucketBounds, settings: JudgeSettings
+) -> dict[str, Any]:
+    """The run's settings recorded in the file's provenance (the LLM judge's settings and prompt version
+    only with --judge llm)."""
+    import dataclasses
+
+    from exgrpo.prelim.judge import JUDGE_PROMPT_VERSION
+
+    run_config = {
+        "model": str(args.model),
+        "data": str(args.data),
+        "split": args.split,
+        "questions": args.questions,
+        "k": args.k,
+        "judge": judge_name,
+        "engine": args.engine,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "max_new_tokens": args.max_new_tokens,
+        "bounds": dataclasses.asdict(bounds),
+        "backbone": args.backbone,
+    }
+    if args.judge == "llm":
+        run_config["judge_settings"] = dataclasses.asdict(settings)
+        run_config["judge_prompt_version"] = (
+            JUDGE_PROMPT_VERSION if args.judge_prompt is None else str(args.judge_prompt)
+        )
+    return run_config

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from exgrpo.commands._flags import deprecated_alias, run_from_flags
+
+if TYPE_CHECKING:
+    from exgrpo.settings.resolve import RunSpec
 
 HELP = "Write the verl Hydra config (exgrpo_run.yaml) of a paper-scale run: a backbone x a method variant."
 
@@ -192,56 +195,16 @@ def _set_aside_stale(run_dir: Path, fp: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import importlib.util
-
+    """Resolve the run, write its verl config and fingerprint into --out (stale checkpoints set aside), and
+    with --resolve the config composed with verl's defaults."""
     from exgrpo.core.config import ConfigError
     from exgrpo.records.io import write_json
-    from exgrpo.settings.backbones import extended_model_dir, load_backbone
-    from exgrpo.settings.resolve import read_run_file
     from exgrpo.verl_plugin import hydra_config as hc
 
-    scale = None if args.device == "cpu" else "paper"  # the CPU mode also trains tiny backbones (tiny_route)
-    if args.run_file is not None:
-        if args.backbone or args.overrides:
-            raise ConfigError("--run-file", "the run file holds the whole run: drop --backbone and --set")
-        spec = read_run_file(args.run_file)
-        backbone = load_backbone(args.backbones, spec.backbone, scale=scale)
-    else:
-        if not args.backbone:
-            raise ConfigError("--backbone", "give --run-file, or --backbone")
-        backbone = load_backbone(args.backbones, args.backbone, scale=scale)
-        spec = run_from_flags(args.backbone, backbone, args.variant, args.seed, "full", args.overrides)
-    model_path = args.model_path
-    if model_path and Path(model_path).is_dir():  # the launch script runs in the run directory
-        model_path = str(Path(model_path).resolve())
-    if backbone.get("context_extension") and not model_path:
-        raise ConfigError(
-            "--model-path",
-            f"backbone {spec.backbone!r} has a context_extension, applied to a local "
-            "copy of its model: pass the downloaded snapshot folder",
-        )
-    if backbone.get("context_extension"):
-        model_path = str(extended_model_dir(model_path, args.out / "model", backbone["context_extension"]))
-        print(f"context extension {backbone['context_extension']} applied: training {model_path}")
-    template = backbone.get("template", "luffy")
-    train = args.train_files or str(Path(f"data/verl/{template}/train.parquet").resolve())
-    val = args.val_files or str(Path(f"data/verl/{template}/valid.parquet").resolve())
-    if args.tiny_data is not None:
-        from exgrpo.verl_plugin.tiny_route import write_verl_data
-
-        if args.train_files or args.val_files:
-            raise ConfigError("--data", "replaces --train-files and --val-files: give one or the other")
-        files = write_verl_data(args.tiny_data, args.out / "data")
-        train, val = (str(files[role].resolve()) for role in ("train", "val"))
-    reward_model = None
-    if args.reward_model is not None:
-        from exgrpo.settings.backbones import reward_model_entry
-
-        entry = reward_model_entry(args.backbones, args.reward_model)
-        path = args.reward_model_path or entry["hf_id"]
-        reward_model = {**entry, "path": str(Path(path).resolve()) if Path(path).is_dir() else path}
-    elif args.reward_model_path is not None:
-        raise ConfigError("--reward-model-path", "needs --reward-model (the registry entry it is a copy of)")
+    spec, backbone = _spec_and_backbone(args)
+    model_path = _model_path(args, spec, backbone)
+    train, val = _data_files(args, backbone)
+    reward_model = _reward_model(args)
     flat = hc.verl_overrides(
         spec.backbone,
         backbone,
@@ -273,6 +236,93 @@ def run(args: argparse.Namespace) -> int:
     path = hc.write_run_config(args.out, flat, device=args.device)
     write_json(args.out / "fingerprint.json", {"fingerprint": fp, "parts": parts})
     print(f"wrote {path}")
+    _resolve(args)
+    return 0
+
+
+def _spec_and_backbone(args: argparse.Namespace) -> tuple[RunSpec, dict[str, Any]]:
+    """The run (the run file's, or resolved here from --backbone, --variant, --seed, --set) and its backbone's
+    registry entry; the CPU mode also takes tiny backbones (tiny_route), a GPU run only paper-scale ones."""
+    from exgrpo.core.config import ConfigError
+    from exgrpo.settings.backbones import load_backbone
+    from exgrpo.settings.resolve import read_run_file
+
+    scale = None if args.device == "cpu" else "paper"  # the CPU mode also trains tiny backbones (tiny_route)
+    if args.run_file is not None:
+        if args.backbone or args.overrides:
+            raise ConfigError("--run-file", "the run file holds the whole run: drop --backbone and --set")
+        spec = read_run_file(args.run_file)
+        backbone = load_backbone(args.backbones, spec.backbone, scale=scale)
+    else:
+        if not args.backbone:
+            raise ConfigError("--backbone", "give --run-file, or --backbone")
+        backbone = load_backbone(args.backbones, args.backbone, scale=scale)
+        spec = run_from_flags(args.backbone, backbone, args.variant, args.seed, "full", args.overrides)
+    return spec, backbone
+
+
+def _model_path(args: argparse.Namespace, spec: RunSpec, backbone: dict[str, Any]) -> str | None:
+    """--model-path made absolute (the launch script runs in the run directory); for a backbone with a
+    context_extension, the extended copy written under `<out>/model` (which needs --model-path)."""
+    from exgrpo.core.config import ConfigError
+    from exgrpo.settings.backbones import extended_model_dir
+
+    model_path = args.model_path
+    if model_path and Path(model_path).is_dir():  # the launch script runs in the run directory
+        model_path = str(Path(model_path).resolve())
+    if backbone.get("context_extension") and not model_path:
+        raise ConfigError(
+            "--model-path",
+            f"backbone {spec.backbone!r} has a context_extension, applied to a local "
+            "copy of its model: pass the downloaded snapshot folder",
+        )
+    if backbone.get("context_extension"):
+        model_path = str(extended_model_dir(model_path, args.out / "model", backbone["context_extension"]))
+        print(f"context extension {backbone['context_extension']} applied: training {model_path}")
+    return model_path
+
+
+def _data_files(args: argparse.Namespace, backbone: dict[str, Any]) -> tuple[str, str]:
+    """(train, validation) parquet files: --train-files / --val-files, else the template's converted data
+    under data/verl/; --data converts a tiny `make-data` folder under `<out>/data` instead."""
+    from exgrpo.core.config import ConfigError
+
+    template = backbone.get("template", "luffy")
+    train = args.train_files or str(Path(f"data/verl/{template}/train.parquet").resolve())
+    val = args.val_files or str(Path(f"data/verl/{template}/valid.parquet").resolve())
+    if args.tiny_data is not None:
+        from exgrpo.verl_plugin.tiny_route import write_verl_data
+
+        if args.train_files or args.val_files:
+            raise ConfigError("--data", "replaces --train-files and --val-files: give one or the other")
+        files = write_verl_data(args.tiny_data, args.out / "data")
+        train, val = (str(files[role].resolve()) for role in ("train", "val"))
+    return train, val
+
+
+def _reward_model(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The served reward model of --reward-model (its registry entry; path: --reward-model-path made absolute
+    when a folder, else the entry's hub id), or None."""
+    from exgrpo.core.config import ConfigError
+
+    if args.reward_model is not None:
+        from exgrpo.settings.backbones import reward_model_entry
+
+        entry = reward_model_entry(args.backbones, args.reward_model)
+        path = args.reward_model_path or entry["hf_id"]
+        return {**entry, "path": str(Path(path).resolve()) if Path(path).is_dir() else path}
+    if args.reward_model_path is not None:
+        raise ConfigError("--reward-model-path", "needs --reward-model (the registry entry it is a copy of)")
+    return None
+
+
+def _resolve(args: argparse.Namespace) -> None:
+    """--resolve: compose the written config with verl's defaults, check it and write it resolved (auto: when
+    hydra and verl are installed; yes: they must be)."""
+    import importlib.util
+
+    from exgrpo.verl_plugin import hydra_config as hc
+
     have_verl = all(importlib.util.find_spec(m) is not None for m in ("hydra", "verl"))
     if args.resolve == "yes" and not have_verl:
         raise ModuleNotFoundError("--resolve yes needs hydra and verl==0.9.1 (pip install -e '.[verl]')")
@@ -283,4 +333,3 @@ def run(args: argparse.Namespace) -> int:
         hc.check_verl_config(composed)
         resolved = cast("dict[str, Any]", OmegaConf.to_container(composed, resolve=True))  # str keys (hydra)
         print(f"wrote {hc.write_resolved(args.out, resolved)}")
-    return 0

@@ -79,14 +79,7 @@ def generate(
             "benchmarks", f"{bench.name}: lm-eval task {bench.task_name} not found in {TASK_DIR}"
         )
     task = loaded["tasks"][bench.task_name]
-    task.set_config("repeats", int(k))
-    gen_kwargs = profile.gen_kwargs()
-    if settings.backend == "vllm":
-        gen_kwargs.update(VLLM_DECODING)
-    task.set_config("generation_kwargs", gen_kwargs)
-    task.set_config("num_fewshot", 0)
-    task.set_fewshot_seed(seed=settings.seed)
-    task.override_metric(metric_name="bypass")  # lm-eval's predict_only: generate, do not score
+    _configure_task(task, profile, k, settings)
     if overlong is not None:
         overlong.update(
             filter_overlong(
@@ -112,8 +105,27 @@ def generate(
         apply_chat_template=settings.prompt_format == "chat",
         fewshot_as_multiturn=False,
     )
+    return _generations(res["samples"][bench.task_name], bench, k)
+
+
+def _configure_task(task: Any, profile: DecodingProfile, k: int, settings: EvalSettings) -> None:
+    """Set the lm-eval task to k repeats under the profile's decoding (vLLM: plus `VLLM_DECODING`), zero-shot,
+    seeded, with its metrics bypassed."""
+    task.set_config("repeats", int(k))
+    gen_kwargs = profile.gen_kwargs()
+    if settings.backend == "vllm":
+        gen_kwargs.update(VLLM_DECODING)
+    task.set_config("generation_kwargs", gen_kwargs)
+    task.set_config("num_fewshot", 0)
+    task.set_fewshot_seed(seed=settings.seed)
+    task.override_metric(metric_name="bypass")  # lm-eval's predict_only: generate, do not score
+
+
+def _generations(samples: list[dict[str, Any]], bench: Benchmark, k: int) -> list[Generation]:
+    """lm-eval's logged samples as Generations, by problem (doc id) then sample index; a problem with other
+    than k samples is an error."""
     out: list[Generation] = []
-    for sample in sorted(res["samples"][bench.task_name], key=lambda s: s["doc_id"]):
+    for sample in sorted(samples, key=lambda s: s["doc_id"]):
         doc = sample["doc"]
         completions = (
             sample["resps"][0]

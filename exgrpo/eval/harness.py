@@ -168,43 +168,11 @@ def _evaluate_one(
     state: dict[str, Any],
 ) -> dict[str, Any]:
     """One (model, benchmark, profile): skip, finish, or generate + grade + write. Returns the aggregate."""
+    expect = _identity(bench, k, settings, model_id, grader)
+    cached = _from_cache(bench, settings, out_dir, expect)
+    if cached is not None:
+        return cached
     profile = settings.profile
-    expect = {
-        "benchmark": bench.name,
-        "profile": profile.name,
-        "k": k,
-        "seed": settings.seed,
-        "limit": settings.limit,
-        "model": model_id,
-        "prompt_format": settings.prompt_format,
-        "backend": settings.backend,
-        "weights": cache.model_fingerprint(model_id),
-        "generation": generation_identity(settings),
-        # another grader is another result: regenerated here (`exgrpo regrade` re-grades without generating)
-        "grader": grader.name,
-        "grader_version": grader.version,
-        "engines": cache.engine_versions(),
-    }
-    samples_file = cache.samples_path(out_dir, bench.name, profile.name)
-    agg_file = cache.aggregate_path(out_dir, bench.name, profile.name)
-    status = cache.cache_state(out_dir, bench.name, profile.name, expect)
-    reused: dict[str, Any] = {}
-    if status == "missing" and settings.reuse_other_versions:
-        status = cache.cache_state(out_dir, bench.name, profile.name, expect, other_versions=True)
-        reused = (
-            cache.version_differences(out_dir, bench.name, profile.name, expect)
-            if status != "missing"
-            else {}
-        )
-    if status == "complete" and not reused:
-        return read_json(agg_file)
-    if status != "missing":  # interrupted after the samples were written, or reused: aggregate only
-        records, meta = cache.read_samples(samples_file)
-        agg = cache.build_aggregate(records, meta, meta.get("provenance", {}), n_boot=settings.n_boot)
-        if reused:  # made with other library versions and reused on request: the results file says so
-            agg["reused_with_other_versions"] = reused
-        cache.write_aggregate(agg_file, agg)
-        return agg
     _, data_info = load_docs_with_info(bench, settings.data_dir)  # fails early on missing data
     if state["lm"] is None:
         state["lm"] = make_lm()
@@ -237,10 +205,62 @@ def _evaluate_one(
         "grading": {**settings.grading.to_dict(), **region_meta(records, regions)},
         "provenance": prov,
     }
-    cache.write_samples(samples_file, graded, meta)
+    cache.write_samples(cache.samples_path(out_dir, bench.name, profile.name), graded, meta)
     agg = cache.build_aggregate(graded, meta, prov, n_boot=settings.n_boot)
-    cache.write_aggregate(agg_file, agg)  # last: its presence marks the pair complete
+    # last: its presence marks the pair complete
+    cache.write_aggregate(cache.aggregate_path(out_dir, bench.name, profile.name), agg)
     return agg
+
+
+def _identity(bench: Benchmark, k: int, settings: EvalSettings, model_id: str, grader: Any) -> dict[str, Any]:
+    """What a cached (benchmark, profile) pair must match to be reused: the run's settings, the model's
+    weights, the generation settings, the grader and the engine versions."""
+    return {
+        "benchmark": bench.name,
+        "profile": settings.profile.name,
+        "k": k,
+        "seed": settings.seed,
+        "limit": settings.limit,
+        "model": model_id,
+        "prompt_format": settings.prompt_format,
+        "backend": settings.backend,
+        "weights": cache.model_fingerprint(model_id),
+        "generation": generation_identity(settings),
+        # another grader is another result: regenerated here (`exgrpo regrade` re-grades without generating)
+        "grader": grader.name,
+        "grader_version": grader.version,
+        "engines": cache.engine_versions(),
+    }
+
+
+def _from_cache(
+    bench: Benchmark, settings: EvalSettings, out_dir: Path, expect: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The aggregate of a pair already done: read back when complete, built from its samples when it was
+    interrupted after them or is reused from other library versions (`reuse_other_versions`, recorded in the
+    aggregate); None when it must be generated."""
+    profile = settings.profile
+    samples_file = cache.samples_path(out_dir, bench.name, profile.name)
+    agg_file = cache.aggregate_path(out_dir, bench.name, profile.name)
+    status = cache.cache_state(out_dir, bench.name, profile.name, expect)
+    reused: dict[str, Any] = {}
+    if status == "missing" and settings.reuse_other_versions:
+        status = cache.cache_state(out_dir, bench.name, profile.name, expect, other_versions=True)
+        reused = (
+            cache.version_differences(out_dir, bench.name, profile.name, expect)
+            if status != "missing"
+            else {}
+        )
+    if status == "complete" and not reused:
+        return read_json(agg_file)
+    if status != "missing":  # interrupted after the samples were written, or reused: aggregate only
+        records, meta = cache.read_samples(samples_file)
+        agg = cache.build_aggregate(records, meta, meta.get("provenance", {}), n_boot=settings.n_boot)
+        if reused:  # made with other library versions and reused on request: the results file says so
+            agg["reused_with_other_versions"] = reused
+        cache.write_aggregate(agg_file, agg)
+        return agg
+    return None
 
 
 def _check_chat_template(lm: Any, prompt_format: str, model_id: str) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 from exgrpo.core.config import ConfigError, ExGRPOConfig
 from exgrpo.prelim.code_rules import detect
 from exgrpo.prelim.judge import Judge, JudgeItem
-from exgrpo.prelim.policies import Policy, Sample
+from exgrpo.prelim.policies import Policy, Sample, TokenStats
 
 BUCKETS = ("hard", "medium", "easy")
 
@@ -189,6 +189,40 @@ def analyze(
     say = log or (lambda _msg: None)
     grader = grader or default_grader()
     say(f"sampling {k} rollouts for {len(questions)} questions")
+    keep, n_correct, buckets = _correct_trajectories(policy, questions, k, grader, bounds)
+    say(f"measuring {len(keep)} correct-answer trajectories")
+    stats = policy.measure(keep)
+    policy.close()
+    say(f"judging with {judge.name}")
+    verdicts = judge.judge(
+        [
+            JudgeItem(questions[s.question_index].question, s.text, questions[s.question_index].row)
+            for s in keep
+        ]
+    )
+    records = [
+        _record(
+            questions[s.question_index],
+            s,
+            st,
+            verdict,
+            n_correct=n_correct[s.question_index],
+            k=k,
+            bucket=buckets[s.question_index],
+            judge=judge.name,
+            seed=seed,
+        )
+        for s, st, verdict in zip(keep, stats, verdicts)
+    ]
+    summary = _summary(len(questions), k, buckets, n_correct, records)
+    return records, summary
+
+
+def _correct_trajectories(
+    policy: Policy, questions: Sequence[Question], k: int, grader: Grader, bounds: BucketBounds
+) -> tuple[list[Sample], Counter[int], dict[int, str | None]]:
+    """Sample k rollouts per question and grade them: (the correct-answer trajectories of bucketed
+    questions, the number correct per question index, each question's bucket or None)."""
     groups = policy.sample([q.messages for q in questions], k)
     flat: list[Sample] = [s for group in groups for s in group]
     rewards = grader(
@@ -200,44 +234,44 @@ def analyze(
     n_correct = Counter(s.question_index for s, ok in zip(flat, correct) if ok)
     buckets = {qi: bucket_of(n_correct[qi], k, bounds) for qi in range(len(questions))}
     keep = [s for s, ok in zip(flat, correct) if ok and buckets[s.question_index] is not None]
-    say(f"measuring {len(keep)} correct-answer trajectories")
-    stats = policy.measure(keep)
-    policy.close()
-    say(f"judging with {judge.name}")
-    verdicts = judge.judge(
-        [
-            JudgeItem(questions[s.question_index].question, s.text, questions[s.question_index].row)
-            for s in keep
-        ]
-    )
-    records = []
-    for s, st, verdict in zip(keep, stats, verdicts):
-        q, rules = questions[s.question_index], detect(s.text)
-        records.append(
-            {
-                "problem_id": q.problem_id,
-                "sample_index": s.sample_index,
-                "n_correct": n_correct[s.question_index],
-                "n_rollouts": k,
-                "accuracy": n_correct[s.question_index] / k,
-                "bucket": buckets[s.question_index],
-                "difficulty": q.difficulty,
-                "entropy": st.entropy,
-                "nll": st.nll,
-                "ppl": st.ppl,
-                "reasoning_correct": verdict,
-                "has_code": bool(rules),
-                "code_rules": ",".join(rules),
-                "answer_correct": True,
-                "n_tokens": len(s.response_ids),
-                "truncated": s.truncated,
-                "judge": judge.name,
-                "seed": seed,
-                "response": s.text,
-            }
-        )
-    summary = _summary(len(questions), k, buckets, n_correct, records)
-    return records, summary
+    return keep, n_correct, buckets
+
+
+def _record(
+    q: Question,
+    s: Sample,
+    st: TokenStats,
+    verdict: bool | None,
+    *,
+    n_correct: int,
+    k: int,
+    bucket: str | None,
+    judge: str,
+    seed: int,
+) -> dict[str, Any]:
+    """One trajectory's record (`record_schema()` columns plus `response`)."""
+    rules = detect(s.text)
+    return {
+        "problem_id": q.problem_id,
+        "sample_index": s.sample_index,
+        "n_correct": n_correct,
+        "n_rollouts": k,
+        "accuracy": n_correct / k,
+        "bucket": bucket,
+        "difficulty": q.difficulty,
+        "entropy": st.entropy,
+        "nll": st.nll,
+        "ppl": st.ppl,
+        "reasoning_correct": verdict,
+        "has_code": bool(rules),
+        "code_rules": ",".join(rules),
+        "answer_correct": True,
+        "n_tokens": len(s.response_ids),
+        "truncated": s.truncated,
+        "judge": judge,
+        "seed": seed,
+        "response": s.text,
+    }
 
 
 def _summary(

@@ -105,6 +105,10 @@ PREFILL_REPEATS_ONCE = True
 tokens, log-probs and draws as prefilling every row, without the repeats' prefill work)."""
 
 
+_Step = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""One decoding step t: (original row of each decoder row, its token, log-prob, entropy)."""
+
+
 @torch.no_grad()
 def generate(
     model: Any,
@@ -122,22 +126,49 @@ def generate(
     `max_new_tokens`. Deterministic given `generator`'s state (CPU). See the module docstring for
     the exact meaning of `logprobs` and `entropy`.
     """
+    _check_generate_args(prompts, max_new_tokens, temperature, top_p)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    lens = torch.tensor([len(p) for p in prompts], device=device)
+    unique, copy_of, ids = _prefill_rows(prompts, pad, int(lens.max()), device)
+    try:
+        steps = _decode(
+            model,
+            (unique, ids, copy_of, lens),
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            generator=generator,
+            eos_pad=(eos, pad),
+        )
+    finally:
+        model.train(was_training)
+    return _assemble(tokenizer, prompts, steps, eos, pad, device)
+
+
+def _check_generate_args(
+    prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float
+) -> None:
+    """Refuse empty prompts, no new tokens, a negative temperature or a top_p outside (0, 1]."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    n = len(prompts)
-    lens = torch.tensor([len(p) for p in prompts], device=device)
-    longest = int(lens.max())
-    # Repeated prompts (K rollouts of a question, k samples of a problem) are prefilled once and their
-    # cache rows copied: each row's prefill is independent of the others, so this only saves work.
-    keys: list[Any] = [tuple(p) for p in prompts] if PREFILL_REPEATS_ONCE else list(range(n))
+
+
+def _prefill_rows(
+    prompts: list[list[int]], pad: int, longest: int, device: torch.device
+) -> tuple[list[list[int]], torch.Tensor, torch.Tensor]:
+    """(the prompts to prefill, the prefilled row of each prompt, their right-padded [U, longest] ids).
+
+    Repeated prompts (K rollouts of a question, k samples of a problem) are prefilled once and their
+    cache rows copied: each row's prefill is independent of the others, so this only saves work.
+    """
+    keys: list[Any] = [tuple(p) for p in prompts] if PREFILL_REPEATS_ONCE else list(range(len(prompts)))
     slot_of: dict[Any, int] = {}
     unique: list[list[int]] = []
     for key, p in zip(keys, prompts, strict=True):
@@ -148,34 +179,60 @@ def generate(
     ids = torch.full((len(unique), longest), pad, dtype=torch.long)
     for i, p in enumerate(unique):
         ids[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+    return unique, copy_of, ids
+
+
+def _decode(
+    model: Any,
+    rows_in: tuple[list[list[int]], torch.Tensor, torch.Tensor, torch.Tensor],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator,
+    eos_pad: tuple[int, int],
+) -> list[_Step]:
+    """Prefill the distinct prompts, copy their cache rows to the repeats, then draw one token per row and
+    step until every row emitted eos or `max_new_tokens` steps ran; finished rows leave the decoder once
+    few enough still run (`COMPACT_BELOW`). `rows_in`: `_prefill_rows`' outputs and each prompt's length."""
+    unique, ids, copy_of, lens = rows_in
+    eos, pad = eos_pad
+    device = lens.device
+    n = len(lens)
+    longest = ids.shape[1]
     # per step t: (original row of each decoder row, its token, log-prob, entropy), written out once at the end
-    steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    steps: list[_Step] = []
     alive = torch.arange(n, device=device)  # original row of each decoder row
     start = lens  # sequence position of each decoder row's first response token
-    try:
-        decoder = StaticDecoder(model, len(unique), longest + max_new_tokens)
-        logits = decoder.prefill(ids.to(device), torch.tensor([len(p) for p in unique], device=device))
-        if len(unique) < n:
-            decoder.keep(copy_of)
-            logits = logits.index_select(0, copy_of)
-        live = torch.ones(n, dtype=torch.bool, device=device)  # decoder rows still generating
-        for t in range(max_new_tokens):
-            logp, probs, ent = _token_dist(logits, temperature)
-            # finished rows draw too (the same draws whatever finished), but keep emitting pad
-            token = torch.where(live, _sample(logp, temperature, top_p, generator, probs), pad)
-            steps.append((alive, token, logp.gather(1, token[:, None]).squeeze(1), ent))
-            live &= token != eos
-            n_live = int(live.sum())
-            if t + 1 == max_new_tokens or n_live == 0:
-                break
-            if n_live <= COMPACT_BELOW * len(live):  # drop finished rows: later steps cost less
-                keep = live.nonzero().squeeze(1)
-                decoder.keep(keep)
-                alive, token, live, start = alive[keep], token[keep], live[keep], start[keep]
-            logits = decoder.step(token, t, start + t)
-    finally:
-        model.train(was_training)
+    decoder = StaticDecoder(model, len(unique), longest + max_new_tokens)
+    logits = decoder.prefill(ids.to(device), torch.tensor([len(p) for p in unique], device=device))
+    if len(unique) < n:
+        decoder.keep(copy_of)
+        logits = logits.index_select(0, copy_of)
+    live = torch.ones(n, dtype=torch.bool, device=device)  # decoder rows still generating
+    for t in range(max_new_tokens):
+        logp, probs, ent = _token_dist(logits, temperature)
+        # finished rows draw too (the same draws whatever finished), but keep emitting pad
+        token = torch.where(live, _sample(logp, temperature, top_p, generator, probs), pad)
+        steps.append((alive, token, logp.gather(1, token[:, None]).squeeze(1), ent))
+        live &= token != eos
+        n_live = int(live.sum())
+        if t + 1 == max_new_tokens or n_live == 0:
+            break
+        if n_live <= COMPACT_BELOW * len(live):  # drop finished rows: later steps cost less
+            keep = live.nonzero().squeeze(1)
+            decoder.keep(keep)
+            alive, token, live, start = alive[keep], token[keep], live[keep], start[keep]
+        logits = decoder.step(token, t, start + t)
+    return steps
 
+
+def _assemble(
+    tokenizer: Any, prompts: list[list[int]], steps: list[_Step], eos: int, pad: int, device: torch.device
+) -> RolloutBatch:
+    """Write the per-step tokens, log-probs and entropies out into [N, T] tensors, cut each row after its
+    eos, and decode the texts."""
+    n = len(prompts)
     width = len(steps)
     rows = torch.cat([s[0] for s in steps])
     cols = torch.arange(width, device=device).repeat_interleave(

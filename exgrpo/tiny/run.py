@@ -73,6 +73,22 @@ def run_fingerprint(
     return fingerprint(parts), parts
 
 
+@dataclasses.dataclass
+class _Run:
+    """What the steps of one run share once it is loaded: the model, its trainer, the data order, where the
+    run starts (1, or the step after its checkpoint) and logs, and its fingerprint."""
+
+    model: Any
+    tokenizer: Any
+    trainer: CPUTrainer
+    order: DataOrder
+    start: int
+    log_path: Path
+    fp: str
+    fp_parts: dict[str, Any]
+    data_order_seed: int
+
+
 def run_training(
     *,
     model_dir: Path,
@@ -93,13 +109,10 @@ def run_training(
     `logger`: `jsonl` (the log only) or `tensorboard` (also TensorBoard events under `<ckpt>/tensorboard/`,
     next to the log, with the log's keys as tags; needs the `tensorboard` package).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tracker = open_tracker(logger, ckpt_dir / TENSORBOARD_DIR)  # a missing package fails before any work
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(seed)
-    train, valid = data_questions
     data_order_seed = spec.data_order_seed if spec is not None else seed
     fp, fp_parts = run_fingerprint(cfg, args, seed, data_order_seed, data_dir, model_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +124,33 @@ def run_training(
             flush=True,
         )
         return done
+    run = _load_run(
+        model_dir, data_questions, cfg, args, seed, ckpt_dir, (fp, fp_parts), data_order_seed, meta
+    )
+    t_run = time.perf_counter()
+    stopped = _train_steps(run, cfg, args, ckpt_dir, tracker, meta)
+    if stopped is not None:
+        return stopped
+    return _write_results(run, cfg, args, seed, ckpt_dir, out_dir, meta, t_run)
+
+
+def _load_run(
+    model_dir: Path,
+    data_questions: tuple[list[Question], list[Question]],
+    cfg: ExGRPOConfig,
+    args: TrainerSettings,
+    seed: int,
+    ckpt_dir: Path,
+    fingerprinted: tuple[str, dict[str, Any]],
+    data_order_seed: int,
+    meta: dict[str, Any],
+) -> _Run:
+    """Load the model and trainer from this run's own checkpoint (restoring optimizer, generators, experience,
+    data order and log) or from `model_dir` (clearing the log and the best-validation model)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    fp, fp_parts = fingerprinted
+    train, valid = data_questions
     resume = _own_checkpoint(ckpt_dir, fp, meta.get("name", "run"))
     source = resume / "model" if resume else model_dir
     if not (source / "config.json").exists():
@@ -135,56 +175,89 @@ def run_training(
         log_path.unlink(missing_ok=True)
         clear_best(ckpt_dir)
         print(f"{meta.get('name', 'run')}: training from step 1 (fingerprint {fp[:12]})", flush=True)
+    return _Run(model, tokenizer, trainer, order, start, log_path, fp, fp_parts, data_order_seed)
 
-    t_run = time.perf_counter()
-    tracker.start(start)
+
+def _train_steps(
+    run: _Run,
+    cfg: ExGRPOConfig,
+    args: TrainerSettings,
+    ckpt_dir: Path,
+    tracker: Tracker,
+    meta: dict[str, Any],
+) -> dict[str, Any] | None:
+    """Steps `run.start`..`args.steps`: step, log, validate (keeping the best model), checkpoint. Returns
+    `{"stopped_at": step}` when a segment stops early (`stop_after`), None when all steps ran."""
+    trainer = run.trainer
+    tracker.start(run.start)
     with (
-        open(log_path, "a", encoding="utf-8") as log,
+        open(run.log_path, "a", encoding="utf-8") as log,
         tracker,
-        tqdm(total=args.steps, initial=start - 1, desc=meta.get("name", "train"), unit="step") as bar,
+        tqdm(total=args.steps, initial=run.start - 1, desc=meta.get("name", "train"), unit="step") as bar,
     ):
-        for step in range(start, args.steps + 1):
+        for step in range(run.start, args.steps + 1):
             replay = trainer.manager.plan_replay(args.batch_size)
-            fresh = step_questions.take_fresh(cfg, order, trainer.manager, args.batch_size, len(replay))
-            metrics = {**trainer.step(step, fresh, replay), **core_metrics.data_metrics(order)}
+            fresh = step_questions.take_fresh(cfg, run.order, trainer.manager, args.batch_size, len(replay))
+            metrics = {**trainer.step(step, fresh, replay), **core_metrics.data_metrics(run.order)}
             _write_row(log, metrics, tracker)
             if args.val_every and (step % args.val_every == 0 or step == args.steps):
                 val = trainer.validate(step)
                 _write_row(log, val, tracker)
                 if M.VAL_ACC.name in val:  # the release's best-validation checkpoint (tiny/best.py)
-                    maybe_save_best(ckpt_dir, step, val[M.VAL_ACC.name], model=model, tokenizer=tokenizer)
+                    maybe_save_best(
+                        ckpt_dir, step, val[M.VAL_ACC.name], model=run.model, tokenizer=run.tokenizer
+                    )
             # a segment's last step (stop_after, exgrpo.workflow.cluster.segment_stops) always checkpoints: the next job resumes
             if (
                 step % args.ckpt_every == 0
                 or step == args.steps
                 or (args.stop_after and step >= args.stop_after)
             ):
-                log.flush()
-                os.fsync(log.fileno())
-                save_checkpoint(
-                    ckpt_dir,
-                    step,
-                    model=model,
-                    tokenizer=tokenizer,
-                    optimizer=trainer.optimizer,
-                    generators=trainer.generators,
-                    manager=trainer.manager,
-                    trainer_state={"data_order": order.state_dict()},
-                    fingerprint=fp,
-                )
+                _checkpoint(run, ckpt_dir, step, log)
             bar.set_postfix(
                 pass1=f"{metrics[M.PASS1.name]:.2f}", replay=int(metrics[M.REPLAY_QUESTIONS.name])
             )
             bar.update(1)
             if args.stop_after and step >= args.stop_after:
                 return {"stopped_at": step}
+    return None
 
-    final = _save_final(ckpt_dir, model, tokenizer)
-    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+
+def _checkpoint(run: _Run, ckpt_dir: Path, step: int, log: Any) -> None:
+    """Save a resumable checkpoint of `step`, the log synced to disk first (a resume truncates it to here)."""
+    log.flush()
+    os.fsync(log.fileno())
+    save_checkpoint(
+        ckpt_dir,
+        step,
+        model=run.model,
+        tokenizer=run.tokenizer,
+        optimizer=run.trainer.optimizer,
+        generators=run.trainer.generators,
+        manager=run.trainer.manager,
+        trainer_state={"data_order": run.order.state_dict()},
+        fingerprint=run.fp,
+    )
+
+
+def _write_results(
+    run: _Run,
+    cfg: ExGRPOConfig,
+    args: TrainerSettings,
+    seed: int,
+    ckpt_dir: Path,
+    out_dir: Path,
+    meta: dict[str, Any],
+    t_run: float,
+) -> dict[str, Any]:
+    """Save the final model, copy the log to `<out>` and write run.json last (its presence: the run is
+    complete). Returns the summary; `t_run` is when the steps began (run.json's wall time)."""
+    final = _save_final(ckpt_dir, run.model, run.tokenizer)
+    rows = [json.loads(line) for line in run.log_path.read_text().splitlines() if line.strip()]
     val_accs = [r["val/acc"] for r in rows if "val/acc" in r]
     summary = {
         "final_val_acc": val_accs[-1] if val_accs else None,
-        "weights_sha256": weights_digest(model),
+        "weights_sha256": weights_digest(run.model),
         "steps": args.steps,
         "final_model": str(final),
         "final_model_sha256": model_dir_digest(final),
@@ -196,15 +269,15 @@ def run_training(
             {
                 "method": cfg.to_dict(),
                 "trainer": dataclasses.asdict(args),
-                "data_order_seed": data_order_seed,
+                "data_order_seed": run.data_order_seed,
             },
             seed,
             **meta,
             summary=summary,
             wall_time_s=time.perf_counter() - t_run,
-            resumed_from=start - 1,
-            fingerprint=fp,
-            fingerprint_parts=fp_parts,
+            resumed_from=run.start - 1,
+            fingerprint=run.fp,
+            fingerprint_parts=run.fp_parts,
         ),
     )
     return summary

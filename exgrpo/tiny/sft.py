@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -304,19 +305,8 @@ def run_sft(
     directory) or, when omitted, the sibling `<out_dir>/../<sft.init>`. Its sft.json must name that
     backbone. `overrides` sets other SFTSettings fields (tests, sweeps).
     """
-    import time
-
-    from exgrpo.core.config import ConfigError
-    from exgrpo.records.io import read_json
     from exgrpo.records.provenance import provenance
-    from exgrpo.testbed.models import (
-        build_model,
-        count_parameters,
-        load_checkpoint,
-        save_checkpoint,
-        tiny_entry,
-    )
-    from exgrpo.testbed.tokenizer import build_tokenizer
+    from exgrpo.testbed.models import count_parameters, save_checkpoint, tiny_entry
 
     torch.set_num_threads(threads)
     entry = tiny_entry(backbone, backbones_path)
@@ -324,26 +314,8 @@ def run_sft(
         steps=steps or entry["sft"]["steps"], lr=float(entry["sft"]["lr"]), seed=seed, **(overrides or {})
     ).validate()
     heldout, heldout_rows = read_heldout(data_dir)
-    parent = entry["sft"].get("init")
-    init_record = None
-    if parent is not None:
-        init_dir = Path(init) if init else Path(out_dir).parent / parent
-        if not (init_dir / "sft.json").exists():
-            raise FileNotFoundError(
-                f"{init_dir}: no SFT checkpoint of {parent!r} (needed by {backbone}.sft.init; "
-                f"pass --init DIR)"
-            )
-        init_record = read_json(init_dir / "sft.json")
-        if init_record.get("backbone") != parent:
-            raise ConfigError(
-                "init", f"{init_dir} holds {init_record.get('backbone')!r}, expected {parent!r}"
-            )
-        model, tokenizer = load_checkpoint(init_dir)
-    elif init is not None:
-        raise ConfigError("init", f"{backbone} has no sft.init in the registry; it trains from scratch")
-    else:
-        tokenizer = build_tokenizer()
-        model = build_model(entry["family"], entry["arch"], tokenizer, seed=seed)
+    start = _start_model(backbone, entry, init, out_dir, seed)
+    model, tokenizer = start.model, start.tokenizer
     wall, cpu = time.perf_counter(), time.process_time()
     losses = train_sft(model, tokenizer, heldout, settings, f"sft/{backbone}/{seed}", progress=progress)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -353,15 +325,9 @@ def run_sft(
         "arch": entry["arch"],
         "parameters": count_parameters(model),
         "settings": settings_dict(settings),
-        "init": None
-        if parent is None
-        else {
-            "backbone": parent,
-            "path": str(init_dir),
-            "steps_total": (init_record or {}).get("steps_total"),
-        },
+        "init": start.init_field(),
         "steps": settings.steps,
-        "steps_total": settings.steps + (init_record.get("steps_total", 0) if init_record else 0),
+        "steps_total": settings.steps + (start.record.get("steps_total", 0) if start.record else 0),
         "final_loss": sum(losses[-20:]) / len(losses[-20:]),
         "loss_curve": {str(i): losses[i] for i in range(0, len(losses), max(len(losses) // 50, 1))},
         "wall_seconds": round(wall, 1),
@@ -379,3 +345,56 @@ def run_sft(
     )
     save_checkpoint(model, tokenizer, out_dir, extra_files={"sft.json": record})
     return record
+
+
+@dataclass
+class _Start:
+    """The model SFT starts from: a fresh build, or the SFT checkpoint of the backbone's `sft.init` parent
+    (its name, folder and sft.json record)."""
+
+    model: Any
+    tokenizer: Any
+    parent: str | None = None
+    init_dir: Path | None = None
+    record: dict[str, Any] | None = None
+
+    def init_field(self) -> dict[str, Any] | None:
+        """sft.json's `init`: None from scratch, else the parent, its folder and its total SFT steps."""
+        if self.parent is None:
+            return None
+        return {
+            "backbone": self.parent,
+            "path": str(self.init_dir),
+            "steps_total": (self.record or {}).get("steps_total"),
+        }
+
+
+def _start_model(
+    backbone: str, entry: dict[str, Any], init: str | Path | None, out_dir: str | Path, seed: int
+) -> _Start:
+    """Load the `sft.init` parent's checkpoint (`init`, or the sibling `<out_dir>/../<parent>`), checking its
+    sft.json names the parent, or build the backbone from scratch (refusing an `init` it has no use for)."""
+    from exgrpo.core.config import ConfigError
+    from exgrpo.records.io import read_json
+    from exgrpo.testbed.models import build_model, load_checkpoint
+    from exgrpo.testbed.tokenizer import build_tokenizer
+
+    parent = entry["sft"].get("init")
+    if parent is not None:
+        init_dir = Path(init) if init else Path(out_dir).parent / parent
+        if not (init_dir / "sft.json").exists():
+            raise FileNotFoundError(
+                f"{init_dir}: no SFT checkpoint of {parent!r} (needed by {backbone}.sft.init; "
+                f"pass --init DIR)"
+            )
+        init_record = read_json(init_dir / "sft.json")
+        if init_record.get("backbone") != parent:
+            raise ConfigError(
+                "init", f"{init_dir} holds {init_record.get('backbone')!r}, expected {parent!r}"
+            )
+        model, tokenizer = load_checkpoint(init_dir)
+        return _Start(model, tokenizer, parent, init_dir, init_record)
+    if init is not None:
+        raise ConfigError("init", f"{backbone} has no sft.init in the registry; it trains from scratch")
+    tokenizer = build_tokenizer()
+    return _Start(build_model(entry["family"], entry["arch"], tokenizer, seed=seed), tokenizer)

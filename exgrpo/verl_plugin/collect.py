@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,70 @@ def collect_run(
     from exgrpo.verl_plugin.hydra_config import table4
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    res = _read_resolved(run_dir, out_dir)
+    files = metric_files(run_dir)
+    rows = contract_rows(merge_attempts([read_metrics(p) for p in files]))
+    train_steps = [row["step"] for row in rows if not any(is_validation_key(k) for k in row)]
+    last = max(train_steps, default=0)
+    if last != res.total:
+        raise CollectError(f"{run_dir}: run incomplete, last logged step {last} of {res.total}")
+    ckpt_root = Path(res.trainer.get("default_local_dir") or run_dir / "checkpoints")
+    ckpt_step, actor = latest_checkpoint(ckpt_root if ckpt_root.is_absolute() else run_dir / ckpt_root)
+    if ckpt_step != res.total:
+        raise CollectError(f"{ckpt_root}: last checkpoint is step {ckpt_step}, the run has {res.total} steps")
+
+    # Everything checked: export, then the log, then run.json (nothing half-collected looks complete).
+    final_model = str(export_hf(actor, export_to, ckpt_step, run=run)) if export_to is not None else None
+    write_jsonl(out_dir / TRAIN_LOG, rows)
+
+    val = [row[VAL_ACC.name] for row in rows if row.get(VAL_ACC.name) is not None]
+    # `exgrpo verl-config`: what made the run (resolution, data, init, code)
+    fp_path = run_dir / "fingerprint.json"
+    fingerprint = read_json(fp_path).get("fingerprint") if fp_path.exists() else None
+    step_times = [row["time/step"] for row in rows if isinstance(row.get("time/step"), (int, float))]
+    content = provenance(
+        {"method": res.method, "table4": res.doc.get("table4") or table4(res.resolved)},
+        res.seed,
+        backbone=res.backbone,
+        variant=res.variant,
+        steps=last,
+        wall_time_s=float(sum(step_times)),
+        summary={
+            "final_val_acc": val[-1] if val else None,
+            "steps": last,
+            "final_model": final_model,
+            "final_checkpoint": str(actor),
+        },
+        attempts=[p.name for p in files],
+        departures=list(res.doc.get("departures", [])),
+        train_provenance=res.doc.get("provenance"),
+        verl_config=res.resolved,
+        fingerprint=fingerprint,
+        import_torch=True,  # verl trained with torch in this job's launch script: record its numerics
+    )
+    write_json(out_dir / "run.json", content)
+    return content
+
+
+@dataclass
+class _Resolved:
+    """What collect reads from a run's resolved_config.json (the document, its `resolved` config)."""
+
+    doc: dict[str, Any]
+    resolved: dict[str, Any]
+    trainer: dict[str, Any]
+    backbone: str
+    variant: str
+    seed: int
+    total: int
+    method: dict[str, Any]
+
+
+def _read_resolved(run_dir: Path, out_dir: Path) -> _Resolved:
+    """The run's resolved config; refuses a file that is not one, and an `--out .../<backbone>/<variant>/s<seed>`
+    naming another run."""
+    from exgrpo.records.io import read_json
+
     resolved_path = run_dir / RESOLVED_FILE
     doc = read_json(resolved_path)
     try:
@@ -309,50 +374,7 @@ def collect_run(
             raise CollectError(
                 f"{resolved_path}: run is {backbone}/{variant}/s{seed}, but --out is {out_dir}"
             )
-
-    files = metric_files(run_dir)
-    rows = contract_rows(merge_attempts([read_metrics(p) for p in files]))
-    train_steps = [r["step"] for r in rows if not any(is_validation_key(k) for k in r)]
-    last = max(train_steps, default=0)
-    if last != total:
-        raise CollectError(f"{run_dir}: run incomplete, last logged step {last} of {total}")
-    ckpt_root = Path(trainer.get("default_local_dir") or run_dir / "checkpoints")
-    ckpt_step, actor = latest_checkpoint(ckpt_root if ckpt_root.is_absolute() else run_dir / ckpt_root)
-    if ckpt_step != total:
-        raise CollectError(f"{ckpt_root}: last checkpoint is step {ckpt_step}, the run has {total} steps")
-
-    # Everything checked: export, then the log, then run.json (nothing half-collected looks complete).
-    final_model = str(export_hf(actor, export_to, ckpt_step, run=run)) if export_to is not None else None
-    write_jsonl(out_dir / TRAIN_LOG, rows)
-
-    val = [r[VAL_ACC.name] for r in rows if r.get(VAL_ACC.name) is not None]
-    fp_path = (
-        run_dir / "fingerprint.json"
-    )  # `exgrpo verl-config`: what made the run (resolution, data, init, code)
-    fingerprint = read_json(fp_path).get("fingerprint") if fp_path.exists() else None
-    step_times = [r["time/step"] for r in rows if isinstance(r.get("time/step"), (int, float))]
-    content = provenance(
-        {"method": method, "table4": doc.get("table4") or table4(resolved)},
-        seed,
-        backbone=backbone,
-        variant=variant,
-        steps=last,
-        wall_time_s=float(sum(step_times)),
-        summary={
-            "final_val_acc": val[-1] if val else None,
-            "steps": last,
-            "final_model": final_model,
-            "final_checkpoint": str(actor),
-        },
-        attempts=[p.name for p in files],
-        departures=list(doc.get("departures", [])),
-        train_provenance=doc.get("provenance"),
-        verl_config=resolved,
-        fingerprint=fingerprint,
-        import_torch=True,  # verl trained with torch in this job's launch script: record its numerics
-    )
-    write_json(out_dir / "run.json", content)
-    return content
+    return _Resolved(doc, resolved, trainer, backbone, variant, seed, total, method)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
