@@ -19,7 +19,6 @@ default.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from exgrpo.eval.arena_hard_protocol import (
     question_scores,
 )
 from exgrpo.eval.arena_hard_style import style_controlled, style_features
+from exgrpo.records.io import read_jsonl
 
 HUB_DATASET = "lmarena-ai/arena-hard-auto"
 """Where v2.0's questions and baseline answers are published (inferred; read from the hub cache like other
@@ -54,22 +54,11 @@ class Question:
     prompt: str
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: line {i} is not JSON ({exc.msg})") from None
-    return rows
-
-
 def load_questions(path: str | Path) -> list[Question]:
     """Questions from a `question.jsonl`; a missing field or an unknown category is an error naming both."""
     path = Path(path)
     questions = []
-    for i, row in enumerate(_read_jsonl(path), 1):
+    for i, row in enumerate(read_jsonl(path), 1):
         for name in ("uid", "category", "prompt"):
             if not isinstance(row.get(name), str):
                 raise ValueError(f"{path}: line {i}: field {name!r} missing or not a string")
@@ -87,7 +76,7 @@ def load_answers(path: str | Path) -> dict[str, str]:
     plain string content)."""
     path = Path(path)
     answers: dict[str, str] = {}
-    for i, row in enumerate(_read_jsonl(path), 1):
+    for i, row in enumerate(read_jsonl(path), 1):
         try:
             content = row["messages"][-1]["content"]
             text = content["answer"] if isinstance(content, dict) else content
