@@ -229,13 +229,25 @@ def test_at_most_five_top_level_modules():
 
 
 def test_no_module_name_at_two_levels_of_one_path():
-    """`exgrpo.plan` beside `exgrpo.workflow.plan` was the old confusion: no top-level module shares a name with
+    """`exgrpo.plan` beside `exgrpo.commands.plan` was the old confusion: no top-level module shares a name with
     a module or package inside a subpackage."""
     top = {p.stem for p in (ROOT / "exgrpo").glob("*.py")} - {"__init__", "__main__"}
     inner = {p.stem for p in (ROOT / "exgrpo").glob("*/**/*.py")} | {
         p.name for p in (ROOT / "exgrpo").iterdir()
     }
     assert top & (inner - top) == set()
+
+
+def test_no_command_shares_its_name_with_library_code():
+    """A command's module (`exgrpo/commands/plan.py`, the CLI) and the library code it calls
+    (`exgrpo/workflow/job_plan.py`) have different names, so `plan` names one thing."""
+    commands = {p.stem for p in (ROOT / "exgrpo" / "commands").glob("*.py")} - {"__init__"}
+    library = {
+        p.stem
+        for p in (ROOT / "exgrpo").glob("*/**/*.py")
+        if p.parts[len(ROOT.parts) + 1] != "commands" and "third_party" not in p.parts
+    }
+    assert commands & library == set()
 
 
 BLOCK_TORCH = "import sys\nclass _Blocked:\n    def find_spec(self, name, path=None, target=None):\n" + (

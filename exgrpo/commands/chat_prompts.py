@@ -2,7 +2,7 @@
 
     exgrpo chat-prompts --in CHAT_IF/files/wildchat_if.parquet --out CHAT_IF/files/wildchat_if.verl.parquet
 
-The library code is `exgrpo.hub.chat_prompts` (columns, qid, duplicates and refusals are described there).
+The library code is `exgrpo.hub.chat_prompt_rows` (columns, qid, duplicates and refusals are described there).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.hub.chat_prompts import ChatPromptsError, convert
+    from exgrpo.hub.chat_prompt_rows import ChatPromptsError, convert
 
     if args.limit is not None and args.limit < 1:
         print("exgrpo chat-prompts: error: --limit must be >= 1", file=sys.stderr)

@@ -1,6 +1,6 @@
 """`exgrpo download`: fetch paper-scale data, benchmarks and weights into a shared HF cache.
 
-The command line of `exgrpo.hub.download` (what is fetched, the pins, the checks, the offline layout: its
+The command line of `exgrpo.hub.fetch` (what is fetched, the pins, the checks, the offline layout: its
 docstring).
 
     exgrpo download --out DIR                          # training set + benchmark files -> DIR/manifest.json
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from exgrpo.core.config import ConfigError
-from exgrpo.hub.download import DownloadError, download_data, download_model, select_sources
+from exgrpo.hub.fetch import DownloadError, download_data, download_model, select_sources
 from exgrpo.hub.sources import SOURCES
 
 HELP = "Fetch paper-scale data, benchmarks and backbone weights into a shared HF cache (needs internet)."

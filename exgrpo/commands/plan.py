@@ -1,4 +1,4 @@
-"""Print what a Snakemake target will cost before it is submitted (exgrpo.workflow.plan)."""
+"""Print what a Snakemake target will cost before it is submitted (exgrpo.workflow.job_plan)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from exgrpo.core.config import ConfigError
-    from exgrpo.workflow.plan import build_plan, dry_run, local_rules, parse_dry_run
+    from exgrpo.workflow.job_plan import build_plan, dry_run, local_rules, parse_dry_run
 
     if args.limit_min is not None and args.limit_min < 1:
         raise ConfigError("--limit-min", f"must be >= 1 minute, got {args.limit_min}")

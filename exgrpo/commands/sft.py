@@ -1,4 +1,4 @@
-"""`exgrpo sft`: SFT "pre-training" of a tiny backbone on noisy-teacher solutions (exgrpo.tiny.sft)."""
+"""`exgrpo sft`: SFT "pre-training" of a tiny backbone on noisy-teacher solutions (exgrpo.tiny.sft_trainer)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from exgrpo.core.config import ConfigError
-    from exgrpo.tiny.sft import run_sft
+    from exgrpo.tiny.sft_trainer import run_sft
 
     if args.steps is not None and args.steps < 1:
         raise ConfigError("steps", f"must be >= 1, got {args.steps}")

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exgrpo.workflow.studies import studies_table, study_rows
+    from exgrpo.workflow.study_table import studies_table, study_rows
     from exgrpo.workflow.workflow_config import DEFAULT_CONFIG, load_config
 
     wf = load_config([DEFAULT_CONFIG, *args.configfile])

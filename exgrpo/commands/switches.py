@@ -1,4 +1,4 @@
-"""Print the paper-vs-released switch table (README) from exgrpo.core.switches.SWITCHES, the registries' table
+"""Print the paper-vs-released switch table (README) from exgrpo.core.release_switches.SWITCHES, the registries' table
 (docs/plugins.md) or every setting of the three schemas (docs/settings.md), all read from the declarations."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def registry_table() -> str:
 def switch_table() -> str:
     """The Markdown table: one row per switch of ExGRPOConfig that the paper and the release set."""
     from exgrpo.core.config import ExGRPOConfig
-    from exgrpo.core.switches import SWITCHES
+    from exgrpo.core.release_switches import SWITCHES
 
     default = ExGRPOConfig()
     rows = ["| switch | default here | paper | released code | ablation it serves |", "|---|---|---|---|---|"]
@@ -77,7 +77,7 @@ def settings_tables() -> str:
     from exgrpo.core.config import ExGRPOConfig
     from exgrpo.core.declared import settings_table
     from exgrpo.settings.trainer_settings import TrainerSettings
-    from exgrpo.tiny.sft import SFTSettings
+    from exgrpo.tiny.sft_trainer import SFTSettings
 
     def verl(f: Any) -> str:
         return (
@@ -92,7 +92,7 @@ def settings_tables() -> str:
             "## The method (`exgrpo.core.config.ExGRPOConfig`)\n\n" + settings_table(ExGRPOConfig),
             "## The trainer (`exgrpo.settings.trainer_settings.TrainerSettings`)\n\n"
             + settings_table(TrainerSettings, trainer_extra),
-            "## Supervised fine-tuning of the tiny bases (`exgrpo.tiny.sft.SFTSettings`)\n\n"
+            "## Supervised fine-tuning of the tiny bases (`exgrpo.tiny.sft_trainer.SFTSettings`)\n\n"
             + settings_table(SFTSettings),
         ]
     )

@@ -2,7 +2,7 @@
 
 Every switch of the method lives here, with the paper's meaning as default. Where the released
 code (ElliottYan/LUFFY, folder ExGRPO/) behaves differently, that behaviour sits behind a named
-switch, declared with the field (`paper=`, `released=`, `ablation=`), and `exgrpo.core.switches.SWITCHES`
+switch, declared with the field (`paper=`, `released=`, `ablation=`), and `exgrpo.core.release_switches.SWITCHES`
 lists them for the README table; the named variants built from these
 fields (the paper's ablations) are `exgrpo.core.variants`. Both runtimes (the CPU trainer and the
 verl plug-in) and the Snakemake config validation read this one object, so there is one source of

@@ -2,7 +2,7 @@
 by one function.
 
 The method's settings (`exgrpo.core.config.ExGRPOConfig`), the trainer settings
-(`exgrpo.settings.trainer_settings.TrainerSettings`) and the SFT settings (`exgrpo.tiny.sft.SFTSettings`) declare
+(`exgrpo.settings.trainer_settings.TrainerSettings`) and the SFT settings (`exgrpo.tiny.sft_trainer.SFTSettings`) declare
 each field as
 
     rho: float = setting(0.5, lo=0.0, hi=1.0, hi_open=True)

@@ -10,7 +10,7 @@
   card whose `configs` let `datasets.load_dataset(<snapshot folder>, split=...)` read each split (how the
   paper route's download exports a hub dataset; datasets itself does not read the hub cache offline);
 
-then runs the paper route's download on each repo (exgrpo.hub.download: `download_model` for models, the
+then runs the paper route's download on each repo (exgrpo.hub.fetch: `download_model` for models, the
 dataset snapshot + lock check of `fetch_hf_dataset` for the data) with HF_HUB_OFFLINE=1 against that cache, so
 pins and locks are checked exactly as a cluster's download checks them. Pins: a model's commit is its registry
 `revision` (config/backbones.yaml), the data's the lock config/locks/tiny-task-s<seed>.json; a published commit
@@ -97,7 +97,7 @@ def _require_offline() -> None:
 def _check_model(
     out: Path, name: str, entry: Mapping[str, Any], published: Published, lock_dir: Path
 ) -> dict:
-    from exgrpo.hub.download import download_model
+    from exgrpo.hub.fetch import download_model
 
     field = f"backbones.{name}.revision (config/backbones.yaml)"
     revision = entry.get("revision")
@@ -117,7 +117,7 @@ def _check_model(
 
 
 def _check_data(out: Path, seed: int, published: Published, lock_dir: Path, pin: bool) -> dict:
-    from exgrpo.hub.download import fetch_dataset_snapshot
+    from exgrpo.hub.fetch import fetch_dataset_snapshot
     from exgrpo.hub.locks import ChecksumError, check_lock, file_lock, pinned_revision
     from exgrpo.hub.retries import with_retries
 
@@ -157,7 +157,7 @@ def build(
 ) -> dict[str, Any]:
     """Publish the tiny models (and the data of `data_dir`) into `out/hub`, check them by the offline download,
     write `out/tiny/<data seed | models>.json`; returns that manifest."""
-    from exgrpo.hub.download import offline_env
+    from exgrpo.hub.fetch import offline_env
     from exgrpo.records.io import write_json
     from exgrpo.records.provenance import provenance
 

@@ -170,7 +170,7 @@ def load_checkpoint(path: str | Path) -> tuple[Any, Any]:
 
 # ---------------------------------------------------------------- shipped bases (models/tiny/)
 BASES_DIR = Path(__file__).resolve().parents[2] / "models" / "tiny"
-"""The committed tiny bases: `snakemake tiny_pretrain` rebuilds them (SFT, exgrpo.tiny.sft)."""
+"""The committed tiny bases: `snakemake tiny_pretrain` rebuilds them (SFT, exgrpo.tiny.sft_trainer)."""
 BASE_RECORD = "base.json"
 """Per-base fingerprint: the recipe it was built from and the sha256 of its weights."""
 

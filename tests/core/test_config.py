@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from exgrpo.core.config import CHOICES, ConfigError, ExGRPOConfig, field_docs
-from exgrpo.core.switches import SWITCHES
+from exgrpo.core.release_switches import SWITCHES
 from exgrpo.core.variants import ABLATIONS, config_for
 
 

@@ -81,7 +81,7 @@ from exgrpo.core import declared
 from exgrpo.settings.backbones import load_backbones
 from exgrpo.settings.resolve import read_run_file, run_spec, write_run_file
 from exgrpo.settings.trainer_settings import TrainerSettings, trainer_overrides
-from exgrpo.tiny.sft import SFTSettings, settings_dict
+from exgrpo.tiny.sft_trainer import SFTSettings, settings_dict
 from exgrpo.verl_plugin import hydra_config as hc
 
 def refused(make, field):
@@ -138,7 +138,7 @@ def test_a_field_added_to_each_schema_is_validated_documented_and_reaches_the_ru
         '"""A new trainer setting."""\n',
     )
     _insert_after(
-        package / "tiny" / "sft.py",
+        package / "tiny" / "sft_trainer.py",
         '"""Gradient-norm clip."""\n',
         'label_smoothing: float = setting(0.0, lo=0.0, hi=1.0)\n"""A new SFT setting."""\n',
     )

@@ -1,4 +1,4 @@
-"""Table 2's prompt conversion (exgrpo.hub.chat_prompts) on the shipped hand-written sample in the hub's columns."""
+"""Table 2's prompt conversion (exgrpo.hub.chat_prompt_rows) on the shipped hand-written sample in the hub's columns."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from exgrpo.hub.chat_prompts import ChatPromptsError, convert, read_hub_rows, verl_rows
+from exgrpo.hub.chat_prompt_rows import ChatPromptsError, convert, read_hub_rows, verl_rows
 from exgrpo.verl_plugin.batch import dataset_qids, qid_positions
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exgrpo.cli import main
-from exgrpo.hub import download, retries
+from exgrpo.hub import fetch, retries
 
 
 def _write_parquet(path: Path, rows: int) -> Path:
@@ -31,18 +31,18 @@ def fake_fetchers(monkeypatch):
     checksums are dropped for these tests (theirs are in the checksum tests below)."""
     calls: list[str] = []
     monkeypatch.setattr(
-        download,
+        fetch,
         "SOURCES",
-        tuple(dataclasses.replace(s, sha256=None, git_blob=None) for s in download.SOURCES),
+        tuple(dataclasses.replace(s, sha256=None, git_blob=None) for s in fetch.SOURCES),
     )
 
     def fake(source, out):
         calls.append(source.name)
         return _write_parquet(out / "files" / f"{source.name}.parquet", source.expected_rows or 7)
 
-    monkeypatch.setitem(download.FETCHERS, "url", fake)
-    monkeypatch.setattr(download, "fetch_dataset_snapshot", lambda repo, out, revision: out / "snap" / "c0")
-    monkeypatch.setattr(download, "export_dataset", lambda source, snapshot, out: fake(source, out))
+    monkeypatch.setitem(fetch.FETCHERS, "url", fake)
+    monkeypatch.setattr(fetch, "fetch_dataset_snapshot", lambda repo, out, revision: out / "snap" / "c0")
+    monkeypatch.setattr(fetch, "export_dataset", lambda source, snapshot, out: fake(source, out))
     return calls
 
 
@@ -65,12 +65,12 @@ def test_manifest_records_rows_and_checksums(tmp_path, fake_fetchers):
 
 def test_all_sources_by_default(tmp_path, fake_fetchers):
     assert main(["download", "--out", str(tmp_path)]) == 0
-    assert fake_fetchers == [s.name for s in download.SOURCES if s.data == "math"]  # Table 2's: by name only
+    assert fake_fetchers == [s.name for s in fetch.SOURCES if s.data == "math"]  # Table 2's: by name only
 
 
 def test_row_count_mismatch_fails_without_manifest(tmp_path, monkeypatch, capsys, fake_fetchers):
     monkeypatch.setitem(
-        download.FETCHERS, "url", lambda source, out: _write_parquet(out / "files" / "x.parquet", 5)
+        fetch.FETCHERS, "url", lambda source, out: _write_parquet(out / "files" / "x.parquet", 5)
     )
     assert main(["download", "--out", str(tmp_path), "--only", "luffy_gpqa_diamond"]) == 1
     assert "luffy_gpqa_diamond: 5 rows, the released repo has 198" in capsys.readouterr().err
@@ -84,10 +84,8 @@ def test_a_git_lfs_pointer_is_not_taken_for_parquet(tmp_path, monkeypatch, capsy
         path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
         return path
 
-    monkeypatch.setitem(download.FETCHERS, "url", pointer)
-    monkeypatch.setattr(
-        download, "SOURCES", tuple(dataclasses.replace(s, git_blob=None) for s in download.SOURCES)
-    )
+    monkeypatch.setitem(fetch.FETCHERS, "url", pointer)
+    monkeypatch.setattr(fetch, "SOURCES", tuple(dataclasses.replace(s, git_blob=None) for s in fetch.SOURCES))
     assert main(["download", "--out", str(tmp_path), "--only", "luffy_mmlu_pro"]) == 1
     assert "not a readable parquet file" in capsys.readouterr().err
 
@@ -99,7 +97,7 @@ def test_model_manifest(tmp_path, monkeypatch):
     (snapshot / "sub" / "model.safetensors").write_bytes(b"\0" * 10)
     seen = []
     monkeypatch.setattr(
-        download, "fetch_model", lambda hf_id, out, revision: seen.append((hf_id, out, revision)) or snapshot
+        fetch, "fetch_model", lambda hf_id, out, revision: seen.append((hf_id, out, revision)) or snapshot
     )
     out = tmp_path / "hf"
     assert main(["download", "--out", str(out), "--model", "Org/M", "--name", "my-backbone"]) == 0
@@ -144,7 +142,7 @@ RELEASE_SHA256 = {  # the release's files at 01f4ae0, first and last characters 
 
 def test_every_released_file_is_pinned_to_a_commit_and_a_checksum():
     commit = "01f4ae066249e6965ce0d5512ccdf99a12895c74"
-    urls = [s for s in download.SOURCES if s.kind == "url"]
+    urls = [s for s in fetch.SOURCES if s.kind == "url"]
     assert {s.name for s in urls} == {*RELEASE_SHA256, "luffy_mmlu_pro"}
     for source in urls:
         assert source.ref.startswith(f"https://raw.githubusercontent.com/ElliottYan/LUFFY/{commit}/"), source
@@ -159,12 +157,12 @@ def test_every_released_file_is_pinned_to_a_commit_and_a_checksum():
             )
     mmlu = next(s for s in urls if s.name == "luffy_mmlu_pro")
     assert mmlu.sha256 is None and mmlu.expected_rows is None  # bytes and count unknown: checked by blob id
-    train, chat = [s for s in download.SOURCES if s.kind == "hf_dataset"]
+    train, chat = [s for s in fetch.SOURCES if s.kind == "hf_dataset"]
     assert train.revision is None  # its commit is unknown here: pinned by its lock (test_download_pins.py)
     # Table 2's prompts (paper §5.3): unpinned too, and fetched only when named
     assert (chat.name, chat.data, chat.revision) == ("wildchat_if", "chat_if", None)
-    assert download.select_sources(None) == [s for s in download.SOURCES if s is not chat]
-    assert download.select_sources("wildchat_if") == [chat]
+    assert fetch.select_sources(None) == [s for s in fetch.SOURCES if s is not chat]
+    assert fetch.select_sources("wildchat_if") == [chat]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -173,13 +171,13 @@ def test_git_blob_id_is_what_git_computes(tmp_path):
     want = subprocess.run(
         ["git", "hash-object", str(path)], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert download.git_blob_id(path) == want
+    assert fetch.git_blob_id(path) == want
 
 
-def _pinned_local(tmp_path: Path, rows: int = 9) -> tuple[download.Source, Path]:
+def _pinned_local(tmp_path: Path, rows: int = 9) -> tuple[fetch.Source, Path]:
     """A local parquet file and a registry entry pinning it (file:// URL, its sha256 and blob id)."""
     origin = _write_parquet(tmp_path / "origin" / "valid.arc_c.parquet", rows)
-    source = download.Source(
+    source = fetch.Source(
         "luffy_arc_c",
         "url",
         origin.as_uri(),
@@ -187,14 +185,14 @@ def _pinned_local(tmp_path: Path, rows: int = 9) -> tuple[download.Source, Path]
         expected_rows=rows,
         revision="0" * 40,
         sha256=hashlib.sha256(origin.read_bytes()).hexdigest(),
-        git_blob=download.git_blob_id(origin),
+        git_blob=fetch.git_blob_id(origin),
     )
     return source, origin
 
 
 def test_pinned_local_file_downloads_and_is_recorded(tmp_path, monkeypatch):
     source, origin = _pinned_local(tmp_path)
-    monkeypatch.setattr(download, "SOURCES", (source,))
+    monkeypatch.setattr(fetch, "SOURCES", (source,))
     out = tmp_path / "hf"
     assert main(["download", "--out", str(out)]) == 0  # the real URL fetcher, over file://
     (entry,) = json.loads((out / "manifest.json").read_text())["sources"]
@@ -205,7 +203,7 @@ def test_pinned_local_file_downloads_and_is_recorded(tmp_path, monkeypatch):
 def test_a_changed_file_stops_the_download_with_a_named_error(tmp_path, monkeypatch, capsys):
     source, origin = _pinned_local(tmp_path)
     _write_parquet(origin, 10)  # upstream changed the file after the registry recorded it
-    monkeypatch.setattr(download, "SOURCES", (source,))
+    monkeypatch.setattr(fetch, "SOURCES", (source,))
     out = tmp_path / "hf"
     assert main(["download", "--out", str(out)]) == 1
     err = capsys.readouterr().err
@@ -213,10 +211,10 @@ def test_a_changed_file_stops_the_download_with_a_named_error(tmp_path, monkeypa
     assert not (out / "manifest.json").exists() and not (out / "files/luffy_arc_c.parquet").exists()
     assert (out / "files/luffy_arc_c.parquet.rejected").exists()
     # Without a recorded sha256 (MMLU-Pro), the git blob id catches the change.
-    monkeypatch.setattr(download, "SOURCES", (dataclasses.replace(source, sha256=None),))
+    monkeypatch.setattr(fetch, "SOURCES", (dataclasses.replace(source, sha256=None),))
     assert main(["download", "--out", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "ChecksumError" in err and f"git blob {download.git_blob_id(origin)} differs from" in err
+    assert "ChecksumError" in err and f"git blob {fetch.git_blob_id(origin)} differs from" in err
 
 
 def test_a_file_changed_after_the_download_stops_the_evaluation(tmp_path, monkeypatch):
@@ -236,7 +234,7 @@ def test_a_file_changed_after_the_download_stops_the_evaluation(tmp_path, monkey
     origin = tmp_path / "origin" / "valid.arc_c.parquet"
     origin.parent.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), origin)
-    source = download.Source(
+    source = fetch.Source(
         "luffy_arc_c",
         "url",
         origin.as_uri(),
@@ -245,7 +243,7 @@ def test_a_file_changed_after_the_download_stops_the_evaluation(tmp_path, monkey
         revision="0" * 40,
         sha256=hashlib.sha256(origin.read_bytes()).hexdigest(),
     )
-    monkeypatch.setattr(download, "SOURCES", (source,))
+    monkeypatch.setattr(fetch, "SOURCES", (source,))
     out = tmp_path / "hf"
     assert main(["download", "--out", str(out)]) == 0
     docs, info = load_docs_with_info(get_benchmark("arc_c"), out / "files")
@@ -278,7 +276,7 @@ def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path
 
     waits: list[float] = []
     monkeypatch.setattr(retries, "_sleep", waits.append)
-    real = download.FETCHERS["url"]
+    real = fetch.FETCHERS["url"]
     failures = iter(
         [
             ConnectionResetError("reset by peer"),
@@ -292,7 +290,7 @@ def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path
             raise err
         return real(source, out)
 
-    monkeypatch.setitem(download.FETCHERS, "url", flaky)
+    monkeypatch.setitem(fetch.FETCHERS, "url", flaky)
     out = tmp_path / "hf"
     assert main(["download", "--out", str(out), "--only", "exgrpo_test_id"]) == 0
     assert waits == [retries.BACKOFF_S, 2 * retries.BACKOFF_S]  # two retries, the delay doubled
@@ -301,13 +299,13 @@ def test_transient_failures_are_retried_with_backoff_then_name_the_file(tmp_path
         raise TimeoutError("timed out")
 
     waits.clear()
-    monkeypatch.setitem(download.FETCHERS, "url", down)
+    monkeypatch.setitem(fetch.FETCHERS, "url", down)
     with pytest.raises(
-        download.DownloadError,
+        fetch.DownloadError,
         match=r"exgrpo_test_id \(https://.*\): download failed after 5 "
         r"attempts; last error: TimeoutError: timed out",
     ):
-        download.download_data(out, download.select_sources("exgrpo_test_id"))
+        fetch.download_data(out, fetch.select_sources("exgrpo_test_id"))
     assert len(waits) == retries.RETRIES
 
 
@@ -320,9 +318,9 @@ def test_permanent_failures_are_not_retried(tmp_path, fake_fetchers, monkeypatch
     def missing(source, out):
         raise urllib.error.HTTPError("u", 404, "Not Found", {}, None)
 
-    monkeypatch.setitem(download.FETCHERS, "url", missing)
+    monkeypatch.setitem(fetch.FETCHERS, "url", missing)
     with pytest.raises(urllib.error.HTTPError):
-        download.download_data(tmp_path, download.select_sources("exgrpo_test_id"))
+        fetch.download_data(tmp_path, fetch.select_sources("exgrpo_test_id"))
     assert waits == []
 
 
@@ -334,9 +332,7 @@ def test_a_changed_model_file_is_refused_by_name(tmp_path, monkeypatch, capsys):
     (snapshot / "config.json").write_text("{}")
     (snapshot / "sub" / "model.safetensors").write_bytes(b"\0" * 10)
     seen = []
-    monkeypatch.setattr(
-        download, "fetch_model", lambda hf_id, out, revision: seen.append(revision) or snapshot
-    )
+    monkeypatch.setattr(fetch, "fetch_model", lambda hf_id, out, revision: seen.append(revision) or snapshot)
     out, lock = tmp_path / "hf", tmp_path / "locks" / "m.json"
     argv = [
         "download",

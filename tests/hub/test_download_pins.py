@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from exgrpo.cli import main
-from exgrpo.hub import download
+from exgrpo.hub import fetch
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
@@ -37,11 +37,11 @@ def fake_hub(tmp_path, monkeypatch):
     asked: list[str | None] = []
     hub = tmp_path / "hub"
 
-    def fetch(hf_id, out, revision):
+    def fake_fetch(hf_id, out, revision):
         asked.append(revision)
         return _snapshot(hub, revision or COMMIT_A)
 
-    monkeypatch.setattr(download, "fetch_model", fetch)
+    monkeypatch.setattr(fetch, "fetch_model", fake_fetch)
     return asked
 
 
@@ -68,7 +68,7 @@ def test_every_paper_backbone_names_its_revision_and_the_docs_list_the_unpinned(
         assert "revision" in entry, name  # explicit: a commit, or null
         assert entry["revision"] is None or re.fullmatch(r"[0-9a-f]{40}", entry["revision"]), name
     unpinned = {entry["hf_id"] for entry in paper.values() if entry["revision"] is None}
-    train = [s for s in download.SOURCES if s.kind == "hf_dataset"]
+    train = [s for s in fetch.SOURCES if s.kind == "hf_dataset"]
     unpinned |= {s.ref for s in train if s.revision is None}
     cluster = (ROOT / "docs" / "cluster.md").read_text()
     section = (
@@ -124,7 +124,7 @@ def test_a_lock_without_a_commit_is_completed_by_pin_and_a_changed_file_refused(
     lock.parent.mkdir()
     files = {"config.json": hashlib.sha256(b"{}").hexdigest(), "model.safetensors": "0" * 64}
     lock.write_text(json.dumps({"what": "Org/M", "files": files}))  # a lock of the files only
-    monkeypatch.setattr(download, "fetch_model", lambda hf_id, out, revision: _snapshot(tmp_path, COMMIT_B))
+    monkeypatch.setattr(fetch, "fetch_model", lambda hf_id, out, revision: _snapshot(tmp_path, COMMIT_B))
     assert main(_model(tmp_path, "--pin")) == 1  # the weights' bytes differ from the lock
     assert "model.safetensors has sha256" in capsys.readouterr().err
     assert "revision" not in json.loads(lock.read_text())  # a refused download pins nothing
@@ -143,11 +143,11 @@ def test_pin_needs_a_lock(tmp_path, fake_hub, capsys):
 @pytest.fixture
 def fake_dataset_hub(tmp_path, monkeypatch):
     """The training set only, from a fake hub (`main` at COMMIT_A): a snapshot holding one parquet file."""
-    (train,) = [s for s in download.SOURCES if s.kind == "hf_dataset" and s.data == "math"]
-    monkeypatch.setattr(download, "SOURCES", (train,))
+    (train,) = [s for s in fetch.SOURCES if s.kind == "hf_dataset" and s.data == "math"]
+    monkeypatch.setattr(fetch, "SOURCES", (train,))
     asked: list[str | None] = []
 
-    def fetch(repo, out, revision):
+    def fake_fetch(repo, out, revision):
         asked.append(revision)
         snap = tmp_path / "dhub" / "snapshots" / (revision or COMMIT_A)
         (snap / "data").mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ def fake_dataset_hub(tmp_path, monkeypatch):
         )
         return snap
 
-    monkeypatch.setattr(download, "fetch_dataset_snapshot", fetch)
+    monkeypatch.setattr(fetch, "fetch_dataset_snapshot", fake_fetch)
     return asked
 
 
@@ -180,14 +180,14 @@ def test_a_changed_training_file_is_refused_by_name(tmp_path, fake_dataset_hub, 
     locks = tmp_path / "locks"
     argv = ["download", "--out", str(tmp_path / "hf"), "--lock-dir", str(locks), "--pin"]
     assert main(argv) == 0
-    real = download.fetch_dataset_snapshot
+    real = fetch.fetch_dataset_snapshot
 
     def changed(repo, out, revision):
         snap = real(repo, out, revision)
         pq.write_table(pa.table({"prompt": ["other"]}), snap / "data" / "train-00000-of-00001.parquet")
         return snap
 
-    monkeypatch.setattr(download, "fetch_dataset_snapshot", changed)
+    monkeypatch.setattr(fetch, "fetch_dataset_snapshot", changed)
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "ChecksumError" in err and "data/train-00000-of-00001.parquet has sha256" in err

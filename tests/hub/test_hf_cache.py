@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from exgrpo.core.config import ConfigError
-from exgrpo.hub import download as D
+from exgrpo.hub import fetch as D
 from exgrpo.hub import layout, retries, tiny
 from exgrpo.testbed.models import load_backbones
 

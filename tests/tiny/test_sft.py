@@ -14,7 +14,7 @@ from exgrpo.core.config import ConfigError
 from exgrpo.testbed import models, task
 from exgrpo.testbed import splits as tiny_splits
 from exgrpo.testbed.tokenizer import build_tokenizer
-from exgrpo.tiny.sft import NoisyTeacherStream, SFTSettings, collate, evaluate, lr_at, train_sft
+from exgrpo.tiny.sft_trainer import NoisyTeacherStream, SFTSettings, collate, evaluate, lr_at, train_sft
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from exgrpo.core.config import ConfigError
-from exgrpo.workflow.studies import study_rows
+from exgrpo.workflow.study_table import study_rows
 from exgrpo.workflow.workflow_config import load_config, target_studies
 
 ROOT = Path(__file__).resolve().parents[2]

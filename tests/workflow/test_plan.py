@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from exgrpo.workflow.plan import build_plan, local_rules, parse_dry_run
+from exgrpo.workflow.job_plan import build_plan, local_rules, parse_dry_run
 
 DRY = """
 rule a:

@@ -89,7 +89,7 @@ rule download_chat_if:
 
 
 # Paper §5.3 (Table 2): the downloaded WildChat-IF rows (hub columns) as verl's prompt parquet: `prompt` messages
-# (verl applies the backbone's chat template itself), a `qid` from the row's id (exgrpo.hub.chat_prompts).
+# (verl applies the backbone's chat template itself), a `qid` from the row's id (exgrpo.hub.chat_prompt_rows).
 rule chat_prompts:
     input:
         manifest=chat_if_manifest(),
