@@ -41,6 +41,7 @@ from typing import Any
 
 import ray
 import torch
+from fastapi import FastAPI, HTTPException, Request  # the verl extra's; module level: FastAPI reads the annotation
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, RolloutReplicaRegistry
 
 ENGINE = "vllm"
@@ -95,7 +96,6 @@ class RewardModelServer:
 
     async def launch(self) -> str:
         """Start the HTTP server on this node's address; returns `host:port`."""
-        from fastapi import FastAPI, Request
         from verl.utils.net_utils import is_valid_ipv6_address
         from verl.workers.rollout.utils import run_uvicorn
 
@@ -104,10 +104,8 @@ class RewardModelServer:
         async def classify(request: Request) -> dict[str, Any]:
             body = await request.json()
             raw = body.get("input")
-            texts = [raw] if isinstance(raw, str) else list(raw or [])
+            texts = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, list) else []
             if not texts or not all(isinstance(t, str) for t in texts):
-                from fastapi import HTTPException
-
                 raise HTTPException(status_code=400, detail="'input' must be a string or a list of strings")
             scores = await asyncio.to_thread(self.score, texts)
             return classify_response(self.model_path, scores, bool(body.get("use_activation", True)))
