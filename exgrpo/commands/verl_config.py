@@ -165,7 +165,8 @@ def run_fingerprint(
     if device != "cuda":
         parts["device"] = device
     served = flat.get("reward.reward_model.model_path")
-    if served and Path(served).is_dir():  # a local reward model (tiny-rm-h32 is rebuilt in place): its weights
+    # a local reward model (tiny-rm-h32 is rebuilt in place): its weights
+    if served and Path(served).is_dir():
         parts["reward_model"] = {"path": str(served), "weights": weights_digest(served)}
     return fingerprint(parts), parts
 

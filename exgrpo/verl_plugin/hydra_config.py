@@ -202,7 +202,8 @@ def _trainer_keys(
     from exgrpo.settings.trainer_settings import trainer_overrides
 
     keys = trainer_overrides(trainer, int(backbone["max_prompt_length"]))
-    if "trainer.test_freq" in taken:  # a served reward model turns validation off (reward_serving.reward_keys)
+    # a served reward model turns validation off (reward_serving.reward_keys)
+    if "trainer.test_freq" in taken:
         keys.pop("trainer.test_freq", None)
     if taken & set(keys):
         raise AssertionError(f"verl keys written twice: {sorted(taken & set(keys))}")

@@ -65,7 +65,8 @@ def reward_keys(
     label = reward_model.get("label") or reward_model["path"]
     if reward_model.get("scale") == "tiny" and device != "cpu":
         raise ConfigError(
-            "reward_model", f"{label} is a tiny-scale reward model: it is served in the CPU mode only (--device cpu)"
+            "reward_model",
+            f"{label} is a tiny-scale reward model: it is served in the CPU mode only (--device cpu)",
         )
     serve = reward_model.get("serve") or {}
     rm = "reward.reward_model"

@@ -185,7 +185,9 @@ def _row(tokenizer, chat: list[dict], response: str):
 
     text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
     prompt = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
-    resp = torch.tensor([tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]])
+    resp = torch.tensor(
+        [tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]]
+    )
     mask = torch.ones(1, prompt.shape[1] + resp.shape[1], dtype=torch.long)
     raw = np.empty(1, dtype=object)
     raw[0] = chat
@@ -193,7 +195,9 @@ def _row(tokenizer, chat: list[dict], response: str):
     return DataProto(batch=batch, non_tensor_batch={"raw_prompt": raw})
 
 
-def test_verls_client_scoring_through_the_cpu_server_gets_the_direct_transformers_scores(tmp_path, monkeypatch):
+def test_verls_client_scoring_through_the_cpu_server_gets_the_direct_transformers_scores(
+    tmp_path, monkeypatch
+):
     from exgrpo.verl_plugin.cpu import rm_server
 
     log = tmp_path / "rm.jsonl"
@@ -209,7 +213,9 @@ def test_verls_client_scoring_through_the_cpu_server_gets_the_direct_transformer
     got = asyncio.run(served())
     want = _direct_scores([_rendered(chat, response) for chat, response in CHATS])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert len(set(np.round(want, 6))) == len(want)  # distinct texts, distinct scores: the test can tell rows apart
+    assert len(set(np.round(want, 6))) == len(
+        want
+    )  # distinct texts, distinct scores: the test can tell rows apart
     logged = [json.loads(line) for line in log.read_text().splitlines()]
     assert sorted(r["input"] for r in logged) == sorted(_rendered(c, r) for c, r in CHATS)
 
@@ -235,7 +241,9 @@ def test_the_server_answers_vllms_classify_schema_and_refuses_a_bad_input():
     assert (s1, s2, s3) == (200, 200, 400)
     logits = _direct_scores(texts)
     assert [d["probs"] for d in raw["data"]] == [[pytest.approx(v, abs=1e-6)] for v in logits]
-    assert act["data"][0]["probs"][0] == pytest.approx(1 / (1 + np.exp(-logits[0])), abs=1e-6)  # vLLM's default
+    assert act["data"][0]["probs"][0] == pytest.approx(
+        1 / (1 + np.exp(-logits[0])), abs=1e-6
+    )  # vLLM's default
 
 
 def test_a_hub_cache_repo_id_serves_the_same_model(tmp_path):
@@ -256,7 +264,9 @@ def test_a_hub_cache_repo_id_serves_the_same_model(tmp_path):
         [sys.executable, "-c", code, json.dumps(texts)], capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    np.testing.assert_allclose(json.loads(done.stdout.strip().splitlines()[-1]), _direct_scores(texts), atol=1e-6)
+    np.testing.assert_allclose(
+        json.loads(done.stdout.strip().splitlines()[-1]), _direct_scores(texts), atol=1e-6
+    )
 
 
 def test_scores_bucket_by_the_cores_reward_std_keys_on_hand_values():
@@ -272,4 +282,8 @@ def test_scores_bucket_by_the_cores_reward_std_keys_on_hand_values():
     ]
     keys, correct = bucket_keys(groups, cfg)
     assert keys == [4, 0, 2]
-    assert [c.tolist() for c in correct] == [[False, True, False, True], [False] * 4, [False, True, False, True]]
+    assert [c.tolist() for c in correct] == [
+        [False, True, False, True],
+        [False] * 4,
+        [False, True, False, True],
+    ]

@@ -41,7 +41,9 @@ from typing import Any
 
 import ray
 import torch
-from fastapi import FastAPI, HTTPException, Request  # the verl extra's; module level: FastAPI reads the annotation
+
+# module level: FastAPI resolves the handler's `Request` annotation by name (fastapi is in the verl extra)
+from fastapi import FastAPI, HTTPException, Request
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, RolloutReplicaRegistry
 
 ENGINE = "vllm"
