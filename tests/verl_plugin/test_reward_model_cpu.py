@@ -155,8 +155,10 @@ def _rendered(chat: list[dict], response: str) -> str:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(RM)
-    text = tok.apply_chat_template(
-        [*chat, {"role": "assistant", "content": response}], tokenize=False, add_generation_prompt=False
+    text = str(
+        tok.apply_chat_template(
+            [*chat, {"role": "assistant", "content": response}], tokenize=False, add_generation_prompt=False
+        )
     )
     return text[len(tok.bos_token) :] if tok.bos_token and text.startswith(tok.bos_token) else text
 
@@ -287,3 +289,27 @@ def test_scores_bucket_by_the_cores_reward_std_keys_on_hand_values():
         [False] * 4,
         [False, True, False, True],
     ]
+
+
+def test_only_the_cpu_mode_puts_the_cpu_server_behind_verls_vllm_entry(monkeypatch):
+    """The replica registry's `vllm` entry: verl's own outside the CPU mode; in it, a reward-model replica is the
+    CPU server's (a policy replica stays verl's vLLMReplica, which needs vLLM and is not built here)."""
+    from verl.workers.config import RolloutConfig
+    from verl.workers.rollout.replica import RolloutReplicaRegistry, get_rollout_replica_class
+
+    from exgrpo.verl_plugin import cpu
+    from exgrpo.verl_plugin.cpu import rm_server
+
+    registry = RolloutReplicaRegistry._registry  # restored by monkeypatch after the test
+    monkeypatch.setitem(registry, "vllm", registry["vllm"])
+    verls = registry["vllm"]
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    cpu.register()
+    assert registry["vllm"] is verls
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    cpu.register()
+    config = RolloutConfig(name="vllm", tensor_model_parallel_size=1)
+    replica = get_rollout_replica_class("vllm")(
+        replica_rank=0, config=config, model_config=None, gpus_per_node=1, is_reward_model=True
+    )
+    assert isinstance(replica, rm_server.CPURewardModelReplica) and not replica.rollout_worker_use_gpu()

@@ -174,12 +174,24 @@ class RewardModelOrVLLMReplica:
     """The replica class `RolloutReplicaRegistry.get("vllm")` returns in the CPU mode: constructing it gives a
     `CPURewardModelReplica` for a reward model and verl's `vLLMReplica` otherwise (module docstring)."""
 
-    def __new__(cls, *args: Any, is_reward_model: bool = False, **kwargs: Any) -> Any:  # noqa: D102
+    def __new__(
+        cls,
+        replica_rank: int,
+        config: Any,
+        model_config: Any,
+        gpus_per_node: int = 8,
+        is_reward_model: bool = False,
+        is_teacher_model: bool = False,
+        name_suffix: str = "",
+    ) -> Any:
+        """RolloutReplica's constructor arguments, handed on unchanged."""
+        args = dict(replica_rank=replica_rank, config=config, model_config=model_config)
+        args.update(gpus_per_node=gpus_per_node, is_teacher_model=is_teacher_model, name_suffix=name_suffix)
         if is_reward_model:
-            return CPURewardModelReplica(*args, is_reward_model=True, **kwargs)
+            return CPURewardModelReplica(**args, is_reward_model=True)
         from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMReplica
 
-        return vLLMReplica(*args, is_reward_model=False, **kwargs)
+        return vLLMReplica(**args, is_reward_model=False)
 
 
 def register() -> None:
