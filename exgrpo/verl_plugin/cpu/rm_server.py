@@ -119,6 +119,7 @@ class RewardModelServer:
         return self._address
 
     def score(self, texts: list[str]) -> list[float]:
+        """The scores of `texts` (score_texts), one batch at a time; logged when EXGRPO_CPU_RM_LOG is set."""
         with self._lock:
             scores = score_texts(self.model, self.tokenizer, texts)
         path = os.environ.get(LOG_ENV)
@@ -129,12 +130,15 @@ class RewardModelServer:
         return scores
 
     def get_server_address(self) -> str | None:
+        """`host:port` of the running server (None before `launch`)."""
         return self._address
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
-        return None  # the weights stay in host memory
+        """verl wakes the reward model before each scoring call: nothing to do, the weights stay in host memory."""
+        return None
 
     async def sleep(self) -> None:
+        """verl puts it to sleep after each scoring call: nothing to free on the CPU."""
         return None
 
 
@@ -143,18 +147,22 @@ class CPURewardModelReplica(RolloutReplica):
     worker group: module docstring)."""
 
     def rollout_worker_use_gpu(self) -> bool:
+        """No worker of this replica asks Ray for a GPU."""
         return False
 
     async def init_colocated(self, resource_pool: Any) -> None:
+        """verl's colocated mode (the reward model on the actor's pool): the server only, no worker group."""
         self.rollout_mode = RolloutMode.COLOCATED
         self.resource_pool = resource_pool
         await self.launch_servers()
 
     async def init_standalone(self) -> None:
+        """verl's standalone mode (`enable_resource_pool`): the same server, no pool of its own on the CPU."""
         self.rollout_mode = RolloutMode.STANDALONE
         await self.launch_servers()
 
     async def launch_servers(self) -> None:
+        """Start the replica's RewardModelServer actor and its HTTP server; verl reads `_server_address`."""
         path = self.model_config.local_path or self.model_config.path
         server: Any = (  # an actor handle (ray's stubs type ray.remote(cls) as the class itself)
             ray.remote(RewardModelServer)
