@@ -38,7 +38,8 @@ def _add_subject_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--benchmarks",
         required=True,
-        help="comma-separated benchmark names or suites (paper, paper_id, paper_ood, tiny)",
+        help="comma-separated benchmark names or suites (paper, paper_id, paper_ood, tiny); or Table 2's "
+        "ifeval, ifbench, arenahard_v2 (any of them in one call, not with the others)",
     )
     parser.add_argument("--profile", required=True, help="decoding profile: paper, community or tiny")
     parser.add_argument(
@@ -208,18 +209,7 @@ def run(args: argparse.Namespace) -> int:
     settings = _eval_settings(args, profile)
     model_id = str(model_dir.resolve())
     model_args = _model_args(args, model_id, profile)
-
-    def make_lm():
-        if args.threads is not None:
-            import torch
-
-            torch.set_num_threads(args.threads)
-        return backends.build_lm(
-            args.backend,
-            model_args,
-            settings.batch_size,
-            device=args.device if args.backend in ("hf", "tiny") else None,
-        )
+    make_lm = _lm_factory(args, model_args, settings.batch_size)
 
     def model_meta(lm):
         return harness.model_info(lm, model_id, args.revision, args.backend, model_args)
@@ -241,6 +231,26 @@ def run(args: argparse.Namespace) -> int:
         return 2
     _print_results(aggregates)
     return 0
+
+
+def _lm_factory(args: argparse.Namespace, model_args: Any, batch_size: int | str) -> Any:
+    """The backend's LM builder (called once, only when something must be generated): --threads, then
+    `backends.build_lm` with the device of the CPU backends."""
+    from exgrpo.eval import backends
+
+    def make_lm() -> Any:
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        return backends.build_lm(
+            args.backend,
+            model_args,
+            batch_size,
+            device=args.device if args.backend in ("hf", "tiny") else None,
+        )
+
+    return make_lm
 
 
 def _eval_settings(args: argparse.Namespace, profile: DecodingProfile) -> EvalSettings:

@@ -105,7 +105,11 @@ def load_inputs(names: list[str], settings: ChatSettings) -> _Inputs:
 
 
 def _generate(
-    make_lm: Callable[[], Any], inputs: _Inputs, settings: ChatSettings, model_id: str, model_meta: Any
+    make_lm: Callable[[], Any],
+    inputs: _Inputs,
+    settings: ChatSettings,
+    model_id: str,
+    model_meta: Callable[[Any], dict[str, Any]] | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every completion (module docstring, step 2), their token counts and the model's provenance; the LM is
     local to this call, so it can be released when it returns."""
