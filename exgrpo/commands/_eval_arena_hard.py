@@ -71,6 +71,7 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
         profile=args.profile,
         limit=args.limit,
         seed=args.seed,
+        model=policy.model,
     )
     for line in format_summary(summary):
         print(line)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.eval.arena_hard import JudgeBackend, load_benchmark, score_arena_hard
+from exgrpo.eval.cache import model_record
 
 
 def _text(reply: Any) -> str:
@@ -47,8 +48,15 @@ def run_arena_hard(
     profile: str = "paper",
     limit: int | None = None,
     seed: int = 0,
+    model: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Answer, judge, score and write the result files; returns the result (without the per-game records)."""
+    """Answer, judge, score and write the result files; returns the result (without the per-game records).
+
+    `model`: the policy's folder (or hub id); the result file records it as `provenance.model` with its weights'
+    digest (`final_model_sha256`, exgrpo.eval.cache.model_record), as every eval file does."""
+    named = (
+        model_record(model) if model is not None else None
+    )  # a folder without weights fails before any answer
     questions, baselines = load_benchmark(folder)
     questions = questions[:limit] if limit is not None else questions
     replies = list(policy([[{"role": "user", "content": q.prompt}] for q in questions]))
@@ -63,6 +71,8 @@ def run_arena_hard(
             fh.write(json.dumps({"uid": q.uid, "category": q.category, "answer": answers[q.uid]}) + "\n")
     summary = {k: v for k, v in result.items() if k != "records"}
     payload = {"benchmark": "arenahard_v2", "profile": profile, **summary, "records": result["records"]}
+    if named is not None:
+        payload["provenance"] = {"model": named}
     text = json.dumps(_nan_to_none(payload), indent=2, ensure_ascii=False, allow_nan=False)
     (out / f"arenahard_v2.{profile}.json").write_text(text + "\n", encoding="utf-8")
     return summary

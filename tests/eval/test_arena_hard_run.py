@@ -3,6 +3,7 @@ the command layer's wiring with the judge engine's vLLM call replaced."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -52,6 +53,16 @@ def test_policy_count_mismatch(tmp_path: Path) -> None:
         run_arena_hard(FIXTURE, lambda convs: [], _judge_prefers_baseline, tmp_path)
 
 
+def test_a_policy_folder_without_weights_is_refused_before_any_answer(tmp_path: Path) -> None:
+    asked: list[object] = []
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no model weights"):
+        run_arena_hard(
+            FIXTURE, asked.append, _judge_prefers_baseline, tmp_path / "o", model=tmp_path / "empty"
+        )
+    assert asked == [] and not (tmp_path / "o").exists()
+
+
 def test_cli_route_with_the_engine_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from exgrpo import cli
     from exgrpo.prelim import judge_engine
@@ -68,6 +79,8 @@ def test_cli_route_with_the_engine_replaced(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(judge_engine, "vllm_chat", fake_vllm_chat)
     model = tmp_path / "policy"
     model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
     out = tmp_path / "out"
     argv = [
         "eval",
@@ -88,7 +101,11 @@ def test_cli_route_with_the_engine_replaced(tmp_path: Path, monkeypatch: pytest.
     ]
     assert cli.main(argv) == 0
     assert calls == [str(model.resolve()), "tiny-judge"]  # policy first, then the judge
-    assert json.loads((out / "arenahard_v2.paper.json").read_text())["score"] == 0.0
+    saved = json.loads((out / "arenahard_v2.paper.json").read_text())
+    assert saved["score"] == 0.0
+    # the policy's weights by hand: its weight and config files in name order, each name, NUL, its bytes
+    digest = hashlib.sha256(b"config.json\0{}" + b"model.safetensors\0weights").hexdigest()
+    assert saved["provenance"]["model"] == {"path": str(model.resolve()), "final_model_sha256": digest}
 
 
 def test_cli_route_refuses_mixed_benchmarks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
