@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.eval.arena_hard import JudgeBackend, Question, load_benchmark, score_arena_hard
+from exgrpo.eval.cache import model_record
 from exgrpo.eval.chat_generation import ChatPolicy, complete
 
 
@@ -95,13 +96,21 @@ def run_arena_hard(
     profile: str = "paper",
     limit: int | None = None,
     seed: int = 0,
+    model: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Answer (one greedy-or-not reply per question, as `policy` decodes), judge, score and write the result
-    files; returns the result (without the per-game records)."""
+    """Answer (one reply per question, as `policy` decodes), judge, score and write the result files; returns the
+    result (without the per-game records).
+
+    `model`: the policy's folder (or hub id); the result file records it as `provenance.model` with its weights'
+    digest (`final_model_sha256`, exgrpo.eval.cache.model_record), as every eval file does."""
+    named = (
+        model_record(model) if model is not None else None
+    )  # a folder without weights fails before any answer
     questions, baselines = load_arena(folder, limit)
     replies = complete(policy, [q.prompt for q in questions])
     answers = {q.uid: r[0] for q, r in zip(questions, replies, strict=True)}
-    return judge_and_write(questions, baselines, answers, judge, out, profile=profile, seed=seed)
+    meta = {"provenance": {"model": named}} if named is not None else None
+    return judge_and_write(questions, baselines, answers, judge, out, profile=profile, seed=seed, meta=meta)
 
 
 def format_summary(summary: dict[str, Any]) -> list[str]:

@@ -72,6 +72,8 @@ class _Inputs:
 
     if_sets: list[IFRows]
     arena: tuple[list[Question], dict[str, dict[str, str]], Path] | None
+    model: dict[str, Any]
+    """`{path, final_model_sha256}` of the evaluated model (cache.model_record), hashed once."""
 
 
 def is_chat(names: list[str]) -> bool:
@@ -87,11 +89,14 @@ def is_chat(names: list[str]) -> bool:
     return bool(chat)
 
 
-def load_inputs(names: list[str], settings: ChatSettings) -> _Inputs:
+def load_inputs(names: list[str], settings: ChatSettings, model_id: str) -> _Inputs:
     """Read and check every benchmark's rows (module docstring, step 1); a malformed row or question is a
-    ConfigError on `--data` naming the file, the row and the field."""
+    ConfigError on `--data` naming the file, the row and the field. The model's weights digest
+    (`final_model_sha256`, the one the reproduction report checks) is taken here: a folder without weights
+    fails before any answer."""
     for name in names:
         settings.profile.k_for(name, settings.k)  # a bad --k stops before any file is read
+    model = cache.model_record(model_id)
     try:
         if_sets = [load_if_rows(n, settings.data_dir, settings.limit) for n in names if n in IF_BENCHMARKS]
         arena = None
@@ -101,7 +106,7 @@ def load_inputs(names: list[str], settings: ChatSettings) -> _Inputs:
             arena = (questions, baselines, folder)
     except (IFRowError, ValueError) as err:  # FileNotFoundError (a missing file) passes on as it is
         raise ConfigError("--data", str(err)) from None
-    return _Inputs(if_sets, arena)
+    return _Inputs(if_sets, arena, model)
 
 
 def _generate(
@@ -135,7 +140,7 @@ def _generate(
         texts = complete(lm_policy(lm, greedy), [q.prompt for q in inputs.arena[0]])
         out["arenahard_v2"] = (texts, None, greedy)
     model = model_meta(lm) if model_meta is not None else {"path": model_id}
-    return out, model
+    return out, {**model, **inputs.model}
 
 
 def release_memory() -> None:
@@ -152,14 +157,15 @@ def release_memory() -> None:
 def _meta(
     name: str, settings: ChatSettings, model_id: str, model: dict[str, Any], gen: dict, data: dict
 ) -> dict:
-    """What an eval file records beside its scores: identity, generation, data and provenance."""
+    """What an eval file records beside its scores: identity, generation, data and provenance (`model` holds
+    `final_model_sha256`, the same digest as `weights`)."""
     k = 1 if name == "arenahard_v2" else settings.profile.k_for(name, settings.k)
     return {
         "limit": settings.limit,
         "model": model_id,
         "backend": settings.backend,
         "prompt_format": "chat",
-        "weights": cache.model_fingerprint(model_id),
+        "weights": model["final_model_sha256"],
         "engines": cache.engine_versions(),
         "generation": gen,
         "data": data,
@@ -182,7 +188,7 @@ def run_chat_benchmarks(
     `judge` (conversations -> replies) is called only after the policy is released."""
     if "arenahard_v2" in names and judge is None:
         raise ConfigError("--benchmarks", "arenahard_v2 needs a judge")
-    inputs = load_inputs(names, settings)
+    inputs = load_inputs(names, settings, model_id)
     generated, model = _generate(make_lm, inputs, settings, model_id, model_meta)
     summaries: dict[str, dict[str, Any]] = {}
     for s in inputs.if_sets:

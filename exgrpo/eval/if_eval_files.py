@@ -101,13 +101,19 @@ def write_if_eval(
     responses: list[list[str]],
     seed: int = 0,
     meta: Mapping[str, Any] | None = None,
+    model: str | Path | None = None,
     n_tokens: list[list[int]] | None = None,
     max_new_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """Score and write the pair; returns the aggregate (its `metrics` holds all four accuracies)."""
+    """Score and write the pair; returns the aggregate (its `metrics` holds all four accuracies).
+
+    `model`: the evaluated model's folder (or hub id); its weights' digest goes into the samples metadata
+    (`weights`) and `provenance.model` (`final_model_sha256`), as the harness records them. `n_tokens`,
+    `max_new_tokens`: the generating backend's token counts and budget (`if_records`)."""
+    named = cache.model_record(model) if model is not None else None  # a folder without weights fails first
     records, four = if_records(benchmark, rows, responses, seed, n_tokens, max_new_tokens)
     k = len(responses[0])
-    full_meta = {
+    full_meta: dict[str, Any] = {
         "benchmark": benchmark,
         "profile": profile,
         "k": k,
@@ -115,6 +121,10 @@ def write_if_eval(
         "split": "probe",
         **(meta or {}),
     }
+    if named is not None:
+        prov = dict(full_meta.get("provenance") or {})
+        prov["model"] = {**(prov.get("model") or {}), **named}
+        full_meta.update(model=named["path"], weights=named["final_model_sha256"], provenance=prov)
     table = cache.records_table(records)
     cache.write_samples(cache.samples_path(out_dir, benchmark, profile), table, full_meta)
     agg = cache.build_aggregate(table, full_meta, dict(full_meta.get("provenance", {})))

@@ -4,6 +4,7 @@ IFEval and IFBench in the same call: tests/eval/test_chat_run.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -53,6 +54,16 @@ def test_policy_count_mismatch(tmp_path: Path) -> None:
         run_arena_hard(FIXTURE, lambda convs: [], _judge_prefers_baseline, tmp_path)
 
 
+def test_a_policy_folder_without_weights_is_refused_before_any_answer(tmp_path: Path) -> None:
+    asked: list[object] = []
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no model weights"):
+        run_arena_hard(
+            FIXTURE, asked.append, _judge_prefers_baseline, tmp_path / "o", model=tmp_path / "empty"
+        )
+    assert asked == [] and not (tmp_path / "o").exists()
+
+
 def test_cli_route_with_the_engines_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_lm
 ) -> None:
@@ -73,7 +84,10 @@ def test_cli_route_with_the_engines_replaced(
 
     monkeypatch.setattr(backends, "build_lm", build_lm)
     monkeypatch.setattr(judge_engine, "vllm_chat", fake_vllm_chat)
-    model = Path(__file__).resolve().parents[2] / "models" / "tiny" / "tiny-math"
+    model = tmp_path / "policy"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
     out = tmp_path / "out"
     argv = ["eval", "--model", str(model), "--benchmarks", "arenahard_v2", "--profile", "paper"]
     argv += [
@@ -89,6 +103,10 @@ def test_cli_route_with_the_engines_replaced(
     assert cli.main(argv) == 0
     assert built == ["hf"] and judged == ["tiny-judge"]  # the policy on the backend, then the judge
     assert json.loads((out / "arenahard_v2.paper.json").read_text())["score"] == 0.0
+    # the policy's weights by hand: its weight and config files in name order, each name, NUL, its bytes
+    digest = hashlib.sha256(b"config.json\0{}" + b"model.safetensors\0weights").hexdigest()
+    named = json.loads((out / "arenahard_v2.paper.json").read_text())["provenance"]["model"]
+    assert (named["path"], named["final_model_sha256"]) == (str(model.resolve()), digest)
 
 
 def test_cli_route_refuses_a_missing_folder(

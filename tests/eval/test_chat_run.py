@@ -188,6 +188,8 @@ def test_two_samples_per_prompt_give_the_hand_counted_accuracies(fake_engines, l
     prov = meta["provenance"]
     assert prov["seed"] == 5 and prov["config"]["k"] == 2 and prov["config"]["profile"]["name"] == "community"
     assert meta["weights"] == cache.model_fingerprint(str(TINY.resolve())) and meta["weights"]
+    assert prov["model"]["final_model_sha256"] == meta["weights"]  # the digest the reproduction report checks
+    assert prov["model"]["path"] == str(TINY.resolve())
     assert meta["data"]["source"] == f"file:{(local_data / 'ifeval.jsonl').resolve()}"
 
 
