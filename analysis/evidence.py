@@ -6,11 +6,14 @@ Two checks over a committed tree (a source and its regimes), each disagreement n
   recomputed from its committed per-sample records with the evaluation's own function
   (exgrpo.eval.metrics.compute_metrics) and must equal the stored number (to 1e-9). maj@k is not
   recomputed: the loader keeps no extracted answers, which it needs;
-- **weights**: an evaluation of a trained run must name the committed run's final weights. An evaluation that
-  records a weights hash (`provenance.model.final_model_sha256`) must carry the run's
-  `summary.final_model_sha256`; the committed evaluations record none (only a fingerprint of file names and
-  sizes), so for them the check is the model path: it must end with the run's `summary.final_model`. The
-  report says how many evaluations were checked by hash and how many by path only.
+- **weights**: an evaluation of a trained run must name the committed run's final weights. The run's digest is
+  its `summary.final_model_sha256`; the evaluation's is its `provenance.model.final_model_sha256` or, in a file
+  written before that field, the `weights` its samples file's metadata records (the same digest,
+  exgrpo.eval.cache.model_fingerprint, which the evaluation cache keys on). When both digests exist they must be
+  equal. When either is missing the cell is named in the report ("no weights hash recorded" for the evaluation,
+  "the run records no weights hash" for the run) and the check falls back to the model path: it must end with
+  the run's `summary.final_model`. The report says how many evaluations were checked by hash and how many by
+  path only.
 
 `exgrpo promote` refuses a rerun with any disagreement.
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import loader
-from analysis.readers import read_json
+from analysis.readers import read_json, read_samples_metadata
 from exgrpo.eval.metrics import compute_metrics
 
 TOLERANCE = 1e-9
@@ -50,6 +53,14 @@ class Evidence:
     cells_without_samples: int = 0
     weights_by_hash: int = 0
     weights_by_path: int = 0
+    path_only: list[tuple[str, str]] = field(default_factory=list)
+    """(evaluation file, why) of each evaluation checked by model path only (`NO_EVAL_HASH`, `NO_RUN_HASH`)."""
+
+
+NO_EVAL_HASH = "no weights hash recorded"
+"""Why a cell is checked by path: its evaluation records no weights digest (a file written before the field)."""
+NO_RUN_HASH = "the run records no weights hash"
+"""Why a cell is checked by path: its run records no final-weights digest."""
 
 
 def _eval_json(root: Path, row: dict) -> Path:
@@ -73,26 +84,38 @@ def _check_scores(path: Path, row: dict, samples: pd.DataFrame, out: Evidence) -
             out.disagreements.append(Disagreement(str(path), name, stored, recomputed))
 
 
-def _check_weights(path: Path, run_json: Path, out: Evidence) -> None:
-    """The evaluation's named model against the committed run's final weights (module doc)."""
-    summary = read_json(run_json).get("summary") or {}
+def _eval_digest(path: Path) -> tuple[str | None, str, str]:
+    """(digest, file, field) of the weights an evaluation names: its aggregate's
+    `provenance.model.final_model_sha256`, else its samples file's metadata `weights` (module doc); digest None
+    when neither records one."""
     model = (read_json(path).get("provenance") or {}).get("model") or {}
-    named = model.get("final_model_sha256")
-    if named is not None:
+    if model.get("final_model_sha256") is not None:
+        return str(model["final_model_sha256"]), str(path), "provenance.model.final_model_sha256"
+    samples = path.with_name(path.name[: -len(".json")] + ".samples.parquet")
+    weights = read_samples_metadata(samples).get("weights") if samples.exists() else None
+    if weights is not None:
+        return str(weights), str(samples), "metadata.weights"
+    return None, str(path), ""
+
+
+def _check_weights(path: Path, run_json: Path, out: Evidence) -> None:
+    """The evaluation's named weights against the committed run's final weights (module doc)."""
+    summary = read_json(run_json).get("summary") or {}
+    run_digest = summary.get("final_model_sha256")
+    named, where, name = _eval_digest(path)
+    if named is not None and run_digest is not None:
         out.weights_by_hash += 1
-        if named != summary.get("final_model_sha256"):
-            out.disagreements.append(
-                Disagreement(
-                    str(path), "provenance.model.final_model_sha256", named, summary.get("final_model_sha256")
-                )
-            )
+        if named != run_digest:
+            out.disagreements.append(Disagreement(where, name, named, run_digest))
         return
-    final, where = summary.get("final_model"), model.get("path")
-    if final is None or where is None:
+    model = (read_json(path).get("provenance") or {}).get("model") or {}
+    final, used = summary.get("final_model"), model.get("path")
+    if final is None or used is None:
         return
     out.weights_by_path += 1
-    if not str(where).rstrip("/").endswith(str(final).rstrip("/")):
-        out.disagreements.append(Disagreement(str(path), "provenance.model.path", where, final))
+    out.path_only.append((str(path), NO_EVAL_HASH if named is None else NO_RUN_HASH))
+    if not str(used).rstrip("/").endswith(str(final).rstrip("/")):
+        out.disagreements.append(Disagreement(str(path), "provenance.model.path", used, final))
 
 
 def check_tree(root: Path, evals: pd.DataFrame, samples: pd.DataFrame, out: Evidence) -> None:
@@ -124,16 +147,23 @@ def check(results: loader.Results) -> Evidence:
 
 
 def markdown(found: Evidence) -> list[str]:
-    """The report's evidence section, as lines."""
+    """The report's evidence section, as lines: what was checked, the evaluations checked by path only and why,
+    then every disagreement."""
     lines = [
         "## Committed cells against their evidence",
         "",
         f"{found.cells_recomputed} committed evaluation cells recomputed from their per-sample records "
         f"(avg@k, pass@k, n_problems; {found.cells_without_samples} without records); {found.weights_by_hash} "
-        f"evaluations checked against their run's final-weights sha256, {found.weights_by_path} by model path "
-        "only (they record no weights hash).",
+        "evaluations checked against their run's final-weights sha256 (the evaluation's "
+        "`provenance.model.final_model_sha256`, or in a file written before that field the `weights` of its "
+        f"samples file's metadata), {found.weights_by_path} by model path only"
+        + (" (named below, with why)." if found.path_only else "."),
         "",
     ]
+    if found.path_only:
+        lines += ["| evaluation checked by model path only | why |", "|---|---|"]
+        lines += [f"| `{path}` | {why} |" for path, why in found.path_only]
+        lines.append("")
     if not found.disagreements:
         return [*lines, "No disagreement.", ""]
     lines += ["| file | field | stored | from its evidence |", "|---|---|---|---|"]
@@ -141,4 +171,13 @@ def markdown(found: Evidence) -> list[str]:
     return [*lines, ""]
 
 
-__all__ = ["TOLERANCE", "Disagreement", "Evidence", "check", "check_tree", "markdown"]
+__all__ = [
+    "NO_EVAL_HASH",
+    "NO_RUN_HASH",
+    "TOLERANCE",
+    "Disagreement",
+    "Evidence",
+    "check",
+    "check_tree",
+    "markdown",
+]

@@ -188,3 +188,27 @@ def read_samples(path: Path) -> pd.DataFrame:
     frame["problem_id"] = frame["problem_id"].astype(str)
     frame["score"] = frame["score"].astype(float)
     return frame
+
+
+SAMPLES_META_KEY = b"exgrpo"
+"""The samples file's key-value metadata entry (exgrpo.eval.cache.META_KEY, the contract's; results/README.md)."""
+
+
+def read_samples_metadata(path: Path) -> dict[str, Any]:
+    """The JSON metadata of a per-sample evaluation file (how it was made: model, its weights' digest, settings);
+    an empty dict for a file without it, ResultsError for a corrupt one. Reads the parquet footer only."""
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(SAMPLES_META_KEY)
+    except (pa.ArrowException, OSError) as err:
+        raise ResultsError(path, "<file>", f"corrupt or truncated parquet ({err})") from None
+    if raw is None:
+        return {}
+    try:
+        meta = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ResultsError(path, SAMPLES_META_KEY.decode(), f"corrupt metadata JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise ResultsError(
+            path, SAMPLES_META_KEY.decode(), f"expected a JSON object, got {type(meta).__name__}"
+        )
+    return meta

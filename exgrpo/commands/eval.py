@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exgrpo.commands import _eval_arena_hard as eval_arena_hard
+from exgrpo.commands import _eval_chat as eval_chat
 from exgrpo.commands._flags import deprecated_alias
 from exgrpo.core.config import ConfigError
 
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_input_flags(parser)
     _add_engine_flags(parser)
     _add_grading_flags(parser)
-    eval_arena_hard.add_arguments(parser)
+    eval_chat.add_arguments(parser)
 
 
 def _add_subject_flags(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +38,8 @@ def _add_subject_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--benchmarks",
         required=True,
-        help="comma-separated benchmark names or suites (paper, paper_id, paper_ood, tiny)",
+        help="comma-separated benchmark names or suites (paper, paper_id, paper_ood, tiny); or Table 2's "
+        "ifeval, ifbench, arenahard_v2 (any of them in one call, not with the others)",
     )
     parser.add_argument("--profile", required=True, help="decoding profile: paper, community or tiny")
     parser.add_argument(
@@ -180,19 +181,20 @@ def _batch_size(value: str | None, backend: str) -> int | str:
 
 def run(args: argparse.Namespace) -> int:
     """Check the flags (before any model loads), evaluate through the harness, print the results; 2 on a cache
-    error. Arena-Hard goes to its own route (`_eval_arena_hard`)."""
+    error. Table 2's benchmarks (ifeval, ifbench, arenahard_v2) go to their own route (`_eval_chat`), on the
+    same backend."""
     from exgrpo.eval import backends, harness
     from exgrpo.eval.benchmarks import parse_benchmarks
     from exgrpo.eval.cache import CacheError
     from exgrpo.eval.chat_benchmarks import refuse_unscored
+    from exgrpo.eval.chat_run import is_chat
     from exgrpo.eval.profiles import get_profile
 
     names = [b.strip() for b in str(args.benchmarks).split(",")]
-    if "arenahard_v2" in names:
-        return eval_arena_hard.run(args, names)
     profile = get_profile(args.profile)
     refuse_unscored(names)
-    benchmarks = parse_benchmarks(args.benchmarks)
+    chat = is_chat(names)
+    benchmarks = [] if chat else parse_benchmarks(args.benchmarks)
     if args.backend not in backends.BACKENDS:
         raise ConfigError(
             "backend", f"unknown backend {args.backend!r}; known: {', '.join(backends.BACKENDS)}"
@@ -207,19 +209,13 @@ def run(args: argparse.Namespace) -> int:
     settings = _eval_settings(args, profile)
     model_id = str(model_dir.resolve())
     model_args = _model_args(args, model_id, profile)
+    make_lm = _lm_factory(args, model_args, settings.batch_size)
 
-    def make_lm():
-        if args.threads is not None:
-            import torch
+    def model_meta(lm):
+        return harness.model_info(lm, model_id, args.revision, args.backend, model_args)
 
-            torch.set_num_threads(args.threads)
-        return backends.build_lm(
-            args.backend,
-            model_args,
-            settings.batch_size,
-            device=args.device if args.backend in ("hf", "tiny") else None,
-        )
-
+    if chat:
+        return eval_chat.run(args, names, make_lm, model_id, model_meta)
     try:
         aggregates = harness.evaluate_model(
             make_lm,
@@ -227,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
             settings,
             args.out,
             model_id,
-            model_meta=lambda lm: harness.model_info(lm, model_id, args.revision, args.backend, model_args),
+            model_meta=model_meta,
             progress=not args.no_progress,
         )
     except CacheError as err:
@@ -235,6 +231,26 @@ def run(args: argparse.Namespace) -> int:
         return 2
     _print_results(aggregates)
     return 0
+
+
+def _lm_factory(args: argparse.Namespace, model_args: Any, batch_size: int | str) -> Any:
+    """The backend's LM builder (called once, only when something must be generated): --threads, then
+    `backends.build_lm` with the device of the CPU backends."""
+    from exgrpo.eval import backends
+
+    def make_lm() -> Any:
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        return backends.build_lm(
+            args.backend,
+            model_args,
+            batch_size,
+            device=args.device if args.backend in ("hf", "tiny") else None,
+        )
+
+    return make_lm
 
 
 def _eval_settings(args: argparse.Namespace, profile: DecodingProfile) -> EvalSettings:

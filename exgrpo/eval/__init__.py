@@ -7,6 +7,9 @@
 - `grading`: grading cached completions with the core's reward (shared by eval and regrade).
 - `cache`: per-sample parquet records and aggregate JSON (results layout contract).
 - `metrics`: avg@k, unbiased pass@k, maj@k, bootstrap CI, ID/OOD averages (pure functions).
+- `chat_run`: Table 2's benchmarks (IFEval, IFBench, Arena-Hard v2.0) in one call on the same backends: inputs
+  (`chat_inputs`), the shared chat rows -> completions step (`chat_generation`), the IF scorers and eval files
+  (`ifeval_scorer`, `ifbench_scorer`, `if_eval_files`), the Arena-Hard judge (`arena_hard*`).
 
 Submodules are imported on use; importing this package loads neither lm-eval nor torch.
 """

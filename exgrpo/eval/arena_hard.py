@@ -33,12 +33,13 @@ from exgrpo.eval.arena_hard_protocol import (
     question_scores,
 )
 from exgrpo.eval.arena_hard_style import style_controlled, style_features
+from exgrpo.eval.chat_benchmarks import CHAT_BENCHMARKS
 from exgrpo.records.io import read_jsonl
 
-HUB_DATASET = "lmarena-ai/arena-hard-auto"
+HUB_DATASET = str(CHAT_BENCHMARKS["arenahard_v2"].hub_id)
 """Where v2.0's questions and baseline answers are published (inferred; read from the hub cache like other
-hub data, never downloaded by the scorer)."""
-DATA_SUBDIR = "data/arena-hard-v2.0"
+hub data, never downloaded by the scorer: exgrpo.eval.chat_inputs)."""
+DATA_SUBDIR = str(CHAT_BENCHMARKS["arenahard_v2"].hub_files)
 """v2.0's folder inside that repository: `question.jsonl` and `model_answer/<baseline>.jsonl`."""
 
 JudgeBackend = Callable[[list[list[dict[str, str]]]], Sequence[Any]]

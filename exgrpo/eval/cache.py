@@ -12,7 +12,8 @@ A file is complete when both exist: the parquet is replaced atomically and the J
 so an interrupted run never leaves an aggregate without its samples.
 
 Nothing stale: the metadata records `weights`, the fingerprint of the evaluated model's weights and
-config (`model_fingerprint`), next to the decoding settings; `cache_state` treats a file made from
+config (`model_fingerprint`; the aggregate's `provenance.model.final_model_sha256` is the same digest), next to
+the decoding settings; `cache_state` treats a file made from
 other weights or settings as missing, so a retrained model is evaluated again, never read from the
 samples of the model it replaced.
 """
@@ -178,12 +179,21 @@ def write_aggregate(path: str | Path, aggregate: dict[str, Any]) -> None:
 
 
 def model_fingerprint(model: str | Path) -> str | None:
-    """sha256 of a local model folder's weights and config.json (exgrpo.settings.resolve.weights_digest); None
-    for a model that is not a local folder (a hub id: its revision is the identity)."""
+    """sha256 of a local model folder's weights and config.json (exgrpo.records.fingerprints.weights_digest, the
+    digest a training run records as `summary.final_model_sha256`); None for a model that is not a local folder (a
+    hub id: its revision is the identity). The one digest of evaluated weights: the samples metadata's `weights`
+    and every eval file's `provenance.model.final_model_sha256` are this."""
     from exgrpo.records.fingerprints import weights_digest
 
     path = Path(model)
     return weights_digest(path) if path.is_dir() else None
+
+
+def model_record(model: str | Path) -> dict[str, Any]:
+    """`{path, final_model_sha256}` of an evaluated model, the core of an eval file's `provenance.model`: the
+    digest (`model_fingerprint`) lets the reproduction report check the file against its run's final weights
+    (analysis.evidence). The harness records the same digest from its cache identity, hashed once."""
+    return {"path": str(model), "final_model_sha256": model_fingerprint(model)}
 
 
 ENGINE_PACKAGES = ("torch", "transformers", "vllm", "lm-eval", "verl")

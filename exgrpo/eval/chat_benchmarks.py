@@ -3,11 +3,15 @@
 The paper evaluates its continuous-reward runs on ArenaHardV2, IFEval and IFBench and says nothing more (no
 hub ids, versions, judges or metrics). They are registered here with what is known, so a study can name them
 (`benchmarks.chat_if` in config/config.yaml) and the workflow plans their evaluation jobs. `scored` says whether a
-scorer exists: Arena-Hard v2's does and `exgrpo eval` runs it (exgrpo.eval.arena_hard); IFEval's and IFBench's do
-(exgrpo.eval.ifeval_scorer, exgrpo.eval.ifbench_scorer: a pure function from a hub row and a response to strict
-and loose verdicts, and the four accuracies; exgrpo.eval.if_eval_files writes the eval file pair), but `exgrpo
-eval` still refuses these two by name (`NOT_GENERATED`): the harness's benchmarks are question/answer documents
-graded per sample, and nothing yet feeds a hub row's `prompt` through the backends to the scorer.
+scorer exists: all three have one (exgrpo.eval.arena_hard: a pairwise judge; exgrpo.eval.ifeval_scorer,
+exgrpo.eval.ifbench_scorer: a pure function from a hub row and a response to strict and loose verdicts), and
+`exgrpo eval` runs them, all three in one call if asked (exgrpo.eval.chat_run): every prompt goes through the
+backend as one user turn of the backbone's chat template (exgrpo.eval.chat_generation), the IF sets are scored
+and written as an eval file pair (exgrpo.eval.if_eval_files), Arena-Hard's answers are judged last.
+`NOT_GENERATED` is empty: a benchmark scored but without a generation path would be refused there by name.
+Where the rows come from: `hub_id` (read from the hub cache, offline, as lm-eval's `ifeval` task reads
+google/IFEval by repo id) and `hub_files` (the rows inside that repo), unless `--data` holds a local copy
+(exgrpo.eval.chat_inputs).
 
 What is known, and what is inferred (the setup §5.3 follows is RLMT's: WildChat-IF prompts, the Skywork reward
 model, these three benchmarks):
@@ -44,6 +48,10 @@ class ChatBenchmark:
     """Prompts in the set, where known."""
     scored: bool = False
     """A scorer exists (module docstring); `refuse_unscored` refuses by name those without one."""
+    hub_id: str | None = None
+    """The hub dataset repo its rows are read from (the hub cache, offline; exgrpo.eval.chat_inputs)."""
+    hub_files: str | None = None
+    """The rows inside that repo: a file glob (IF sets) or Arena-Hard's folder."""
 
 
 CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
@@ -56,6 +64,8 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
             "pairwise LLM judge against each category's baseline answers, two position-swapped games, plain "
             "and style-controlled win rates (exgrpo.eval.arena_hard; judge not stated by the paper)",
             scored=True,
+            hub_id="lmarena-ai/arena-hard-auto",
+            hub_files="data/arena-hard-v2.0",
         ),
         ChatBenchmark(
             "ifeval",
@@ -65,6 +75,8 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
             lm_eval_task="ifeval",
             n_rows=541,
             scored=True,
+            hub_id="google/IFEval",
+            hub_files="ifeval_input_data.jsonl",
         ),
         ChatBenchmark(
             "ifbench",
@@ -73,13 +85,15 @@ CHAT_BENCHMARKS: dict[str, ChatBenchmark] = {
             "IFBench's own verification functions (vendored), strict and loose; Table 2: prompt-level loose",
             n_rows=300,
             scored=True,
+            hub_id="allenai/IFBench_test",
+            hub_files="data/train-*.parquet",
         ),
     )
 }
 """Table 2's three benchmarks, in the paper's column order."""
 
-NOT_GENERATED = ("ifeval", "ifbench")
-"""Scored, but `exgrpo eval` cannot yet generate their responses (module docstring): refused by name."""
+NOT_GENERATED: tuple[str, ...] = ()
+"""Scored, but `exgrpo eval` cannot generate their responses (none now: module docstring): refused by name."""
 
 
 def refuse_unscored(names: list[str]) -> None:
@@ -95,8 +109,8 @@ def refuse_unscored(names: list[str]) -> None:
     if ungenerated:
         raise ConfigError(
             "--benchmarks",
-            f"{', '.join(ungenerated)}: scored by exgrpo.eval.ifeval_scorer / ifbench_scorer, but `exgrpo "
-            "eval` does not generate their responses yet (docs/studies.md, Table 2 at paper scale)",
+            f"{', '.join(ungenerated)}: scored, but `exgrpo eval` does not generate their responses "
+            "(docs/studies.md, Table 2 at paper scale)",
         )
 
 

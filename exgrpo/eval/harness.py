@@ -91,7 +91,8 @@ def resolved_settings(settings: EvalSettings, k: int) -> dict[str, Any]:
 def model_info(
     lm: Any, model: str, revision: str | None, backend: str, model_args: dict[str, Any]
 ) -> dict[str, Any]:
-    """Model, tokenizer and chat-template identity for provenance."""
+    """Model, tokenizer and chat-template identity for provenance (the harness adds the weights' digest,
+    `final_model_sha256`, which it has already computed for the cache identity)."""
     info: dict[str, Any] = {
         "path": str(model),
         "revision": revision,
@@ -128,7 +129,8 @@ def evaluate_model(
     Args:
         make_lm: builds the lm-eval LM; called once, only if some benchmark needs generating.
         model_id: the model's identity (resolved path or hub id) recorded in, and matched against, caches.
-        model_meta: LM -> model/tokenizer provenance (default: `{"path": model_id}`).
+        model_meta: LM -> model/tokenizer provenance (default: `{"path": model_id}`); the harness adds
+            `final_model_sha256`, the digest of the evaluated weights (`cache.model_fingerprint`).
     """
     from tqdm.auto import tqdm
 
@@ -186,10 +188,13 @@ def _evaluate_one(
         gens, seed=settings.seed, max_new_tokens=profile.max_new_tokens, count_tokens=token_counter(lm)
     )
     graded = grade_records(records, bench.kind, regions, grader)
+    model = model_meta(lm) if model_meta else {"path": model_id}
     prov = provenance(
         config=resolved_settings(settings, k),
         seed=settings.seed,
-        model=(model_meta(lm) if model_meta else {"path": model_id}),
+        # the evaluated weights' digest (cache.model_fingerprint, computed once for the cache identity), which the
+        # reproduction report checks against the run's summary.final_model_sha256 (analysis.evidence)
+        model={**model, "final_model_sha256": expect["weights"]},
         profile=profile.to_dict(),
         benchmark=bench.name,
         lm_eval_task=bench.task_name,

@@ -207,7 +207,8 @@ starts (exgrpo.verl_plugin.hydra_config.check_verl_config), so a verl study is r
 
 def route_refusal(method: ExGRPOConfig) -> tuple[str, str] | None:
     """(method field, why) when a run's resolved method uses what only the CPU trainer has; None when the verl
-    route can train it."""
+    route can train it. The one owner of these refusals: a verl study's load (exgrpo.workflow.study.check_route)
+    and a verl job's start (exgrpo.verl_plugin.hydra_config.check_verl_config) both call it."""
     if method.reward_kind not in VERL_REWARD_KINDS:
         return "reward_kind", (
             f"{method.reward_kind!r} is a CPU-trainer reward (the tiny Table 2 analogue); the verl route trains on "

@@ -5,7 +5,9 @@ one metrics file per attempt, `metrics.attempt<SLURM_RESTART_COUNT>.<unix time>.
 one `{"step": N, "data": {metric: value}}` per line, truncated when opened, hence one file per attempt), and
 verl's checkpoints under `trainer.default_local_dir` (`global_step_N/actor`, FSDP shards + `huggingface/`).
 `collect_run` turns that into `results/<source>/train/<backbone>/<variant>/s<seed>/{log.jsonl.gz,run.json}`
-(results/README.md) and, on request, merges the final actor checkpoint into an HF folder for evaluation.
+(results/README.md) and, on request, merges the final actor checkpoint into an HF folder for evaluation, whose
+digest run.json records as `summary.final_model_sha256` (exgrpo.records.fingerprints.weights_digest, as the CPU
+trainer's runs: the reproduction report checks each evaluation's weights against it).
 
 Attempts are merged in start order. A later attempt resumed from a checkpoint, so its first training step r
 invalidates every earlier row at step >= r (steps past the checkpoint that were lost); for a step logged twice
@@ -287,6 +289,7 @@ def collect_run(
     """Write `out_dir/log.jsonl.gz`, export the final actor to `export_to` (optional), then `out_dir/run.json`
     (last: its presence means the run is collected). Refuses a run that has not reached its last step.
     Returns run.json's content."""
+    from exgrpo.records.fingerprints import weights_digest
     from exgrpo.records.io import TRAIN_LOG, read_json, write_json, write_jsonl
     from exgrpo.records.provenance import provenance
     from exgrpo.verl_plugin.hydra_config import table4
@@ -324,6 +327,8 @@ def collect_run(
             "final_val_acc": val[-1] if val else None,
             "steps": last,
             "final_model": final_model,
+            # the digest every evaluation of the export records (exgrpo.eval.cache.model_fingerprint)
+            "final_model_sha256": weights_digest(final_model) if final_model is not None else None,
             "final_checkpoint": str(actor),
         },
         attempts=[p.name for p in files],

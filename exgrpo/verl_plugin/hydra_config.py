@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from exgrpo.core.config import ConfigError, ExGRPOConfig
-from exgrpo.settings.resolve import resolve
+from exgrpo.settings.resolve import resolve, route_refusal
 from exgrpo.verl_plugin.resolved_config import DEPARTURES, table4, write_resolved
 from exgrpo.verl_plugin.reward_serving import check_reward_serving, reward_keys
 from exgrpo.verl_plugin.reward_serving import config_value as _get
@@ -286,18 +286,11 @@ def check_verl_config(config: Any) -> ExGRPOConfig:
     with trainer_mode `exgrpo`, and the plug-in module in the Ray workers' environment.
     """
     cfg = exgrpo_config_from(config)
-    if cfg.fresh_anchored:  # the agent loop's batch is train_batch_size prompts; B + n_exp is untested there
-        raise ConfigError(
-            "exgrpo.config.fresh_anchored",
-            "is a CPU-trainer setting (the tiny regime map); the "
-            "verl plug-in trains B - n_exp fresh + n_exp replayed",
-        )
-    if cfg.reward_kind == "step_credit":  # the plug-in grades answers or serves a reward model
-        raise ConfigError(
-            "exgrpo.config.reward_kind",
-            "'step_credit' is a CPU-trainer reward (the tiny Table 2 analogue); the verl plug-in trains on the "
-            "binary reward or a reward model's score",
-        )
+    # one owner of what only the CPU trainer has (a verl study is refused the same at load time)
+    refusal = route_refusal(cfg)
+    if refusal is not None:
+        field, why = refusal
+        raise ConfigError(f"exgrpo.config.{field}", why)
     check_reward_serving(config, cfg)
     actor = "actor_rollout_ref.actor"
     expected = {

@@ -1,8 +1,10 @@
 """`exgrpo eval --benchmarks arenahard_v2` route: a fake policy and a fake judge through `run_arena_hard`, and
-the command layer's wiring with the judge engine's vLLM call replaced."""
+the command layer's wiring with the backend's LM and the judge engine's vLLM call replaced (the route with
+IFEval and IFBench in the same call: tests/eval/test_chat_run.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -48,70 +50,78 @@ def test_run_limit_and_unparsed_category_is_null(tmp_path: Path) -> None:
 
 
 def test_policy_count_mismatch(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match="policy returned 0 answers for 3 questions"):
+    with pytest.raises(RuntimeError, match="policy returned 0 answers for 3 prompts x 1 samples"):
         run_arena_hard(FIXTURE, lambda convs: [], _judge_prefers_baseline, tmp_path)
 
 
-def test_cli_route_with_the_engine_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_policy_folder_without_weights_is_refused_before_any_answer(tmp_path: Path) -> None:
+    asked: list[object] = []
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no model weights"):
+        run_arena_hard(
+            FIXTURE, asked.append, _judge_prefers_baseline, tmp_path / "o", model=tmp_path / "empty"
+        )
+    assert asked == [] and not (tmp_path / "o").exists()
+
+
+def test_cli_route_with_the_engines_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_lm
+) -> None:
     from exgrpo import cli
+    from exgrpo.eval import backends
     from exgrpo.prelim import judge_engine
 
-    calls: list[str] = []
+    judged: list[str] = []
+    built: list[str] = []
 
     def fake_vllm_chat(conversations, settings):  # type: ignore[no-untyped-def]
-        calls.append(settings.model)
-        if settings.model == "tiny-judge":
-            return _judge_prefers_baseline(conversations)
-        assert settings.temperature == 0.0 and settings.enable_thinking is False  # the policy: greedy
-        return _policy(conversations)
+        judged.append(settings.model)
+        return _judge_prefers_baseline(conversations)
 
+    def build_lm(backend, model_args, batch_size, device=None):  # type: ignore[no-untyped-def]
+        built.append(backend)
+        return fake_lm({"<|user|>": ("number", "7")}, 16)  # one scripted answer to every chat prompt
+
+    monkeypatch.setattr(backends, "build_lm", build_lm)
     monkeypatch.setattr(judge_engine, "vllm_chat", fake_vllm_chat)
     model = tmp_path / "policy"
     model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
     out = tmp_path / "out"
-    argv = [
-        "eval",
-        "--model",
-        str(model),
-        "--benchmarks",
-        "arenahard_v2",
-        "--profile",
-        "paper",
+    argv = ["eval", "--model", str(model), "--benchmarks", "arenahard_v2", "--profile", "paper"]
+    argv += [
         "--out",
         str(out),
         "--backend",
-        "vllm",
+        "hf",
         "--data",
         str(FIXTURE),
         "--arena-judge-model",
         "tiny-judge",
     ]
     assert cli.main(argv) == 0
-    assert calls == [str(model.resolve()), "tiny-judge"]  # policy first, then the judge
+    assert built == ["hf"] and judged == ["tiny-judge"]  # the policy on the backend, then the judge
     assert json.loads((out / "arenahard_v2.paper.json").read_text())["score"] == 0.0
+    # the policy's weights by hand: its weight and config files in name order, each name, NUL, its bytes
+    digest = hashlib.sha256(b"config.json\0{}" + b"model.safetensors\0weights").hexdigest()
+    named = json.loads((out / "arenahard_v2.paper.json").read_text())["provenance"]["model"]
+    assert (named["path"], named["final_model_sha256"]) == (str(model.resolve()), digest)
 
 
-def test_cli_route_refuses_mixed_benchmarks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_route_refuses_a_missing_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
     from exgrpo import cli
 
-    argv = [
-        "eval",
-        "--model",
-        str(tmp_path),
-        "--benchmarks",
-        "arenahard_v2,ifeval",
-        "--profile",
-        "paper",
-        "--out",
-        str(tmp_path / "o"),
-        "--backend",
-        "vllm",
-        "--data",
-        str(FIXTURE),
-    ]
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+
+    model = Path(__file__).resolve().parents[2] / "models" / "tiny" / "tiny-math"
+    argv = ["eval", "--model", str(model), "--benchmarks", "arenahard_v2", "--profile", "paper"]
+    argv += ["--out", str(tmp_path / "o"), "--data", str(FIXTURE / "model_answer")]  # no question.jsonl there
+    assert cli.main(argv + ["--arena-max-tokens", "0"]) == 2
+    assert "--arena-max-tokens" in capsys.readouterr().err
     assert cli.main(argv) == 2
-    assert "arenahard_v2 is evaluated on its own" in capsys.readouterr().err
-    argv[argv.index("arenahard_v2,ifeval")] = "arenahard_v2"
-    argv[argv.index(str(FIXTURE))] = str(tmp_path)  # no question.jsonl there
-    assert cli.main(argv) == 2
-    assert "needs the v2.0 folder" in capsys.readouterr().err
+    assert "not in the hub cache" in capsys.readouterr().err

@@ -104,7 +104,8 @@ def test_aggregate_provenance(evaluated):
         "math-verify=="
     )  # community: strict
     assert {"lm-eval", "math-verify", "transformers", "vllm", "torch"} <= set(prov["versions"])
-    assert "git_commit" in prov and prov["model"] == {"path": "fake-model"}
+    # not a local folder: no weights to hash (a hub id's identity is its revision)
+    assert "git_commit" in prov and prov["model"] == {"path": "fake-model", "final_model_sha256": None}
     assert agg["data"]["source"].startswith("file:") and agg["data"]["rows"] == 2
 
 

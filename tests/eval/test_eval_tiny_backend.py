@@ -68,6 +68,14 @@ def requests(lm, questions: list[str], gen_kwargs: dict, copies: int = 1) -> lis
     ]
 
 
+def _fixture_digest() -> str:
+    """The fixture's weights digest by hand: its weight and config files in name order, each name, NUL, bytes."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        digest.update(name.encode() + b"\0" + (FIXTURE / name).read_bytes())
+    return digest.hexdigest()
+
+
 def run_eval(tiny, out: Path, benchmarks: str, *extra: str) -> int:
     return cli(
         [
@@ -111,6 +119,8 @@ def test_end_to_end_records_follow_the_contract_and_score_plausibly(tiny, capsys
             and model["model_args"]["seed"] == 0
             and model["model_args"]["threads"] == 1
         )
+        # the evaluated weights' digest, as a training run records its final model's (by hand: the fixed order)
+        assert model["final_model_sha256"] == meta["weights"] == _fixture_digest()
         assert records["n_tokens"].between(1, 80).all()
         assert (records["truncated"] == (records["n_tokens"] >= 80)).all()
         assert not records["completion"].str.contains("<|end|>", regex=False).any()  # eos ends, never shown

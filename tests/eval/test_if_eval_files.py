@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -47,6 +48,32 @@ def test_the_pair_round_trips_with_hand_computed_metrics(tmp_path):
         "inst_level_loose_acc": [True],
     }
     assert json.loads((tmp_path / "ifbench.greedy.json").read_text())["metrics"] == agg["metrics"]
+
+
+def _model(folder: Path) -> str:
+    """A model folder with a config and a weights file; returns its digest by hand (name order, name NUL bytes)."""
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / "tokenizer.json").write_text("{}")  # not weights: not hashed
+    return hashlib.sha256(b"config.json\0{}" + b"model.safetensors\0weights").hexdigest()
+
+
+def test_the_pair_names_the_evaluated_weights(tmp_path):
+    rows = load_rows(IFBENCH, ifbench_scorer.known_instructions())[:1]
+    want = _model(tmp_path / "model")
+    meta = {"provenance": {"seed": 0, "model": {"backend": "vllm"}}}
+    agg = write_if_eval(
+        tmp_path / "out", "ifbench", "greedy", rows, [["violet"]], meta=meta, model=tmp_path / "model"
+    )
+    named = {"backend": "vllm", "path": str(tmp_path / "model"), "final_model_sha256": want}
+    assert agg["provenance"] == {"seed": 0, "model": named}
+    _, written = cache.read_samples(cache.samples_path(tmp_path / "out", "ifbench", "greedy"))
+    assert written["weights"] == want and written["model"] == str(tmp_path / "model")
+    (tmp_path / "empty").mkdir()  # a folder with no weights: refused before anything is written
+    with pytest.raises(FileNotFoundError, match="no model weights"):
+        write_if_eval(tmp_path / "out2", "ifbench", "greedy", rows, [["violet"]], model=tmp_path / "empty")
+    assert not (tmp_path / "out2").exists()
 
 
 def test_uneven_or_missing_responses_are_refused():

@@ -146,6 +146,20 @@ def test_every_variant_composes_and_round_trips_its_exgrpo_config(tmp_path):
     assert refused == ["continuous_on_policy", "continuous_exgrpo"]
 
 
+def test_a_cpu_trainer_only_method_setting_is_refused_with_the_study_checks_reason(tmp_path):
+    """fresh_anchored (the tiny regime map's R1) is refused at job start with the reason a verl study gets at load
+    time: one owner of the refusal (exgrpo.settings.resolve.route_refusal)."""
+    _, composed = _compose(tmp_path, "qwen2.5-math-7b", "exgrpo")
+    OmegaConf.update(composed, "exgrpo.config.fresh_anchored", True)
+    with pytest.raises(ConfigError) as err:
+        hc.check_verl_config(composed)
+    assert err.value.field == "exgrpo.config.fresh_anchored"
+    assert "CPU-trainer setting" in err.value.reason
+    assert "B - n_exp fresh + n_exp replayed" in err.value.reason
+    OmegaConf.update(composed, "exgrpo.config.fresh_anchored", False)
+    assert not hc.check_verl_config(composed).fresh_anchored
+
+
 def test_verl_keys_that_contradict_the_method_config_are_refused(tmp_path):
     run, composed = _compose(tmp_path, "qwen2.5-math-1.5b", "exgrpo")
     with pytest.raises(

@@ -32,6 +32,8 @@ pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extr
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
+from exgrpo.records.fingerprints import weights_digest  # noqa: E402
+
 
 def _read_log(path: Path) -> dict[int, dict]:
     return {r["step"]: r["data"] for r in map(json.loads, path.read_text().splitlines()) if r.get("data")}
@@ -192,6 +194,8 @@ def test_verl_collect_writes_the_contract_and_an_hf_model_transformers_loads(cpu
     assert (meta["backbone"], meta["variant"], meta["seed"], meta["steps"]) == ("toy", "exgrpo", 0, k + 1)
     assert len(meta["attempts"]) == 2
     assert meta["summary"]["final_model"] == str(cpu_run["hf"])
+    # the export's digest, the one its evaluations record (analysis.evidence compares the two)
+    assert meta["summary"]["final_model_sha256"] == weights_digest(cpu_run["hf"])
 
     model = AutoModelForCausalLM.from_pretrained(cpu_run["hf"], dtype=torch.float32)
     initial = AutoModelForCausalLM.from_pretrained(cpu_run["paths"]["model"], dtype=torch.float32)

@@ -4,6 +4,7 @@ the cached-model lookup of the paper rules; and the HF export through verl's mod
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -128,8 +129,15 @@ def _fake_merger(calls):
         target = Path(argv[argv.index("--target_dir") + 1])
         target.mkdir(parents=True)
         (target / "config.json").write_text("{}")
+        (target / "model.safetensors").write_bytes(FAKE_WEIGHTS)
 
     return run
+
+
+FAKE_WEIGHTS = b"not a real tensor file"
+FAKE_EXPORT_SHA256 = hashlib.sha256(b"config.json\0{}" + b"model.safetensors\0" + FAKE_WEIGHTS).hexdigest()
+"""The fake export's weights digest by hand: its files in name order, each name then NUL then its bytes
+(exgrpo.records.fingerprints.weights_digest, what the CPU trainer and every evaluation record)."""
 
 
 def test_collect_merges_attempts_into_the_contract_and_passes_the_loader(verl_run, tmp_path):
@@ -225,6 +233,7 @@ def test_collect_merges_attempts_into_the_contract_and_passes_the_loader(verl_ru
         "final_val_acc": pytest.approx(0.5),
         "steps": 6,
         "final_model": str(verl_run / "final"),
+        "final_model_sha256": FAKE_EXPORT_SHA256,
         "final_checkpoint": str(actor),
     }
     assert (

@@ -92,8 +92,9 @@ ruleorder: eval_paper > eval_tiny
 
 
 # Table 2's benchmarks (paper §5.3) for a `data: chat_if` study's models: one job per model and profile like
-# eval_paper. `exgrpo eval` refuses them by name until their scorers are wired (exgrpo.eval.chat_benchmarks),
-# so these jobs plan and resolve but do not run yet (docs/studies.md).
+# eval_paper. One `exgrpo eval` call generates all three on the vLLM backend, scores IFEval and IFBench, then
+# starts the judge for Arena-Hard (exgrpo.eval.chat_run); their rows are read from the hub cache by repo id
+# (exgrpo.eval.chat_inputs), which no download rule fills yet (docs/studies.md).
 rule eval_paper_chat_if:
     input:
         model=paper_eval_model_input,
