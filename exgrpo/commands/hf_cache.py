@@ -3,8 +3,8 @@
     HF_HUB_OFFLINE=1 exgrpo hf-cache build --out work/hf --data work/paper-cpu/data/s0 --seed 0
     HF_HOME=work/hf HF_HUB_OFFLINE=1 exgrpo hf-cache path exgrpo-tiny/tiny-math-h32 --revision COMMIT
 
-`build` publishes the shipped tiny backbones (config/backbones.yaml `hf_id`, `revision`) and the task data of one
-seed into `<out>/hub` in the hub's format, then checks each by `exgrpo download`'s own code offline: pins, locks
+`build` publishes the shipped tiny backbones and tiny reward models (config/backbones.yaml `hf_id`, `revision`) and
+the task data of one seed into `<out>/hub` in the hub's format, then checks each by `exgrpo download`'s own code offline: pins, locks
 (config/locks/<name>.json), retries and errors (exgrpo.hub.tiny). `path` prints the snapshot folder of a repo
 at a revision as huggingface_hub resolves it from the cache alone (for shell jobs, like `collect model-dir`).
 """
@@ -62,12 +62,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"exgrpo hf-cache path: error: {args.repo_id}@{args.revision}: {err}", file=sys.stderr)
             return 2
         return 0
-    from exgrpo.testbed.models import load_backbones
+    from exgrpo.settings.backbones import load_reward_models
+    from exgrpo.testbed.models import default_backbones_path, load_backbones
 
     try:
         manifest = tiny.build(
             args.out,
             backbones=load_backbones(args.backbones),
+            reward_models=load_reward_models(args.backbones or default_backbones_path()),
             models_dir=args.models_dir,
             data_dir=args.data,
             data_seed=args.seed,

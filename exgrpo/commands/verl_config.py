@@ -81,7 +81,8 @@ def _add_input_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reward-model-path",
         default=None,
-        help="with --reward-model: its local snapshot folder (default: its hf_id)",
+        help="with --reward-model: its local snapshot folder (default: its hf_id, resolved from the hub cache "
+        "when the job runs)",
     )
     data = parser.add_argument(
         "--data",
@@ -139,7 +140,8 @@ def run_fingerprint(
     device when it is not the default (a CPU-mode checkpoint is never resumed by a GPU run, and vice versa).
 
     `weights`: also hash the model folder's weights (a local base such as models/tiny/<backbone>, which
-    `tiny_pretrain` rebuilds in place; an HF snapshot folder is named by its revision instead)."""
+    `tiny_pretrain` rebuilds in place; an HF snapshot folder is named by its revision instead). A served reward
+    model given as a local folder has its weights hashed too; one given as a hub repo id is named by it."""
     from exgrpo.records.code_digest import code_digest
     from exgrpo.records.fingerprints import file_digest, fingerprint, library_versions_of, weights_digest
 
@@ -162,6 +164,10 @@ def run_fingerprint(
     }
     if device != "cuda":
         parts["device"] = device
+    served = flat.get("reward.reward_model.model_path")
+    # a local reward model (tiny-rm-h32 is rebuilt in place): its weights
+    if served and Path(served).is_dir():
+        parts["reward_model"] = {"path": str(served), "weights": weights_digest(served)}
     return fingerprint(parts), parts
 
 
@@ -302,7 +308,8 @@ def _data_files(args: argparse.Namespace, backbone: dict[str, Any]) -> tuple[str
 
 def _reward_model(args: argparse.Namespace) -> dict[str, Any] | None:
     """The served reward model of --reward-model (its registry entry; path: --reward-model-path made absolute
-    when a folder, else the entry's hub id), or None."""
+    when a folder, else the entry's hub id, which verl and the CPU mode's server resolve from the hub cache),
+    or None."""
     from exgrpo.core.config import ConfigError
 
     if args.reward_model is not None:

@@ -3,7 +3,8 @@
 `build` publishes (exgrpo.hub.layout) what a tiny-scale study reads:
 - every tiny backbone with an `hf_id` in the registry whose shipped folder `models/tiny/<name>` exists, as the
   model repo `hf_id` (e.g. `exgrpo-tiny/tiny-math-h32`): all the folder's files, weights, tokenizer and chat
-  template included;
+  template included; and so every tiny reward model of the registry's `reward_models` (`tiny-rm-h32` as
+  `exgrpo-tiny/tiny-rm-h32`, which a verl CPU run with a served reward model reads by repo id);
 - the task data of one data seed (an `exgrpo make-data` folder) as the dataset repo `exgrpo-tiny/tiny-task-s<seed>`:
   every split file (the training splits and the tiny benchmarks) with a manifest.json reduced to what the data
   are (`DATA_MANIFEST_KEYS`: no time, host or git commit, so the commit depends on the rows only) and a dataset
@@ -76,11 +77,14 @@ def data_files(data_dir: Path, seed: int) -> dict[str, bytes]:
 
 
 def model_repos(backbones: Mapping[str, Mapping[str, Any]], models_dir: Path) -> dict[str, Path]:
-    """name -> shipped folder of each tiny backbone the cache publishes (an `hf_id` and a shipped folder)."""
+    """name -> shipped folder of each tiny backbone (or tiny reward model: the same entry keys) the cache
+    publishes (an `hf_id` and a shipped folder)."""
     return {
         name: models_dir / name
         for name, entry in backbones.items()
-        if entry["scale"] == "tiny" and entry.get("hf_id") and (models_dir / name / "config.json").is_file()
+        if entry.get("scale") == "tiny"
+        and entry.get("hf_id")
+        and (models_dir / name / "config.json").is_file()
     }
 
 
@@ -95,11 +99,16 @@ def _require_offline() -> None:
 
 
 def _check_model(
-    out: Path, name: str, entry: Mapping[str, Any], published: Published, lock_dir: Path
+    out: Path,
+    name: str,
+    entry: Mapping[str, Any],
+    published: Published,
+    lock_dir: Path,
+    section: str = "backbones",
 ) -> dict:
     from exgrpo.hub.fetch import download_model
 
-    field = f"backbones.{name}.revision (config/backbones.yaml)"
+    field = f"{section}.{name}.revision (config/backbones.yaml)"
     revision = entry.get("revision")
     if revision is None:
         raise ConfigError(
@@ -154,9 +163,10 @@ def build(
     lock_dir: Path,
     pin: bool = False,
     manifest_path: Path | None = None,
+    reward_models: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Publish the tiny models (and the data of `data_dir`) into `out/hub`, check them by the offline download,
-    write `out/tiny/<data seed | models>.json`; returns that manifest."""
+    """Publish the tiny models, the tiny `reward_models` (and the data of `data_dir`) into `out/hub`, check them
+    by the offline download, write `out/tiny/<data seed | models>.json`; returns that manifest."""
     from exgrpo.hub.fetch import offline_env
     from exgrpo.records.io import write_json
     from exgrpo.records.provenance import provenance
@@ -165,12 +175,18 @@ def build(
     out = Path(out).resolve()  # hub clients return absolute snapshot paths
     hub = out / "hub"
     entries = []
-    for name, folder in model_repos(backbones, models_dir).items():
-        published = publish(hub, backbones[name]["hf_id"], "model", repo_files(folder))
-        manifest = _check_model(out, name, backbones[name], published, lock_dir)
-        entries.append(
-            {"name": name, "repo_type": "model", "repo_id": published.repo_id, "commit": manifest["commit"]}
-        )
+    for section, registry in (("backbones", backbones), ("reward_models", reward_models or {})):
+        for name, folder in model_repos(registry, models_dir).items():
+            published = publish(hub, registry[name]["hf_id"], "model", repo_files(folder))
+            manifest = _check_model(out, name, registry[name], published, lock_dir, section)
+            entries.append(
+                {
+                    "name": name,
+                    "repo_type": "model",
+                    "repo_id": published.repo_id,
+                    "commit": manifest["commit"],
+                }
+            )
     if data_dir is not None:
         if data_seed is None:
             raise ConfigError("--seed", "give the data seed of --data")

@@ -101,7 +101,7 @@ def verl_overrides(
     `data_order_seed` seeds the training-data shuffle (`data.seed`); None = the run's `seed`. A `tiny`
     backbone trains only in the CPU mode (`device="cpu"`), from a local `model_path` (its shipped base):
     the paper route on the tiny task (exgrpo.verl_plugin.tiny_route)."""
-    tiny = _check_backbone(backbone_name, backbone, device, model_path)
+    _check_backbone(backbone_name, backbone, device, model_path)
     resources = _train_resources(backbone, nnodes, gpus_per_node, device)
     max_resp = int(backbone["max_response_length"])
     run_dir = str(Path(run_dir).resolve())
@@ -111,7 +111,7 @@ def verl_overrides(
         "data.max_prompt_length": int(backbone["max_prompt_length"]),
         "data.seed": int(seed if data_order_seed is None else data_order_seed),
         **_policy_keys(cfg, seed, model_path or backbone["hf_id"], max_resp),
-        **reward_keys(cfg, backbone, reward_model, tiny=tiny),
+        **reward_keys(cfg, backbone, reward_model, device=device),
         "trainer.nnodes": resources["nodes"],
         "trainer.n_gpus_per_node": resources["gpus_per_node"],
         "trainer.experiment_name": f"{backbone_name}-{variant}-s{seed}",
@@ -202,6 +202,9 @@ def _trainer_keys(
     from exgrpo.settings.trainer_settings import trainer_overrides
 
     keys = trainer_overrides(trainer, int(backbone["max_prompt_length"]))
+    # a served reward model turns validation off (reward_serving.reward_keys)
+    if "trainer.test_freq" in taken:
+        keys.pop("trainer.test_freq", None)
     if taken & set(keys):
         raise AssertionError(f"verl keys written twice: {sorted(taken & set(keys))}")
     return keys

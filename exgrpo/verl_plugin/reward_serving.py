@@ -8,10 +8,16 @@ when `reward.reward_model.enable` is set and no custom reward function is (verl/
 at its pinned commit. The within-question std of those scores is the difficulty signal (`difficulty_signal:
 reward_std`), bucketed by the core (exgrpo.core.sampler.std_bucket_keys via ExperienceManager.end_step).
 
+In the CPU mode (`device="cpu"`) the keys are the same, so verl's reward loop serves the model the same way; the
+replica behind `rollout.name: vllm` is then the plug-in's transformers server (exgrpo.verl_plugin.cpu.rm_server),
+in float32, one replica on the one (fake) GPU. A tiny-scale registry entry (`scale: tiny`, e.g. tiny-rm-h32) is
+served in the CPU mode only.
+
 Departures, stated up front: the paper does not say how its reward model was served. Here it is colocated with
 the actor (verl's default mode: asleep during rollout and update), `serve.tensor_parallel` GPUs a replica and
-`serve.gpu_memory_utilization` of each; in-training validation is off (`trainer.test_freq: -1`): there is no
-held-out chat set with reference scores, and the paper reports only the final benchmarks.
+`serve.gpu_memory_utilization` of each; in-training validation is off (`trainer.test_freq: -1`, also over a tiny
+run's `val_every`): there is no held-out set with reference scores, and the paper reports only the final
+benchmarks.
 """
 
 from __future__ import annotations
@@ -23,15 +29,20 @@ from exgrpo.core.config import ConfigError, ExGRPOConfig
 
 
 def reward_keys(
-    cfg: ExGRPOConfig, backbone: Mapping[str, Any], reward_model: Mapping[str, Any] | None, *, tiny: bool
+    cfg: ExGRPOConfig,
+    backbone: Mapping[str, Any],
+    reward_model: Mapping[str, Any] | None,
+    *,
+    device: str = "cuda",
 ) -> dict[str, Any]:
     """The run's `reward.*` keys: the plug-in's answer grader (binary), or verl's own reward-model serving.
 
     `reward_kind: reward_model` (paper §5.3, no released code): verl 0.9.1 scores each (prompt, response)
     with the discriminative reward model when `reward.reward_model.enable` is set and no custom reward
-    function is (experimental/reward_loop: its vLLM server's /classify score). Served colocated with the
-    actor (verl's default, asleep during rollout and update), one replica per `tensor_parallel` GPUs of the
-    registry entry, its inputs as long as the run's prompts and responses. The paper states no serving."""
+    function is (experimental/reward_loop: its server's /classify score). Served colocated with the actor
+    (verl's default, asleep during rollout and update), one replica per `tensor_parallel` GPUs of the
+    registry entry, its inputs as long as the run's prompts and responses; on the CPU (module docstring) by the
+    plug-in's transformers server in float32. The paper states no serving."""
     if cfg.reward_kind != "reward_model":  # binary (step_credit is refused by check_verl_config)
         if reward_model is not None:
             raise ConfigError("reward_model", "given, but reward_kind is 'binary' (the answer grader)")
@@ -45,15 +56,21 @@ def reward_keys(
                 "rule": cfg.reward_answer_rule,
             }
         }
-    if tiny or reward_model is None or not reward_model.get("path"):
+    if reward_model is None or not reward_model.get("path"):
         raise ConfigError(
             "reward_model",
-            "reward_kind 'reward_model' needs the study's reward model (its local snapshot) at paper scale"
-            + (": a tiny backbone has none" if tiny else ""),
+            "reward_kind 'reward_model' needs the study's reward model: its registry entry (backbones file "
+            "`reward_models`) with the local snapshot folder or hub repo id verl serves",
+        )
+    label = reward_model.get("label") or reward_model["path"]
+    if reward_model.get("scale") == "tiny" and device != "cpu":
+        raise ConfigError(
+            "reward_model",
+            f"{label} is a tiny-scale reward model: it is served in the CPU mode only (--device cpu)",
         )
     serve = reward_model.get("serve") or {}
     rm = "reward.reward_model"
-    return {
+    keys = {
         "reward.custom_reward_function.path": None,
         f"{rm}.enable": True,
         f"{rm}.enable_resource_pool": False,
@@ -63,9 +80,13 @@ def reward_keys(
         f"{rm}.rollout.gpu_memory_utilization": float(serve.get("gpu_memory_utilization", 0.5)),
         f"{rm}.rollout.prompt_length": int(backbone["max_prompt_length"]),
         f"{rm}.rollout.response_length": int(backbone["max_response_length"]),
-        # no held-out chat set with scores to validate on (the paper reports only the final benchmarks)
+        # no held-out set with reference scores to validate on (the paper reports only the final benchmarks)
         "trainer.test_freq": -1,
     }
+    if device == "cpu":  # the plug-in's server (cpu/rm_server.py): float32, one replica on the one fake GPU
+        keys[f"{rm}.rollout.dtype"] = "float32"
+        keys[f"{rm}.rollout.tensor_model_parallel_size"] = 1
+    return keys
 
 
 def check_reward_serving(config: Any, cfg: ExGRPOConfig) -> None:

@@ -96,6 +96,19 @@ def test_registered_revisions_are_the_commits_of_the_shipped_files():
         )
 
 
+def test_the_tiny_reward_model_is_published_at_its_pin(cache):
+    """tiny-rm-h32 (config/backbones.yaml `reward_models`, read by repo id by a verl CPU run with a served reward
+    model) is in the cache at the commit its registry revision pins, which is the commit of its shipped files."""
+    from exgrpo.settings.backbones import load_reward_models
+
+    entry = load_reward_models(ROOT / "config" / "backbones.yaml")["tiny-rm-h32"]
+    assert entry["revision"] == layout.commit_id(entry["hf_id"], layout.repo_files(MODELS / "tiny-rm-h32"))
+    manifest = json.loads((cache / "tiny" / "s0.json").read_text())
+    (repo,) = [r for r in manifest["repos"] if r["name"] == "tiny-rm-h32"]
+    assert (repo["repo_id"], repo["commit"]) == (entry["hf_id"], entry["revision"])
+    assert (cache / "hub" / "models--exgrpo-tiny--tiny-rm-h32" / "snapshots" / entry["revision"]).is_dir()
+
+
 def test_hub_clients_read_the_cache_offline(cache, data_dir):
     """huggingface_hub scans it without complaint; transformers loads tokenizer (with the shipped chat template),
     config and weights by repo id at the pinned commit and at `main`, with HF_HUB_OFFLINE=1; the data repo

@@ -81,7 +81,10 @@ def test_hub_cache_inputs_resolve_offline_to_the_built_snapshots(workflow_copier
     assert "--judge-max-position-embeddings 2048" in got["judge"] and "--judge-enforce-eager" in got["judge"]
     manifest = json.loads((wf / "work/hf/tiny/paper-cpu/s0.json").read_text())
     commits = {r["repo_id"]: r["commit"] for r in manifest["repos"]}
-    assert commits["exgrpo-tiny/tiny-task-s0"] == data_rev and len(commits) == 8
+    assert commits["exgrpo-tiny/tiny-task-s0"] == data_rev
+    rm = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["reward_models"]["tiny-rm-h32"]
+    assert commits[rm["hf_id"]] == rm["revision"]  # the tiny reward model, for a served-reward-model run
+    assert len(commits) == 9  # the 7 shipped tiny bases, the tiny reward model, the data
 
 
 def test_local_inputs_keep_the_local_paths(workflow_copier, snakemake, tmp_path):

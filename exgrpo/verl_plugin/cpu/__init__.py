@@ -8,7 +8,10 @@ register with verl's registries when the plug-in is imported:
 
 - `platform.PlatformCPU` as verl platform `cpu` (`PlatformRegistry`), chosen only by `VERL_PLATFORM=cpu`;
 - `rollout` as rollout `exgrpo_cpu` (`_ROLLOUT_REGISTRY` and `RolloutReplicaRegistry`): a transformers model
-  in a Ray actor, fed the actor's weights after every update.
+  in a Ray actor, fed the actor's weights after every update;
+- in the CPU mode only (`VERL_PLATFORM=cpu`), `rm_server` behind the replica registry's `vllm` entry for reward
+  models: a served reward model (`reward.reward_model`, `reward_kind: reward_model`) is a transformers
+  sequence-classifier answering verl's `/classify` requests; every other `vllm` replica stays verl's own.
 
 verl's own vLLM rollout (`rollout.name=vllm`) runs in the CPU mode too, on vLLM's CPU build (the engine
 environment, docs/real-engines.md), with the keys `VLLM_ROLLOUT_KEYS` and the worker extension of
@@ -63,8 +66,14 @@ def apply_cpu_env(env: MutableMapping[str, str] | None = None) -> None:
 
 
 def register() -> None:
-    """Register the CPU platform and the CPU rollout with verl (imports verl)."""
+    """Register the CPU platform and the CPU rollout with verl (imports verl); in the CPU mode also the CPU
+    reward-model server (rm_server)."""
     from exgrpo.verl_plugin.cpu import platform, rollout  # noqa: F401
+
+    if is_cpu_mode():
+        from exgrpo.verl_plugin.cpu import rm_server
+
+        rm_server.register()
 
 
 __all__ = [
