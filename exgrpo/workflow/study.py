@@ -51,7 +51,8 @@ class Study:
     backend) or `vllm` (verl's vLLM rollout and lm-eval's `vllm` backend on vLLM's CPU build: the engine
     environment, docs/real-engines.md; backbones with head size 32)."""
     data: str = "math"
-    """A paper-scale study's training data: `math` (the released set) or `chat_if` (paper §5.3's WildChat-IF)."""
+    """The study's training data: `math` (the released set; at tiny scale the tiny task) or `chat_if` (paper §5.3's
+    WildChat-IF; at tiny scale the shipped tiny chat prompts, models/tiny/chat_if)."""
     reward_model: str | None = None
     """The reward model (backbones file `reward_models`) its `reward_kind: reward_model` variants train against."""
     inputs: str = "local"
@@ -96,6 +97,12 @@ def resolve_study(
         raise ConfigError(
             field_path([*where, "inputs"]),
             f"{inputs!r} chooses how a tiny-scale study reads its inputs (paper scale always reads the HF cache)",
+        )
+    if (scale, data, inputs) == ("tiny", "chat_if", "local"):
+        raise ConfigError(
+            field_path([*where, "inputs"]),
+            "a tiny-scale `data: chat_if` study reads its prompts, reward model and benchmark rows from the hub "
+            "cache, as the paper route does: set `inputs: hub_cache`",
         )
     return Study(
         name=name,
@@ -188,15 +195,21 @@ def _study_benchmarks(where: list[Any], raw: Mapping[str, Any], config: Mapping[
 def _data_and_reward_model(
     where: list[Any], raw: Mapping[str, Any], registered: Mapping[str, Any], scale: str
 ) -> tuple[str, str | None]:
-    """The study's `data` and `reward_model`, checked: both are paper-scale settings; every variant that trains
-    on a reward model's score needs the study to name a registered one, and the chat data has no other reward."""
+    """The study's `data` and `reward_model`, checked: every variant that trains on a reward model's score needs the
+    study to name a registered one, and the chat data has no other reward. A tiny-scale study may train on them
+    too (paper_continuous_cpu: Table 2's route on CPU) with `runtime: verl`, the runtime that serves a reward
+    model (the CPU trainer refuses `reward_kind: reward_model`); that the reward model's scale is the study's is
+    checked with the files' names (check_study_jobs)."""
     from exgrpo.core.variants import config_for
 
     data, reward_model = raw.get("data", "math"), raw.get("reward_model")
-    if scale != "paper" and (data != "math" or reward_model is not None):
+    runtime = raw.get("runtime", "tiny" if scale == "tiny" else "verl")
+    if runtime != "verl" and (data != "math" or reward_model is not None):
         key = "data" if data != "math" else "reward_model"
         raise ConfigError(
-            field_path([*where, key]), f"is a paper-scale setting (the study's scale is {scale!r})"
+            field_path([*where, key]),
+            f"trains against a served reward model: a study with runtime: verl (this one's is {runtime!r}; "
+            "the CPU trainer has no reward-model server)",
         )
     if reward_model is not None and reward_model not in registered:
         raise ConfigError(
@@ -266,7 +279,24 @@ def check_study_jobs(
     if study.inputs == "hub_cache":
         _check_hub_pins(study, backbones, files)
     if study.reward_model is not None:
-        _check_served_gpus(study, backbones, reward_models, files)
+        _check_reward_model_scale(study, reward_models, files)
+        if study.scale == "paper":  # a tiny study serves it on the CPU, beside the CPU-mode actor
+            _check_served_gpus(study, backbones, reward_models, files)
+
+
+def _check_reward_model_scale(
+    study: Study, reward_models: Mapping[str, Mapping[str, Any]], files: Files
+) -> None:
+    """The reward model is of the study's scale: a paper-scale study trains against a downloaded paper-scale
+    model, a tiny one against a shipped `scale: tiny` model (the registry's default scale is paper)."""
+    name = str(study.reward_model)
+    scale = reward_models[name].get("scale", "paper")
+    if scale != study.scale:
+        raise ConfigError(
+            field_path(["studies", study.name, "reward_model"]),
+            f"{name!r} has scale {scale!r} (reward_models.{name}.scale, {files.backbones}), the study's scale "
+            f"is {study.scale!r} ({files.config})",
+        )
 
 
 def _check_engine_shapes(
