@@ -81,7 +81,9 @@ def test_hub_cache_inputs_resolve_offline_to_the_built_snapshots(workflow_copier
     assert "--judge-max-position-embeddings 2048" in got["judge"] and "--judge-enforce-eager" in got["judge"]
     manifest = json.loads((wf / "work/hf/tiny/paper-cpu/s0.json").read_text())
     commits = {r["repo_id"]: r["commit"] for r in manifest["repos"]}
-    assert commits["exgrpo-tiny/tiny-task-s0"] == data_rev and len(commits) == 8
+    # the seven shipped bases, the shipped tiny reward model and the task data (no chat files: data math)
+    assert commits["exgrpo-tiny/tiny-task-s0"] == data_rev and len(commits) == 9
+    assert "exgrpo-tiny/tiny-rm-h32" in commits and not any("chat" in r for r in commits)
 
 
 def test_local_inputs_keep_the_local_paths(workflow_copier, snakemake, tmp_path):
