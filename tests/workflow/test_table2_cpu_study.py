@@ -153,3 +153,20 @@ def test_the_study_row_counts_the_jobs_of_its_dry_run(dry_cpu):
     (row,) = [r for r in study_rows(load_config(workdir=ROOT), ROOT / "results") if r.target == STUDY]
     assert row.total_jobs == sum(result.counts.values()) and row.jobs["train"] == 2 and row.jobs["eval"] == 3
     assert row.gpu_h == 0
+
+
+@pytest.mark.parametrize(("revision", "reason"), [(None, "has no revision"), ("1" * 40, "the lock")])
+def test_the_tiny_reward_model_must_be_pinned_as_the_bases_are(tmp_path, revision, reason):
+    """Read by repo id and revision from the hub cache: an unpinned reward model, or one whose registry commit
+    disagrees with its lock (config/locks/tiny-rm-h32.json), is refused before any job, naming the field."""
+    from exgrpo.workflow.workflow_config import load_workflow_config
+
+    registry = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())
+    registry["reward_models"]["tiny-rm-h32"]["revision"] = revision
+    backbones = tmp_path / "backbones.yaml"
+    backbones.write_text(yaml.safe_dump(registry, sort_keys=False))
+    config = {**_config(), "backbones_file": str(backbones)}
+    with pytest.raises(ConfigError) as err:
+        load_workflow_config(config, workdir=ROOT)
+    assert err.value.field == "reward_models.tiny-rm-h32.revision" and reason in err.value.reason
+    assert STUDY in err.value.reason
