@@ -45,7 +45,9 @@ def test_the_build_publishes_the_reward_model_and_both_dataset_repos_at_their_pi
     _, manifest = chat_cache
     repos = {r["repo_id"]: r for r in manifest["repos"]}
     entry = load_reward_models(ROOT / "config/backbones.yaml")[RM]
-    assert repos[entry["hf_id"]]["commit"] == entry["revision"] and repos[entry["hf_id"]]["repo_type"] == "model"
+    assert (
+        repos[entry["hf_id"]]["commit"] == entry["revision"] and repos[entry["hf_id"]]["repo_type"] == "model"
+    )
     for repo in tiny_chat.CHAT_REPOS:
         assert repos[repo.repo_id]["repo_type"] == "dataset"
         assert repos[repo.repo_id]["commit"] == _lock(repo.lock_name)["revision"]
@@ -115,5 +117,11 @@ def test_a_changed_shipped_row_is_refused_naming_the_file(chat_cache, tmp_path, 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ChecksumError, match=r"ifeval\.jsonl has sha256"):
         tiny.build(
-            copy, backbones={}, models_dir=MODELS, data_dir=None, data_seed=None, lock_dir=LOCKS, chat_dir=changed
+            copy,
+            backbones={},
+            models_dir=MODELS,
+            data_dir=None,
+            data_seed=None,
+            lock_dir=LOCKS,
+            chat_dir=changed,
         )
