@@ -146,17 +146,36 @@ def table2_reward_model(results: Results, paper: Results | None, profile: str | 
     ):
         cells = _rm_cells(results, profile, backbone, variant)
         rows.append({"Method": name, **cells, **_published(paper, paper_variant)})
+    caption, notes = _rm_caption(results, backbone)
+    return Table("table2_continuous", "Table 2", caption, pd.DataFrame(rows), notes)
+
+
+def _rm_caption(results: Results, backbone: str) -> tuple[str, list[str]]:
+    """Caption and notes of the reward-model Table 2: at paper scale, or on CPU (a `scale: tiny` backbone: the
+    paper_continuous_cpu route, whose model, prompts, reward model and benchmark rows are all tiny stand-ins)."""
     label = labels.backbone_label(backbone, results.backbones)
-    caption = (
-        f"Continuous-reward extension (paper §5.3) at paper scale: GRPO and ExGRPO on {label}, trained on the "
-        f"WildChat-IF prompts against a reward model's score; reproduced in results/{results.source}, beside "
-        "the published row (WildChat-IF, Qwen2.5-7B-Base, Skywork-Reward-Llama-3.1-8B-v0.2)."
-    )
+    published = "the published row (WildChat-IF, Qwen2.5-7B-Base, Skywork-Reward-Llama-3.1-8B-v0.2)"
     notes = [
         "Reproduced cells: avg@k in % per benchmark, the mean over the seeds evaluated (n); '–' where a "
         "benchmark has no evaluation file yet.",
     ]
-    return Table("table2_continuous", "Table 2", caption, pd.DataFrame(rows), notes)
+    if results.backbones.get(backbone, {}).get("scale") != "tiny":
+        caption = (
+            f"Continuous-reward extension (paper §5.3) at paper scale: GRPO and ExGRPO on {label}, trained on the "
+            f"WildChat-IF prompts against a reward model's score; reproduced in results/{results.source}, beside "
+            f"{published}."
+        )
+        return caption, notes
+    caption = (
+        f"Continuous-reward extension (paper §5.3) on CPU: GRPO and ExGRPO on {label}, trained on the project's "
+        "tiny chat prompts against a tiny reward model's score (models/tiny/chat_if, models/tiny/tiny-rm-h32); "
+        f"reproduced in results/{results.source}, beside {published}."
+    )
+    notes.append(
+        "Different model, prompts, reward model and benchmark rows from the paper's (the tiny IFEval, IFBench and "
+        "Arena-Hard rows of models/tiny/chat_if/eval, written by the project): compare the sign of the gain only."
+    )
+    return caption, notes
 
 
 def table2_continuous(results: Results, paper: Results | None, profile: str | None) -> Table | None:

@@ -3,8 +3,9 @@
     HF_HUB_OFFLINE=1 exgrpo hf-cache build --out work/hf --data work/paper-cpu/data/s0 --seed 0
     HF_HOME=work/hf HF_HUB_OFFLINE=1 exgrpo hf-cache path exgrpo-tiny/tiny-math-h32 --revision COMMIT
 
-`build` publishes the shipped tiny backbones and tiny reward models (config/backbones.yaml `hf_id`, `revision`) and
-the task data of one seed into `<out>/hub` in the hub's format, then checks each by `exgrpo download`'s own code offline: pins, locks
+`build` publishes the shipped tiny backbones and reward models (config/backbones.yaml `hf_id`, `revision`), the task
+data of one seed and, with `--chat-if`, Table 2's tiny chat files (exgrpo.hub.tiny_chat) into `<out>/hub` in the
+hub's format, then checks each by `exgrpo download`'s own code offline: pins, locks
 (config/locks/<name>.json), retries and errors (exgrpo.hub.tiny). `path` prints the snapshot folder of a repo
 at a revision as huggingface_hub resolves it from the cache alone (for shell jobs, like `collect model-dir`).
 """
@@ -38,7 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lock-dir", type=Path, default=Path("config/locks"), help="locks of the repos' files"
     )
     build.add_argument(
-        "--pin", action="store_true", help="record the data repo's commit in its lock when unpinned"
+        "--chat-if",
+        type=Path,
+        default=None,
+        help="Table 2's shipped tiny chat folder (models/tiny/chat_if) to publish (optional)",
+    )
+    build.add_argument(
+        "--pin", action="store_true", help="record a data repo's commit in its lock when unpinned"
     )
     build.add_argument(
         "--manifest", type=Path, default=None, help="manifest to write (default OUT/tiny/s<seed>.json)"
@@ -62,14 +69,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"exgrpo hf-cache path: error: {args.repo_id}@{args.revision}: {err}", file=sys.stderr)
             return 2
         return 0
-    from exgrpo.settings.backbones import load_reward_models
-    from exgrpo.testbed.models import default_backbones_path, load_backbones
+    from exgrpo.settings.backbones import DEFAULT_BACKBONES, load_reward_models
+    from exgrpo.testbed.models import load_backbones
 
     try:
         manifest = tiny.build(
             args.out,
             backbones=load_backbones(args.backbones),
-            reward_models=load_reward_models(args.backbones or default_backbones_path()),
+            reward_models=load_reward_models(args.backbones or DEFAULT_BACKBONES),
+            chat_dir=args.chat_if,
             models_dir=args.models_dir,
             data_dir=args.data,
             data_seed=args.seed,

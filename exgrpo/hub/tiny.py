@@ -10,11 +10,14 @@
   are (`DATA_MANIFEST_KEYS`: no time, host or git commit, so the commit depends on the rows only) and a dataset
   card whose `configs` let `datasets.load_dataset(<snapshot folder>, split=...)` read each split (how the
   paper route's download exports a hub dataset; datasets itself does not read the hub cache offline);
+- every tiny reward model of the registry's `reward_models` with a shipped folder (`tiny-rm-h32`), as the model
+  repo `hf_id`, and, given the shipped tiny chat folder, Table 2's tiny prompts and benchmark rows as dataset
+  repos (exgrpo.hub.tiny_chat: study paper_continuous_cpu);
 
 then runs the paper route's download on each repo (exgrpo.hub.fetch: `download_model` for models, the
 dataset snapshot + lock check of `fetch_hf_dataset` for the data) with HF_HUB_OFFLINE=1 against that cache, so
 pins and locks are checked exactly as a cluster's download checks them. Pins: a model's commit is its registry
-`revision` (config/backbones.yaml), the data's the lock config/locks/tiny-task-s<seed>.json; a published commit
+`revision` (config/backbones.yaml), a dataset's its lock (config/locks/tiny-task-s<seed>.json); a published commit
 other than the pinned one is refused naming the field, and a file other than the lock's naming the file.
 """
 
@@ -104,11 +107,12 @@ def _check_model(
     entry: Mapping[str, Any],
     published: Published,
     lock_dir: Path,
-    section: str = "backbones",
+    registry: str = "backbones",
 ) -> dict:
+    """The published model read back by the paper route's download at its registry pin (`<registry>.<name>`)."""
     from exgrpo.hub.fetch import download_model
 
-    field = f"{section}.{name}.revision (config/backbones.yaml)"
+    field = f"{registry}.{name}.revision (config/backbones.yaml)"
     revision = entry.get("revision")
     if revision is None:
         raise ConfigError(
@@ -125,12 +129,13 @@ def _check_model(
     )
 
 
-def _check_data(out: Path, seed: int, published: Published, lock_dir: Path, pin: bool) -> dict:
+def _check_data(out: Path, lock_name: str, published: Published, lock_dir: Path, pin: bool) -> dict:
+    """The published dataset read back by the paper route's snapshot and lock check at its lock's pin."""
     from exgrpo.hub.fetch import fetch_dataset_snapshot
     from exgrpo.hub.locks import ChecksumError, check_lock, file_lock, pinned_revision
     from exgrpo.hub.retries import with_retries
 
-    lock = lock_dir / f"{data_lock_name(seed)}.json"
+    lock = lock_dir / f"{lock_name}.json"
     field = f"the lock {lock}"
     revision = pinned_revision(None, lock, published.repo_id, field, pin=pin)
     if revision is not None and revision != published.commit:
@@ -146,7 +151,7 @@ def _check_data(out: Path, seed: int, published: Published, lock_dir: Path, pin:
         )
     snapshot = with_retries(
         lambda: fetch_dataset_snapshot(published.repo_id, out, revision),
-        f"{data_lock_name(seed)} ({published.repo_id})",
+        f"{lock_name} ({published.repo_id})",
     )
     files = sorted(p for p in snapshot.rglob("*") if p.is_file())
     check_lock(lock, file_lock(snapshot, files), published.repo_id, snapshot.name, pin=pin)
@@ -164,35 +169,26 @@ def build(
     pin: bool = False,
     manifest_path: Path | None = None,
     reward_models: Mapping[str, Mapping[str, Any]] | None = None,
+    chat_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Publish the tiny models, the tiny `reward_models` (and the data of `data_dir`) into `out/hub`, check them
-    by the offline download, write `out/tiny/<data seed | models>.json`; returns that manifest."""
+    """Publish the tiny models and tiny reward models (and the data of `data_dir`, Table 2's tiny files of
+    `chat_dir`: exgrpo.hub.tiny_chat) into `out/hub`, check them by the offline download, write
+    `out/tiny/<data seed | models>.json`; returns that manifest."""
     from exgrpo.hub.fetch import offline_env
     from exgrpo.records.io import write_json
     from exgrpo.records.provenance import provenance
 
     _require_offline()
     out = Path(out).resolve()  # hub clients return absolute snapshot paths
-    hub = out / "hub"
-    entries = []
-    for section, registry in (("backbones", backbones), ("reward_models", reward_models or {})):
-        for name, folder in model_repos(registry, models_dir).items():
-            published = publish(hub, registry[name]["hf_id"], "model", repo_files(folder))
-            manifest = _check_model(out, name, registry[name], published, lock_dir, section)
-            entries.append(
-                {
-                    "name": name,
-                    "repo_type": "model",
-                    "repo_id": published.repo_id,
-                    "commit": manifest["commit"],
-                }
-            )
+    entries = _publish_models(out, backbones, models_dir, lock_dir, reward_models or {})
     if data_dir is not None:
         if data_seed is None:
             raise ConfigError("--seed", "give the data seed of --data")
-        published = publish(hub, data_repo_id(data_seed), "dataset", data_files(data_dir, data_seed))
-        checked = _check_data(out, data_seed, published, lock_dir, pin)
+        published = publish(out / "hub", data_repo_id(data_seed), "dataset", data_files(data_dir, data_seed))
+        checked = _check_data(out, data_lock_name(data_seed), published, lock_dir, pin)
         entries.append({"name": data_lock_name(data_seed), "repo_type": "dataset", **checked})
+    if chat_dir is not None:
+        entries += _publish_chat(out, Path(chat_dir), lock_dir, pin)
     manifest = {
         "kind": "tiny_hub_cache",
         "repos": entries,
@@ -202,6 +198,49 @@ def build(
     default = out / "tiny" / (f"s{data_seed}.json" if data_dir is not None else "models.json")
     write_json(manifest_path or default, manifest)
     return manifest
+
+
+def _publish_models(
+    out: Path,
+    backbones: Mapping[str, Mapping[str, Any]],
+    models_dir: Path,
+    lock_dir: Path,
+    reward_models: Mapping[str, Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """Publish and check the shipped tiny backbones, then the shipped tiny reward models (their registry pins:
+    `backbones.<name>.revision`, `reward_models.<name>.revision`); one manifest entry each."""
+    from exgrpo.hub.tiny_chat import tiny_reward_models
+
+    folders = [
+        (name, folder, backbones[name], "backbones")
+        for name, folder in model_repos(backbones, models_dir).items()
+    ]
+    # a reward model's `shipped` is relative to the repository root, which holds models_dir (models/tiny)
+    root = Path(models_dir).parent.parent
+    folders += [
+        (name, folder, reward_models[name], "reward_models")
+        for name, folder in tiny_reward_models(reward_models, root).items()
+    ]
+    entries = []
+    for name, folder, entry, registry in folders:
+        published = publish(out / "hub", entry["hf_id"], "model", repo_files(folder))
+        manifest = _check_model(out, name, entry, published, lock_dir, registry)
+        entries.append(
+            {"name": name, "repo_type": "model", "repo_id": published.repo_id, "commit": manifest["commit"]}
+        )
+    return entries
+
+
+def _publish_chat(out: Path, chat_dir: Path, lock_dir: Path, pin: bool) -> list[dict[str, Any]]:
+    """Publish and check Table 2's tiny dataset repos (exgrpo.hub.tiny_chat.CHAT_REPOS)."""
+    from exgrpo.hub import tiny_chat
+
+    entries = []
+    for repo in tiny_chat.CHAT_REPOS:
+        published = publish(out / "hub", repo.repo_id, "dataset", tiny_chat.repo_files(repo, chat_dir))
+        checked = _check_data(out, repo.lock_name, published, lock_dir, pin)
+        entries.append({"name": repo.lock_name, "repo_type": "dataset", **checked})
+    return entries
 
 
 def snapshot_path(repo_id: str, revision: str, repo_type: str = "model") -> Path:

@@ -250,7 +250,7 @@ def gpu_refusal(
     )
 
 
-VLLM_CPU_RULES = ("train_verl_cpu", "eval_tiny", "prelim_tiny")
+VLLM_CPU_RULES = ("train_verl_cpu", "eval_tiny", "eval_tiny_chat_if", "prelim_tiny")
 """The tiny-scale rules that start vLLM's CPU build for a study with `engines: vllm`."""
 
 

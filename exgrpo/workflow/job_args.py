@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from exgrpo.workflow.hub_inputs import HubInputs
+from exgrpo.workflow.tiny_chat_inputs import TinyChatInputs
 
 SMOKE_SFT_STEPS = 150
 """SFT steps of every backbone under the smoke budget (plumbing only: weak but not useless models)."""
@@ -24,7 +24,7 @@ def output_folder(name: str | int = 0) -> Callable[[Any, Any], str]:
     return lambda wc, output: os.path.dirname(output[name])
 
 
-class JobArgs(HubInputs):
+class JobArgs(TinyChatInputs):
     """Per-source and per-run arguments of the training, evaluation and SFT commands."""
 
     def data_for(self, source: str) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from exgrpo.core.config import ConfigError
@@ -51,7 +50,8 @@ class Study:
     backend) or `vllm` (verl's vLLM rollout and lm-eval's `vllm` backend on vLLM's CPU build: the engine
     environment, docs/real-engines.md; backbones with head size 32)."""
     data: str = "math"
-    """A paper-scale study's training data: `math` (the released set) or `chat_if` (paper §5.3's WildChat-IF)."""
+    """The study's training data: `math` (the released set; at tiny scale the tiny task) or `chat_if` (paper §5.3's
+    WildChat-IF; at tiny scale the shipped tiny chat prompts, models/tiny/chat_if)."""
     reward_model: str | None = None
     """The reward model (backbones file `reward_models`) its `reward_kind: reward_model` variants train against."""
     inputs: str = "local"
@@ -96,6 +96,12 @@ def resolve_study(
         raise ConfigError(
             field_path([*where, "inputs"]),
             f"{inputs!r} chooses how a tiny-scale study reads its inputs (paper scale always reads the HF cache)",
+        )
+    if (scale, data, inputs) == ("tiny", "chat_if", "local"):
+        raise ConfigError(
+            field_path([*where, "inputs"]),
+            "a tiny-scale `data: chat_if` study reads its prompts, reward model and benchmark rows from the hub "
+            "cache, as the paper route does: set `inputs: hub_cache`",
         )
     return Study(
         name=name,
@@ -188,15 +194,19 @@ def _study_benchmarks(where: list[Any], raw: Mapping[str, Any], config: Mapping[
 def _data_and_reward_model(
     where: list[Any], raw: Mapping[str, Any], registered: Mapping[str, Any], scale: str
 ) -> tuple[str, str | None]:
-    """The study's `data` and `reward_model`, checked: both are paper-scale settings; every variant that trains
-    on a reward model's score needs the study to name a registered one, and the chat data has no other reward."""
+    """The study's `data` and `reward_model`, checked: only `runtime: verl` serves a reward model (at tiny scale
+    too: paper_continuous_cpu), every variant on a reward model's score needs a registered one, and the chat data
+    has no other reward (the reward model's scale is checked with the files' names: exgrpo.workflow.study_checks)."""
     from exgrpo.core.variants import config_for
 
     data, reward_model = raw.get("data", "math"), raw.get("reward_model")
-    if scale != "paper" and (data != "math" or reward_model is not None):
+    runtime = raw.get("runtime", "tiny" if scale == "tiny" else "verl")
+    if runtime != "verl" and (data != "math" or reward_model is not None):
         key = "data" if data != "math" else "reward_model"
         raise ConfigError(
-            field_path([*where, key]), f"is a paper-scale setting (the study's scale is {scale!r})"
+            field_path([*where, key]),
+            f"trains against a served reward model: a study with runtime: verl (this one's is {runtime!r}; "
+            "the CPU trainer has no reward-model server)",
         )
     if reward_model is not None and reward_model not in registered:
         raise ConfigError(
@@ -238,94 +248,6 @@ def _known_backbone(
             f"backbone {name!r} has scale {backbones[name]['scale']!r}, the study's scale is {scale!r}",
         )
     return name
-
-
-@dataclass(frozen=True)
-class Files:
-    """Where the facts a study is checked against come from, for the messages: the config file(s) the study
-    is read from, the backbones file, the hub locks' folder (config/locks) and the partition time limit."""
-
-    config: str
-    backbones: str
-    locks: Path
-    limit_min: int | None = None
-
-
-def check_study_jobs(
-    study: Study,
-    raw: Mapping[str, Any],
-    backbones: Mapping[str, Mapping[str, Any]],
-    reward_models: Mapping[str, Mapping[str, Any]],
-    files: Files,
-) -> None:
-    """Refuse, before any job, what a study's jobs would refuse minutes in: each fact checked by its owner
-    (exgrpo.settings.backbones: the shapes vLLM's CPU build serves; exgrpo.hub.locks: pins against locks;
-    exgrpo.workflow.cluster: time limits and GPUs per job). The ConfigError names the field and its file."""
-    if study.engines == "vllm":
-        _check_engine_shapes(study, raw, backbones, files)
-    if study.inputs == "hub_cache":
-        _check_hub_pins(study, backbones, files)
-    if study.reward_model is not None:
-        _check_served_gpus(study, backbones, reward_models, files)
-
-
-def _check_engine_shapes(
-    study: Study, raw: Mapping[str, Any], backbones: Mapping[str, Mapping[str, Any]], files: Files
-) -> None:
-    from exgrpo.settings.backbones import vllm_cpu_refusal
-
-    for i, name in enumerate(study.backbones):
-        why = vllm_cpu_refusal(name, backbones[name])
-        if why is not None:
-            where = ["studies", study.name, "backbones", *([i] if isinstance(raw["backbones"], list) else [])]
-            raise ConfigError(
-                field_path(where), f"`engines: vllm` serves it on vLLM's CPU build: {why} ({files.config})"
-            )
-
-
-def _check_hub_pins(study: Study, backbones: Mapping[str, Mapping[str, Any]], files: Files) -> None:
-    from exgrpo.hub.locks import check_registry_pin
-
-    for name in study.backbones:
-        field = field_path(["backbones", name, "revision"])
-        try:
-            check_registry_pin(backbones[name].get("revision"), files.locks / f"{name}.json", name, field)
-        except ConfigError as err:
-            raise ConfigError(
-                err.field,
-                f"{err.reason} (study {study.name!r} reads it from the hub cache: {files.backbones})",
-            ) from None
-
-
-def _check_served_gpus(
-    study: Study,
-    backbones: Mapping[str, Mapping[str, Any]],
-    reward_models: Mapping[str, Mapping[str, Any]],
-    files: Files,
-) -> None:
-    from exgrpo.workflow.cluster import served_gpus_refusal
-
-    serve = reward_models[str(study.reward_model)]["serve"]
-    for name in study.backbones:
-        why = served_gpus_refusal(serve, backbones[name])
-        if why is not None:
-            raise ConfigError(
-                field_path(["reward_models", str(study.reward_model), "serve", "tensor_parallel"]),
-                f"{why} of backbone {name!r} (study {study.name!r}; {files.backbones})",
-            )
-
-
-def check_stage_times(study: Study, backbones: Mapping[str, Mapping[str, Any]], files: Files) -> None:
-    """Every evaluation job (each backbone) and judge job (each ablation backbone, when the study has a
-    preliminary study) of `study` fits the partition time limit (exgrpo.workflow.cluster.stage_time_refusal)."""
-    from exgrpo.workflow.cluster import check_stage_time
-
-    stages = [("eval", b) for b in study.backbones]
-    stages += [("judge", b) for b in study.ablation_backbones if study.prelim]
-    for stage, name in stages:
-        check_stage_time(
-            name, backbones[name], stage, files.limit_min, f"study {study.name!r}; {files.backbones}"
-        )
 
 
 def check_route(study: Study, variant: str, method: Any, config_file: str) -> None:
@@ -372,11 +294,8 @@ def check_shared_sources(studies: Mapping[str, Study]) -> None:
 
 __all__ = [
     "VARIANT_GROUPS",
-    "Files",
     "Study",
     "check_route",
     "check_shared_sources",
-    "check_stage_times",
-    "check_study_jobs",
     "resolve_study",
 ]

@@ -76,14 +76,16 @@ def study_jobs(study: Study, wf: WorkflowConfig | None = None) -> dict[str, list
 
 def _other_jobs(study: Study, wf: WorkflowConfig | None) -> int:
     """resolve_run per run, render_study, reproduce_study and the target's own rule; then the inputs:
-    tiny scale: make_data, an `sft` per backbone with no shipped base (every backbone under the smoke budget)
+    tiny scale: make_data (for `data: chat_if`, Table 2's CPU route, the conversion of its prompts instead:
+    rule chat_prompts_tiny), an `sft` per backbone with no shipped base (every backbone under the smoke budget)
     and `hf_cache_tiny` for hub-cache inputs; paper scale: the data download, one model download per backbone,
     the judge's (a preliminary study), the reward model's, a re-templated train and validation file per
     prompt format other than the chat template, and a `data: chat_if` study's conversion of its prompts into
     verl's rows (rule chat_prompts) (workflow/rules/data.smk, prelim.smk)."""
     n = len(study.runs()) + 3
     if study.scale == "tiny":
-        return n + 1 + len(_bases_to_train(study, wf)) + (study.inputs == "hub_cache")
+        data_jobs = 1  # make_data, or for data: chat_if chat_prompts_tiny (it reads no task data)
+        return n + data_jobs + len(_bases_to_train(study, wf)) + (study.inputs == "hub_cache")
     n += 1 + len(study.backbones) + bool(study.prelim) + bool(study.reward_model) + (study.data == "chat_if")
     if study.data == "math" and wf is not None:
         formats = {wf.backbones[b].get("template") for b in study.backbones} - {None}

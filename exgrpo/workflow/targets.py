@@ -48,7 +48,12 @@ class WorkflowHelpers(Segments):
         self.registered_stages.setdefault(stage, set()).update(scales)
 
     def data_targets(self, study: Study) -> list[str]:
-        """The study's data: the tiny splits, or the downloads of its backbones (and Table 2's prompts)."""
+        """The study's data: the tiny splits (Table 2's CPU route: its hub cache), or the downloads of its backbones
+        (and Table 2's prompts)."""
+        if (
+            study.scale == "tiny" and study.data == "chat_if"
+        ):  # Table 2 on CPU: the published prompts and rows
+            return [self.hub_cache_manifest(study.source)]
         if study.scale == "tiny":
             return [self.data_manifest(study.source, str(study.data_seed))]
         models = [self.model_manifest(b) for b in study.backbones]

@@ -14,7 +14,7 @@ Used by the Snakefile (workflow/rules/common.smk), `exgrpo studies`, `exgrpo pla
    `method:` or turns a variant into another), so the core stays the one source of truth for
    method settings (no method field is repeated in a schema). A study run is resolved once
    (`WorkflowConfig.study_run`): the jobs' method.json is the spec the validation built;
-4. what a study's jobs would refuse minutes in, each fact checked by its owner (exgrpo.workflow.study.check_study_jobs,
+4. what a study's jobs would refuse minutes in, each fact checked by its owner (exgrpo.workflow.study_checks.check_study_jobs,
    check_route, check_stage_times): a backbone vLLM's CPU build cannot serve, a hub-cache backbone unpinned or
    against its lock, a CPU-trainer-only reward or setting on a verl study, a served model larger than its job,
    and, for a run's target studies (`WorkflowConfig.check_target`), an eval or judge job over `partition_limit_min`.
@@ -42,14 +42,12 @@ from exgrpo.settings.yaml_files import check_schema, field_path, load_yaml
 from exgrpo.workflow.regimes import Regime, arm_run, regime_studies
 from exgrpo.workflow.study import (
     VARIANT_GROUPS,
-    Files,
     Study,
     check_route,
     check_shared_sources,
-    check_stage_times,
-    check_study_jobs,
     resolve_study,
 )
+from exgrpo.workflow.study_checks import Files, check_stage_times, check_study_jobs
 
 DEFAULT_CONFIG = "config/config.yaml"
 """The workflow's configuration file (the Snakefile's `configfile:`); overlays are merged on top of it."""
@@ -105,11 +103,11 @@ class WorkflowConfig:
     `dataclasses.replace` shares it: a source's runs do not change when the regime map is attached."""
 
     files: Files | None = None
-    """The files the configuration was read from and the partition limit (exgrpo.workflow.study.Files)."""
+    """The files the configuration was read from and the partition limit (exgrpo.workflow.study_checks.Files)."""
 
     def check_target(self, study: str) -> list[str]:
         """[] (no inputs), after refusing an evaluation or judge job of `study` longer than partition_limit_min
-        (exgrpo.workflow.study.check_stage_times): the Snakefile's study targets call it as an input function,
+        (exgrpo.workflow.study_checks.check_stage_times): the Snakefile's study targets call it as an input function,
         so the limit is checked while the DAG of a run building `study` is built, and for no other study."""
         if self.files is not None and self.files.limit_min:
             check_stage_times(self.studies[study], self.backbones, self.files)
@@ -315,7 +313,7 @@ def _check_runs(wf: WorkflowConfig, files: Files) -> None:
 
 
 def _check_jobs(wf: WorkflowConfig, files: Files) -> None:
-    """What a study's jobs would refuse once started, refused now (exgrpo.workflow.study.check_study_jobs)."""
+    """What a study's jobs would refuse once started, refused now (exgrpo.workflow.study_checks.check_study_jobs)."""
     for name, study in wf.studies.items():
         check_study_jobs(study, wf.raw["studies"][name], wf.backbones, wf.reward_models, files)
 

@@ -63,7 +63,13 @@ def test_without_the_arms_there_is_no_table(tmp_path):
     assert extension_tables.plugin_table(tiny, "t0.6") is None
 
 
-def _rm_tree(tmp_path, benchmarks=("arenahard_v2", "ifeval", "ifbench")):
+def _rm_tree(
+    tmp_path,
+    benchmarks=("arenahard_v2", "ifeval", "ifbench"),
+    source="paper-continuous",
+    backbone="qwen2.5-7b",
+    profile="paper",
+):
     """A paper_continuous source in the eval file contract (results/README.md): aggregates only, two seeds."""
     import json
 
@@ -73,17 +79,17 @@ def _rm_tree(tmp_path, benchmarks=("arenahard_v2", "ifeval", "ifbench")):
     for variant, (v0, v1) in values.items():
         for seed, base in ((0, v0), (1, v1)):
             for i, bench in enumerate(benchmarks):
-                path = results / "paper-continuous" / "eval" / "qwen2.5-7b" / variant / f"s{seed}"
+                path = results / source / "eval" / backbone / variant / f"s{seed}"
                 path.mkdir(parents=True, exist_ok=True)
                 record = {
                     "benchmark": bench,
                     "split": "ood",
-                    "profile": "paper",
+                    "profile": profile,
                     "k": 1,
                     "n_problems": 100,
                     "metrics": {"avg_at_k": base + i / 100},
                 }
-                (path / f"{bench}.paper.json").write_text(json.dumps(record))
+                (path / f"{bench}.{profile}.json").write_text(json.dumps(record))
     return results
 
 
@@ -107,3 +113,32 @@ def test_table2_marks_a_benchmark_without_files(tmp_path):
         frame.loc["GRPO", "ArenaHardV2"] == "–" and frame.loc["GRPO", "IFEval"] == "15.0 (n=2)"
     )  # the first benchmark: no offset
     assert frame.loc["GRPO", "paper IFEval"] == "–"
+
+
+def test_table2_of_the_cpu_route_says_what_stands_in_for_the_papers_setup(tmp_path):
+    """paper_continuous_cpu's source (a tiny backbone): the same cells beside the published row, a caption that
+    names the tiny stand-ins, and a note to read the sign of the gain only."""
+    results = _rm_tree(tmp_path, source="paper-continuous-cpu", backbone="tiny-math-h32", profile="tiny")
+    source, paper = loader.load(results, "paper-continuous-cpu"), loader.load(results, "paper")
+    table = extension_tables.table2_continuous(source, paper, "tiny")
+    frame = table.frame.set_index("Method")
+    assert frame.loc["GRPO", "ArenaHardV2"] == "15.0 (n=2)" and frame.loc["ExGRPO", "paper Avg"] == "21.7"
+    assert (
+        "on CPU" in table.caption
+        and "tiny chat prompts" in table.caption
+        and "at paper scale" not in table.caption
+    )
+    assert any("sign of the gain only" in note for note in table.notes)
+    paper_scale = extension_tables.table2_continuous(
+        loader.load(_rm_tree(tmp_path / "p"), "paper-continuous"), paper, "paper"
+    )
+    assert "at paper scale" in paper_scale.caption and len(paper_scale.notes) == 1
+
+
+def test_the_cpu_routes_source_renders_its_table2(tmp_path):
+    """What render_study runs for paper_continuous_cpu: the source renders, and its Table 2 file holds both arms."""
+    results = _rm_tree(tmp_path, source="paper-continuous-cpu", backbone="tiny-math-h32", profile="tiny")
+    assert main(["render", "--results", str(results), "--source", "paper-continuous-cpu"]) == 0
+    table = (results / "paper-continuous-cpu" / "tables" / "table2_continuous.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    assert "15.0 (n=2)" in rows["GRPO"] and "42.0 (n=2)" in rows["ExGRPO"] and "on CPU" in table

@@ -84,7 +84,8 @@ def test_hub_cache_inputs_resolve_offline_to_the_built_snapshots(workflow_copier
     assert commits["exgrpo-tiny/tiny-task-s0"] == data_rev
     rm = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["reward_models"]["tiny-rm-h32"]
     assert commits[rm["hf_id"]] == rm["revision"]  # the tiny reward model, for a served-reward-model run
-    assert len(commits) == 9  # the 7 shipped tiny bases, the tiny reward model, the data
+    # the seven shipped bases, the shipped tiny reward model and the task data (no chat files: data math)
+    assert len(commits) == 9 and not any("chat" in r for r in commits)
 
 
 def test_local_inputs_keep_the_local_paths(workflow_copier, snakemake, tmp_path):

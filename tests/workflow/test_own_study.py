@@ -182,7 +182,9 @@ def _rerun_keeps_the_reference_and_reports(wf: Path, snakemake, args: tuple[str,
     assert "reproduces" in {c.verdict for c in compare_evals(ref, one_tree, Margin(avg_at_k_points=5.0))}
 
 
-@pytest.mark.parametrize("target", ["tiny", "smoke", "paper_cpu", "paper_continuous", "all"])
+@pytest.mark.parametrize(
+    "target", ["tiny", "smoke", "paper_cpu", "paper_continuous", "paper_continuous_cpu", "all"]
+)
 def test_the_job_counts_are_snakemakes_own(target, snakemake, dry_all):
     """`exgrpo studies` counts jobs from the study (no dry run, so it lists every study in a second); Snakemake's
     own dry run of each target from scratch (`--forceall`, in the checkout with its shipped tiny bases) is the

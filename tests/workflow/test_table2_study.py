@@ -118,11 +118,13 @@ def test_the_study_refuses_what_its_runs_could_not_train(change, field, reason):
     assert err.value.field == field and reason in err.value.reason
 
 
-def test_a_tiny_study_cannot_name_a_reward_model():
+def test_a_study_on_the_cpu_trainer_cannot_name_a_reward_model():
+    """The CPU trainer serves no reward model: only a verl study trains against one (tiny scale too, with a tiny
+    reward model: tests/workflow/test_table2_cpu_study.py)."""
     from exgrpo.core.config import ConfigError
     from exgrpo.workflow.workflow_config import load_workflow_config
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    config["studies"]["smoke"]["reward_model"] = "skywork-reward-llama-3.1-8b-v0.2"
-    with pytest.raises(ConfigError, match="studies.smoke.reward_model.*paper-scale setting"):
+    config["studies"]["smoke"]["reward_model"] = "tiny-rm-h32"
+    with pytest.raises(ConfigError, match=r"studies\.smoke\.reward_model.*runtime: verl"):
         load_workflow_config(config, workdir=ROOT)

@@ -170,8 +170,9 @@ def test_paper_cpu_trains_tiny_bases_with_verl_and_its_own_trainer_settings():
 
 
 def test_paper_cpu_runs_the_real_engines_from_the_hub_cache_and_can_fall_back_to_the_stand_ins():
-    """paper_cpu is on vLLM's CPU build (head-size-32 backbone, hub-cache inputs); every other study keeps the
-    schema's default, and a config names the stand-ins for any backbone."""
+    """paper_cpu (and Table 2's CPU route, paper_continuous_cpu) is on vLLM's CPU build (head-size-32 backbone,
+    hub-cache inputs); every other study keeps the schema's default, and a config names the stand-ins for any
+    backbone."""
     studies = load().studies
     study = studies["paper_cpu"]
     assert (study.engines, study.inputs, study.backbones) == (
@@ -179,7 +180,10 @@ def test_paper_cpu_runs_the_real_engines_from_the_hub_cache_and_can_fall_back_to
         "hub_cache",
         ("tiny-math-h32", "tiny-llama-h32"),
     )
-    assert {s.engines for n, s in studies.items() if n != "paper_cpu"} == {"stand_in"}  # the schema's default
+    real = {n for n, s in studies.items() if s.engines == "vllm"}
+    assert real == {"paper_cpu", "paper_continuous_cpu"}
+    assert studies["paper_continuous_cpu"].inputs == "hub_cache"
+    assert {s.engines for n, s in studies.items() if n not in real} == {"stand_in"}  # the schema's default
     config = copy.deepcopy(CONFIG)
     set_at("studies/paper_cpu/engines", "stand_in")(config)
     set_at("studies/paper_cpu/backbones", ["tiny-math"])(config)

@@ -1,6 +1,6 @@
 # Helpers shared by every stage: validated configuration, output paths, resources, targets.
 #
-# The logic lives in the package (exgrpo.workflow: paths, paper_paths, hub_inputs, job_args,
+# The logic lives in the package (exgrpo.workflow: paths, paper_paths, hub_inputs, tiny_chat_inputs, job_args,
 # rule_resources, segments, targets, guards), under ruff, mypy and tests/workflow/; this file builds
 # it once from the validated config (H) and binds each helper to the name the rules use.
 # Rules read `config` only through these helpers. Path layout (the results contract):
@@ -172,6 +172,16 @@ tiny_data_arg = H.tiny_data_arg
 tiny_base_arg = H.tiny_base_arg
 tiny_eval_model_arg = H.tiny_eval_model_arg
 tiny_prelim_judge_args = H.tiny_prelim_judge_args
+tiny_chat_if_sources = H.tiny_chat_if_sources
+tiny_chat_prompts_file = H.tiny_chat_prompts_file
+tiny_chat_prompts_src = H.tiny_chat_prompts_src
+tiny_train_inputs = H.tiny_train_inputs
+tiny_verl_data_args = H.tiny_verl_data_args
+tiny_reward_model_args = H.tiny_reward_model_args
+tiny_chat_eval_data_arg = H.tiny_chat_eval_data_arg
+tiny_arena_args = H.tiny_arena_args
+hf_cache_tiny_inputs = H.hf_cache_tiny_inputs
+hf_cache_tiny_args = H.hf_cache_tiny_args
 
 
 def code_digest_of(stage):

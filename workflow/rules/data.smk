@@ -164,10 +164,12 @@ rule retemplate:
 register_stage("data")
 
 
-# The hub cache a study with `inputs: hub_cache` reads (helpers in exgrpo.workflow.hub_inputs).
+# The hub cache a study with `inputs: hub_cache` reads (helpers in exgrpo.workflow.hub_inputs): the shipped models
+# and the study's task data, or for Table 2's CPU route (`data: chat_if`) its tiny chat prompts and benchmark rows
+# (exgrpo.hub.tiny_chat, exgrpo.workflow.tiny_chat_inputs).
 rule hf_cache_tiny:
     input:
-        data=lambda wc: data_manifest(wc.source, wc.seed),
+        data=hf_cache_tiny_inputs,
         backbones=backbones_file(),
     output:
         manifest=f"{hf_cache()}/tiny/{{source}}/s{{seed}}.json",
@@ -183,7 +185,32 @@ rule hf_cache_tiny:
         out=lambda wc, output: os.path.dirname(
             os.path.dirname(os.path.dirname(output.manifest))
         ),
-        data=lambda wc, input: os.path.dirname(input.data),
+        inputs=hf_cache_tiny_args,
     shell:
-        "HF_HUB_OFFLINE=1 exgrpo hf-cache build --out {params.out} --data {params.data} --seed {wildcards.seed}"
+        "HF_HUB_OFFLINE=1 exgrpo hf-cache build --out {params.out} {params.inputs}"
         " --backbones {input.backbones} --manifest {output.manifest} > {log} 2>&1"
+
+
+# Table 2's route on CPU: the tiny prompts, a dataset repo in the hub's columns, become verl's prompt rows with
+# rule chat_prompts' converter, read offline from the hub cache as the study's other inputs are.
+rule chat_prompts_tiny:
+    input:
+        hub=tiny_hub_inputs,
+    output:
+        parquet=tiny_chat_prompts_file("{source}"),
+    log:
+        "logs/chat_prompts/{source}.log",
+    benchmark:
+        f"{RESULTS}/{{source}}/benchmarks/chat_prompts/wildchat_if.tsv"
+    wildcard_constraints:
+        source=tiny_chat_if_sources(),
+    conda:
+        "../envs/cpu.yaml"
+    threads: 1
+    resources:
+        **cpu_resources(),
+    params:
+        offline=lambda wc: tiny_offline_prefix(wc.source),
+        src=lambda wc: tiny_chat_prompts_src(wc.source),
+    shell:
+        "{params.offline}exgrpo chat-prompts --in {params.src} --out {output.parquet} > {log} 2>&1"

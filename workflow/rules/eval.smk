@@ -45,6 +45,47 @@ rule eval_tiny:
         " --seed {wildcards.seed} --threads {threads} {params.limit} --no-progress > {log} 2>&1"
 
 
+# Table 2's route on CPU (a tiny-scale `data: chat_if` study, paper_continuous_cpu): eval_paper_chat_if's one call
+# for the three benchmarks, on the tiny route's engines (lm-eval's vllm backend, the Arena-Hard judge on vLLM, a
+# shipped base) and with the tiny benchmark rows read from the hub cache (exgrpo.workflow.tiny_chat_inputs).
+rule eval_tiny_chat_if:
+    input:
+        model=eval_model_input,
+        hub=tiny_hub_inputs,
+    output:
+        [
+            f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{bench}.{{profile}}.json"
+            for bench in eval_benchmarks("tiny", data="chat_if")
+        ],
+    log:
+        log_file("eval", "{source}", "{backbone}", "{variant}", "s{seed}", "{profile}"),
+    benchmark:
+        bench_file(
+            "{source}", "eval", "{backbone}", "{variant}", "s{seed}", "{profile}"
+        )
+    wildcard_constraints:
+        source=tiny_chat_if_sources(),
+    conda:
+        "../envs/cpu.yaml"
+    threads: tiny_engine_threads
+    resources:
+        **backbone_resources("eval"),
+    params:
+        model=tiny_eval_model_arg,
+        benchmarks=",".join(eval_benchmarks("tiny", data="chat_if")),
+        data=lambda wc: tiny_chat_eval_data_arg(wc.source),
+        offline=lambda wc: tiny_offline_prefix(wc.source),
+        engine_env=lambda wc: tiny_engine_env(wc.source),
+        out=output_folder(),
+        code=code_digest_of("eval"),
+        backend=lambda wc: tiny_eval_backend_args(wc.source),
+        arena=tiny_arena_args,
+    shell:
+        "{params.offline}{params.engine_env}exgrpo eval {params.backend} --model {params.model} --benchmarks {params.benchmarks}"
+        " --profile {wildcards.profile} --data {params.data} {params.arena} --out {params.out}"
+        " --seed {wildcards.seed} --threads {threads} --no-progress > {log} 2>&1"
+
+
 register_stage("eval", scales=("tiny",))
 register_stage("eval_base", scales=("tiny",))
 

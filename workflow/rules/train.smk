@@ -106,7 +106,7 @@ register_stage("train", scales=("tiny",))
 # preliminary study read it with the tiny rules.
 rule train_verl_cpu:
     input:
-        data=study_data,
+        data=tiny_train_inputs,  # the task data, or Table 2's converted chat prompts (tiny_chat_inputs)
         init=base_config,
         run=run_file("{source}", "{backbone}", "{variant}", "{seed}"),
         segments=segment_before,  # under a partition limit (exgrpo.workflow.segments, verl_segments.smk)
@@ -126,18 +126,19 @@ rule train_verl_cpu:
     resources:
         **verl_cpu_train_resources(),
     params:
-        data=lambda wc: tiny_data_arg(wc.source),
+        data=lambda wc: tiny_verl_data_args(wc.source),
         init=lambda wc: tiny_base_arg(wc.source, wc.backbone),
         offline=lambda wc: tiny_offline_prefix(wc.source),
         run_dir=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         code=code_digest_of("train_verl_cpu"),
         backbones=backbones_file(),
         rollout=lambda wc: verl_rollout_arg(wc.source),
+        reward_model=tiny_reward_model_args,  # Table 2's CPU route: the study's tiny reward model, served by verl
         stop="",  # a segment's " exgrpo.stop_after=S" (verl_segments.smk)
         finish=verl_collect_command,
     shell:
         "{params.offline}(exgrpo verl-config --run-file {input.run} --out {params.run_dir} --backbones {params.backbones}"
-        " --device cpu --data {params.data} --model-path {params.init} {params.rollout}"
+        " --device cpu {params.data} --model-path {params.init} {params.rollout}{params.reward_model}"
         " && exgrpo verl-launch --run-dir {params.run_dir}"
         " && bash {params.run_dir}/launch_single_node.sh{params.stop}"
         " && {params.finish}) > {log} 2>&1"
