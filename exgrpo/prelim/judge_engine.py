@@ -124,10 +124,10 @@ def hf_chat(conversations: list[Conversation], settings: JudgeSettings) -> list[
     torch.manual_seed(settings.seed)
     replies = []
     for conv in conversations:
-        ids = tok.apply_chat_template(
+        rendered = tok.apply_chat_template(
             conv, add_generation_prompt=True, enable_thinking=settings.enable_thinking, tokenize=False
         )
-        prompt = tok(ids, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        prompt = tok(rendered, return_tensors="pt", add_special_tokens=False)["input_ids"]
         if prompt.shape[1] + settings.max_tokens > settings.max_model_len:
             raise ValueError(
                 f"judge prompt of {prompt.shape[1]} tokens + {settings.max_tokens} does not fit "
@@ -143,7 +143,7 @@ def hf_chat(conversations: list[Conversation], settings: JudgeSettings) -> list[
                 **({"temperature": settings.temperature, "top_p": settings.top_p} if sample else {}),
                 pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
             )
-        text = tok.decode(out[0, prompt.shape[1] :], skip_special_tokens=True)
+        text = str(tok.decode(out[0, prompt.shape[1] :], skip_special_tokens=True))
         replies.append(EngineReply(text, prompt[0].tolist()))
     return replies
 

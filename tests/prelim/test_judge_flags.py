@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from exgrpo.commands import _eval_chat, eval as eval_cmd, prelim_analyze
+from exgrpo.commands import _eval_chat, prelim_analyze
+from exgrpo.commands import eval as eval_cmd
 from exgrpo.core.config import ConfigError
 from exgrpo.prelim import judge_engine as E
 
