@@ -52,8 +52,9 @@ PLANTED = {
 }
 """Fake secrets, each recognisable and long enough that a match cannot be chance."""
 SAVE_FREQ = 2
-FIRST_TOTAL = 12
-"""Attempt 0 is planned for this many steps and killed before (a run that ends on its own fails the test)."""
+FIRST_TOTAL = 8
+"""Attempt 0 is planned for this many steps and killed before (a run that ends on its own fails the test): the
+kill's window is steps SAVE_FREQ to FIRST_TOTAL - 1, at most 5 steps (about 15 s here) past the first checkpoint."""
 VERL_KILL_SEED = int(os.environ.get("EXGRPO_VERL_KILL_SEED", "20261207"))
 """Seed of attempt 0's kill moment (the environment variable draws another: the moment is then printed)."""
 LEARNING_RATE = 1e-3
