@@ -70,7 +70,7 @@ def test_verls_own_checkpoint_steps(step, total, save_freq, saved):
 @pytest.fixture(scope="module")
 def segmented_run(tmp_path_factory):
     if os.environ.get("EXGRPO_VERL_SEGMENT_DRILL") != "1":
-        pytest.skip("opt-in: EXGRPO_VERL_SEGMENT_DRILL=1 (two verl starts; see the module docstring)")
+        pytest.skip("opt-in: EXGRPO_VERL_SEGMENT_DRILL=1 (three verl starts; see the module docstring)")
     pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
     pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
     from exgrpo.verl_plugin.cpu import demo
