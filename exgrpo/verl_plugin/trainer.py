@@ -21,6 +21,7 @@ delayed start all come from `exgrpo.core`. One global step:
 6. `on_step_end`, while the rollout replicas still sleep and the actor holds the new weights: plan the next
    step's replay and score the candidates under this current policy (one extra log-prob pass over them,
    paper §4.1); then verl syncs the weights to the rollout replicas.
+7. verl logs the step's metrics; only then is the step's staged checkpoint published (checkpoint.py).
 
 Departures, stated up front:
 - Fresh questions come from the plug-in's `DataOrder` (seeded epoch shuffles, retired questions pruned at
@@ -119,6 +120,8 @@ class ExGRPOTrainer(PPOTrainerSync):
         self._step_pass1: float | None = None
         self._prep_metrics: dict[str, float] = {}
         self._selection_metrics: dict[str, float] = {}
+        self._publish_after_log = False  # set by on_train_begin: inside verl's loop (checkpoint.py docstring)
+        self._staged_step: int | None = None  # a staged checkpoint waiting for its step's log line
 
     # ------------------------------------------------------------------ data
     def _init_dataloader(self) -> None:
@@ -336,8 +339,9 @@ class ExGRPOTrainer(PPOTrainerSync):
         )
 
     def _save_checkpoint(self) -> None:
-        """The whole step folder staged, then published (`checkpoint.publish_step`): plug-in state and verl's files
-        under `.staging/`, manifest, fsync, rename into place, tracker, then the pruning."""
+        """The whole step folder staged (`checkpoint.stage_step`: plug-in state and verl's files under `.staging/`,
+        manifest), then published (rename into place, tracker, pruning): at once, or inside verl's loop after the
+        step's log line (`on_train_begin`)."""
         save_verl = super()._save_checkpoint
 
         def write(staging_root: Path, staged: Path) -> None:
@@ -353,8 +357,28 @@ class ExGRPOTrainer(PPOTrainerSync):
                 save_verl()
             fault_point("checkpoint", self.global_steps)
 
-        keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
-        ckpt.publish_step(self._checkpoint_root(), self.global_steps, write, keep)
+        ckpt.stage_step(self._checkpoint_root(), self.global_steps, write)
+        self._staged_step = self.global_steps
+        if not self._publish_after_log:
+            self._publish_staged()
+
+    def _publish_staged(self) -> None:
+        if self._staged_step is not None:
+            keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
+            ckpt.publish_staged(self._checkpoint_root(), self._staged_step, keep)
+            self._staged_step = None
+
+    def on_train_begin(self) -> None:
+        """From here on a checkpoint is published once verl has logged its step (checkpoint.py docstring)."""
+        log = self.logger.log
+
+        def log_then_publish(*args: Any, **kwargs: Any) -> None:
+            log(*args, **kwargs)
+            self._publish_staged()
+
+        self.logger.log = log_then_publish  # type: ignore[method-assign]  # this instance only: verl calls it
+        self._publish_after_log = True
+        super().on_train_begin()
 
     def _load_checkpoint(self) -> None:
         """verl's load of the newest checkpoint that passes its checks (`checkpoint.announce_resume`), then the plug-in's."""

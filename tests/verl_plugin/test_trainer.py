@@ -343,6 +343,31 @@ def test_a_rerun_saving_the_same_step_replaces_it_whole(config, fake_tq, make_tr
     assert checkpoint_problem(folder) is None
 
 
+def test_inside_the_loop_a_checkpoint_is_published_only_after_its_steps_log_line(
+    config, fake_tq, make_trainer, tmp_path, monkeypatch
+):
+    """verl saves a step before it plans the next one, syncs weights and logs: published at once, a kill in that
+    gap would resume after a step no metrics file holds (checkpoint.py docstring)."""
+    _fake_verl_checkpoint_io(monkeypatch, [])
+    a = make_trainer(config, fake_tq, tmp_path)
+    logged: list[int] = []
+    a.logger = type("Log", (), {"log": lambda self, data, step: logged.append(step)})()
+    a.on_train_begin()
+    a._plan_next_step()
+    run_step(a, fake_tq, monkeypatch)
+    a._save_checkpoint()
+    root = tmp_path / "ckpt"
+    assert (root / STAGING_DIR / "global_step_1" / MANIFEST).exists()  # staged whole...
+    assert not (root / "global_step_1").exists() and not (root / TRACKER).exists()  # ...not yet the latest
+    a.logger.log(data={"x": 1.0}, step=1)
+    assert logged == [1] and (root / TRACKER).read_text() == "1"
+    assert (root / "global_step_1" / MANIFEST).exists() and not (
+        root / STAGING_DIR / "global_step_1"
+    ).exists()
+    a.logger.log(data={"x": 2.0}, step=2)  # a step without a checkpoint publishes nothing
+    assert logged == [1, 2] and (root / TRACKER).read_text() == "1"
+
+
 def test_real_constructor_behaves_as_verls_sync_trainer(config):
     """verl switches replay buffer, TQ checkpointing and refill on trainer_mode == 'sync'."""
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
