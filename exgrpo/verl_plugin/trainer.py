@@ -92,7 +92,8 @@ STEP_FIELDS = [
 class ExGRPOTrainer(PPOTrainerSync):
     """Synchronous V1 trainer + ExGRPO experience replay (see the module docstring for the step)."""
 
-    total_training_steps: int  # set by verl's trainer; declared since mypy reads verl as untyped (pyproject.toml)
+    # set by verl's trainer; declared since mypy reads verl as untyped (pyproject.toml)
+    total_training_steps: int
 
     def __init__(self, config: Any):
         self._init_exgrpo_state(config)
