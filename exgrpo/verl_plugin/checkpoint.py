@@ -291,7 +291,29 @@ def trainer_settings(config: Any, **values: Any) -> Iterator[None]:
                     trainer[k] = v
 
 
+def resume_settings(resume_mode: str, root: Path) -> dict[str, Any]:
+    """verl trainer keys for its own load: under `auto`, the newest checkpoint that passes its checks
+    (`announce_resume`) by path, or none (`disable`); any other mode as the config says (no override)."""
+    if resume_mode != "auto":
+        return {}
+    chosen = announce_resume(root)
+    if chosen is None:
+        return {"resume_mode": "disable"}
+    return {"resume_mode": "resume_path", "resume_from_path": str(chosen)}
+
+
+def resumed_folder(trainer_config: Any, root: Path, step: int) -> Path:
+    """The step folder verl resumed from: `resume_from_path` under `resume_path` (relative to the cwd, as verl
+    reads it), else `root`'s folder of `step`."""
+    if trainer_config.resume_mode == "resume_path":
+        folder = Path(trainer_config.resume_from_path)
+        return folder if folder.is_absolute() else Path.cwd() / folder
+    return step_dir(root, step)
+
+
 __all__ = [
+    "resume_settings",
+    "resumed_folder",
     "STAGING_DIR",
     "TRACKER",
     "PluginState",

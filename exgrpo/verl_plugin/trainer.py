@@ -191,7 +191,7 @@ class ExGRPOTrainer(PPOTrainerSync):
             self._replay_by_uid
         ):  # every session of the step has finished: the stored trajectories are delivered
             tq.kv_clear(keys=list(self._replay_by_uid), partition_id=vb.REPLAY_PARTITION)
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=STEP_FIELDS)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=vb.STEP_FIELDS)
         for key in ("prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy"):
             data[key] = nested(data[key])
         response_mask = data["response_mask"]
@@ -383,26 +383,12 @@ class ExGRPOTrainer(PPOTrainerSync):
 
     def _load_checkpoint(self) -> None:
         """verl's load of the newest checkpoint that passes its checks (`checkpoint.announce_resume`), then the plug-in's."""
-        mode = self.config.trainer.resume_mode
-        if mode == "auto":
-            chosen = ckpt.announce_resume(self._checkpoint_root())
-            if chosen is not None:
-                with ckpt.trainer_settings(
-                    self.config, resume_mode="resume_path", resume_from_path=str(chosen)
-                ):
-                    super()._load_checkpoint()
-            else:
-                with ckpt.trainer_settings(self.config, resume_mode="disable"):
-                    super()._load_checkpoint()
-        else:
+        settings = ckpt.resume_settings(self.config.trainer.resume_mode, self._checkpoint_root())
+        with ckpt.trainer_settings(self.config, **settings):
             super()._load_checkpoint()
         if self.global_steps == 0:
             return
-        if mode == "resume_path":
-            folder = Path(self.config.trainer.resume_from_path)
-            folder = folder if folder.is_absolute() else Path.cwd() / folder
-        else:
-            folder = ckpt.step_dir(self._checkpoint_root(), self.global_steps)
+        folder = ckpt.resumed_folder(self.config.trainer, self._checkpoint_root(), self.global_steps)
         state = ckpt.load_plugin_state(folder, self.exgrpo_cfg)
         if state.step != self.global_steps:
             raise ValueError(

@@ -376,3 +376,17 @@ def test_real_constructor_behaves_as_verls_sync_trainer(config):
     assert t.trainer_mode == "sync" and t.parameter_sync_step == 1
     assert isinstance(t.replay_buffer, ReplayBuffer) and not isinstance(t.replay_buffer, ReplayBufferAsync)
     assert t.norm_const == 8192 and t.manager.replay_active  # delayed_start off in this fixture
+
+
+def test_resume_settings_and_folder_follow_verls_resume_modes(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from exgrpo.verl_plugin import checkpoint as ckpt
+
+    assert ckpt.resume_settings("disable", tmp_path) == {}  # verl's own modes are left as configured
+    assert ckpt.resume_settings("auto", tmp_path) == {"resume_mode": "disable"}  # nothing to resume from
+    monkeypatch.chdir(tmp_path)
+    by_path = SimpleNamespace(resume_mode="resume_path", resume_from_path="runs/global_step_7")
+    assert ckpt.resumed_folder(by_path, tmp_path / "ckpt", 7) == tmp_path / "runs" / "global_step_7"
+    auto = SimpleNamespace(resume_mode="auto", resume_from_path=None)
+    assert ckpt.resumed_folder(auto, tmp_path / "ckpt", 3) == tmp_path / "ckpt" / "global_step_3"
