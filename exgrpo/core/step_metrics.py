@@ -16,6 +16,8 @@ and failure counts; neither runtime names a metric of its own here.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import torch
 
@@ -38,8 +40,14 @@ def plan_metrics(plan: ReplayedPlan, n_fresh: int, step: int) -> dict[str, float
     }
 
 
+class KeyedManager(Protocol):
+    """What `step_metrics` reads from the run's `ExperienceManager`: the keys it computed for the step."""
+
+    def step_keys(self) -> StepKeys: ...
+
+
 def step_metrics(
-    rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig, keyed: StepKeys | None = None
+    rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig, manager: KeyedManager | None = None
 ) -> dict[str, float]:
     """Counts of a step's rows and groups (`step.step_stats`, `step.batch_pass1`); sample_mask [N] bool as
     `step.advantages_and_mask` returns it. `FAILED_PROMPTS` counts submitted slots (`step_rows`'s
@@ -47,9 +55,11 @@ def step_metrics(
 
     The group histogram `GROUP_BUCKET` and `MIXED_FRACTION` are the buckets the method used: under `success`
     the success counts k (rewards above 0.5, as always); under `reward_std` (paper §5.3) the manager's
-    round(σ̃·K) keys of the step's complete groups, `keyed` = `ExperienceManager.step_keys()` (required then,
-    ignored under `success`), and the share of those groups whose rewards are not all equal (σ_q > 0)."""
-    s = step_stats(rows, sample_mask, cfg, keyed)
+    round(σ̃·K) keys of the step's complete groups, `manager.step_keys()` after `step.record_groups` (the
+    manager is required then and not consulted under `success`), and the share of those groups whose rewards
+    are not all equal (σ_q > 0)."""
+    use_keys = manager is not None and cfg.difficulty_signal == "reward_std"
+    s = step_stats(rows, sample_mask, cfg, manager.step_keys() if use_keys else None)
     replayed = rows.is_replay
     return {
         M.PASS1.name: batch_pass1(rows),
@@ -95,4 +105,11 @@ def data_metrics(order: DataOrder) -> dict[str, float]:
     return {M.TRAINING_QUESTIONS.name: float(len(order.active)), M.DATA_EPOCH.name: float(order.epoch)}
 
 
-__all__ = ["data_metrics", "plan_metrics", "response_metrics", "reward_metrics", "step_metrics"]
+__all__ = [
+    "KeyedManager",
+    "data_metrics",
+    "plan_metrics",
+    "response_metrics",
+    "reward_metrics",
+    "step_metrics",
+]

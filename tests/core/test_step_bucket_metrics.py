@@ -27,7 +27,7 @@ def _step(rows: cs.StepRows, cfg) -> tuple[ExperienceManager, dict[str, float]]:
     mgr = ExperienceManager(cfg, seed=0)
     cs.record_groups(mgr, rows, _trajectory, step=1)
     _, mask = cs.advantages_and_mask(rows, cfg)
-    return mgr, cm.step_metrics(rows, mask, cfg, mgr.step_keys())
+    return mgr, cm.step_metrics(rows, mask, cfg, mgr)
 
 
 def _buckets(m: dict[str, float], n: int = K) -> list[float]:
@@ -90,7 +90,7 @@ def test_reward_std_needs_this_steps_keys():
         cm.step_metrics(rows, mask, cfg)
     stale = ExperienceManager(cfg, seed=0)  # nothing recorded: the keys of another step
     with pytest.raises(ValueError, match="5 complete groups.*got 0"):
-        cm.step_metrics(rows, mask, cfg, stale.step_keys())
+        cm.step_metrics(rows, mask, cfg, stale)
 
 
 def test_success_histogram_is_unchanged_by_the_managers_keys():
@@ -107,7 +107,9 @@ def test_success_histogram_is_unchanged_by_the_managers_keys():
 def test_step_keys_are_computed_once_per_step():
     cfg = config_for("continuous_exgrpo", n_rollouts=K)
     mgr = ExperienceManager(cfg, seed=0)
-    mgr.record_group("a", np.array([0.0, 1, 0, 1]), [_trajectory(i) for i in range(K)], replayed=False, step=1)
+    mgr.record_group(
+        "a", np.array([0.0, 1, 0, 1]), [_trajectory(i) for i in range(K)], replayed=False, step=1
+    )
     first = mgr.step_keys()
     assert mgr.step_keys() is first and first.mixed == (True,)
     mgr.record_group("b", np.full(K, 0.5), [_trajectory(i) for i in range(K)], replayed=False, step=1)
