@@ -58,8 +58,8 @@ def step_metrics(
     round(σ̃·K) keys of the step's complete groups, `manager.step_keys()` after `step.record_groups` (the
     manager is required then and not consulted under `success`), and the share of those groups whose rewards
     are not all equal (σ_q > 0)."""
-    use_keys = manager is not None and cfg.difficulty_signal == "reward_std"
-    s = step_stats(rows, sample_mask, cfg, manager.step_keys() if use_keys else None)
+    keyed = manager.step_keys() if manager is not None and cfg.difficulty_signal == "reward_std" else None
+    s = step_stats(rows, sample_mask, cfg, keyed)
     replayed = rows.is_replay
     return {
         M.PASS1.name: batch_pass1(rows),
