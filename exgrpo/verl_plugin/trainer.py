@@ -224,7 +224,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
         self._record_groups(rows, data)
-        counts = core_metrics.step_metrics(rows, sample_mask, cfg)
+        counts = core_metrics.step_metrics(rows, sample_mask, cfg, self.manager)
         self._step_pass1 = counts[M.PASS1.name]
         metrics.update(self._check_failures(int(rows.real.sum())))
         fresh = vb.fresh_response_metrics(rows, data["entropy"], response_mask)

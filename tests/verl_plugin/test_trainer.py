@@ -390,3 +390,21 @@ def test_resume_settings_and_folder_follow_verls_resume_modes(tmp_path, monkeypa
     assert ckpt.resumed_folder(by_path, tmp_path / "ckpt", 7) == tmp_path / "runs" / "global_step_7"
     auto = SimpleNamespace(resume_mode="auto", resume_from_path=None)
     assert ckpt.resumed_folder(auto, tmp_path / "ckpt", 3) == tmp_path / "ckpt" / "global_step_3"
+
+
+def test_under_reward_std_the_step_histogram_is_the_managers_keys(
+    config, fake_tq, make_trainer, tmp_path, monkeypatch
+):
+    """Binary rewards keyed by their std (paper §5.3's buckets): c correct of K = 4 has σ = √(c/4·(1-c/4)); the
+    step's keys are round(σ̃·K) of σ min-max normalised over its groups, not c; mixed = 0 < c < K."""
+    config = config.copy()
+    config.exgrpo.config.difficulty_signal = "reward_std"
+    t = make_trainer(config, fake_tq, tmp_path)
+    t._plan_next_step()
+    _, m1, _ = run_step(t, fake_tq, monkeypatch)
+    c = np.array([CORRECT[r[vb.EXGRPO_QID]] for r in t.submitted[0]])
+    assert sorted(c.tolist()) == [0, 1, 3, 4]  # the first batch: σ = 0, .433, .433, 0 -> keys 0, 4, 4, 0
+    keys = np.floor((np.sqrt(c / K * (1 - c / K)) / np.sqrt(3 / 16)) * K + 0.5).astype(int)
+    assert [m1[f"exp/bucket_{k}"] for k in range(K + 1)] == np.bincount(keys, minlength=K + 1).tolist()
+    assert m1["exp/bucket_4"] == 2 and m1["exp/mean_key"] == pytest.approx(2.0)
+    assert m1[M.MIXED_FRACTION.name] == 0.5
