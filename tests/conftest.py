@@ -15,8 +15,10 @@ tests/security/test_no_secret_in_outputs.py searches for planted secrets (`verl_
   Ray's session folder under a short RAY_TMPDIR (searched too), and no RAY_ADDRESS (the job starts its own Ray);
 - `exgrpo verl-launch` renders the run's `launch_single_node.sh`, as the workflow's `train_verl_cpu` job does;
 - attempt 0 (`python -m exgrpo.verl_plugin.main`, the script's last line) checkpoints every SAVE_FREQ steps and
-  is killed (SIGKILL to it and every process under it, Ray included) once it has checkpointed step k >= SAVE_FREQ
-  and logged it;
+  is killed (SIGKILL to its process group and every process under it, Ray included) at a seeded random moment
+  between its first checkpoint and a step before its planned end (`VERL_KILL_SEED`,
+  verl_runs.start_and_kill_at_random_moment; the moment drawn and when it fired are printed, written to
+  `kill.json` and returned as `kill`); k is the last checkpoint it published;
 - attempt 1 is the requeued job (SLURM_RESTART_COUNT=1) running the rendered `launch_single_node.sh` with
   `trainer.total_training_steps=k+1` and verl's `wandb` logger added (`WANDB_MODE=offline`, its folder searched):
   verl resumes from its tracker;
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verl_plugin.verl_runs import logged_steps, start_and_kill_after_checkpoint, tracker
+from tests.verl_plugin.verl_runs import logged_steps, start_and_kill_at_random_moment, tracker
 
 PLANTED = {
     # "hf_" apart, so the tracked-files token scan (tests/workflow/test_environment.py) never meets a token here.
@@ -49,8 +52,11 @@ PLANTED = {
 }
 """Fake secrets, each recognisable and long enough that a match cannot be chance."""
 SAVE_FREQ = 2
-FIRST_TOTAL = 12
-"""Attempt 0 is planned for this many steps and killed long before (a run that ends on its own fails the test)."""
+FIRST_TOTAL = 8
+"""Attempt 0 is planned for this many steps and killed before (a run that ends on its own fails the test): the
+kill's window is steps SAVE_FREQ to FIRST_TOTAL - 1, at most 5 steps (about 15 s here) past the first checkpoint."""
+VERL_KILL_SEED = int(os.environ.get("EXGRPO_VERL_KILL_SEED", "20261207"))
+"""Seed of attempt 0's kill moment (the environment variable draws another: the moment is then printed)."""
 LEARNING_RATE = 1e-3
 """The toy run's actor learning rate (the paper's 1e-6 moves a weight by ~1e-6 per step, below the bf16 rounding
 of verl's HF export, so the exported model would not show the training)."""
@@ -132,7 +138,7 @@ def verl_cpu_run(tmp_path_factory):
         assert rendered.returncode == 0, rendered.stdout + rendered.stderr
 
         log0 = run / f"metrics.attempt0.{int(time.time())}.jsonl"
-        start_and_kill_after_checkpoint(
+        kill = start_and_kill_at_random_moment(
             demo.launch_command(run, common),
             cwd=run,
             env={**env, "VERL_FILE_LOGGER_PATH": str(log0)},
@@ -140,12 +146,18 @@ def verl_cpu_run(tmp_path_factory):
             ckpt=ckpt,
             log=log0,
             save_freq=SAVE_FREQ,
-            t0=t0,
+            total=FIRST_TOTAL,
+            seed=VERL_KILL_SEED,
             timeout_s=LAUNCH_TIMEOUT_S,
         )
         timings["attempt0_s"] = time.monotonic() - t0
         k = tracker(ckpt)
         killed_after = max(logged_steps(log0))
+        kill.update(
+            checkpoint=k, logged=killed_after, staged=sorted(p.name for p in ckpt.glob(".staging/g*"))
+        )
+        print(f"[verl_cpu_run] attempt 0 killed at a seeded random moment: {kill}")
+        (root / "kill.json").write_text(json.dumps(kill))
 
         t1 = time.monotonic()
         _wait_for_second_boundary()
@@ -209,6 +221,7 @@ def verl_cpu_run(tmp_path_factory):
             "wandb": root / "wandb" if has_wandb else None,
             "planted": PLANTED,
             "save_freq": SAVE_FREQ,
+            "kill": kill,
         }
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)

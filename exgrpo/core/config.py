@@ -18,13 +18,12 @@ Departures from the paper, stated up front:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from exgrpo.core import declared
+from exgrpo.core.config_dict import DictRoundTrip
 from exgrpo.core.config_rules import check_tied_fields
 from exgrpo.core.declared import ConfigError, check_fields, choices_of, setting
 from exgrpo.core.registry import (
@@ -38,9 +37,9 @@ from exgrpo.core.registry import (
 
 
 @dataclass
-class ExGRPOConfig:
+class ExGRPOConfig(DictRoundTrip):
     """All method settings. Each field is declared once (`exgrpo.core.declared.setting`: type, default, range or
-    choices); its docstring follows it (CleanRL style)."""
+    choices); its docstring follows it (CleanRL style). `from_dict`, `replace`, `to_dict`: `DictRoundTrip`."""
 
     # ---------------------------------------------------------------- method
     method: str = setting("exgrpo", choices=frozenset({"on_policy", "exgrpo"}))
@@ -362,29 +361,6 @@ class ExGRPOConfig:
         check_fields(self)
         check_tied_fields(self)
         return self
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any] | None, where: str = "") -> ExGRPOConfig:
-        """Build and validate from a mapping; unknown keys are errors. `where` prefixes field names in errors."""
-        values = dict(values or {})
-        known = {f.name for f in fields(cls)}
-        for key in values:
-            if key not in known:
-                raise ConfigError(
-                    f"{where}{key}", f"unknown setting; known settings: {', '.join(sorted(known))}"
-                )
-        try:
-            cfg = cls(**values)
-            return cfg.validate()
-        except ConfigError as err:
-            raise ConfigError(f"{where}{err.field}", str(err).split(": ", 1)[1]) from None
-
-    def replace(self, **overrides: Any) -> ExGRPOConfig:
-        """A validated copy with `overrides` applied (unknown names are errors)."""
-        return ExGRPOConfig.from_dict({**dataclasses.asdict(self), **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 STATIC_CHOICES: dict[str, frozenset[str]] = {

@@ -64,7 +64,7 @@ import numpy as np
 
 from exgrpo.core.buffer import DEFAULT_CHUNK_TOKENS, ExperienceBuffer, Trajectory
 from exgrpo.core.config import ExGRPOConfig
-from exgrpo.core.experience_groups import Group, bucket_keys, round_half_up
+from exgrpo.core.experience_groups import Group, StepKeys, key_groups, round_half_up
 from exgrpo.core.experience_state import ARRAYS_FILE, STATE_FILE, load_state, save_state
 from exgrpo.core.ordered_set import IndexedOrderedSet
 from exgrpo.core.sampler import n_replay, restrict_range, sample_questions
@@ -86,6 +86,7 @@ class ExperienceManager:
         self._activation_step: int | None = 0 if self._active else None
         self._last_step: int | None = None
         self._pending: list[Group] = []
+        self._step_keys: StepKeys | None = None  # key_groups(self._pending), computed once per step
         self._reviewed: list[str] = []  # un-retired, not yet drained by the trainer
         self._returning: list[str] = []  # un-retired, not yet handed back through prune_training_data
 
@@ -209,6 +210,14 @@ class ExperienceManager:
         else:
             counted = fresh
         self._pending.append(Group(qid, counted, fresh, list(trajectories), replayed, int(step)))
+        self._step_keys = None
+
+    def step_keys(self) -> StepKeys:
+        """Keys of the groups recorded so far in this step (`experience_groups.key_groups`), computed once:
+        `end_step` applies these, and the step metrics read them (`step_metrics.step_metrics`)."""
+        if self._step_keys is None:
+            self._step_keys = key_groups(self._pending, self.cfg)
+        return self._step_keys
 
     def end_step(self, step: int, batch_pass1: float) -> dict[str, float]:
         """Apply the step's groups, retire, review, check the delayed start; return metrics (module docstring).
@@ -220,8 +229,9 @@ class ExperienceManager:
         """
         self._check_end_step(step, batch_pass1)
         cfg = self.cfg
-        groups, self._pending = self._pending, []
-        keys, correct = bucket_keys(groups, cfg)
+        keyed = self.step_keys()
+        keys, correct = list(keyed.keys), list(keyed.correct)
+        groups, self._pending, self._step_keys = self._pending, [], None
         collecting = self.collecting
         newly_retired, stored, duplicates = self._store_groups(groups, keys, correct, collecting)
         if cfg.retire_from_buffer:

@@ -1,5 +1,6 @@
 """One step's rollout groups as the experience manager (`exgrpo.core.experience`) receives them, and the
-difficulty key of each: the correct-rollout count k of paper §4.1 (or the released code's reward-std buckets).
+difficulty key of each: the correct-rollout count k of paper §4.1 (or the paper §5.3 reward-std buckets), and the
+`StepKeys` of a step: what the manager applies in `end_step` and the step metrics read (`exgrpo.core.step_metrics`).
 
 Split out of `experience.py` to keep that file under the house's 400 lines; the manager is the only user.
 """
@@ -50,3 +51,28 @@ def bucket_keys(groups: list[Group], cfg: ExGRPOConfig) -> tuple[list[int], list
         for g in groups
     ]
     return keys, [g.fresh == 1.0 for g in groups]
+
+
+@dataclass(frozen=True)
+class StepKeys:
+    """The groups recorded in one step as the manager keyed them, in recording order (complete groups only).
+
+    `mixed`: the rewards that define the key (`Group.counted`) are not all equal, i.e. σ_q > 0: the group that
+    can hold a response above its mean (what `reward_std` stores) and, under `success`, exactly 0 < k < K.
+    """
+
+    keys: tuple[int, ...]
+    correct: tuple[np.ndarray, ...]
+    mixed: tuple[bool, ...]
+
+    def histogram(self, n_rollouts: int) -> tuple[float, list[float]]:
+        """(share of the groups that are mixed, [groups with key k for k = 0..K]); (0, zeros) without a group."""
+        mixed = sum(self.mixed) / len(self.mixed) if self.mixed else 0.0
+        return float(mixed), [float(sum(1 for x in self.keys if x == k)) for k in range(n_rollouts + 1)]
+
+
+def key_groups(groups: list[Group], cfg: ExGRPOConfig) -> StepKeys:
+    """`bucket_keys` of a step's groups, with which of them are mixed (`StepKeys`)."""
+    keys, correct = bucket_keys(groups, cfg)
+    mixed = tuple(bool(np.ptp(g.counted) > 0) if g.counted.size else False for g in groups)
+    return StepKeys(tuple(keys), tuple(correct), mixed)

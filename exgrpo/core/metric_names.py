@@ -83,7 +83,8 @@ REPLAY_QUESTIONS = define(
 )
 MIXED_FRACTION = define(
     "groups/mixed_fraction",
-    "Groups with 0 < k < K successes (k as trained, core.advantages.success_histogram).",
+    "Mixed groups: 0 < k < K successes (k as trained); under reward_std, groups whose rewards are not all equal"
+    " (core.step.step_stats).",
     "fraction",
     verl_key="exgrpo/mixed_fraction",
 )
@@ -93,7 +94,11 @@ MASKED_QUESTIONS = define(
     "count",
     verl_key="exgrpo/masked_questions",
 )
-GROUP_BUCKET = define("exp/bucket_{k}", "Groups of the step with k successes (as trained).", "count")
+GROUP_BUCKET = define(
+    "exp/bucket_{k}",
+    "Groups of the step with k successes (as trained); under reward_std, with key round(σ̃·K) = k (core.step.step_stats).",
+    "count",
+)
 TRAINING_QUESTIONS = define(
     "data/training_questions",
     "Questions left in the training data (retired pruned at epoch boundaries).",

@@ -18,6 +18,8 @@ Departures from the paper, stated up front:
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import torch
 
 from exgrpo.core.config import ConfigError, ExGRPOConfig
@@ -60,7 +62,7 @@ def _masked_row_mean(values: torch.Tensor, mask: torch.Tensor, name: str) -> tor
     return (values * m).sum(dim=-1) / counts
 
 
-_Opt = torch.Tensor | None
+_Opt: TypeAlias = torch.Tensor | None
 
 
 @SELECTION_METRICS.register(

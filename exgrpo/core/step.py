@@ -47,6 +47,7 @@ import torch
 from exgrpo.core.advantages import difficulty_mask, group_accuracy, group_advantages, success_histogram
 from exgrpo.core.buffer import Trajectory
 from exgrpo.core.config import ExGRPOConfig
+from exgrpo.core.experience_groups import StepKeys
 from exgrpo.core.selection import select_index
 
 
@@ -334,16 +335,32 @@ def record_groups(
     return records
 
 
-def step_stats(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> dict[str, float]:
+def step_stats(
+    rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig, keyed: StepKeys | None = None
+) -> dict[str, float]:
     """The step's group statistics, as plain numbers (the runtimes choose the logged names).
 
-    mixed_fraction: share of real groups with 0 < k < K; bucket_<k>: groups with k successes (k = 0..K);
-    kept_groups: groups the difficulty mask keeps; short_groups / missing_rows: groups with fewer than K
-    real rows and the rows they lack; empty_slots: submitted slots (`n_submitted`) with no real row.
+    mixed_fraction / bucket_<k> (k = 0..K), as the method bucketed the step: `success`: share of real groups
+    with 0 < k < K and groups with k successes (`group_success`, short groups included); `reward_std`: the
+    manager's keys of the step's recorded (complete) groups, `keyed` = `ExperienceManager.step_keys()` after
+    `record_groups`, read, not recomputed, and the share of them whose rewards are not all equal
+    (`experience_groups.StepKeys`). kept_groups: groups the difficulty mask keeps; short_groups / missing_rows:
+    groups with fewer than K real rows and the rows they lack; empty_slots: submitted slots (`n_submitted`)
+    with no real row.
     """
     members = _members(rows)
     present = {int(rows.group[m[0]]) for m in members}
-    mixed, buckets = success_histogram(group_success(rows, cfg), cfg.n_rollouts)
+    if cfg.difficulty_signal != "reward_std":
+        mixed, buckets = success_histogram(group_success(rows, cfg), cfg.n_rollouts)
+    else:
+        complete = sum(len(m) == rows.n_rollouts for m in members)
+        if keyed is None or len(keyed.keys) != complete:
+            raise ValueError(
+                f"difficulty_signal='reward_std': the step's {complete} complete groups need the manager's "
+                f"keys of this step (ExperienceManager.step_keys after record_groups), got "
+                f"{'none' if keyed is None else len(keyed.keys)}"
+            )
+        mixed, buckets = keyed.histogram(cfg.n_rollouts)
     short = [m for m in members if len(m) < rows.n_rollouts]
     return {
         "mixed_fraction": mixed,

@@ -7,7 +7,7 @@ Each function returns {registry name: number}. A runtime logs the keys the regis
 and failure counts; neither runtime names a metric of its own here.
 
 - `plan_metrics`: the step's questions (replayed, fresh, the age of o*, the candidates looked at);
-- `step_metrics`: pass@1, the group histogram and its mixed share, the questions the difficulty mask keeps,
+- `step_metrics`: pass@1, the group histogram and its mixed share (by the bucketing kind's keys), the questions the difficulty mask keeps,
   short groups, failed prompts, replayed rows and the rows that get gradient (`step.step_stats`);
 - `reward_metrics`: the mean reward of the step's rows (the CPU trainer's; verl logs its own);
 - `response_metrics`: entropy, length and truncation of the fresh responses;
@@ -16,12 +16,15 @@ and failure counts; neither runtime names a metric of its own here.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import torch
 
 from exgrpo.core import metric_names as M
 from exgrpo.core.config import ExGRPOConfig
 from exgrpo.core.data_order import DataOrder
+from exgrpo.core.experience_groups import StepKeys
 from exgrpo.core.step import ReplayedPlan, StepRows, batch_pass1, step_stats
 
 
@@ -37,11 +40,26 @@ def plan_metrics(plan: ReplayedPlan, n_fresh: int, step: int) -> dict[str, float
     }
 
 
-def step_metrics(rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig) -> dict[str, float]:
+class KeyedManager(Protocol):
+    """What `step_metrics` reads from the run's `ExperienceManager`: the keys it computed for the step."""
+
+    def step_keys(self) -> StepKeys: ...
+
+
+def step_metrics(
+    rows: StepRows, sample_mask: torch.Tensor, cfg: ExGRPOConfig, manager: KeyedManager | None = None
+) -> dict[str, float]:
     """Counts of a step's rows and groups (`step.step_stats`, `step.batch_pass1`); sample_mask [N] bool as
     `step.advantages_and_mask` returns it. `FAILED_PROMPTS` counts submitted slots (`step_rows`'s
-    `slot_order`) with no real row."""
-    s = step_stats(rows, sample_mask, cfg)
+    `slot_order`) with no real row.
+
+    The group histogram `GROUP_BUCKET` and `MIXED_FRACTION` are the buckets the method used: under `success`
+    the success counts k (rewards above 0.5, as always); under `reward_std` (paper §5.3) the manager's
+    round(σ̃·K) keys of the step's complete groups, `manager.step_keys()` after `step.record_groups` (the
+    manager is required then and not consulted under `success`), and the share of those groups whose rewards
+    are not all equal (σ_q > 0)."""
+    keyed = manager.step_keys() if manager is not None and cfg.difficulty_signal == "reward_std" else None
+    s = step_stats(rows, sample_mask, cfg, keyed)
     replayed = rows.is_replay
     return {
         M.PASS1.name: batch_pass1(rows),
@@ -87,4 +105,11 @@ def data_metrics(order: DataOrder) -> dict[str, float]:
     return {M.TRAINING_QUESTIONS.name: float(len(order.active)), M.DATA_EPOCH.name: float(order.epoch)}
 
 
-__all__ = ["data_metrics", "plan_metrics", "response_metrics", "reward_metrics", "step_metrics"]
+__all__ = [
+    "KeyedManager",
+    "data_metrics",
+    "plan_metrics",
+    "response_metrics",
+    "reward_metrics",
+    "step_metrics",
+]

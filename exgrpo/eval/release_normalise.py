@@ -7,7 +7,8 @@ sail-sg/oat), to reproduce its labels exactly, quirks included; `release_grader`
   `\\%`, `\\$`, spaces; repair `\\frac12`, `\\sqrt3`, `a/b`.
 - `prm_normalise`: the PRM800K-style normaliser used before the sympy comparison: drop `$`, `%`,
   unit words, `\\circ`; LaTeX rendered to text (pylatexenc); lower case; integers canonical.
-- `is_repetitive`: the release's guard against degenerate repeated text (suffix-array measure).
+- `is_repetitive`: the release's guard against degenerate repeated text (suffix-array measure), in
+  `exgrpo.eval.repetition_guard`, re-exported here.
 
 Exceptions inside a normaliser are handled as the release handles them (the mathd normaliser
 returns its input); every function here is pure and has no timeout of its own.
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from itertools import islice, zip_longest
+
+from exgrpo.eval.repetition_guard import is_repetitive
 
 # Unit words the mathd normaliser deletes (from MathQA), each used as a regex between non-word
 # boundaries and also with a plural "s". Kept verbatim: their regex metacharacters ('.' in "p . m")
@@ -352,45 +354,6 @@ def prm_normalise(expr: str | None) -> str | None:
     if is_int_text(expr):
         expr = str(int(float(expr.replace(",", ""))))
     return expr
-
-
-# ---------------------------------------------------------------------------------------------- repetition
-def _dense_ranks(values: list) -> list[int]:
-    order = {v: i for i, v in enumerate(sorted(set(values)))}
-    return [order[v] for v in values]
-
-
-def is_repetitive(text: str) -> bool:
-    """The release's degenerate-repetition test: the summed longest-common-prefix lengths between
-    suffixes adjacent in its suffix order, over n(n+1)/2, exceed 0.1 (i.e. 2·sum/(n(n+1)) > 0.2).
-
-    The suffix order is the release's: prefix doubling that stops once the step reaches n - 1, so
-    suffixes can still tie; ties and the LCP walk are reproduced as the release computes them.
-    """
-    codes = [ord(ch) for ch in text]
-    n = len(codes)
-    if n <= 1:
-        return False
-    rank = _dense_ranks(codes)
-    step = 1
-    while step < n - 1:
-        rank = _dense_ranks(list(zip_longest(rank, islice(rank, step, None), fillvalue=-1)))
-        step <<= 1
-    order = [0] * n
-    for i, r in enumerate(rank):
-        order[r] = i
-    lcp_at_rank, k = [0] * n, 0  # indexed by rank: tied suffixes overwrite each other, as released
-    for i in range(n):
-        if rank[i] == n - 1:
-            k = 0
-            continue
-        j = order[rank[i] + 1]
-        while i + k < n and j + k < n and codes[i + k] == codes[j + k]:
-            k += 1
-        lcp_at_rank[rank[i]] = k
-        if k > 0:
-            k -= 1
-    return sum(lcp_at_rank) * 2 / (n * (n + 1)) > 0.2
 
 
 __all__ = [

@@ -122,7 +122,7 @@ class CPUTrainer:
         entropies = [roll.entropy[i][m] for i, m in enumerate(masks)]
         trajectory = core_batch.row_trajectories(response_ids, sampling_logp, entropies, step)
         core_step.record_groups(self.manager, rows, trajectory, step)
-        counts = core_metrics.step_metrics(rows, batch["sample_mask"], self.cfg)
+        counts = core_metrics.step_metrics(rows, batch["sample_mask"], self.cfg, self.manager)
         exp_metrics = self.manager.end_step(step, counts[M.PASS1.name])
         metrics: dict[str, float] = {
             M.STEP.name: step,

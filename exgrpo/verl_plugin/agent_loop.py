@@ -106,6 +106,8 @@ class ReportingAgentLoop(SingleTurnAgentLoop):
 class ReplayAgentLoop(ReportingAgentLoop):
     """The reporting single-turn loop whose last session replays the prompt's stored trajectory."""
 
+    server_manager: Any  # verl's attribute; declared since mypy reads verl as untyped (pyproject.toml)
+
     async def _run_session(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         if kwargs.get("session_id") != core_step.replayed_session(int(self.rollout_config.n)):
             return await super()._run_session(sampling_params, **kwargs)

@@ -64,6 +64,8 @@ SAMPLE_MASK_FIELD = "exgrpo_sample_mask"
 """TQ field, float [1]: 1 = the row gets gradient (difficulty-masked GRPO, paper Eq. 14)."""
 REPLAY_ACTIVE_KEY = "exgrpo_replay_active"
 """Batch-level (extra_info) flag read by the loss: mixed-policy mode is on (paper §4.2)."""
+STEP_FIELDS = ["prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy", EXGRPO_QID]
+"""The TQ fields the trainer reads back for a step's core assembly (ExGRPOTrainer._compute_advantage)."""
 
 
 # --------------------------------------------------------------------------- question ids and prompt rows

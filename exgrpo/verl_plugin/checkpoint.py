@@ -21,6 +21,13 @@ the tracker rewritten (atomically) and are checkpoints beyond `trainer.max_actor
 a crash at any instant leaves the previous complete checkpoint in place. On start (`choose_checkpoint`) the
 newest checkpoint whose manifest checks out is taken, whatever the tracker says; each newer one skipped is
 named with the reason.
+
+Inside verl's training loop the trainer stages a step's checkpoint where verl saves it, but publishes it only
+once verl has logged that step's metrics (`stage_step`, then `publish_staged` after the log line; outside the
+loop `publish_step` does both at once): verl 0.9.1 saves before it plans the next step, syncs the weights,
+validates and logs, so a checkpoint published at once and a kill before the log line would resume after a
+step whose metrics no file holds. Deferred, such a kill resumes from the previous checkpoint and the step is
+trained and logged again.
 """
 
 from __future__ import annotations
@@ -213,10 +220,9 @@ def announce_resume(default_local_dir: str | Path) -> Path | None:
     return chosen
 
 
-def publish_step(root: Path, step: int, write: Callable[[Path, Path], None], keep: int | None) -> None:
-    """Write checkpoint `step` whole, then make it the latest (the module docstring): `write(staging_root,
-    staged)` fills `<root>/.staging/global_step_N` (verl's files and the plug-in's); then its manifest, the
-    rename into place, the tracker (atomically), the fsyncs, and only then the pruning beyond `keep`."""
+def stage_step(root: Path, step: int, write: Callable[[Path, Path], None]) -> Path:
+    """Write checkpoint `step` whole under `<root>/.staging/` and give it its manifest; returns the staged folder.
+    `write(staging_root, staged)` fills `<root>/.staging/global_step_N` (verl's files and the plug-in's)."""
     staging_root = root / STAGING_DIR
     staged = step_dir(staging_root, step)
     if staged.exists():  # left by a job killed while writing it
@@ -224,11 +230,24 @@ def publish_step(root: Path, step: int, write: Callable[[Path, Path], None], kee
     write(staging_root, staged)
     (staging_root / TRACKER).unlink(missing_ok=True)  # verl's tracker of the staging folder means nothing
     write_manifest(staged)
-    publish_dir(staged, step_dir(root, step))
+    return staged
+
+
+def publish_staged(root: Path, step: int, keep: int | None) -> None:
+    """Make the staged checkpoint `step` the latest: the rename into place, the tracker (atomically), the
+    fsyncs, and only then the pruning beyond `keep`."""
+    publish_dir(step_dir(root / STAGING_DIR, step), step_dir(root, step))
     with atomic_open(root / TRACKER, "w") as fh:
         fh.write(str(step))
     fsync_dir(root)
     prune_checkpoints(root, keep)
+
+
+def publish_step(root: Path, step: int, write: Callable[[Path, Path], None], keep: int | None) -> None:
+    """Write checkpoint `step` whole, then make it the latest (the module docstring): `stage_step`, then
+    `publish_staged`."""
+    stage_step(root, step, write)
+    publish_staged(root, step, keep)
 
 
 def prune_checkpoints(default_local_dir: str | Path, keep: int | None) -> list[Path]:
@@ -272,7 +291,29 @@ def trainer_settings(config: Any, **values: Any) -> Iterator[None]:
                     trainer[k] = v
 
 
+def resume_settings(resume_mode: str, root: Path) -> dict[str, Any]:
+    """verl trainer keys for its own load: under `auto`, the newest checkpoint that passes its checks
+    (`announce_resume`) by path, or none (`disable`); any other mode as the config says (no override)."""
+    if resume_mode != "auto":
+        return {}
+    chosen = announce_resume(root)
+    if chosen is None:
+        return {"resume_mode": "disable"}
+    return {"resume_mode": "resume_path", "resume_from_path": str(chosen)}
+
+
+def resumed_folder(trainer_config: Any, root: Path, step: int) -> Path:
+    """The step folder verl resumed from: `resume_from_path` under `resume_path` (relative to the cwd, as verl
+    reads it), else `root`'s folder of `step`."""
+    if trainer_config.resume_mode == "resume_path":
+        folder = Path(trainer_config.resume_from_path)
+        return folder if folder.is_absolute() else Path.cwd() / folder
+    return step_dir(root, step)
+
+
 __all__ = [
+    "resume_settings",
+    "resumed_folder",
     "STAGING_DIR",
     "TRACKER",
     "PluginState",
@@ -283,8 +324,10 @@ __all__ = [
     "config_fingerprint",
     "load_plugin_state",
     "prune_checkpoints",
+    "publish_staged",
     "publish_step",
     "save_plugin_state",
+    "stage_step",
     "step_dir",
     "trainer_settings",
 ]

@@ -3,7 +3,8 @@
 A verl run directory (`exgrpo verl-config --out RUN_DIR`) holds `resolved_config.json` (written by `main.py`),
 one metrics file per attempt, `metrics.attempt<SLURM_RESTART_COUNT>.<unix time>.jsonl` (verl's file logger,
 one `{"step": N, "data": {metric: value}}` per line, truncated when opened, hence one file per attempt), and
-verl's checkpoints under `trainer.default_local_dir` (`global_step_N/actor`, FSDP shards + `huggingface/`).
+verl's checkpoints under `trainer.default_local_dir` (`global_step_N/actor`, FSDP shards + `huggingface/`;
+found and merged by `exgrpo.verl_plugin.actor_export`).
 `collect_run` turns that into `results/<source>/train/<backbone>/<variant>/s<seed>/{log.jsonl.gz,run.json}`
 (results/README.md) and, on request, merges the final actor checkpoint into an HF folder for evaluation, whose
 digest run.json records as `summary.final_model_sha256` (exgrpo.records.fingerprints.weights_digest, as the CPU
@@ -40,7 +41,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -57,14 +57,19 @@ from exgrpo.records.metrics import (
     val_benchmark_key,
 )
 from exgrpo.records.metrics_verl import VERL_VAL_CORE_ACC, is_verl_passthrough, verl_key_map
+from exgrpo.verl_plugin.actor_export import (
+    EXPORT_MARKER,
+    TRACKER_FILE,
+    CollectError,
+    cached_model_dir,
+    export_hf,
+    latest_checkpoint,
+    merge_argv,
+)
 
 METRICS_GLOB = "metrics.attempt*.jsonl"
 _METRICS_NAME = re.compile(r"^metrics\.attempt(\d+)\.(\d+)\.jsonl$")
 RESOLVED_FILE = "resolved_config.json"
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-"""verl's resume tracker in `default_local_dir`: the step of the last complete checkpoint."""
-EXPORT_MARKER = "exgrpo_export.json"
-"""Written into an HF export: which actor checkpoint it was merged from (a rerun skips an identical export)."""
 
 KEY_MAP: dict[str, str] = verl_key_map()
 """verl / plug-in metric -> results-log key (exgrpo.records.metrics). `exp/*` keys already have their names."""
@@ -76,10 +81,6 @@ def contract_key(key: str) -> str:
     `exgrpo.records.metrics` (the loader rejects unknown keys)."""
     key = KEY_MAP.get(key, key)
     return key if lookup(key) is not None or is_verl_passthrough(key) else f"verl/{key}"
-
-
-class CollectError(ValueError):
-    """A run directory is incomplete or malformed; the message names the file."""
 
 
 # ------------------------------------------------------------------------------------------ metrics files
@@ -202,82 +203,6 @@ def contract_rows(records: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-# ------------------------------------------------------------------------------------------ checkpoints, export
-def latest_checkpoint(ckpt_root: str | Path) -> tuple[int, Path]:
-    """(step, actor folder) of the last complete verl checkpoint, from verl's resume tracker."""
-    tracker = Path(ckpt_root) / TRACKER_FILE
-    if not tracker.exists():
-        raise FileNotFoundError(f"{tracker}: no checkpoint tracker (the run saved no checkpoint)")
-    text = tracker.read_text(encoding="utf-8").strip()
-    if not text.isdigit():
-        raise CollectError(f"{tracker}: expected a step number, got {text!r}")
-    actor = Path(ckpt_root) / f"global_step_{int(text)}" / "actor"
-    if not actor.is_dir():
-        raise FileNotFoundError(f"{actor}: actor checkpoint named by {tracker} not found")
-    return int(text), actor
-
-
-def merge_argv(actor_dir: str | Path, target_dir: str | Path, python: str = sys.executable) -> list[str]:
-    """verl 0.9.1's FSDP -> HF merger (`python -m verl.model_merger merge`) for one actor checkpoint."""
-    return [
-        python,
-        "-m",
-        "verl.model_merger",
-        "merge",
-        "--backend",
-        "fsdp",
-        "--local_dir",
-        str(actor_dir),
-        "--target_dir",
-        str(target_dir),
-    ]
-
-
-def export_hf(
-    actor_dir: str | Path,
-    target_dir: str | Path,
-    step: int,
-    run: Callable[..., Any] = subprocess.run,
-    python: str = sys.executable,
-) -> Path:
-    """Merge `actor_dir` into the HF folder `target_dir` (via a sibling temp folder, then a rename); skipped when
-    `target_dir` already holds the export of the same checkpoint. `run` executes merge_argv with the
-    interpreter `python` (one that has verl)."""
-    actor_dir, target = Path(actor_dir).resolve(), Path(target_dir)
-    marker = {"actor_dir": str(actor_dir), "step": int(step)}
-    done = target / EXPORT_MARKER
-    try:
-        if json.loads(done.read_text(encoding="utf-8")) == marker:
-            return target
-    except (OSError, json.JSONDecodeError):
-        pass  # no export yet, or a damaged one: merge again
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    run(merge_argv(actor_dir, tmp, python), check=True)
-    if not (tmp / "config.json").exists():
-        raise CollectError(f"{tmp}: the model merger wrote no config.json")
-    (tmp / EXPORT_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n", encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    return target
-
-
-def cached_model_dir(manifest: str | Path) -> Path:
-    """The local snapshot folder of a model that `exgrpo download --model` cached (`<cache>/models/<name>.json`,
-    whose `path` is relative to `<cache>`), absolute."""
-    from exgrpo.records.io import read_json
-
-    manifest = Path(manifest)
-    entry = read_json(manifest)
-    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-        raise CollectError(f"{manifest}: not a model manifest (no 'path')")
-    folder = manifest.resolve().parent.parent / entry["path"]
-    if not (folder / "config.json").exists():
-        raise FileNotFoundError(f"{folder}: cached model not found (no config.json); rerun `exgrpo download`")
-    return folder
-
-
 # ------------------------------------------------------------------------------------------ one run
 def collect_run(
     run_dir: str | Path,
@@ -397,7 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
+    "EXPORT_MARKER",
     "KEY_MAP",
+    "TRACKER_FILE",
     "CollectError",
     "cached_model_dir",
     "clean_value",

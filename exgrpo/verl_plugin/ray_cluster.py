@@ -19,6 +19,8 @@ Every route that starts Ray goes through here:
   port plan (`PORTS_LINE`, read back by `logged_ports`) before it execs Ray: the plan its Ray processes use.
 
 - `wait` (the single-node script) connects to the head at RAY_ADDRESS until it answers.
+- the check that no file the suite writes holds a secret's value (`secret_values`, `written_files`,
+  `secret_hits`) lives in `exgrpo.verl_plugin.secret_audit`, re-exported here.
 
 Both launch scripts start their head through `start`: the single-node one on 127.0.0.1 (a head whose node
 address is loopback binds every server there), so verl's `ray.init()` attaches to the job's authenticated head
@@ -28,41 +30,28 @@ through RAY_ADDRESS; `ensure_job_auth`'s `RAY_ADDRESS=local` is for a driver sta
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gzip
 import json
 import os
-import re
 import secrets
 import socket
 import sys
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, MutableMapping, Sequence
+
+from exgrpo.verl_plugin.secret_audit import (
+    SECRET_ENV,
+    SECRET_PATTERN,
+    TOKEN_PATH_ENV,
+    secret_hits,
+    secret_values,
+    written_files,
+)
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
-TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 VLLM_KEY_ENV = "VLLM_API_KEY"
 ADDRESS_ENV = "RAY_ADDRESS"
 DASHBOARD_ENV = "EXGRPO_RAY_DASHBOARD"
 """`1`: the multi-node head starts Ray's dashboard, bound to 127.0.0.1 on the job's dashboard port."""
-
-SECRET_ENV = (
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-    "WANDB_API_KEY",
-    "RAY_AUTH_TOKEN",
-    "VLLM_API_KEY",
-    "OPENAI_API_KEY",
-    "MLFLOW_TRACKING_PASSWORD",
-    "MLFLOW_TRACKING_TOKEN",
-    "SWANLAB_API_KEY",
-    "COMET_API_KEY",
-    "NEPTUNE_API_TOKEN",
-    "GITHUB_TOKEN",
-)
-"""Environment variables whose values must appear in no file the suite writes (plus SECRET_PATTERN)."""
-SECRET_PATTERN = re.compile(r"(TOKEN|API_KEY|SECRET|PASSWORD)$")
 
 SERVICE_BASE, SERVICE_SLOTS = 20000, 330
 WORKER_BASE, WORKER_SLOTS, WORKER_SPAN = 24000, 8, 1000
@@ -132,35 +121,6 @@ def require_job_auth(env: Mapping[str, str] | None = None) -> None:
             f"ray_cluster: refusing to start a Ray node without {AUTH_MODE_ENV}=token and a token in "
             f"{TOKEN_ENV} (the launch script sets both)"
         )
-
-
-def secret_values(env: Mapping[str, str] | None = None, min_len: int = 8) -> dict[str, str]:
-    """Name -> value of the secret variables set in `env` (SECRET_ENV and names matching SECRET_PATTERN)."""
-    env = os.environ if env is None else env
-    return {
-        k: v
-        for k, v in env.items()
-        if (k in SECRET_ENV or SECRET_PATTERN.search(k)) and k != TOKEN_PATH_ENV and len(v) >= min_len
-    }
-
-
-def written_files(*roots: Path) -> list[Path]:
-    """Every regular file under `roots` (symlinks left out: they point at files searched elsewhere or not ours)."""
-    return [
-        p for root in roots if root.exists() for p in root.rglob("*") if p.is_file() and not p.is_symlink()
-    ]
-
-
-def secret_hits(files: Iterable[Path], secrets: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(file, secret name) for each file that holds a secret's value, as written or inside a .gz file."""
-    hits = []
-    for path in files:
-        data = path.read_bytes()
-        if path.suffix == ".gz":
-            with contextlib.suppress(OSError, EOFError):
-                data += gzip.decompress(data)
-        hits += [(str(path), name) for name, value in secrets.items() if value.encode() in data]
-    return hits
 
 
 def port_free(host: str, port: int) -> bool:
@@ -388,8 +348,10 @@ __all__ = [
     "AUTH_MODE_ENV",
     "DASHBOARD_ENV",
     "SECRET_ENV",
+    "SECRET_PATTERN",
     "SERVICES",
     "TOKEN_ENV",
+    "TOKEN_PATH_ENV",
     "VLLM_KEY_ENV",
     "ensure_job_auth",
     "ensure_job_ports",

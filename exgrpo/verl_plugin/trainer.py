@@ -21,6 +21,7 @@ delayed start all come from `exgrpo.core`. One global step:
 6. `on_step_end`, while the rollout replicas still sleep and the actor holds the new weights: plan the next
    step's replay and score the candidates under this current policy (one extra log-prob pass over them,
    paper §4.1); then verl syncs the weights to the rollout replicas.
+7. verl logs the step's metrics; only then is the step's staged checkpoint published (checkpoint.py).
 
 Departures, stated up front:
 - Fresh questions come from the plug-in's `DataOrder` (seeded epoch shuffles, retired questions pruned at
@@ -91,6 +92,9 @@ STEP_FIELDS = [
 class ExGRPOTrainer(PPOTrainerSync):
     """Synchronous V1 trainer + ExGRPO experience replay (see the module docstring for the step)."""
 
+    # set by verl's trainer; declared since mypy reads verl as untyped (pyproject.toml)
+    total_training_steps: int
+
     def __init__(self, config: Any):
         self._init_exgrpo_state(config)
         super().__init__(config)
@@ -117,6 +121,8 @@ class ExGRPOTrainer(PPOTrainerSync):
         self._step_pass1: float | None = None
         self._prep_metrics: dict[str, float] = {}
         self._selection_metrics: dict[str, float] = {}
+        self._publish_after_log = False  # set by on_train_begin: inside verl's loop (checkpoint.py docstring)
+        self._staged_step: int | None = None  # a staged checkpoint waiting for its step's log line
 
     # ------------------------------------------------------------------ data
     def _init_dataloader(self) -> None:
@@ -185,7 +191,7 @@ class ExGRPOTrainer(PPOTrainerSync):
             self._replay_by_uid
         ):  # every session of the step has finished: the stored trajectories are delivered
             tq.kv_clear(keys=list(self._replay_by_uid), partition_id=vb.REPLAY_PARTITION)
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=STEP_FIELDS)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=vb.STEP_FIELDS)
         for key in ("prompts", "responses", "response_mask", "rm_scores", "old_log_probs", "entropy"):
             data[key] = nested(data[key])
         response_mask = data["response_mask"]
@@ -218,7 +224,7 @@ class ExGRPOTrainer(PPOTrainerSync):
         )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
         self._record_groups(rows, data)
-        counts = core_metrics.step_metrics(rows, sample_mask, cfg)
+        counts = core_metrics.step_metrics(rows, sample_mask, cfg, self.manager)
         self._step_pass1 = counts[M.PASS1.name]
         metrics.update(self._check_failures(int(rows.real.sum())))
         fresh = vb.fresh_response_metrics(rows, data["entropy"], response_mask)
@@ -334,8 +340,9 @@ class ExGRPOTrainer(PPOTrainerSync):
         )
 
     def _save_checkpoint(self) -> None:
-        """The whole step folder staged, then published (`checkpoint.publish_step`): plug-in state and verl's files
-        under `.staging/`, manifest, fsync, rename into place, tracker, then the pruning."""
+        """The whole step folder staged (`checkpoint.stage_step`: plug-in state and verl's files under `.staging/`,
+        manifest), then published (rename into place, tracker, pruning): at once, or inside verl's loop after the
+        step's log line (`on_train_begin`)."""
         save_verl = super()._save_checkpoint
 
         def write(staging_root: Path, staged: Path) -> None:
@@ -351,31 +358,37 @@ class ExGRPOTrainer(PPOTrainerSync):
                 save_verl()
             fault_point("checkpoint", self.global_steps)
 
-        keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
-        ckpt.publish_step(self._checkpoint_root(), self.global_steps, write, keep)
+        ckpt.stage_step(self._checkpoint_root(), self.global_steps, write)
+        self._staged_step = self.global_steps
+        if not self._publish_after_log:
+            self._publish_staged()
+
+    def _publish_staged(self) -> None:
+        if self._staged_step is not None:
+            keep = self.config.trainer.get("max_actor_ckpt_to_keep", None)
+            ckpt.publish_staged(self._checkpoint_root(), self._staged_step, keep)
+            self._staged_step = None
+
+    def on_train_begin(self) -> None:
+        """From here on a checkpoint is published once verl has logged its step (checkpoint.py docstring)."""
+        log = self.logger.log
+
+        def log_then_publish(*args: Any, **kwargs: Any) -> None:
+            log(*args, **kwargs)
+            self._publish_staged()
+
+        self.logger.log = log_then_publish  # type: ignore[method-assign]  # this instance only: verl calls it
+        self._publish_after_log = True
+        super().on_train_begin()
 
     def _load_checkpoint(self) -> None:
         """verl's load of the newest checkpoint that passes its checks (`checkpoint.announce_resume`), then the plug-in's."""
-        mode = self.config.trainer.resume_mode
-        if mode == "auto":
-            chosen = ckpt.announce_resume(self._checkpoint_root())
-            if chosen is not None:
-                with ckpt.trainer_settings(
-                    self.config, resume_mode="resume_path", resume_from_path=str(chosen)
-                ):
-                    super()._load_checkpoint()
-            else:
-                with ckpt.trainer_settings(self.config, resume_mode="disable"):
-                    super()._load_checkpoint()
-        else:
+        settings = ckpt.resume_settings(self.config.trainer.resume_mode, self._checkpoint_root())
+        with ckpt.trainer_settings(self.config, **settings):
             super()._load_checkpoint()
         if self.global_steps == 0:
             return
-        if mode == "resume_path":
-            folder = Path(self.config.trainer.resume_from_path)
-            folder = folder if folder.is_absolute() else Path.cwd() / folder
-        else:
-            folder = ckpt.step_dir(self._checkpoint_root(), self.global_steps)
+        folder = ckpt.resumed_folder(self.config.trainer, self._checkpoint_root(), self.global_steps)
         state = ckpt.load_plugin_state(folder, self.exgrpo_cfg)
         if state.step != self.global_steps:
             raise ValueError(

@@ -28,19 +28,27 @@ def hub_path_cmd(repo_id: str, revision: str, repo_type: str = "model") -> str:
     return f"$(exgrpo hf-cache path {repo_id} --revision {revision} --repo-type {repo_type})"
 
 
+def committed_revision(lock_name: str, repo_id: str, build_flags: str) -> str:
+    """The commit the committed lock config/locks/<lock_name>.json pins for `repo_id`; a missing lock is refused
+    with the `exgrpo hf-cache build` call (its `build_flags`) that writes it."""
+    lock = f"config/locks/{lock_name}.json"
+    if not os.path.exists(lock):
+        raise ValueError(
+            f"{lock}: no lock pins {repo_id}; run `HF_HUB_OFFLINE=1 exgrpo hf-cache build --out DIR {build_flags}"
+            " --pin` once and commit the lock"
+        )
+    with open(lock) as fh:
+        return str(json.load(fh)["revision"])
+
+
 def data_revision(seed: int) -> str:
     """The commit of the data repo of `seed`, from its committed lock (the build refuses an unpinned one)."""
     # imported here, as the .smk did at include time: exgrpo.hub is needed only for hub-cache studies
     from exgrpo.hub.tiny import data_lock_name, data_repo_id
 
-    lock = f"config/locks/{data_lock_name(seed)}.json"
-    if not os.path.exists(lock):
-        raise ValueError(
-            f"{lock}: no lock pins {data_repo_id(seed)}; run `HF_HUB_OFFLINE=1 exgrpo hf-cache build --out DIR"
-            f" --data work/<source>/data/s{seed} --seed {seed} --pin` once and commit the lock"
-        )
-    with open(lock) as fh:
-        return str(json.load(fh)["revision"])
+    return committed_revision(
+        data_lock_name(seed), data_repo_id(seed), f"--data work/<source>/data/s{seed} --seed {seed}"
+    )
 
 
 class HubInputs(PaperPaths):

@@ -15,11 +15,10 @@ paper_continuous's rules at tiny scale, each input read from the hub cache as a 
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from exgrpo.workflow.hub_inputs import TINY_JUDGE, HubInputs, hub_path_cmd
+from exgrpo.workflow.hub_inputs import TINY_JUDGE, HubInputs, committed_revision, hub_path_cmd
 from exgrpo.workflow.paths import one_of
 
 CHAT_DIR = "models/tiny/chat_if"
@@ -28,14 +27,7 @@ CHAT_DIR = "models/tiny/chat_if"
 
 def lock_revision(lock_name: str, repo_id: str) -> str:
     """The commit a committed lock config/locks/<lock_name>.json pins (a dataset repo of the hub cache)."""
-    lock = f"config/locks/{lock_name}.json"
-    if not os.path.exists(lock):
-        raise ValueError(
-            f"{lock}: no lock pins {repo_id}; run `HF_HUB_OFFLINE=1 exgrpo hf-cache build --out DIR --chat-if "
-            f"{CHAT_DIR} --pin` once and commit the lock"
-        )
-    with open(lock) as fh:
-        return str(json.load(fh)["revision"])
+    return committed_revision(lock_name, repo_id, f"--chat-if {CHAT_DIR}")
 
 
 class TinyChatInputs(HubInputs):

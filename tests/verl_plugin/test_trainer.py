@@ -343,6 +343,31 @@ def test_a_rerun_saving_the_same_step_replaces_it_whole(config, fake_tq, make_tr
     assert checkpoint_problem(folder) is None
 
 
+def test_inside_the_loop_a_checkpoint_is_published_only_after_its_steps_log_line(
+    config, fake_tq, make_trainer, tmp_path, monkeypatch
+):
+    """verl saves a step before it plans the next one, syncs weights and logs: published at once, a kill in that
+    gap would resume after a step no metrics file holds (checkpoint.py docstring)."""
+    _fake_verl_checkpoint_io(monkeypatch, [])
+    a = make_trainer(config, fake_tq, tmp_path)
+    logged: list[int] = []
+    a.logger = type("Log", (), {"log": lambda self, data, step: logged.append(step)})()
+    a.on_train_begin()
+    a._plan_next_step()
+    run_step(a, fake_tq, monkeypatch)
+    a._save_checkpoint()
+    root = tmp_path / "ckpt"
+    assert (root / STAGING_DIR / "global_step_1" / MANIFEST).exists()  # staged whole...
+    assert not (root / "global_step_1").exists() and not (root / TRACKER).exists()  # ...not yet the latest
+    a.logger.log(data={"x": 1.0}, step=1)
+    assert logged == [1] and (root / TRACKER).read_text() == "1"
+    assert (root / "global_step_1" / MANIFEST).exists() and not (
+        root / STAGING_DIR / "global_step_1"
+    ).exists()
+    a.logger.log(data={"x": 2.0}, step=2)  # a step without a checkpoint publishes nothing
+    assert logged == [1, 2] and (root / TRACKER).read_text() == "1"
+
+
 def test_real_constructor_behaves_as_verls_sync_trainer(config):
     """verl switches replay buffer, TQ checkpointing and refill on trainer_mode == 'sync'."""
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
@@ -351,3 +376,35 @@ def test_real_constructor_behaves_as_verls_sync_trainer(config):
     assert t.trainer_mode == "sync" and t.parameter_sync_step == 1
     assert isinstance(t.replay_buffer, ReplayBuffer) and not isinstance(t.replay_buffer, ReplayBufferAsync)
     assert t.norm_const == 8192 and t.manager.replay_active  # delayed_start off in this fixture
+
+
+def test_resume_settings_and_folder_follow_verls_resume_modes(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from exgrpo.verl_plugin import checkpoint as ckpt
+
+    assert ckpt.resume_settings("disable", tmp_path) == {}  # verl's own modes are left as configured
+    assert ckpt.resume_settings("auto", tmp_path) == {"resume_mode": "disable"}  # nothing to resume from
+    monkeypatch.chdir(tmp_path)
+    by_path = SimpleNamespace(resume_mode="resume_path", resume_from_path="runs/global_step_7")
+    assert ckpt.resumed_folder(by_path, tmp_path / "ckpt", 7) == tmp_path / "runs" / "global_step_7"
+    auto = SimpleNamespace(resume_mode="auto", resume_from_path=None)
+    assert ckpt.resumed_folder(auto, tmp_path / "ckpt", 3) == tmp_path / "ckpt" / "global_step_3"
+
+
+def test_under_reward_std_the_step_histogram_is_the_managers_keys(
+    config, fake_tq, make_trainer, tmp_path, monkeypatch
+):
+    """Binary rewards keyed by their std (paper §5.3's buckets): c correct of K = 4 has σ = √(c/4·(1-c/4)); the
+    step's keys are round(σ̃·K) of σ min-max normalised over its groups, not c; mixed = 0 < c < K."""
+    config = config.copy()
+    config.exgrpo.config.difficulty_signal = "reward_std"
+    t = make_trainer(config, fake_tq, tmp_path)
+    t._plan_next_step()
+    _, m1, _ = run_step(t, fake_tq, monkeypatch)
+    c = np.array([CORRECT[r[vb.EXGRPO_QID]] for r in t.submitted[0]])
+    assert sorted(c.tolist()) == [0, 1, 3, 4]  # the first batch: σ = 0, .433, .433, 0 -> keys 0, 4, 4, 0
+    keys = np.floor((np.sqrt(c / K * (1 - c / K)) / np.sqrt(3 / 16)) * K + 0.5).astype(int)
+    assert [m1[f"exp/bucket_{k}"] for k in range(K + 1)] == np.bincount(keys, minlength=K + 1).tolist()
+    assert m1["exp/bucket_4"] == 2 and m1["exp/mean_key"] == pytest.approx(2.0)
+    assert m1[M.MIXED_FRACTION.name] == 0.5
