@@ -115,7 +115,12 @@ def _rm_cells(results: Results, profile: str | None, backbone: str, variant: str
         rows = ev[ev["benchmark"] == bench]
         seeds = rows["seed"].nunique()
         value = 100 * float(rows["avg_at_k"].mean()) if seeds else float("nan")
-        out[title] = f"{fmt(value)} (n={seeds})" if seeds else "–"
+        if seeds and not np.isfinite(
+            value
+        ):  # a judged benchmark with no parsed verdict (schema.JUDGED_BENCHMARKS)
+            out[title] = f"no verdict (n={seeds})"
+        else:
+            out[title] = f"{fmt(value)} (n={seeds})" if seeds else "–"
     return out
 
 
@@ -157,7 +162,8 @@ def _rm_caption(results: Results, backbone: str) -> tuple[str, list[str]]:
     published = "the published row (WildChat-IF, Qwen2.5-7B-Base, Skywork-Reward-Llama-3.1-8B-v0.2)"
     notes = [
         "Reproduced cells: avg@k in % per benchmark, the mean over the seeds evaluated (n); '–' where a "
-        "benchmark has no evaluation file yet.",
+        "benchmark has no evaluation file yet; 'no verdict' where the judge's every reply was unparsed (no win rate, "
+        "as upstream Arena-Hard drops unparsed games; the file's n_unparsed counts them); the mean skips such seeds.",
     ]
     if results.backbones.get(backbone, {}).get("scale") != "tiny":
         caption = (

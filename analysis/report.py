@@ -71,6 +71,22 @@ def build_plots(results: Results, profile: str | None) -> tuple[list[Plot], list
     return plots, skipped
 
 
+COMMITTED_PAPER = Path(__file__).resolve().parents[1] / "results" / "paper"
+"""The published numbers committed with the code (results/paper/), beside which every source renders."""
+
+
+def published(results_root: str | Path, backbones: str | Path = DEFAULT_BACKBONES) -> Results | None:
+    """The published numbers: `<results_root>/paper` where the results folder has them, else the committed
+    results/paper/ (a study's rerun renders from reruns/, which holds no paper folder: without the fallback its
+    tables had no published column); None where neither exists."""
+    root = Path(results_root)
+    if (root / "paper").is_dir():
+        return load(root, "paper", backbones)
+    if COMMITTED_PAPER.is_dir():
+        return load(COMMITTED_PAPER.parent, "paper", backbones)
+    return None
+
+
 def render(
     results_root: str | Path,
     source: str,
@@ -81,9 +97,7 @@ def render(
     results = load(results_root, source, backbones)
     for note in results.notes:
         log.warning("%s", note)
-    paper = None
-    if source != "paper" and (Path(results_root) / "paper").is_dir():
-        paper = load(results_root, "paper", backbones)
+    paper = published(results_root, backbones) if source != "paper" else None
     chosen = repro_estimates.choose_profile(results, profile)
     tables, skipped_tables = catalog.build(results, paper, chosen)
     plots, skipped_plots = build_plots(results, chosen)
@@ -129,7 +143,7 @@ def render_extension(
     from analysis import extension_tables
 
     results = load(results_root, source, backbones)
-    paper = load(results_root, "paper", backbones) if (Path(results_root) / "paper").is_dir() else None
+    paper = published(results_root, backbones)
     chosen = repro_estimates.choose_profile(results, profile)
     written: list[Path] = []
     for table in (

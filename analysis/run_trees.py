@@ -161,8 +161,10 @@ def load_eval(
             stem = path.name[: -len(".json")]
             agg = read_json(path)
             check_keys(path, agg, schema.EVAL_REQUIRED, schema.EVAL_OPTIONAL)
-            check_keys(path, agg["metrics"], {"avg_at_k": "number"}, schema.EVAL_METRICS, prefix="metrics.")
             benchmark, profile = agg["benchmark"], agg["profile"]
+            judged = benchmark in schema.JUDGED_BENCHMARKS  # no parsed verdict: a null score (schema)
+            avg_kind = "number?" if judged else "number"
+            check_keys(path, agg["metrics"], {"avg_at_k": avg_kind}, schema.EVAL_METRICS, prefix="metrics.")
             if stem != f"{benchmark}.{profile}":  # names may contain dots: the JSON says which is which
                 raise ResultsError(
                     path,
@@ -194,7 +196,9 @@ def load_eval(
                 "split": agg["split"],
                 "k": agg["k"],
                 "n_problems": agg["n_problems"],
-                "avg_at_k": float(agg["metrics"]["avg_at_k"]),
+                "avg_at_k": float(
+                    "nan" if agg["metrics"]["avg_at_k"] is None else agg["metrics"]["avg_at_k"]
+                ),
                 "pass_at_k": agg["metrics"].get("pass_at_k"),
                 "maj_at_k": agg["metrics"].get("maj_at_k"),
                 "ci_lo": ci[0] if ci else None,

@@ -178,6 +178,10 @@ EVAL_REQUIRED: dict[str, str] = {
 EVAL_METRICS: dict[str, str] = {"avg_at_k": "number", "pass_at_k": "number?", "maj_at_k": "number?"}
 """Metrics are fractions in [0, 1]; analysis shows them as percentages."""
 EVAL_OPTIONAL: dict[str, str] = {"ci95": "object", "provenance": "object"}
+JUDGED_BENCHMARKS = ("arenahard_v2",)
+"""Benchmarks scored by an LLM judge: `metrics.avg_at_k` may be null, when the judge gave no parseable verdict on
+any question (upstream Arena-Hard drops unparsed games, so there is no win rate; the file's `n_unparsed` counts
+them). Read as NaN, shown as '–' with a note (analysis.extension_tables)."""
 
 SAMPLES = "eval/{backbone}/{variant}/s{seed}/{benchmark}.{profile}.samples.parquet"
 SAMPLE_COLUMNS: dict[str, str] = {

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
+from exgrpo.commands import _judge_flags as judge_flags
 from exgrpo.core.config import ConfigError
 
 ARENA_MAX_TOKENS = 4096
@@ -29,6 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="arenahard_v2: judge model (default: JudgeSettings', Qwen3-32B)",
     )
     parser.add_argument(
+        "--arena-judge-engine",
+        default="vllm",
+        choices=("vllm", "hf"),
+        help="arenahard_v2: the judge's engine: vllm (the paper route's) or hf (transformers: the stand-in of "
+        "a study run with engines: stand_in, where there is no vLLM)",
+    )
+    # the judge engine's settings, the flags `exgrpo prelim-analyze` takes (one owner: _judge_flags), so the
+    # workflow hands both judges vLLM's CPU-build settings the same way (judge_engine.judge_vllm_cpu_flags)
+    judge_flags.add_engine_flags(parser)
+    parser.add_argument(
         "--arena-max-tokens",
         type=int,
         default=None,
@@ -41,12 +51,10 @@ def _judge(args: argparse.Namespace) -> Callable[[list[Any]], Any]:
     """The judge engine's call, its settings checked now (before any model loads)."""
     from exgrpo.prelim import judge_engine
 
-    settings = judge_engine.JudgeSettings(seed=args.seed)
-    if args.arena_judge_model:
-        settings = replace(settings, model=args.arena_judge_model)
-    settings.validate()
+    model = args.arena_judge_model or judge_engine.JudgeSettings().model
+    settings = judge_flags.engine_settings(args, model)
     # looked up at call time, so the engine starts only when the judge runs (and tests can replace it)
-    return lambda conversations: judge_engine.vllm_chat(conversations, settings)
+    return judge_engine.judge_call(args.arena_judge_engine, settings)
 
 
 def run(

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exgrpo.commands import _judge_flags as judge_flags
 from exgrpo.commands._flags import deprecated_alias
 
 if TYPE_CHECKING:
@@ -98,36 +99,8 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--judge-model", default=judge.model, help=f"LLM judge (default {judge.model}, paper §F.2)"
     )
-    deprecated_alias(
-        p,
-        "--judge-tp",
-        p.add_argument(
-            "--judge-tensor-parallel-size",
-            dest="judge_tp",
-            type=int,
-            default=judge.tensor_parallel_size,
-            help="judge tensor parallel size",
-        ),
-    )
-    p.add_argument("--judge-max-tokens", type=int, default=judge.max_tokens, help="judge reply cap")
-    # the judge engine's CPU settings (exgrpo.prelim.judge_engine.JUDGE_VLLM_CPU_ARGS); the defaults are the paper route's
-    p.add_argument(
-        "--judge-max-model-len", type=int, default=judge.max_model_len, help="judge context length"
-    )
-    p.add_argument("--judge-dtype", default=judge.dtype, help="judge weights' dtype (vLLM dtype)")
-    p.add_argument("--judge-enforce-eager", action="store_true", help="judge engine without CUDA graphs")
-    p.add_argument(
-        "--judge-no-request-seed",
-        dest="judge_request_seed",
-        action="store_false",
-        help="no per-request seed, only the engine's (vLLM's CPU build: JudgeSettings.request_seed)",
-    )
-    p.add_argument(
-        "--judge-max-position-embeddings",
-        type=int,
-        default=None,
-        help="served context window of the judge (vLLM hf_overrides; default: the model's)",
-    )
+    # the judge engine's settings, shared with `exgrpo eval`'s Arena-Hard judge (one owner: _judge_flags)
+    judge_flags.add_engine_flags(p)
     p.add_argument(
         "--judge-cache",
         type=Path,
@@ -259,23 +232,10 @@ def _policy(args: argparse.Namespace) -> Policy:
 def _judge(args: argparse.Namespace) -> tuple[Judge, JudgeSettings]:
     """The judge of --judge (validated settings, its reply cache, the prompt template), and its settings."""
     from exgrpo.prelim.judge import JUDGE_PROMPT, make_judge
-    from exgrpo.prelim.judge_engine import JudgeSettings
 
-    settings = JudgeSettings(
-        model=args.judge_model,
-        tensor_parallel_size=args.judge_tp,
-        max_tokens=args.judge_max_tokens,
-        seed=args.seed,
-        max_model_len=args.judge_max_model_len,
-        dtype=args.judge_dtype,
-        enforce_eager=args.judge_enforce_eager,
-        request_seed=args.judge_request_seed,
-        max_position_embeddings=args.judge_max_position_embeddings,
-    )
+    settings = judge_flags.engine_settings(args, args.judge_model)
     template = args.judge_prompt.read_text(encoding="utf-8") if args.judge_prompt else JUDGE_PROMPT
-    judge = make_judge(
-        args.judge, settings=settings.validate(), cache_path=args.judge_cache, prompt_template=template
-    )
+    judge = make_judge(args.judge, settings=settings, cache_path=args.judge_cache, prompt_template=template)
     return judge, settings
 
 

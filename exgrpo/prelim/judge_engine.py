@@ -63,8 +63,10 @@ JUDGE_VLLM_CPU_ARGS: dict[str, Any] = {
     "tensor_parallel_size": 1,  # vLLM's CPU build runs one rank
     "dtype": "float32",  # the tiny models' dtype
     "enforce_eager": True,  # no CUDA graphs or torch.compile on a CPU
-    "max_model_len": 2048,  # the judge prompt alone is ~1,100 tokens for a character-level tiny tokenizer
-    "max_position_embeddings": 2048,  # served window of a 256-position tiny judge (RoPE: no position weights)
+    # a character-level tiny tokenizer: the prelim judge prompt alone is ~1,100 tokens, Arena-Hard's ~2,000 with
+    # its system prompt, plus the two answers it compares (72 tokens each at the tiny budget)
+    "max_model_len": 4096,
+    "max_position_embeddings": 4096,  # served window of a 256-position tiny judge (RoPE: no position weights)
     "max_tokens": 64,  # a verdict, not a Qwen3 chain of thought
     "request_seed": False,  # CPU generators have no offset (JudgeSettings.request_seed); the engine seed stays
 }
@@ -102,6 +104,52 @@ Backend = Callable[[list[Conversation]], "list[str] | list[EngineReply]"]
 def prompt_digest(token_ids: Sequence[int]) -> str:
     """sha256 of a prompt's token ids (stored in the judge cache: which exact tokens the judge saw)."""
     return hashlib.sha256(json.dumps(list(token_ids)).encode()).hexdigest()
+
+
+def hf_chat(conversations: list[Conversation], settings: JudgeSettings) -> list[EngineReply]:
+    """The judge on transformers instead of vLLM: the stand-in engine of a study run with `engines: stand_in`
+    (the main environment has no vLLM). Same conversations through the model's chat template (generation
+    prompt added, `enable_thinking` passed), same sampling (temperature, top-p, `max_tokens`, torch seeded with
+    `seed`), the served window raised as vLLM's `hf_overrides` raises it; one conversation at a time (no
+    padding to get wrong). Not bit-identical to vLLM's sampler."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(settings.model)
+    if settings.max_position_embeddings is not None:
+        config.max_position_embeddings = settings.max_position_embeddings
+    dtype = "auto" if settings.dtype == "auto" else getattr(torch, settings.dtype)
+    model = AutoModelForCausalLM.from_pretrained(settings.model, config=config, dtype=dtype).eval()
+    tok = AutoTokenizer.from_pretrained(settings.model)
+    torch.manual_seed(settings.seed)
+    replies = []
+    for conv in conversations:
+        rendered = tok.apply_chat_template(
+            conv, add_generation_prompt=True, enable_thinking=settings.enable_thinking, tokenize=False
+        )
+        prompt = tok(rendered, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        if prompt.shape[1] + settings.max_tokens > settings.max_model_len:
+            raise ValueError(
+                f"judge prompt of {prompt.shape[1]} tokens + {settings.max_tokens} does not fit "
+                f"judge_max_model_len {settings.max_model_len}"
+            )
+        sample = settings.temperature > 0
+        with torch.no_grad():
+            out = model.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=settings.max_tokens,
+                do_sample=sample,
+                **({"temperature": settings.temperature, "top_p": settings.top_p} if sample else {}),
+                pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+            )
+        text = str(tok.decode(out[0, prompt.shape[1] :], skip_special_tokens=True))
+        replies.append(EngineReply(text, prompt[0].tolist()))
+    return replies
+
+
+JUDGE_ENGINES = ("vllm", "hf")
+"""The judge's engines: `vllm` (`vllm_chat`, the paper route's) and `hf` (`hf_chat`, the stand-in)."""
 
 
 def vllm_chat(conversations: list[Conversation], settings: JudgeSettings) -> list[EngineReply]:
@@ -146,12 +194,25 @@ def vllm_chat(conversations: list[Conversation], settings: JudgeSettings) -> lis
     ]
 
 
+def judge_call(engine: str, settings: JudgeSettings) -> Callable[[list[Conversation]], list[EngineReply]]:
+    """conversations -> replies on `engine` (`JUDGE_ENGINES`), looked up when called (tests replace the
+    module's functions); an unknown engine is refused now, naming the flag."""
+    if engine not in JUDGE_ENGINES:
+        raise ConfigError(
+            "--arena-judge-engine", f"got {engine!r}, expected one of {', '.join(JUDGE_ENGINES)}"
+        )
+    return lambda conversations: globals()[f"{engine}_chat"](conversations, settings)
+
+
 __all__ = [
+    "JUDGE_ENGINES",
     "JUDGE_VLLM_CPU_ARGS",
     "Backend",
     "Conversation",
     "EngineReply",
     "JudgeSettings",
+    "hf_chat",
+    "judge_call",
     "judge_vllm_cpu_flags",
     "prompt_digest",
     "vllm_chat",

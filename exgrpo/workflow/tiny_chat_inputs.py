@@ -9,8 +9,8 @@ paper_continuous's rules at tiny scale, each input read from the hub cache as a 
 - the reward model: `--reward-model <name> --reward-model-path <its model repo's snapshot>` (the study's
   `reward_model`, a `scale: tiny` entry of config/backbones.yaml `reward_models`, at its `revision`);
 - the benchmarks: rule eval_tiny_chat_if evaluates every model on Table 2's three sets in one `exgrpo eval` call
-  with `--data` the snapshot of `exgrpo-tiny/chat-if-eval-tiny` and the Arena-Hard judge on vLLM, a shipped base
-  (TINY_JUDGE), as the tiny preliminary study's judge is.
+  with `--data` the snapshot of `exgrpo-tiny/chat-if-eval-tiny` and the Arena-Hard judge on vLLM (transformers on
+  the stand-ins), a shipped base (TINY_JUDGE) with vLLM's CPU-build settings, as the tiny preliminary study's judge.
 """
 
 from __future__ import annotations
@@ -85,11 +85,23 @@ class TinyChatInputs(HubInputs):
         return hub_path_cmd(EVAL_REPO.repo_id, revision, "dataset")
 
     def tiny_arena_args(self, wc: Any) -> str:
-        """Arena-Hard's flags on CPU: the judge, a shipped base vLLM's CPU build serves (TINY_JUDGE, read as the
-        study reads its bases), and the policy's answer budget, the backbone's response length."""
+        """Arena-Hard's flags on CPU: the judge, a shipped base (TINY_JUDGE, read as the study reads its bases),
+        with the judge engine's CPU settings (judge_engine.judge_vllm_cpu_flags, the flags the tiny prelim
+        judge gets: its served window raised past the base's 256 positions, since Arena-Hard's judge prompt is
+        ~2,000 tokens of a character-level tokenizer), on vLLM or, on the stand-ins, on transformers
+        (`--arena-judge-engine hf`); and the policy's answer budget, the backbone's response length."""
+        from exgrpo.prelim.judge_engine import judge_vllm_cpu_flags
+
         judge = self.tiny_base_arg(wc.source, TINY_JUDGE)
+        engine = "vllm" if self.study_engines(wc.source) == "vllm" else "hf"
         tokens = int(self.backbones[wc.backbone]["max_response_length"])
-        return f'--arena-judge-model "{judge}" --arena-max-tokens {tokens}'
+        return " ".join(
+            [
+                f'--arena-judge-model "{judge}" --arena-judge-engine {engine}',
+                *judge_vllm_cpu_flags(),
+                f"--arena-max-tokens {tokens}",
+            ]
+        )
 
     def hf_cache_tiny_inputs(self, wc: Any) -> list[str]:
         """What rule hf_cache_tiny publishes from the study's own files: the task data's manifest, or the shipped

@@ -142,3 +142,45 @@ def test_the_cpu_routes_source_renders_its_table2(tmp_path):
     table = (results / "paper-continuous-cpu" / "tables" / "table2_continuous.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
     assert "15.0 (n=2)" in rows["GRPO"] and "42.0 (n=2)" in rows["ExGRPO"] and "on CPU" in table
+
+
+def _set_avg(results, source, backbone, variant, bench, profile, value):
+    """Rewrite one arm's `bench` files (both seeds) with metrics.avg_at_k = value."""
+    import json
+
+    for path in (results / source / "eval" / backbone / variant).glob(f"s*/{bench}.{profile}.json"):
+        record = json.loads(path.read_text())
+        record["metrics"]["avg_at_k"] = value
+        path.write_text(json.dumps(record))
+
+
+def test_an_arena_hard_file_without_a_parsed_verdict_renders_as_no_verdict(tmp_path):
+    """A tiny judge that never writes a verdict leaves Arena-Hard without a win rate (metrics.avg_at_k null, as
+    exgrpo.eval.arena_hard_run writes it): Table 2 says so instead of failing; a null math score is still refused."""
+    import pytest
+
+    from analysis.readers import ResultsError
+
+    results = _rm_tree(tmp_path, source="paper-continuous-cpu", backbone="tiny-math-h32", profile="tiny")
+    _set_avg(results, "paper-continuous-cpu", "tiny-math-h32", "rm_on_policy", "arenahard_v2", "tiny", None)
+    source = loader.load(results, "paper-continuous-cpu")
+    frame = extension_tables.table2_continuous(source, None, "tiny").frame.set_index("Method")
+    assert frame.loc["GRPO", "ArenaHardV2"] == "no verdict (n=2)"
+    assert frame.loc["ExGRPO", "ArenaHardV2"] == "40.0 (n=2)" and frame.loc["GRPO", "IFEval"] == "16.0 (n=2)"
+    _set_avg(results, "paper-continuous-cpu", "tiny-math-h32", "rm_exgrpo", "ifeval", "tiny", None)
+    with pytest.raises(ResultsError, match="metrics.avg_at_k"):
+        loader.load(results, "paper-continuous-cpu")
+
+
+def test_a_rerun_folder_without_the_papers_numbers_renders_beside_the_committed_ones(tmp_path):
+    """render_study renders from reruns/, which holds no paper/ folder: the published column comes from the
+    committed results/paper/ (before, it was empty)."""
+    import shutil
+
+    results = _rm_tree(tmp_path, source="paper-continuous-cpu", backbone="tiny-math-h32", profile="tiny")
+    shutil.rmtree(results / "paper")
+    assert main(["render", "--results", str(results), "--source", "paper-continuous-cpu"]) == 0
+    table = (results / "paper-continuous-cpu" / "tables" / "table2_continuous.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    # the committed results/paper/table2.csv: GRPO's ArenaHardV2 15.1, ExGRPO's average 21.7
+    assert "| 15.1 " in rows["GRPO"] and "| 21.7 " in rows["ExGRPO"]

@@ -78,7 +78,7 @@ def test_hub_cache_inputs_resolve_offline_to_the_built_snapshots(workflow_copier
     assert got["judge"].startswith(
         f"--judge llm --judge-model {got['base']} --judge-cache work/paper-cpu/prelim/"
     )
-    assert "--judge-max-position-embeddings 2048" in got["judge"] and "--judge-enforce-eager" in got["judge"]
+    assert "--judge-max-position-embeddings 4096" in got["judge"] and "--judge-enforce-eager" in got["judge"]
     manifest = json.loads((wf / "work/hf/tiny/paper-cpu/s0.json").read_text())
     commits = {r["repo_id"]: r["commit"] for r in manifest["repos"]}
     assert commits["exgrpo-tiny/tiny-task-s0"] == data_rev

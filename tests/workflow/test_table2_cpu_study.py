@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 
 import pytest
 import yaml
@@ -170,3 +172,83 @@ def test_the_tiny_reward_model_must_be_pinned_as_the_bases_are(tmp_path, revisio
         load_workflow_config(config, workdir=ROOT)
     assert err.value.field == "reward_models.tiny-rm-h32.revision" and reason in err.value.reason
     assert STUDY in err.value.reason
+
+
+_HUB_PATH = re.compile(r"\$\((exgrpo hf-cache path (\S+) --revision \w+ --repo-type \w+)\)")
+
+
+def _exgrpo_argvs(shell: str) -> list[list[str]]:
+    """Every `exgrpo ...` command line of a printed job, split as the shell splits it: each `$(exgrpo hf-cache
+    path ...)` substitution is itself a command line, replaced by a path; `&&` separates commands; redirections,
+    subshell parentheses and leading `export`/`VAR=` assignments are not arguments."""
+    argvs = [shlex.split(m.group(1)) for m in _HUB_PATH.finditer(shell)]
+    flat = _HUB_PATH.sub(lambda m: f"/snapshots/{m.group(2)}", shell).replace("(", " ").replace(")", " ")
+    command: list[str] = []
+    for token in [*shlex.split(flat), "&&"]:
+        if token != "&&":
+            command.append(token)
+            continue
+        command = command[: command.index(">")] if ">" in command else command
+        while command and (command[0] == "export" or "=" in command[0]):
+            command.pop(0)
+        if command and command[0] == "exgrpo":
+            argvs.append(command)
+        command = []
+    return argvs
+
+
+def _parse_all(result) -> dict[str, list]:
+    """subcommand -> the namespaces of every `exgrpo` command of the dry run, parsed by the CLI's own parser (a
+    flag the command does not take is argparse's exit 2)."""
+    from exgrpo.cli import build_parser
+
+    parser = build_parser()
+    parsed: dict[str, list] = {}
+    for job in result.jobs:
+        for argv in _exgrpo_argvs(job.shell):
+            parsed.setdefault(argv[1], []).append(parser.parse_args(argv[1:]))
+    return parsed
+
+
+def test_every_command_of_the_dry_run_is_accepted_by_its_parser(dry_cpu):
+    _, result = dry_cpu
+    parsed = _parse_all(result)
+    counts = {name: len(runs) for name, runs in parsed.items() if name != "hf-cache"}
+    assert counts == {"chat-prompts": 1, "verl-config": 2, "verl-launch": 2, "verl-collect": 2, "eval": 3}
+    for args in parsed["verl-config"]:
+        assert args.reward_model == "tiny-rm-h32" and args.rollout == "vllm" and args.device == "cpu"
+        assert args.reward_model_path == "/snapshots/exgrpo-tiny/tiny-rm-h32"
+    for args in parsed["eval"]:
+        assert args.data_dir == "/snapshots/exgrpo-tiny/chat-if-eval-tiny" and args.backend == "vllm"
+        assert (
+            args.arena_judge_model == "/snapshots/exgrpo-tiny/tiny-math-h32" and args.arena_max_tokens == 72
+        )
+        # the Arena-Hard judge on vLLM's CPU build: the tiny prelim judge's settings, by the same flags
+        assert args.arena_judge_engine == "vllm" and args.judge_enforce_eager and not args.judge_request_seed
+        assert args.judge_max_position_embeddings == args.judge_max_model_len == 4096
+        assert args.judge_dtype == "float32" and args.judge_max_tokens == 64
+
+
+def test_the_study_on_the_stand_ins_judges_on_transformers(tmp_path, snakemake, workflow_copier):
+    """`engines: stand_in` (the main environment, no vLLM): the plug-in's CPU rollout, the tiny backend, and the
+    Arena-Hard judge on transformers with the same settings."""
+    wf = workflow_copier(tmp_path / "wf")
+    os.symlink(ROOT / "models", wf / "models")
+    (wf / "standin.yaml").write_text(yaml.safe_dump({"studies": {STUDY: {"engines": "stand_in"}}}))
+    result = snakemake(
+        "-n",
+        "-p",
+        "--configfile",
+        "config/config.yaml",
+        "standin.yaml",
+        "--",
+        STUDY,
+        cwd=wf,
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    parsed = _parse_all(result)
+    assert [a.rollout for a in parsed["verl-config"]] == ["exgrpo_cpu"] * 2  # the default
+    assert {(a.backend, a.arena_judge_engine, a.judge_max_position_embeddings) for a in parsed["eval"]} == {
+        ("tiny", "hf", 4096)
+    }
