@@ -57,6 +57,11 @@ def logged_steps(path: Path) -> list[int]:
     return steps
 
 
+def _fail_if_ended(proc: subprocess.Popen, out: Path, what: str) -> None:
+    if proc.poll() is not None:
+        pytest.fail(f"attempt ended (rc {proc.returncode}) before {what}:\n{out.read_text()[-4000:]}")
+
+
 def start_and_kill_after_checkpoint(
     command: list[str],
     *,
@@ -81,21 +86,12 @@ def start_and_kill_after_checkpoint(
                 k = tracker(ckpt)
                 if ready(proc) and k >= save_freq and max(logged_steps(log), default=0) >= k:
                     return
-                if proc.poll() is not None:
-                    pytest.fail(
-                        f"attempt ended (rc {proc.returncode}) before it could be killed after a "
-                        f"checkpoint:\n{out.read_text()[-4000:]}"
-                    )
+                _fail_if_ended(proc, out, "it could be killed after a checkpoint")
                 if time.monotonic() - t0 > timeout_s:
                     pytest.fail(f"attempt saved no checkpoint in {timeout_s} s; see {out}")
                 time.sleep(poll_s)
         finally:
             kill_tree(proc)
-
-
-def _fail_if_ended(proc: subprocess.Popen, out: Path, what: str) -> None:
-    if proc.poll() is not None:
-        pytest.fail(f"attempt ended (rc {proc.returncode}) before {what}:\n{out.read_text()[-4000:]}")
 
 
 def start_and_kill_at_random_moment(
