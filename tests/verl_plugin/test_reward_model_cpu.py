@@ -90,41 +90,35 @@ def test_the_cpu_config_serves_the_tiny_reward_model_as_verl_serves_one(tmp_path
     assert ("reward_model" in parts) == (by == "folder")  # a local RM's weights are hashed
 
 
-def test_a_tiny_reward_model_is_refused_on_gpus(tmp_path):
+def _paper_rm_overrides(entry: dict, run_dir):
+    """verl overrides of rm_exgrpo on the paper's Qwen2.5-7B with the reward model `entry`."""
     bb = load_backbones(REGISTRY)["qwen2.5-7b"]
+    return hc.verl_overrides(
+        "qwen2.5-7b",
+        bb,
+        hc.variant_config("rm_exgrpo", bb),
+        variant="rm_exgrpo",
+        seed=0,
+        run_dir=run_dir,
+        train_files="t",
+        val_files="v",
+        reward_model=entry,
+    )
+
+
+def test_a_tiny_reward_model_is_refused_on_gpus(tmp_path):
     entry = {**load_reward_models(REGISTRY)["tiny-rm-h32"], "path": str(RM)}
     with pytest.raises(ConfigError, match="tiny-scale reward model.*CPU mode only"):
-        hc.verl_overrides(
-            "qwen2.5-7b",
-            bb,
-            hc.variant_config("rm_exgrpo", bb),
-            variant="rm_exgrpo",
-            seed=0,
-            run_dir=tmp_path,
-            train_files="t",
-            val_files="v",
-            reward_model=entry,
-        )
+        _paper_rm_overrides(entry, tmp_path)
 
 
 def test_the_paper_scale_reward_model_shares_the_actors_gpus_as_verl_places_it(tmp_path):
     """verl (trainer_base._init_resource_pool_mgr, RewardModelManager) puts a reward model without its own pool on
     the actor's pool and starts pool size // (tp * dp * pp) replicas: 8 one-GPU replicas of the 8B RM on the
     8-GPU node, 30% of each GPU, asleep between scoring calls; bf16 weights, not the CPU mode's float32."""
-    bb = load_backbones(REGISTRY)["qwen2.5-7b"]
     entry = {**load_reward_models(REGISTRY)["skywork-reward-llama-3.1-8b-v0.2"], "path": "/snap/skywork"}
     run = tmp_path / "run"
-    flat = hc.verl_overrides(
-        "qwen2.5-7b",
-        bb,
-        hc.variant_config("rm_exgrpo", bb),
-        variant="rm_exgrpo",
-        seed=0,
-        run_dir=run,
-        train_files="t",
-        val_files="v",
-        reward_model=entry,
-    )
+    flat = _paper_rm_overrides(entry, run)
     hc.write_run_config(run, flat)
     composed = hc.compose_run_config(run)
     hc.check_verl_config(composed)
