@@ -25,6 +25,9 @@ import pytest
 
 from exgrpo.records.io import TRAIN_LOG, open_text
 
+# The CPU trainer's kill-and-resume drills: `pytest -m fault_drills` runs them with the verl route's.
+pytestmark = pytest.mark.fault_drills
+
 VOLATILE = ("time/", "reward/seconds", "reward/pool_restarts")
 
 

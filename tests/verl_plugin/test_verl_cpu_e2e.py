@@ -141,6 +141,7 @@ def _equal_state_dirs(saved: Path, restored: Path) -> int:
     return len(ea["buffer_qids"])
 
 
+@pytest.mark.fault_drills
 def test_killed_at_a_random_moment_it_resumes_at_k_plus_1_with_the_saved_state(cpu_run):
     k, ckpt, debug, save_freq = cpu_run["k"], cpu_run["ckpt"], cpu_run["debug"], cpu_run["save_freq"]
     kill = cpu_run["kill"]  # the seed, the moment drawn, when it fired, what was on disk then

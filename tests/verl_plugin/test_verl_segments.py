@@ -16,15 +16,14 @@ config fingerprint and the data order's seed, epoch and active questions; both s
 The chain's own continuity is bit-exact (the restored state equals the checkpoint's, segment 2's first weights
 are segment 1's last), which is what a kill-free resume can promise on this route.
 
-Opt-in (`EXGRPO_VERL_SEGMENT_DRILL=1`): three verl starts of about a minute each, which the CI budget has no room
-for; the workflow side (which jobs, which stop steps, which runtimes) is checked by dry runs in
-tests/workflow/test_segments.py, and the stop logic's rules below run always.
+Three verl starts of about a minute each, in every `pytest` (opt-in until 2026-12-07, when CI's budget was found to
+be 90 minutes); the workflow side (which jobs, which stop steps, which runtimes) is also checked by dry runs in
+tests/workflow/test_segments.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -69,8 +68,6 @@ def test_verls_own_checkpoint_steps(step, total, save_freq, saved):
 
 @pytest.fixture(scope="module")
 def segmented_run(tmp_path_factory):
-    if os.environ.get("EXGRPO_VERL_SEGMENT_DRILL") != "1":
-        pytest.skip("opt-in: EXGRPO_VERL_SEGMENT_DRILL=1 (three verl starts; see the module docstring)")
     pytest.importorskip("verl", reason="verl==0.9.1 not installed; pip install -e '.[verl]'")
     pytest.importorskip("transfer_queue", reason="needs TransferQueue (the verl extra)")
     from exgrpo.verl_plugin.cpu import demo
@@ -125,6 +122,7 @@ def segmented_run(tmp_path_factory):
 
 
 @pytest.mark.starts_ray
+@pytest.mark.fault_drills
 def test_segment_one_checkpoints_its_stop_step_and_ends_cleanly(segmented_run):
     assert logged_steps(segmented_run["logs"][0]) == [1, 2]
     assert segmented_run["after_first"] == STOP  # saved by the trainer: 2 is not a multiple of save_freq
@@ -133,6 +131,7 @@ def test_segment_one_checkpoints_its_stop_step_and_ends_cleanly(segmented_run):
 
 
 @pytest.mark.starts_ray
+@pytest.mark.fault_drills
 def test_segment_two_resumes_the_checkpointed_state_and_trains_to_the_end(segmented_run):
     from tests.verl_plugin.test_verl_cpu_e2e import _equal_state_dirs
 
@@ -149,6 +148,7 @@ def test_segment_two_resumes_the_checkpointed_state_and_trains_to_the_end(segmen
 
 
 @pytest.mark.starts_ray
+@pytest.mark.fault_drills
 def test_collect_sees_every_step_once(segmented_run):
     run = json.loads((segmented_run["results"] / "run.json").read_text())
     assert run["steps"] == STEPS
@@ -160,6 +160,7 @@ def _weight_syncs(path: Path) -> list[dict]:
 
 
 @pytest.mark.starts_ray
+@pytest.mark.fault_drills
 def test_segment_two_starts_from_the_weights_segment_one_ended_with(segmented_run):
     root = segmented_run["root"]
     first, second = (_weight_syncs(root / f"rollout_weights{i}.jsonl") for i in (0, 1))
@@ -179,6 +180,7 @@ def _lrs(rows: list[dict]) -> dict[int, float]:
 
 
 @pytest.mark.starts_ray
+@pytest.mark.fault_drills
 def test_the_chain_ends_where_an_uninterrupted_run_ends(segmented_run):
     """The quantities that do not depend on sampled tokens agree exactly (module docstring); the rest cannot."""
     run, ref = segmented_run["run"], segmented_run["reference"]
