@@ -1,7 +1,8 @@
 """The README and the pages of docs/ as a contract.
 
 - The README's two commands: `.ci/run` runs exactly the README's test command, and the main command installs CPU
-  torch and runs the `tiny` target. The README stays a five-minute read (`README_MAX_LINES`).
+  torch, then the hash-pinned workflow/envs/cpu.lock (the versions the committed results record), and runs the
+  `tiny` target. The README stays a five-minute read (`README_MAX_LINES`).
 - Each check of a fact follows the page that states it: the engine environment's block (docs/real-engines.md),
   the generated switch table (docs/method.md), the commits and the compute ledger of the tiny study (whichever
   page states them: exactly one may).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from functools import cache
 from pathlib import Path
 
@@ -60,15 +62,81 @@ def test_ci_runs_the_readme_test_command():
     assert test_cmds[0] in ci_lines, f".ci/run does not run the README test command {test_cmds[0]!r}"
 
 
-def test_main_command_installs_cpu_torch_and_runs_tiny():
-    blocks = _bash_blocks(README.read_text())
-    main = [b for b in blocks if "snakemake" in b and b.endswith(" tiny")]
+CPU_LOCK = ROOT / "workflow/envs/cpu.lock"
+
+
+def _main_command() -> str:
+    main = [b for b in _bash_blocks(README.read_text()) if "snakemake" in b and b.endswith(" tiny")]
     assert main, "the README must show the main command that runs the `tiny` target"
-    assert "torch==2.13.0" in main[0]
+    return main[0]
+
+
+def test_main_command_installs_cpu_torch_then_the_lock_and_runs_tiny():
+    main = _main_command()
     # the CPU build on any Linux machine: PyTorch's CPU index, not the registry's CUDA wheel of that version
-    assert (
-        "pip install --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && " in main[0]
+    assert "pip install --no-deps torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && " in main
+    # everything else from the hash-pinned lock, never a fresh resolution; the project on top, without deps
+    steps = [step.strip() for step in main.split("&&")]
+    torch_at = next(i for i, s in enumerate(steps) if "torch==2.13.0" in s)
+    lock_at = next(
+        i for i, s in enumerate(steps) if s.endswith("--require-hashes --no-deps -r workflow/envs/cpu.lock")
     )
+    project_at = next(i for i, s in enumerate(steps) if re.search(r"--no-deps .*-e \.$", s))
+    assert torch_at < lock_at < project_at < len(steps) - 1 and steps[-1] == "snakemake --cores 2 tiny"
+    assert not any(re.search(r"-e \S*\[", s) for s in steps), "the main command must not resolve the extras"
+
+
+def test_the_main_command_installs_as_benchmarked():
+    """The README's install (its main command up to `snakemake`) is the variant benchmarks/bench_install.py measured
+    fastest, so the seconds the README quotes from benchmarks/results/install.json are its own."""
+    install = _main_command().rsplit(" && snakemake", 1)[0]
+    result = json.loads((ROOT / "benchmarks/results/install.json").read_text())
+    fastest = result["variants"][result["fastest"]]
+    assert fastest["command"] == install
+    assert (
+        fastest["versions"]["transformers"] == "5.10.4"
+        and fastest["pip_check"] == "No broken requirements found."
+    )
+
+
+def _lock_entries() -> dict[str, str]:
+    """Each pin of cpu.lock (normalised name -> its whole entry: the pin line, its hashes, its `# via`)."""
+    body = CPU_LOCK.read_text().split("\n", 2)[2]
+    entries = re.split(r"\n(?=[A-Za-z0-9])", body)
+    return {
+        re.sub(r"[-_.]+", "-", m.group(1)).lower(): entry
+        for entry in entries
+        if (m := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", entry))
+    }
+
+
+def test_the_cpu_lock_pins_what_the_committed_results_record():
+    """The lock's torch, transformers, lm-eval and math-verify are the versions every committed tiny run records
+    (run.json `versions`), each pin carries hashes (pip --require-hashes refuses the file otherwise), and the
+    project itself is resolved but not emitted (the main command installs it from the checkout)."""
+    entries = _lock_entries()
+    pins = {name: entry.split(" ", 1)[0].split("==")[1] for name, entry in entries.items()}
+    recorded = {
+        tuple(sorted(json.loads(p.read_text())["versions"].items()))
+        for p in (ROOT / "results/tiny/train").glob("*/*/s*/run.json")
+    }
+    (versions,) = recorded  # one environment made them all
+    for name in ("torch", "transformers", "lm-eval", "math-verify"):
+        assert pins[name] == dict(versions)[name], name
+    assert all("--hash=sha256:" in entry for entry in entries.values())
+    assert "exgrpo" not in entries and not re.search(r"^-e ", CPU_LOCK.read_text(), re.M)
+    assert "# via exgrpo" in CPU_LOCK.read_text() or "#   exgrpo" in CPU_LOCK.read_text()
+
+
+def test_the_cpu_lock_header_is_its_refresh_command():
+    (line,) = [ln for ln in CPU_LOCK.read_text().splitlines()[:3] if "uv pip compile" in ln]
+    cmd = shlex.split(line.lstrip("# ").strip())
+    assert cmd[:4] == ["uv", "pip", "compile", "workflow/envs/cpu.in"] and "--generate-hashes" in cmd
+    opts = dict(zip(cmd[4:], cmd[5:]))
+    assert opts["--python-platform"] == "x86_64-manylinux_2_28" and opts["--python-version"] == "3.11"
+    assert opts["-o"] == "workflow/envs/cpu.lock" and opts["--no-emit-package"] == "exgrpo"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT00:00:00Z", opts["--exclude-newer"])  # reproducible re-resolution
+    assert "workflow/envs/cpu.in" in (DOCS / "install.md").read_text()  # the page says how to refresh it
 
 
 # ------------------------------------------------------------------------------------------ facts, where they are
