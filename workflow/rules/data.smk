@@ -102,7 +102,10 @@ rule download_chat_if_eval:
     conda:
         "../envs/gpu.yaml"
     params:
-        out=hf_cache(),
+        # <hf_cache>/chat_if/eval/manifest.json -> <hf_cache>, whose hub/ the evaluation jobs read (HF_HOME)
+        out=lambda wc, output: os.path.dirname(
+            os.path.dirname(os.path.dirname(output.manifest))
+        ),
         sets=",".join(eval_benchmarks("paper", data="chat_if")),
         locks="config/locks",
     shell:
