@@ -29,8 +29,9 @@ PINS = {  # read from public code (docs/studies.md's table): written out here, n
 }
 
 
-def _write_set(snap: Path, repo: str, rows: dict[str, int]) -> None:
-    """The files a set's repo holds at a commit, `rows[name]` rows each (IFEval: JSON lines; IFBench: parquet)."""
+def _write_set(snap: Path, repo: str, rows: dict[str, int], missing: set[str]) -> None:
+    """The files a set's repo holds at a commit, `rows[name]` rows each (IFEval: JSON lines; IFBench: parquet),
+    without the baseline answers of the models in `missing`."""
     if repo == "google/IFEval":
         lines = [json.dumps({"key": i, "prompt": f"p{i}"}) for i in range(rows["ifeval"])]
         (snap / "ifeval_input_data.jsonl").write_text("\n".join(lines) + "\n")
@@ -43,27 +44,29 @@ def _write_set(snap: Path, repo: str, rows: dict[str, int]) -> None:
         (folder / "model_answer").mkdir(parents=True, exist_ok=True)
         (folder / "question.jsonl").write_text('{"uid": "u1"}\n{"uid": "u2"}\n')
         for model in CATEGORY_BASELINES.values():
-            if model not in rows.get("missing", ()):
+            if model not in missing:
                 (folder / "model_answer" / f"{model}.jsonl").write_text('{"uid": "u1"}\n')
 
 
 @pytest.fixture
 def fake_hub(monkeypatch):
     """Each set at the commit asked for, in `<out>/hub` (the hub cache layout); returns the (repo, revision,
-    patterns) asked and the row counts the fake sets have (change them to fake another upstream)."""
+    patterns) asked, the row counts the fake sets have and the baselines they lack (change them to fake another
+    upstream)."""
     asked: list[tuple[str, str | None, tuple[str, ...]]] = []
     rows = {"ifeval": 541, "ifbench": 300}
+    missing: set[str] = set()
 
     def fake_fetch(repo, out, revision, patterns):
         asked.append((repo, revision, patterns))
         storage = out / "hub" / f"datasets--{repo.replace('/', '--')}"
         snap = storage / "snapshots" / (revision or "c" * 40)
         snap.mkdir(parents=True, exist_ok=True)
-        _write_set(snap, repo, rows)
+        _write_set(snap, repo, rows, missing)
         return snap
 
     monkeypatch.setattr(fetch, "fetch_repo_snapshot", fake_fetch)
-    return asked, rows
+    return asked, rows, missing
 
 
 def _argv(tmp_path: Path, only: str = ",".join(SETS)) -> list[str]:
@@ -109,7 +112,7 @@ def test_wildchat_if_is_still_unpinned_and_refused_naming_its_field_and_the_pin_
 
 # ------------------------------------------------------------------------------------------ the download
 def test_the_sets_are_fetched_at_their_pins_and_read_back_there_by_repo_id(tmp_path, fake_hub, monkeypatch):
-    asked, _ = fake_hub
+    asked = fake_hub[0]
     assert main(_argv(tmp_path)) == 0
     assert [(repo, rev) for repo, rev, _ in asked] == [
         (BY_NAME[n].ref, PINS[n]) for n in ("ifeval", "ifbench", "arenahard_v2")
@@ -162,7 +165,7 @@ def test_an_unpinned_set_is_refused_by_name_before_anything_is_fetched(
 
 
 def test_a_commit_without_a_baseline_file_stops_the_download_naming_the_file(tmp_path, fake_hub, capsys):
-    fake_hub[1]["missing"] = ("gemini-2.0-flash-001",)
+    fake_hub[2].add("gemini-2.0-flash-001")
     assert main(_argv(tmp_path, "arenahard_v2")) == 1
     err = capsys.readouterr().err
     assert "no file matches 'data/arena-hard-v2.0/model_answer/gemini-2.0-flash-001.jsonl'" in err
