@@ -8,7 +8,8 @@
 #   tiny_full  the same with more seeds and every ablation
 #   tiny_regimes  the pre-registered regime map (docs/regimes.md) into reruns/tiny/regimes/
 #   smoke      minimal budgets on one tiny backbone (tests, CI)
-#   all        (= paper_repro) the paper replication at full scale into reruns/paper-repro/ (GPUs)
+#   all        (= paper_repro + paper_continuous) the paper replication at full scale into reruns/paper-repro/
+#              and Table 2's reruns/paper-continuous/ (GPUs)
 #   paper_cpu  the paper route (verl's trainer, CPU mode) on a tiny base into reruns/paper-cpu/
 #   paper_headline  Table 1's Qwen2.5-Math-7B row (On-Policy vs ExGRPO, ID+OOD) into reruns/paper-repro/
 #   paper_ablation_shaping  one ablation slice (Table 6 w/o Shaping) into reruns/paper-repro/
@@ -24,6 +25,7 @@ from exgrpo.workflow.workflow_config import (
     DEFAULT_CONFIG,
     DEFAULT_STUDY,
     check_config_files,
+    target_also,
 )
 
 min_version("9.0")
@@ -68,16 +70,18 @@ rule tiny_regimes:
         regime_targets(),
 
 
-# One target per study, of the study's own name (and `all` for paper_repro): the map is
-# exgrpo.workflow.workflow_config.target_studies, so a study added by config or an overlay is a target too.
+# One target per study, of the study's own name (and `all` for paper_repro, with Table 2's paper_continuous: the
+# map is exgrpo.workflow.workflow_config.target_studies, the studies a target builds besides, target_also), so a
+# study added by config or an overlay is a target too.
 for _target, _study in study_target_map().items():
+    _studies = (_study, *target_also(_target, STUDIES))
 
     rule:
         name:
             _target
         default_target: _target == DEFAULT_STUDY
         input:
-            study_targets(_study),
+            [path for s in _studies for path in study_targets(s)],
             # an input function: the partition limit is checked as this target's DAG is built (WF.check_target)
-            lambda wc, s=_study: WF.check_target(s),
+            lambda wc, ss=_studies: [x for s in ss for x in WF.check_target(s)],
         localrule: True

@@ -5,6 +5,7 @@ docstring).
 
     exgrpo download --out DIR                          # training set + benchmark files -> DIR/manifest.json
     exgrpo download --out DIR --model ID --name NAME   # one model snapshot -> DIR/models/NAME.json
+    exgrpo download --out DIR --only ifeval,ifbench,arenahard_v2 --manifest FILE   # Table 2's sets -> DIR/hub
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="--revision",
         help="where the model's revision is registered, named when an unpinned download is refused",
     )
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        default=None,
+        help="where the data manifest is written (default: OUT/manifest.json); Table 2's evaluation sets keep "
+        "theirs beside the study's other chat files while their snapshots go into OUT/hub",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would be fetched, fetch nothing")
 
 
@@ -67,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
             "--pin", "records the fetched commit in a lock: give --lock (a model) or --lock-dir"
         )
     if args.model is not None:
-        for flag, value in (("--only", args.only), ("--lock-dir", args.lock_dir)):
+        for flag, value in (
+            ("--only", args.only),
+            ("--lock-dir", args.lock_dir),
+            ("--manifest", args.manifest),
+        ):
             if value is not None:
                 raise ConfigError(flag, "cannot be combined with --model (a model's lock is --lock)")
         if not re.fullmatch(r"[\w.-]+/[\w.-]+", args.model):
@@ -104,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     os.makedirs(out, exist_ok=True)
     try:
-        download_data(out, sources, args.lock_dir, args.pin)
+        download_data(out, sources, args.lock_dir, args.pin, args.manifest)
     except DownloadError as err:
         print(f"exgrpo download: error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1

@@ -8,7 +8,12 @@ First match wins, as for the math benchmarks (exgrpo.eval.benchmark_documents):
    the cache only (HF_HOME / HF_HUB_CACHE), never downloaded: a job under HF_HUB_OFFLINE=1 reads what a
    download step cached, as lm-eval's `ifeval` task reads google/IFEval by repo id. The hub repos' own files:
    google/IFEval `ifeval_input_data.jsonl`, allenai/IFBench_test `data/train-*.parquet`, and
-   lmarena-ai/arena-hard-auto `data/arena-hard-v2.0/` (inferred ids: exgrpo.eval.chat_benchmarks).
+   lmarena-ai/arena-hard-auto `data/arena-hard-v2.0/` (inferred ids: exgrpo.eval.chat_benchmarks). The commit read
+   is the one the download fetched, where `--data` holds that download's manifest (`manifest.json`, written by
+   `exgrpo download --only ifeval,ifbench,arenahard_v2 --manifest`, rule download_chat_if_eval: each set's
+   `ref` and `resolved_revision`), else the cache's `main`. Why: a download at a pinned commit does not move the
+   cache's `refs/main` (huggingface_hub records a ref only for a branch or tag it resolved), so a read of `main`
+   would miss the pinned snapshot, or find another one.
 Every IF row is checked (its columns, one kwargs object per instruction, known instruction ids) before any
 is generated; a bad row is an error naming the file, the row and the field.
 """
@@ -37,17 +42,48 @@ class IFRows:
     info: dict[str, Any]
 
 
-def hub_snapshot(repo_id: str) -> Path:
-    """The cached snapshot folder of a hub dataset repo (its `main`), from the cache only."""
+DOWNLOAD_MANIFEST = "manifest.json"
+"""The evaluation sets' download manifest in `--data` (exgrpo.hub.fetch.download_data's format)."""
+
+
+def downloaded_revision(repo_id: str, data_dir: str | Path | None) -> str | None:
+    """The commit the download in `<data>/manifest.json` fetched `repo_id` at, or None (no such manifest or entry:
+    read the cache's `main`). A manifest that is not JSON, or whose entry holds no commit hash, is an error naming
+    the file and the field."""
+    import json
+    import re
+
+    path = Path(data_dir) / DOWNLOAD_MANIFEST if data_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        sources = json.loads(path.read_text(encoding="utf-8")).get("sources", [])
+    except (ValueError, AttributeError) as err:
+        raise ValueError(f"{path}: not a download manifest ({err})") from None
+    for n, entry in enumerate(sources):
+        if isinstance(entry, dict) and entry.get("ref") == repo_id:
+            revision = entry.get("resolved_revision")
+            if not isinstance(revision, str) or not re.fullmatch(r"[0-9a-f]{40}", revision):
+                raise ValueError(f"{path}: sources[{n}].resolved_revision: {revision!r} is not a commit hash")
+            return revision
+    return None
+
+
+def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
+    """The cached snapshot folder of a hub dataset repo at `revision` (None: its `main`), from the cache only."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id=repo_id, repo_type="dataset", local_files_only=True))
+        return Path(
+            snapshot_download(repo_id=repo_id, repo_type="dataset", revision=revision, local_files_only=True)
+        )
     except LocalEntryNotFoundError:
+        at = f" at {revision}" if revision else ""
         raise FileNotFoundError(
-            f"{repo_id}: not in the hub cache (HF_HOME / HF_HUB_CACHE) and no local copy in --data; cache it "
-            f"where the hub is reachable (`hf download --repo-type dataset {repo_id}`) or pass --data"
+            f"{repo_id}: not in the hub cache{at} (HF_HOME / HF_HUB_CACHE) and no local copy in --data; cache it "
+            "where the hub is reachable (`exgrpo download --out <HF_HOME> --only ifeval,ifbench,arenahard_v2 "
+            "--manifest <data>/manifest.json`, rule download_chat_if_eval) or pass --data"
         ) from None
 
 
@@ -70,7 +106,7 @@ def if_rows_file(benchmark: str, data_dir: str | Path | None) -> tuple[Path, str
             if path.is_file():
                 return path, f"file:{path.resolve()}"
     bench = CHAT_BENCHMARKS[benchmark]
-    snapshot = hub_snapshot(str(bench.hub_id))
+    snapshot = hub_snapshot(str(bench.hub_id), downloaded_revision(str(bench.hub_id), data_dir))
     found = sorted(snapshot.glob(str(bench.hub_files)))
     if len(found) != 1:
         raise FileNotFoundError(
@@ -124,13 +160,15 @@ def arena_folder(data_dir: str | Path | None) -> Path:
         for folder in (Path(data_dir), Path(data_dir) / subdir):
             if (folder / "question.jsonl").is_file():
                 return folder
-    return hub_snapshot(str(CHAT_BENCHMARKS["arenahard_v2"].hub_id)) / subdir
+    repo = str(CHAT_BENCHMARKS["arenahard_v2"].hub_id)
+    return hub_snapshot(repo, downloaded_revision(repo, data_dir)) / subdir
 
 
 __all__ = [
     "IF_BENCHMARKS",
     "IFRows",
     "arena_folder",
+    "downloaded_revision",
     "hub_snapshot",
     "if_rows_file",
     "known_instructions",

@@ -11,6 +11,10 @@ caches in `<out>/datasets`, plain parquet copies in `<out>/files`.
 Each manifest records, per item, its row count (tables), sha256 (files) or commit (snapshots), so
 results can name the exact bytes they were computed from.
 
+Table 2's evaluation sets (Source.kind `hf_snapshot`) stay in the hub cache, `<out>/hub`, as the hub's own files at
+their commit (`fetch_snapshot_set`); their manifest (`--manifest`, rule download_chat_if_eval) records each set's
+commit, which `exgrpo eval` reads them at (exgrpo.eval.chat_inputs).
+
 Pinned data: what is fetched and the checksums it is checked against are the registry in
 exgrpo/hub/sources.py; hub items (models, the training set) are pinned to a commit and
 checked against a lock of their files' sha256 (exgrpo/hub/locks.py).
@@ -26,6 +30,7 @@ of the release; MMLU-Pro's row count is unknown, so it is recorded, not checked.
 
 from __future__ import annotations
 
+import fnmatch
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -128,6 +133,94 @@ def fetch_hf_dataset(
     return export_dataset(source, snapshot, out), snapshot.name
 
 
+def fetch_repo_snapshot(repo: str, out: Path, revision: str | None, patterns: tuple[str, ...]) -> Path:
+    """Snapshot the files `patterns` of a dataset repo at `revision` into out/hub (the hub cache the compute jobs
+    read with HF_HOME=<out>); returns the snapshot folder, named by its commit."""
+    from huggingface_hub import snapshot_download
+
+    return Path(
+        snapshot_download(
+            repo_id=repo,
+            repo_type="dataset",
+            revision=revision,
+            allow_patterns=list(patterns),
+            cache_dir=str(out / "hub"),
+        )
+    )
+
+
+def _rows_of(path: Path) -> int | None:
+    """Rows of a set's file: parquet rows, or non-empty JSON lines; None for any other file."""
+    if path.suffix == ".parquet":
+        return parquet_rows(path)
+    if path.suffix == ".jsonl":
+        with path.open("rb") as fh:
+            return sum(1 for line in fh if line.strip())
+    return None
+
+
+def snapshot_files(source: Source, snapshot: Path) -> dict[str, list[Path]]:
+    """Pattern -> the snapshot's files it matches (what the set is made of); a pattern that matches no file is a
+    DownloadError naming it (the commit does not hold the set)."""
+    found = sorted(p for p in snapshot.rglob("*") if p.is_file())
+    matched = {
+        pattern: [p for p in found if fnmatch.fnmatch(p.relative_to(snapshot).as_posix(), pattern)]
+        for pattern in source.patterns
+    }
+    for pattern, files in matched.items():
+        if not files:
+            raise DownloadError(
+                f"{source.name} ({source.ref} @ {snapshot.name}): no file matches {pattern!r}; this commit does "
+                f"not hold the set (SOURCES[{source.name}] in exgrpo/hub/sources.py)"
+            )
+    return matched
+
+
+def fetch_snapshot_set(
+    source: Source, out: Path, lock_dir: Path | None = None, pin: bool = False
+) -> dict[str, Any]:
+    """Snapshot an `hf_snapshot` source into out/hub at its pin, check its files (each pattern matched, the lock
+    <lock_dir>/<name>.json, the first pattern's rows against `expected_rows`); returns its manifest entry."""
+    revision = source.revision
+    lock = lock_dir / f"{source.name}.json" if lock_dir is not None else None
+    if lock is not None:
+        field = f"SOURCES[{source.name}].revision (exgrpo/hub/sources.py)"
+        revision = pinned_revision(revision, lock, source.ref, field, pin=pin)
+    snapshot = with_retries(
+        lambda: fetch_repo_snapshot(source.ref, out, revision, source.patterns),
+        f"{source.name} ({source.ref})",
+    )
+    matched = snapshot_files(source, snapshot)
+    rows = sum(_rows_of(p) or 0 for p in matched[source.patterns[0]])
+    if source.expected_rows is not None and rows != source.expected_rows:
+        raise DownloadError(
+            f"{source.name}: {rows} rows in {source.patterns[0]}, the set has {source.expected_rows} "
+            f"({source.ref} @ {snapshot.name})"
+        )
+    files = sorted({p for paths in matched.values() for p in paths})
+    hashes = file_lock(snapshot, files)
+    if lock is not None:  # after the row check: a first download writes the lock of a set already checked
+        check_lock(lock, hashes, source.ref, snapshot.name, pin=pin)
+    print(
+        f"{source.name}: {source.ref} @ {snapshot.name}, {len(files)} files, {rows} rows -> {snapshot}",
+        flush=True,
+    )
+    return {
+        **asdict(source),
+        "path": str(snapshot.relative_to(out)) if snapshot.is_relative_to(out) else str(snapshot),
+        "rows": rows,
+        "resolved_revision": snapshot.name,
+        "files": {
+            rel: {
+                "sha256": digest,
+                "bytes": (snapshot / rel).stat().st_size,
+                "rows": _rows_of(snapshot / rel),
+            }
+            for rel, digest in hashes.items()
+        },
+    }
+
+
 GATED_HELP = (
     "is gated on the Hugging Face hub: accept its license on the model page with your account, then "
     "give this shell a read token, either `export HF_TOKEN=hf_...` or `hf auth login` (stored in "
@@ -173,12 +266,19 @@ def select_sources(only: str | None) -> list[Source]:
 
 
 def download_data(
-    out: Path, sources: list[Source], lock_dir: Path | None = None, pin: bool = False
+    out: Path,
+    sources: list[Source],
+    lock_dir: Path | None = None,
+    pin: bool = False,
+    manifest_path: Path | None = None,
 ) -> dict[str, Any]:
     """Fetch `sources` (hub datasets checked against their locks in `lock_dir`), check checksums and row
-    counts, write out/manifest.json; returns the manifest."""
+    counts, write the manifest (`manifest_path`, default out/manifest.json); returns it."""
     entries = []
     for source in sources:
+        if source.kind == "hf_snapshot":
+            entries.append(fetch_snapshot_set(source, out, lock_dir, pin))
+            continue
         commit = source.revision
         if source.kind == "hf_dataset":
             path, commit = fetch_hf_dataset(source, out, lock_dir, pin)
@@ -218,7 +318,7 @@ def download_data(
         "offline_env": offline_env(out),
         "provenance": provenance(),
     }
-    write_json(out / "manifest.json", manifest)
+    write_json(manifest_path or out / "manifest.json", manifest)
     return manifest
 
 

@@ -19,7 +19,19 @@ RLMT (the setup §5.3 follows: WildChat-IF, Skywork reward model, ArenaHardV2/IF
 `allenai/tulu-3-wildchat-if-on-policy-8b` (10.8k rows; the paper's 7k selection is not published). Its commit is
 not known either: `revision` None, refused the same way until config/locks/wildchat_if.json pins one. It is
 data `chat_if`: only `exgrpo download --only wildchat_if` fetches it (rule download_chat_if), so the math studies'
-download never waits for it.
+download never waits for it. No published commit of it was found (searched public code for a revision or a hub-cache
+snapshot folder of the repo, 2026-12-07).
+
+Table 2's evaluation sets (data `chat_if_eval`, rule download_chat_if_eval, `exgrpo download --only
+ifeval,ifbench,arenahard_v2`) are kind `hf_snapshot`: the hub dataset repo's own files (`patterns`), snapshotted
+into the hub cache at their commit and left there, not exported, because `exgrpo eval` reads them from the cache
+by repo id and commit (exgrpo.eval.chat_inputs). Their commits were read from public code, none from the hub itself
+(docs/studies.md's table says where): google/IFEval `966cd89...` and allenai/IFBench_test `2e8a48d...` (each named
+by several unrelated projects, as hub-cache snapshot folders or pinned revisions beside the repo id), and
+lmarena-ai/arena-hard-auto `15f3746...` (pinned revisions in several projects; one of them reads
+`data/arena-hard-v2.0/question.jsonl` at it). A commit without the set's files stops the download naming the file
+pattern; the snapshot's files are then checked against their lock (config/locks/<name>.json, written by the first
+download) like any hub item.
 """
 
 from __future__ import annotations
@@ -42,7 +54,8 @@ class Source:
 
     name: str
     kind: str
-    """`hf_dataset` (ref = dataset id) or `url` (ref = URL of a parquet file)."""
+    """`hf_dataset` (ref = dataset id, the split exported to parquet), `hf_snapshot` (ref = dataset id, the files
+    `patterns` kept in the hub cache as they are) or `url` (ref = URL of a parquet file)."""
     ref: str
     role: str
     """`train` or `benchmark`."""
@@ -58,8 +71,11 @@ class Source:
     """Git blob id (SHA-1 of `blob <size>\\0<bytes>`) of the file in the release's tree: the check of files
     whose sha256 could not be recorded."""
     data: str = "math"
-    """The studies it serves: `math` (what `exgrpo download` fetches by default) or `chat_if` (paper §5.3's
-    prompts, fetched only when named by `--only`)."""
+    """The studies it serves: `math` (what `exgrpo download` fetches by default), `chat_if` (paper §5.3's
+    prompts) or `chat_if_eval` (Table 2's evaluation sets), the last two fetched only when named by `--only`."""
+    patterns: tuple[str, ...] = ()
+    """`hf_snapshot` only: the repo files fetched (huggingface_hub's `allow_patterns`); each must match a file at
+    the commit, and `expected_rows` counts the rows of the first pattern's files."""
 
 
 def _released(name: str, path: str, rows: int | None, sha256: str | None, git_blob: str) -> Source:
@@ -87,6 +103,42 @@ SOURCES: tuple[Source, ...] = (
         "train",
         revision=None,
         data="chat_if",
+    ),
+    # Table 2's evaluation sets, read by repo id and commit from the hub cache (module docstring)
+    Source(
+        "ifeval",
+        "hf_snapshot",
+        "google/IFEval",
+        "benchmark",
+        expected_rows=541,
+        revision="966cd89545d6b6acfd7638bc708b98261ca58e84",
+        data="chat_if_eval",
+        patterns=("ifeval_input_data.jsonl",),
+    ),
+    Source(
+        "ifbench",
+        "hf_snapshot",
+        "allenai/IFBench_test",
+        "benchmark",
+        expected_rows=300,
+        revision="2e8a48de45ff3bf41242f927254ca81b59ca3ae2",
+        data="chat_if_eval",
+        patterns=("data/train-*.parquet",),
+    ),
+    Source(
+        "arenahard_v2",
+        "hf_snapshot",
+        "lmarena-ai/arena-hard-auto",
+        "benchmark",
+        revision="15f3746e21432264ce9b453999bde4f3c946d2e6",
+        data="chat_if_eval",
+        # v2.0's questions and the answers of its two categories' baselines (exgrpo.eval.arena_hard_protocol),
+        # not the repo's other versions, answers and judgments
+        patterns=(
+            "data/arena-hard-v2.0/question.jsonl",
+            "data/arena-hard-v2.0/model_answer/o3-mini-2025-01-31.jsonl",
+            "data/arena-hard-v2.0/model_answer/gemini-2.0-flash-001.jsonl",
+        ),
     ),
     _released(
         "exgrpo_test_id",

@@ -24,7 +24,7 @@ from typing import Any
 
 from exgrpo.workflow.cluster import stage_gpus, stage_resources
 from exgrpo.workflow.study import Study
-from exgrpo.workflow.workflow_config import WorkflowConfig, target_studies
+from exgrpo.workflow.workflow_config import WorkflowConfig, target_also, target_studies
 
 STAGE_OF_RULE_KIND = {"train": "train", "eval": "eval", "prelim": "judge"}
 """Job kind -> the backbone `resources` stage that sizes it (exgrpo.workflow.cluster.STAGES)."""
@@ -81,12 +81,20 @@ def _other_jobs(study: Study, wf: WorkflowConfig | None) -> int:
     and `hf_cache_tiny` for hub-cache inputs; paper scale: the data download, one model download per backbone,
     the judge's (a preliminary study), the reward model's, a re-templated train and validation file per
     prompt format other than the chat template, and a `data: chat_if` study's conversion of its prompts into
-    verl's rows (rule chat_prompts) (workflow/rules/data.smk, prelim.smk)."""
+    verl's rows (rule chat_prompts) and the download of its evaluation sets (rule download_chat_if_eval)
+    (workflow/rules/data.smk, prelim.smk)."""
     n = len(study.runs()) + 3
     if study.scale == "tiny":
         data_jobs = 1  # make_data, or for data: chat_if chat_prompts_tiny (it reads no task data)
         return n + data_jobs + len(_bases_to_train(study, wf)) + (study.inputs == "hub_cache")
-    n += 1 + len(study.backbones) + bool(study.prelim) + bool(study.reward_model) + (study.data == "chat_if")
+    # a data: chat_if study also converts its prompts (chat_prompts) and downloads its evaluation sets
+    n += (
+        1
+        + len(study.backbones)
+        + bool(study.prelim)
+        + bool(study.reward_model)
+        + 2 * (study.data == "chat_if")
+    )
     if study.data == "math" and wf is not None:
         formats = {wf.backbones[b].get("template") for b in study.backbones} - {None}
         n += 2 * len({f for f in formats if f == "llama_base"})  # prompt_format_of: llama_base, else chat
@@ -121,32 +129,44 @@ def measured_wall_h(results: Path, source: str) -> dict[str, float]:
     return out
 
 
+def study_cost(
+    study: Study, wf: WorkflowConfig, results: Path
+) -> tuple[dict[str, int], float, float, float | None]:
+    """One study's job counts by kind, requested hours, GPU-hours and measured-based hours (module docstring)."""
+    jobs = study_jobs(study, wf)
+    requested = gpu = 0.0
+    for kind, stage in STAGE_OF_RULE_KIND.items():
+        for backbone in jobs[kind]:
+            entry: Mapping[str, Any] = wf.backbones[backbone]
+            hours = stage_resources(entry, stage)["runtime_min"] / 60.0
+            requested += hours
+            gpu += hours * stage_gpus(entry, stage)
+    measured = measured_wall_h(results, study.source)
+    measured_h = sum(measured[k] * len(jobs[k]) for k in measured) if measured else None
+    return {k: len(v) for k, v in jobs.items()}, requested, gpu, measured_h
+
+
 def study_rows(wf: WorkflowConfig, results: str | Path = "results") -> list[StudyRow]:
-    """One row per target, in config order (`all` next to the study it runs)."""
+    """One row per target, in config order (`all` next to the study it runs); a target that builds other studies
+    besides its own (`target_also`: `all` builds Table 2's too) counts their jobs and hours with its own."""
     rows = []
     for target, name in target_studies(wf.studies).items():
+        names = (name, *target_also(target, wf.studies))
+        costs = [study_cost(wf.studies[n], wf, Path(results)) for n in names]
+        measured = [c[3] for c in costs if c[3] is not None]
         study = wf.studies[name]
-        jobs = study_jobs(study, wf)
-        requested = gpu = 0.0
-        for kind, stage in STAGE_OF_RULE_KIND.items():
-            for backbone in jobs[kind]:
-                entry: Mapping[str, Any] = wf.backbones[backbone]
-                hours = stage_resources(entry, stage)["runtime_min"] / 60.0
-                requested += hours
-                gpu += hours * stage_gpus(entry, stage)
-        measured = measured_wall_h(Path(results), study.source)
-        measured_h = sum(measured[k] * len(jobs[k]) for k in measured) if measured else None
         rows.append(
             StudyRow(
                 target,
-                name,
-                study.source,
+                " + ".join(names),
+                ", ".join(dict.fromkeys(wf.studies[n].source for n in names)),
                 study.scale,
                 study.runtime,
-                {k: len(v) for k, v in jobs.items()},
-                requested,
-                gpu,
-                measured_h,
+                # each study counts its own target's rule; the studies built besides run under this one's
+                {k: sum(c[0][k] for c in costs) - (k == "other") * (len(names) - 1) for k in costs[0][0]},
+                sum(c[1] for c in costs),
+                sum(c[2] for c in costs),
+                sum(measured) if measured else None,
             )
         )
     return rows
@@ -162,7 +182,7 @@ def studies_table(rows: list[StudyRow]) -> str:
     for r in rows:
         measured = f"{r.measured_h:.2f}" if r.measured_h is not None else "-"
         lines.append(
-            f"| `{r.target}` | {r.study} | results/{r.source}/ | {r.scale} / {r.runtime} | {r.total_jobs} "
+            f"| `{r.target}` | {r.study} | {', '.join(f'results/{s}/' for s in r.source.split(', '))} | {r.scale} / {r.runtime} | {r.total_jobs} "
             f"({r.jobs['train']}, {r.jobs['eval']}, {r.jobs['prelim']}, {r.jobs['other']}) "
             f"| {r.requested_h:.1f} | {r.gpu_h:.0f} | {measured} |"
         )
@@ -171,6 +191,7 @@ def studies_table(rows: list[StudyRow]) -> str:
 
 __all__ = [
     "StudyRow",
+    "study_cost",
     "measured_wall_h",
     "studies_table",
     "study_jobs",

@@ -57,6 +57,18 @@ TARGET_ALIASES: dict[str, str] = {"all": "paper_repro"}
 name (`target_studies`), so a study added to the config, or by an overlay with `--configfile`, is built by
 `snakemake <its name>`."""
 
+TARGET_ALSO: dict[str, tuple[str, ...]] = {"all": ("paper_continuous",)}
+"""Studies a target builds besides its own: `all`, the paper replication, is Table 1's and the ablations' study
+(paper_repro) and Table 2's (paper_continuous: its own source, data and reward model, so a study of its own). A
+study missing from the config is skipped."""
+
+
+def target_also(target: str, studies: Iterable[str]) -> tuple[str, ...]:
+    """The studies target `target` builds besides its own (TARGET_ALSO), those of `studies` only."""
+    names = set(studies)
+    return tuple(s for s in TARGET_ALSO.get(target, ()) if s in names)
+
+
 DEFAULT_STUDY = "tiny"
 """The study of the default target (`snakemake` with no target)."""
 
@@ -368,6 +380,8 @@ def _variant_overrides(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 __all__ = [
+    "TARGET_ALSO",
+    "target_also",
     "DEFAULT_CONFIG",
     "DEFAULT_STUDY",
     "LOCK_DIR",

@@ -161,7 +161,11 @@ def test_every_released_file_is_pinned_to_a_commit_and_a_checksum():
     assert train.revision is None  # its commit is unknown here: pinned by its lock (test_download_pins.py)
     # Table 2's prompts (paper §5.3): unpinned too, and fetched only when named
     assert (chat.name, chat.data, chat.revision) == ("wildchat_if", "chat_if", None)
-    assert fetch.select_sources(None) == [s for s in fetch.SOURCES if s is not chat]
+    evaluation = [
+        s for s in fetch.SOURCES if s.kind == "hf_snapshot"
+    ]  # Table 2's sets (test_download_eval_sets.py)
+    assert {s.data for s in evaluation} == {"chat_if_eval"}
+    assert fetch.select_sources(None) == [s for s in fetch.SOURCES if s is not chat and s not in evaluation]
     assert fetch.select_sources("wildchat_if") == [chat]
 
 

@@ -36,6 +36,7 @@ class Job:
     threads: int = 1
     shell: str = ""
     output: list[str] = field(default_factory=list)
+    input: list[str] = field(default_factory=list)
 
 
 def copy_workflow(dest: Path) -> Path:
@@ -134,6 +135,8 @@ def parse_jobs(output: str) -> list[Job]:
             current.threads = int(value)
         elif key == "output":
             current.output = value.split(", ")
+        elif key == "input":
+            current.input = value.split(", ")
     return jobs
 
 

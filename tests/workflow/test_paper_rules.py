@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 REGISTRY_FILE = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())
 REGISTRY = REGISTRY_FILE["backbones"]
 CONFIG = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-PAPER = sorted(  # `all`'s: Table 2's Qwen2.5-7B base is in_all: false (tests/workflow/test_table2_study.py)
-    n for n, e in REGISTRY.items() if e["scale"] == "paper" and e.get("in_all", True)
+PAPER = (
+    sorted(  # paper_repro's: Table 2's Qwen2.5-7B base is in_all: false (tests/workflow/test_table2_study.py)
+        n for n, e in REGISTRY.items() if e["scale"] == "paper" and e.get("in_all", True)
+    )
 )
 BENCHMARKS = [
     "aime24",
@@ -58,8 +60,18 @@ def test_all_lists_the_paper_jobs_with_the_right_counts(dry_all):
     runs = {(b, v) for b in PAPER for v in study["methods"]}
     runs |= {(b, v) for b in ablation for v in study["ablations"] + study["prelim"]}
     assert len(runs) == 6 * 2 + 12 + 3  # hand count: methods on 6 backbones, 15 variants on Qwen2.5-Math-7B
-    train = {(j.wildcards["backbone"], j.wildcards["variant"]) for j in _by_rule(result, "train_paper")}
-    assert train == runs and result.counts["train_paper"] == 27
+    trains = _by_rule(result, "train_paper")
+    train = {
+        (j.wildcards["backbone"], j.wildcards["variant"])
+        for j in trains
+        if j.wildcards["source"] == "paper-repro"
+    }
+    assert (
+        train == runs and result.counts["train_paper"] == 27 + 2
+    )  # and Table 2's two (test_table2_study.py)
+    assert {(j.wildcards["source"], j.wildcards["backbone"]) for j in trains} - {
+        ("paper-repro", b) for b, _ in runs
+    } == {("paper-continuous", "qwen2.5-7b")}
     # One evaluation job (one vLLM start) per model and profile, writing every benchmark's result.
     models = runs | {(b, "base") for b in PAPER}
     evals = _by_rule(result, "eval_paper")
@@ -83,13 +95,21 @@ def test_all_lists_the_paper_jobs_with_the_right_counts(dry_all):
         "variant": "on_policy",
         "seed": "0",
     }
-    assert result.counts["download_judge"] == 1 and result.counts["download_model"] == 6
+    assert (
+        result.counts["download_judge"] == 1 and result.counts["download_model"] == 6 + 1
+    )  # + Table 2's base
     assert not {"sft", "make_data", "train_tiny", "eval_tiny", "prelim_tiny"} & set(result.counts)
+
+
+def _reward_model_of(shell: str) -> str:
+    """The reward model a training command serves (`--reward-model NAME`, exactly one)."""
+    (name,) = re.findall(r"--reward-model ([\w.-]+)", shell)
+    return name
 
 
 def _gpus_used(job, registry: dict) -> int:
     """The GPUs a job's command uses, read from the command (vLLM flags) or from what it configures (verl)."""
-    if job.rule == "eval_paper":
+    if job.rule in ("eval_paper", "eval_paper_chat_if"):
         return _flag(job.shell, "--tensor-parallel-size") * _flag(job.shell, "--data-parallel-size")
     if job.rule == "prelim_paper":  # the policy's engine is freed before the judge's starts
         return max(
@@ -108,9 +128,16 @@ def _gpus_used(job, registry: dict) -> int:
             run_dir="/r",
             train_files="t",
             val_files="v",
+            # Table 2's runs (rm_*) serve the study's reward model: the registry's entry at a local snapshot
+            reward_model=(
+                {**REGISTRY_FILE["reward_models"][_reward_model_of(job.shell)], "path": "/snap"}
+                if job.wildcards["variant"].startswith("rm_")
+                else None
+            ),
         )
         return flat["trainer.nnodes"] * flat["trainer.n_gpus_per_node"]
-    assert "--backend vllm" not in job.shell and "verl" not in job.shell, job
+    # no engine: neither vLLM nor verl's trainer (a file name may say verl: chat_prompts writes wildchat_if.verl.parquet)
+    assert "--backend vllm" not in job.shell and "exgrpo verl-" not in job.shell, job
     return 0
 
 
@@ -127,19 +154,23 @@ def test_every_job_requests_the_gpus_its_command_uses(dry_all):
         total_gpu_hours += requested * int(job.resources["runtime"]) / 60
     # Hand count from config/backbones.yaml: 17 runs of 700 steps on Qwen2.5-Math-7B (8 GPUs, 48 h), 10 runs of
     # 500 steps (8 GPUs, 36 h); 33 evaluations of 12 h (2 GPUs, 1 for the three Qwen2.5-Math-1.5B models); one
-    # preliminary-study analysis (4 GPUs, 12 h).
-    assert total_gpu_hours == 17 * 8 * 48 + 10 * 8 * 36 + 30 * 2 * 12 + 3 * 1 * 12 + 4 * 12 == 10212
+    # preliminary-study analysis (4 GPUs, 12 h); Table 2's two runs on Qwen2.5-7B (8 GPUs, 12 h) and its three
+    # evaluations (2 GPUs, 6 h).
+    table1 = 17 * 8 * 48 + 10 * 8 * 36 + 30 * 2 * 12 + 3 * 1 * 12 + 4 * 12
+    assert table1 == 10212 and total_gpu_hours == table1 + 2 * 8 * 12 + 3 * 2 * 6 == 10440
     print(f"\nGPU-hours requested by `snakemake --profile slurm all`: {total_gpu_hours:,.0f}")
     assert total_gpu_hours < 25_000
     vllm_starts = sum(j.shell.count("--backend vllm") + j.shell.count("--engine vllm") for j in result.jobs)
-    assert vllm_starts == 33 + 1  # one engine per evaluated model and profile, plus the trajectory analysis
+    assert (
+        vllm_starts == 33 + 1 + 3
+    )  # one engine per evaluated model and profile, the trajectory analysis, Table 2
 
 
 def test_paper_jobs_get_their_stage_resources(dry_all):
     _, result = dry_all
     # Hand-copied from config/backbones.yaml.
     for job in result.jobs:
-        if job.rule not in ("train_paper", "eval_paper", "prelim_paper"):
+        if job.rule not in ("train_paper", "eval_paper", "prelim_paper", "eval_paper_chat_if"):
             continue
         name = job.wildcards["backbone"]
         small = name == "qwen2.5-math-1.5b"
@@ -147,8 +178,9 @@ def test_paper_jobs_get_their_stage_resources(dry_all):
             "train_paper": {
                 "gpu": "8",
                 "mem_mb": "480000",
-                "runtime": "2880" if name == "qwen2.5-math-7b" else "2160",
+                "runtime": {"qwen2.5-math-7b": "2880", "qwen2.5-7b": "720"}.get(name, "2160"),
             },
+            "eval_paper_chat_if": {"gpu": "2", "mem_mb": "96000", "runtime": "360"},  # Table 2's, Qwen2.5-7B
             "eval_paper": {
                 "gpu": "1" if small else "2",
                 "mem_mb": "48000" if small else "96000",
@@ -161,7 +193,17 @@ def test_paper_jobs_get_their_stage_resources(dry_all):
         assert int(job.resources["mem_mb"]) <= 60_000 * int(job.resources["gpu"])  # fits 512 GB 8-GPU nodes
 
 
-LOCAL_RULES = {"download", "download_model", "download_judge", "resolve_run", "regime_spec", "all"}
+LOCAL_RULES = {
+    "download",
+    "download_model",
+    "download_judge",
+    "download_chat_if",
+    "download_chat_if_eval",
+    "download_reward_model",
+    "resolve_run",
+    "regime_spec",
+    "all",
+}
 """`localrule: True` (the submit host fetches from the internet, or writes a small JSON file from the
 config); Snakemake prints them as `rule`."""
 

@@ -17,8 +17,10 @@ from exgrpo.workflow.cluster import job_resources, visible_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
-PAPER_BACKBONES = sorted(  # `all`'s (Table 2's Qwen2.5-7B base is in_all: false)
-    name for name, entry in REGISTRY.items() if entry["scale"] == "paper" and entry.get("in_all", True)
+TABLE2 = yaml.safe_load((ROOT / "config/config.yaml").read_text())["studies"]["paper_continuous"]["backbones"]
+PAPER_BACKBONES = sorted(  # `all`'s: paper_repro's (`backbones: all`: in_all) and Table 2's (Qwen2.5-7B base)
+    {name for name, entry in REGISTRY.items() if entry["scale"] == "paper" and entry.get("in_all", True)}
+    | set(TABLE2)
 )
 SITE = {
     "EXGRPO_SLURM_ACCOUNT": "acct-x",
@@ -162,7 +164,12 @@ def test_all_with_the_slurm_profile(wf, snakemake):
         elif "backbone" in job.wildcards:
             # Per-backbone jobs (training, evaluation once wired): sized by the backbone entry.
             entry = REGISTRY[job.wildcards["backbone"]]
-            stage = {"train_paper": "train", "eval_paper": "eval", "prelim_paper": "judge"}[job.rule]
+            stage = {
+                "train_paper": "train",
+                "eval_paper": "eval",
+                "eval_paper_chat_if": "eval",  # Table 2's, sized like any evaluation of its backbone
+                "prelim_paper": "judge",
+            }[job.rule]
             expected = {k: str(v) for k, v in job_resources(entry, stage).items()}
             assert {k: job.resources.get(k) for k in expected} == expected, job
             assert job.resources["slurm_partition"] == "gpu-x"

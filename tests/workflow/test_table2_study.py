@@ -31,7 +31,7 @@ def _by_rule(result, rule):
 
 def test_table2_trains_grpo_and_exgrpo_against_the_reward_model(dry_table2):
     wf, result = dry_table2
-    assert sum(result.counts.values()) <= 15
+    assert sum(result.counts.values()) == 15
     train = _by_rule(result, "train_paper")
     assert {(j.wildcards["backbone"], j.wildcards["variant"]) for j in train} == {
         ("qwen2.5-7b", "rm_on_policy"),
@@ -51,6 +51,27 @@ def test_table2_trains_grpo_and_exgrpo_against_the_reward_model(dry_table2):
     assert "eval_paper" not in result.counts and "download" not in result.counts  # no math data or benchmarks
     (chat,) = _by_rule(result, "download_chat_if")
     assert "--only wildchat_if --lock-dir config/locks" in chat.shell
+    # the three evaluation sets: one download on the submit host into the hub cache the jobs read (HF_HOME), at
+    # the registry's commits (tests/hub/test_download_eval_sets.py); every evaluation waits for its manifest and
+    # reads the sets at the commits it records (--data: the manifest's folder)
+    (sets,) = _by_rule(result, "download_chat_if_eval")
+    manifest = "work/hf/chat_if/eval/manifest.json"
+    assert sets.output == [manifest] and not sets.resources.get("gpu")
+    assert (
+        f"exgrpo download --out work/hf --only {','.join(BENCHMARKS)} --manifest {manifest}"
+        " --lock-dir config/locks" in sets.shell
+    )
+    for job in _by_rule(result, "eval_paper_chat_if"):
+        assert manifest in job.input and "export HF_HOME=work/hf HF_HUB_OFFLINE=1" in job.shell
+        assert (
+            "--data work/hf/chat_if/eval " in job.shell
+            and "--backend vllm --tensor-parallel-size 2" in job.shell
+        )
+        assert {k: job.resources.get(k) for k in ("gpu", "mem_mb", "runtime")} == {
+            "gpu": "2",
+            "mem_mb": "96000",
+            "runtime": "360",
+        }
     # the hub rows become verl's prompt rows once, and both trainings read that file, not the raw export
     (convert,) = _by_rule(result, "chat_prompts")
     assert "exgrpo chat-prompts --in work/hf/chat_if/files/wildchat_if.parquet" in convert.shell
@@ -68,12 +89,24 @@ def test_table2_trains_grpo_and_exgrpo_against_the_reward_model(dry_table2):
     assert render.wildcards == {"source": "paper-continuous", "study": "paper_continuous"}
 
 
-def test_the_math_studies_do_not_pick_up_table2(dry_all):
+def test_all_builds_table2_as_its_own_study_and_the_math_runs_do_not_pick_it_up(dry_all, dry_table2):
     _, result = dry_all
-    assert not {"download_chat_if", "download_reward_model", "eval_paper_chat_if"} & set(result.counts)
+    # `all` is paper_repro and paper_continuous (TARGET_ALSO): Table 2's jobs are exactly its own target's, less
+    # that target's rule
+    table2 = {
+        (j.rule, tuple(sorted(j.wildcards.items())))
+        for j in dry_table2[1].jobs
+        if j.rule != "paper_continuous"
+    }
+    in_all = {(j.rule, tuple(sorted(j.wildcards.items()))) for j in result.jobs}
+    assert table2 <= in_all
+    assert {"download_chat_if_eval", "eval_paper_chat_if"} <= set(result.counts)
+    # the math studies' jobs: no chat benchmark, no Qwen2.5-7B base (in_all: false), no reward model
     evals = {p.rsplit("/", 1)[1] for j in _by_rule(result, "eval_paper") for p in j.output}
     assert not {f"{b}.paper.json" for b in BENCHMARKS} & evals
-    assert "qwen2.5-7b" not in {j.wildcards.get("backbone") for j in result.jobs}  # in_all: false
+    repro = [j for j in result.jobs if j.wildcards.get("source") == "paper-repro"]
+    assert "qwen2.5-7b" not in {j.wildcards.get("backbone") for j in repro}
+    assert not any("--reward-model" in j.shell for j in repro)
 
 
 def test_plan_of_table2_prints_its_gpu_hours_from_the_registry(workflow_copier, tmp_path, slurm_site):
@@ -90,7 +123,7 @@ def test_plan_of_table2_prints_its_gpu_hours_from_the_registry(workflow_copier, 
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "14 jobs" in done.stdout
+    assert "15 jobs" in done.stdout
     # two trainings, the base model's and the two runs' evaluations
     assert f"GPU-hours requested: {2 * train_h + 3 * eval_h:,.1f}" in done.stdout
 

@@ -88,6 +88,31 @@ rule download_chat_if:
         "exgrpo download --out {params.out} --only wildchat_if --lock-dir {params.locks} > {log} 2>&1"
 
 
+# Paper §5.3 (Table 2): its evaluation sets (IFEval, IFBench, Arena-Hard v2.0; the names of `benchmarks.chat_if`,
+# each a source of exgrpo/hub/sources.py at its commit) snapshotted into the hub cache compute jobs read (HF_HOME),
+# their manifest beside the study's other chat files: eval_paper_chat_if reads each set at the commit it records.
+rule download_chat_if_eval:
+    output:
+        manifest=f"{chat_if_dir()}/eval/manifest.json",
+    log:
+        "logs/download/chat_if_eval.log",
+    benchmark:
+        "logs/download/chat_if_eval.benchmark.tsv"
+    localrule: True
+    conda:
+        "../envs/gpu.yaml"
+    params:
+        # <hf_cache>/chat_if/eval/manifest.json -> <hf_cache>, whose hub/ the evaluation jobs read (HF_HOME)
+        out=lambda wc, output: os.path.dirname(
+            os.path.dirname(os.path.dirname(output.manifest))
+        ),
+        sets=",".join(eval_benchmarks("paper", data="chat_if")),
+        locks="config/locks",
+    shell:
+        "exgrpo download --out {params.out} --only {params.sets} --manifest {output.manifest}"
+        " --lock-dir {params.locks} > {log} 2>&1"
+
+
 # Paper §5.3 (Table 2): the downloaded WildChat-IF rows (hub columns) as verl's prompt parquet: `prompt` messages
 # (verl applies the backbone's chat template itself), a `qid` from the row's id (exgrpo.hub.chat_prompt_rows).
 rule chat_prompts:

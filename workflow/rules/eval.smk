@@ -134,12 +134,12 @@ ruleorder: eval_paper > eval_tiny
 
 # Table 2's benchmarks (paper §5.3) for a `data: chat_if` study's models: one job per model and profile like
 # eval_paper. One `exgrpo eval` call generates all three on the vLLM backend, scores IFEval and IFBench, then
-# starts the judge for Arena-Hard (exgrpo.eval.chat_run); their rows are read from the hub cache by repo id
-# (exgrpo.eval.chat_inputs), which no download rule fills yet (docs/studies.md).
+# starts the judge for Arena-Hard (exgrpo.eval.chat_run); their rows are read from the hub cache by repo id, at the
+# commit rule download_chat_if_eval fetched (its manifest's folder is `--data`: exgrpo.eval.chat_inputs).
 rule eval_paper_chat_if:
     input:
         model=paper_eval_model_input,
-        data=chat_if_manifest(),
+        data=f"{chat_if_dir()}/eval/manifest.json",
     output:
         [
             f"{eval_dir('{source}', '{backbone}', '{variant}', '{seed}')}/{bench}.{{profile}}.json"
@@ -163,7 +163,7 @@ rule eval_paper_chat_if:
         offline=offline_env(),
         model=paper_eval_model,
         benchmarks=",".join(eval_benchmarks("paper", data="chat_if")),
-        data=lambda wc: eval_data_for(wc.source),
+        data=lambda wc, input: os.path.dirname(input.data),
         out=output_folder(),
         code=code_digest_of("eval"),
         parallel=lambda wc: eval_parallel_args(wc.backbone),
