@@ -127,10 +127,20 @@ def fetch_hf_dataset(
     snapshot = with_retries(
         lambda: fetch_dataset_snapshot(source.ref, out, revision), f"{source.name} ({source.ref})"
     )
-    if lock is not None:
+    exported = export_dataset(source, snapshot, out)
+    check_rows(source, parquet_rows(exported))
+    if lock is not None:  # after the row check: a first download never locks the files of a wrong set
         files = sorted(p for p in snapshot.rglob("*") if p.is_file())
         check_lock(lock, file_lock(snapshot, files), source.ref, snapshot.name, pin=pin)
-    return export_dataset(source, snapshot, out), snapshot.name
+    return exported, snapshot.name
+
+
+def check_rows(source: Source, rows: int) -> None:
+    """Refuse a downloaded file whose row count is not the released repo's (`expected_rows`, when known)."""
+    if source.expected_rows is not None and rows != source.expected_rows:
+        raise DownloadError(
+            f"{source.name}: {rows} rows, the released repo has {source.expected_rows} ({source.ref})"
+        )
 
 
 def fetch_repo_snapshot(repo: str, out: Path, revision: str | None, patterns: tuple[str, ...]) -> Path:
@@ -296,10 +306,7 @@ def download_data(
             )  # never read by a later job; kept to inspect
             raise
         rows = parquet_rows(path)
-        if source.expected_rows is not None and rows != source.expected_rows:
-            raise DownloadError(
-                f"{source.name}: {rows} rows, the released repo has {source.expected_rows} ({source.ref})"
-            )
+        check_rows(source, rows)
         entries.append(
             {
                 **asdict(source),

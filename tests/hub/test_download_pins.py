@@ -4,6 +4,7 @@ snapshot fetchers are replaced by functions that return local folders named by a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -191,3 +192,13 @@ def test_a_changed_training_file_is_refused_by_name(tmp_path, fake_dataset_hub, 
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "ChecksumError" in err and "data/train-00000-of-00001.parquet has sha256" in err
+
+
+def test_a_first_download_of_the_wrong_size_writes_no_lock(tmp_path, fake_dataset_hub, monkeypatch, capsys):
+    """The row check comes before the lock is written: --pin on a set of another size locks nothing."""
+    (train,) = fetch.SOURCES
+    monkeypatch.setattr(fetch, "SOURCES", (dataclasses.replace(train, expected_rows=4),))
+    locks = tmp_path / "locks"
+    assert main(["download", "--out", str(tmp_path / "hf"), "--lock-dir", str(locks), "--pin"]) == 1
+    assert "openr1_math_46k: 3 rows, the released repo has 4" in capsys.readouterr().err
+    assert not (locks / "openr1_math_46k.json").exists()
