@@ -128,3 +128,51 @@ def matmul_rates(shapes: list[tuple[int, int, int]], min_run_time: float = 0.5) 
     finally:
         torch.set_num_threads(threads)
     return out
+
+
+def study_floor(models: Path, tree: Path, work: Path, kinds: dict, trains: list[dict]) -> dict[str, Any]:
+    """FLOPs per job kind of the study in `tree` and the matmul rates they are set against."""
+    shapes, prompts, resp_last, resp_first, flops = {}, {}, {}, {}, {"train": 0.0, "eval": 0.0, "prelim": 0.0}
+    parts = {"rollout": 0.0, "update": 0.0, "validation": 0.0}
+    for t in trains:
+        backbone, variant = Path(t["job"]).parts[1:3]
+        if backbone not in shapes:
+            shapes[backbone] = model_shape(models / backbone)
+            prompts[backbone] = prompt_tokens(models / backbone, work / "data/s0/train.jsonl")
+        run_dir = tree / "train" / backbone / variant / "s0"
+        rows = read_log(run_dir / "log.jsonl.gz")
+        f = train_flops(
+            rows, json.loads((run_dir / "run.json").read_text()), shapes[backbone], prompts[backbone]
+        )
+        steps = [r for r in rows if "response_length" in r]
+        resp_last[(backbone, variant)], resp_first[backbone] = (
+            steps[-1]["response_length"],
+            steps[0]["response_length"],
+        )
+        for k in parts:
+            parts[k] += f[k]
+        flops["train"] += sum(f[k] for k in parts)
+    for r in kinds.get("eval", []):
+        backbone, variant = Path(r["job"]).parts[1:3]
+        if backbone not in shapes:
+            continue
+        resp = resp_last.get(
+            (backbone, variant), resp_first[backbone]
+        )  # a base model: its first training step's
+        files = sorted((tree / Path(r["job"]).parent).glob("*.tiny.json"))
+        flops["eval"] += eval_flops(files, shapes[backbone], prompts[backbone], resp)
+    if "tiny-math" in shapes and kinds.get("prelim"):
+        flops["prelim"] = prelim_flops(
+            shapes["tiny-math"], prompts["tiny-math"], resp_last[("tiny-math", "on_policy")]
+        )
+    m = shapes.get("tiny-math", next(iter(shapes.values())))
+    rates = matmul_rates([(128, m["hidden"], m["ffn"]), (4096, m["hidden"], m["ffn"]), (2048, 2048, 2048)])
+    return {
+        "flops": flops,
+        "train_flops_parts": parts,
+        "shapes": shapes,
+        "prompt_tokens": prompts,
+        "matmul": rates,
+        "tiny_rate_gflops": max(r["gflops"] for r in rates[:2]),
+        "large_rate_gflops": rates[2]["gflops"],
+    }

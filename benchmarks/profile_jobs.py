@@ -273,57 +273,8 @@ def dry_run_s() -> float:
     return round(time.time() - t0, 2)
 
 
-def floor(tree: Path, work: Path, kinds: dict, trains: list[dict]) -> dict[str, Any]:
-    """FLOPs per job kind of the study in `tree` and the matmul rates they are set against."""
-    shapes, prompts, resp_last, resp_first, flops = {}, {}, {}, {}, {"train": 0.0, "eval": 0.0, "prelim": 0.0}
-    parts = {"rollout": 0.0, "update": 0.0, "validation": 0.0}
-    for t in trains:
-        backbone, variant = Path(t["job"]).parts[1:3]
-        if backbone not in shapes:
-            shapes[backbone] = F.model_shape(ROOT / "models" / "tiny" / backbone)
-            prompts[backbone] = F.prompt_tokens(
-                ROOT / "models" / "tiny" / backbone, work / "data/s0/train.jsonl"
-            )
-        run_dir = tree / "train" / backbone / variant / "s0"
-        rows = F.read_log(run_dir / "log.jsonl.gz")
-        f = F.train_flops(
-            rows, json.loads((run_dir / "run.json").read_text()), shapes[backbone], prompts[backbone]
-        )
-        steps = [r for r in rows if "response_length" in r]
-        resp_last[(backbone, variant)], resp_first[backbone] = (
-            steps[-1]["response_length"],
-            steps[0]["response_length"],
-        )
-        for k in parts:
-            parts[k] += f[k]
-        flops["train"] += sum(f[k] for k in parts)
-    for r in kinds.get("eval", []):
-        backbone, variant = Path(r["job"]).parts[1:3]
-        if backbone not in shapes:
-            continue
-        resp = resp_last.get(
-            (backbone, variant), resp_first[backbone]
-        )  # a base model: its first training step's
-        files = sorted((tree / Path(r["job"]).parent).glob("*.tiny.json"))
-        flops["eval"] += F.eval_flops(files, shapes[backbone], prompts[backbone], resp)
-    if "tiny-math" in shapes and kinds.get("prelim"):
-        flops["prelim"] = F.prelim_flops(
-            shapes["tiny-math"], prompts["tiny-math"], resp_last[("tiny-math", "on_policy")]
-        )
-    m = shapes.get("tiny-math", next(iter(shapes.values())))
-    rates = F.matmul_rates([(128, m["hidden"], m["ffn"]), (4096, m["hidden"], m["ffn"]), (2048, 2048, 2048)])
-    return {
-        "flops": flops,
-        "train_flops_parts": parts,
-        "shapes": shapes,
-        "prompt_tokens": prompts,
-        "matmul": rates,
-        "tiny_rate_gflops": max(r["gflops"] for r in rates[:2]),
-        "large_rate_gflops": rates[2]["gflops"],
-    }
-
-
-def main() -> None:
+def parse_args() -> tuple[argparse.Namespace, Path]:
+    """The command line, checked before any work: the study's files exist, every kind is a light one."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tree", type=Path, default=ROOT / "reruns" / "tiny", help="the study's results tree")
     p.add_argument("--work", type=Path, default=ROOT / "work" / "tiny", help="its work/ folder (ckpt, data)")
@@ -347,14 +298,16 @@ def main() -> None:
                 f"{what}: {path} not found (run `snakemake --cores 2 tiny` first, or name the study's files)"
             )
     for k in a.kinds.split(","):
-        job_argv(k, a.tree, a.work, Path("."))  # names an unknown kind before any work
+        try:
+            job_argv(k, a.tree, a.work, Path("."))
+        except ValueError as e:
+            p.error(str(e))
+    assert log is not None
+    return a, log
 
-    from _machine import machine
 
-    from exgrpo.core.atomic_files import write_json
-    from exgrpo.records.provenance import provenance
-
-    load_before = os.getloadavg()
+def measure(a: argparse.Namespace) -> tuple[dict[str, Any], float, float]:
+    """Sample each light kind (then its plain wall), the training command's imports, a dry run; one at a time."""
     measured: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="exgrpo-jobs-") as tmp_s:
         tmp = Path(tmp_s)
@@ -369,6 +322,18 @@ def main() -> None:
         wait_for_quiet(a.max_load)
         imports = round(import_wall(tmp), 2)
         dry = dry_run_s()
+    return measured, imports, dry
+
+
+def main() -> None:
+    a, log = parse_args()
+    from _machine import machine
+
+    from exgrpo.core.atomic_files import write_json
+    from exgrpo.records.provenance import provenance
+
+    load_before = os.getloadavg()
+    measured, imports, dry = measure(a)
     kinds, jobs_log = T.benchmark_rows(a.tree), T.log_jobs(log)
     # the reproduction report has no benchmark file: its wall is the log's start-to-finish (1 s resolution)
     kinds["reproduce"] = [
@@ -376,7 +341,7 @@ def main() -> None:
         for j in jobs_log["jobs"]
         if j["rule"] == "reproduce_study" and "end" in j
     ]
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "per job kind of the tiny study: shares of wall, Snakemake's overhead, the arithmetic floor",
         "study_tree": str(a.tree),
         "snakemake_log": str(log),
@@ -395,7 +360,7 @@ def main() -> None:
         "machine": machine(load_before),
         "provenance": provenance(config={k: str(v) for k, v in vars(a).items()}),
     }
-    result["floor"] = floor(a.tree, a.work, kinds, result["train"]["jobs"])
+    result["floor"] = F.study_floor(ROOT / "models" / "tiny", a.tree, a.work, kinds, result["train"]["jobs"])
     write_json(a.out, result)
     write_block(a.markdown, markdown(result))
     print(f"wrote {a.out} and {a.markdown}")
