@@ -41,6 +41,7 @@ def paper_cpu_recorded(tree: Path) -> dict[str, Any]:
         "kinds": {
             k: {"jobs": len(v), "wall_s": round(sum(r["wall_s"] for r in v), 2)} for k, v in kinds.items()
         },
+        "walls": kinds,
         "train": T.train_splits(tree, kinds),
         "engine_startup_s": json.loads(engines.read_text())["startup_s"] if engines.exists() else None,
         "study": PAPER_CPU_WALL,
@@ -107,6 +108,7 @@ def tiny_rows(r: dict[str, Any]) -> list[list[Any]]:
                 f"`{kind}`",
                 k["jobs"],
                 round(k["wall_s"], 1),
+                round(k["cpu_s"], 1) if k["cpu_s"] else "-",
                 *(_pct(sh.get(c)) for c in COLUMNS),
                 f"{floor_s:.2f}" if f else "0 (no model)",
                 f"{k['wall_s'] / floor_s:,.0f}x" if f else "-",
@@ -118,17 +120,19 @@ def tiny_rows(r: dict[str, Any]) -> list[list[Any]]:
             "Snakemake (beyond the best 2-core schedule)",
             "-",
             s["overhead_s"],
+            "",
             *("" for _ in COLUMNS),
             "-",
             "-",
         ]
     )
-    total = sum(fl["flops"].values()) / rate
+    total = sum(fl["flops"].values()) / rate / s["cores"]  # the study's arithmetic spread over its cores
     rows.append(
         [
-            "**study** (wall)",
-            s["jobs_in_log"],
+            f"**study** (wall; floor on {s['cores']} cores)",
+            sum(k["jobs"] for k in r["kinds"].values()),
             s["study_wall_s"],
+            round(sum(k["cpu_s"] for k in r["kinds"].values()), 1),
             *("" for _ in COLUMNS),
             f"{total:.2f}",
             f"{s['study_wall_s'] / total:,.0f}x",
@@ -157,7 +161,8 @@ def paper_rows(p: dict[str, Any]) -> list[list[Any]]:
             }
             note = "; ".join(f"{n} {_pct(v / w)}" for n, v in parts.items())
         elif kind in ("eval", "prelim") and engine:
-            note = f"vLLM import + engine start {engine:.1f} s per job = {_pct(engine * k['jobs'] / k['wall_s'])}"
+            walls = [j["wall_s"] for j in p["walls"][kind]]
+            note = f"vLLM import + engine start {engine:.1f} s per job; job walls {min(walls)}-{max(walls)} s"
         rows.append([f"`{kind}`", k["jobs"], k["wall_s"], note])
     return rows
 
@@ -172,14 +177,17 @@ def markdown(r: dict[str, Any]) -> str:
         f"Measured {r['provenance']['created_utc']} at {r['provenance']['git_commit']} on "
         f"{r['machine']['cpus']} CPUs; 1-min load before each sampled job {loads}. Study: `{r['study_tree']}`.",
         "",
-        "Shares are of each kind's summed job wall (`Σ wall`, the study's benchmark files); `start` is the "
+        "Shares are of each kind's summed job wall (`Σ wall`, the study's benchmark files; `Σ CPU` their CPU seconds, "
+        "less than the wall where a job waited for a core); `start` is the "
         "interpreter and imports; `not split` (training only) is its wall outside the logged steps less the "
         "measured start: model loading, validation, checkpoints, writing. Floor: FLOPs at "
         f"{fl['tiny_rate_gflops']:.1f} GFLOP/s (1-thread matmul at the tiny shapes; "
         f"{fl['large_rate_gflops']:.1f} at 2048^3).",
         "",
     ]
-    lines += _table(["kind", "jobs", "Σ wall s", *COLUMNS, "floor s", "wall / floor"], tiny_rows(r))
+    lines += _table(
+        ["kind", "jobs", "Σ wall s", "Σ CPU s", *COLUMNS, "floor s", "wall / floor"], tiny_rows(r)
+    )
     lines += [
         "",
         f"Snakemake: study wall {s['study_wall_s']} s, {s['job_seconds']} job-seconds on {s['cores']} cores, "
