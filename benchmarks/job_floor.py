@@ -5,7 +5,8 @@ FLOPs are parameters x tokens: 2 per matrix parameter for a generated or scored 
 embedding is a lookup, so its parameters are left out. Token counts come from what each job recorded:
 a training log's per-step `update/on_tokens` and `update/replay_tokens` (per mini-batch, so x mini-batches),
 `response_length` and `replay/n_trajectories`, its validation rows (`val_size` questions each); an evaluation
-JSON's `n_problems` and `n_samples`; the preliminary job's 400 questions x k=8. Prompt lengths are the task's
+JSON's `n_problems` and `n_samples` (with the run's last logged mean response length, a base model its first
+step's: evaluation files record no lengths); the preliminary job's 400 questions x k=8. Prompt lengths are the task's
 questions through the backbone's tokenizer (a chat template's few extra tokens left out). Counted as the minimal
 work: each distinct prompt prefilled once, no second scoring forward (the trainer's old log-probs are the
 sampler's), so the floor is a lower bound.

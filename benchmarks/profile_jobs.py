@@ -185,79 +185,41 @@ def wait_for_quiet(max_load: float, patience_s: float = 900) -> None:
         time.sleep(15)
 
 
+JOBS = {
+    "render": ("analysis", "render --results {results} --source {source} --backbones {backbones}"),
+    "reproduce": (
+        "analysis",
+        "reproduce --results results --rerun {results} --source {source} --name {source} --backbones {backbones}",
+    ),
+    "prelim": (
+        "exgrpo.cli",
+        f"prelim-analyze --model {{ckpt}} --data {{data}} --split train --questions {F.PRELIM_QUESTIONS} "
+        f"--k {F.PRELIM_K} --judge step --seed 0 --backbone tiny-math --out {{out}}/prelim.parquet --no-progress",
+    ),
+    "eval": (
+        "exgrpo.cli",
+        "eval --backend tiny --model {model} --benchmarks tiny_test,tiny_ood_words,tiny_ood_choice4,tiny_ood_choice10 "
+        "--profile tiny --data {data} --out {out}/eval --seed 0 --threads 1 --no-progress",
+    ),
+}
+"""Each light kind's module and arguments, as workflow/rules/*.smk run the tiny study's job of that kind."""
+
+
 def job_argv(kind: str, tree: Path, work: Path, tmp: Path) -> tuple[str, list[str]]:
-    """The module and arguments of one job of `kind`, as workflow/rules/*.smk run it (outputs under tmp)."""
-    backbones = str(ROOT / "config" / "backbones.yaml")
-    data = str(work / "data" / "s0")
-    if kind == "render":
-        return "analysis", [
-            "render",
-            "--results",
-            str(tree.parent),
-            "--source",
-            tree.name,
-            "--backbones",
-            backbones,
-        ]
-    if kind == "reproduce":
-        return "analysis", [
-            "reproduce",
-            "--results",
-            "results",
-            "--rerun",
-            str(tree.parent),
-            "--source",
-            tree.name,
-            "--name",
-            tree.name,
-            "--backbones",
-            backbones,
-        ]
-    if kind == "prelim":
-        return "exgrpo.cli", [
-            "prelim-analyze",
-            "--model",
-            str(work / "ckpt/tiny-math/on_policy/s0/final"),
-            "--data",
-            data,
-            "--split",
-            "train",
-            "--questions",
-            str(F.PRELIM_QUESTIONS),
-            "--k",
-            str(F.PRELIM_K),
-            "--judge",
-            "step",
-            "--seed",
-            "0",
-            "--backbone",
-            "tiny-math",
-            "--out",
-            str(tmp / "prelim.parquet"),
-            "--no-progress",
-        ]
-    if kind == "eval":
-        return "exgrpo.cli", [
-            "eval",
-            "--backend",
-            "tiny",
-            "--model",
-            str(ROOT / "models/tiny/tiny-math"),
-            "--benchmarks",
-            "tiny_test,tiny_ood_words,tiny_ood_choice4,tiny_ood_choice10",
-            "--profile",
-            "tiny",
-            "--data",
-            data,
-            "--out",
-            str(tmp / "eval"),
-            "--seed",
-            "0",
-            "--threads",
-            "1",
-            "--no-progress",
-        ]
-    raise ValueError(f"--kinds: no such light kind {kind!r} (render, reproduce, prelim, eval)")
+    """The module and arguments of one job of `kind` on the study in `tree` / `work` (new outputs under tmp)."""
+    if kind not in JOBS:
+        raise ValueError(f"--kinds: no such light kind {kind!r} ({', '.join(JOBS)})")
+    module, template = JOBS[kind]
+    values = {
+        "results": tree.parent,
+        "source": tree.name,
+        "backbones": ROOT / "config" / "backbones.yaml",
+        "ckpt": work / "ckpt" / "tiny-math" / "on_policy" / "s0" / "final",
+        "data": work / "data" / "s0",
+        "model": ROOT / "models" / "tiny" / "tiny-math",
+        "out": tmp,
+    }
+    return module, [arg.format(**values) for arg in template.split()]  # split first: paths may hold spaces
 
 
 def dry_run_s() -> float:

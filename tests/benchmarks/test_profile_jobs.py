@@ -113,3 +113,22 @@ def test_the_sampler_accounts_for_the_whole_wall(tmp_path):
     r = P.sampled("this", "this", [], tmp_path)  # `python -m this`: a module that only prints
     assert r["seconds"]["interpreter"] > 0
     assert 0.8 < sum(r["shares"].values()) <= 1.01, r
+
+
+def test_job_argv_runs_the_study_s_own_inputs_and_refuses_a_heavy_kind(tmp_path):
+    import profile_jobs as P
+
+    module, argv = P.job_argv("render", tmp_path / "reruns" / "tiny", tmp_path / "work", tmp_path / "out")
+    assert module == "analysis" and argv[:5] == [
+        "render",
+        "--results",
+        str(tmp_path / "reruns"),
+        "--source",
+        "tiny",
+    ]
+    _, argv = P.job_argv("prelim", tmp_path / "t", tmp_path / "w w", tmp_path / "o")
+    assert argv[argv.index("--data") + 1] == str(
+        tmp_path / "w w" / "data" / "s0"
+    )  # a space stays in its path
+    with pytest.raises(ValueError, match="train"):
+        P.job_argv("train", tmp_path, tmp_path, tmp_path)
