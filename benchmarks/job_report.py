@@ -175,7 +175,7 @@ def markdown(r: dict[str, Any]) -> str:
         BEGIN,
         "",
         f"Measured {r['provenance']['created_utc']} at {r['provenance']['git_commit']} on "
-        f"{r['machine']['cpus']} CPUs; 1-min load before each sampled job {loads}. Study: `{r['study_tree']}`.",
+        f"{r['machine']['cpus']} CPUs; 1-min load before each sampled job {loads}. Study: its `{'/'.join(Path(r['study_tree']).parts[-2:])}`.",
         "",
         "Shares are of each kind's summed job wall (`Σ wall`, the study's benchmark files; `Σ CPU` their CPU seconds, "
         "less than the wall where a job waited for a core); `start` is the "
