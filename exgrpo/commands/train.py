@@ -72,8 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Resolve the run and check its inputs (torch-free, so a bad flag or path fails in well under a second),
+    then import the trainer, load the questions and train."""
     from exgrpo.settings.backbones import load_backbone
-    from exgrpo.tiny.run import load_questions, run_training
+    from exgrpo.tiny.inputs import check_checkpoint, check_task_data
 
     if args.run_file is not None:
         if args.backbone or args.variant or args.overrides:
@@ -97,10 +99,16 @@ def run(args: argparse.Namespace) -> int:
         trainer["stop_after"] = args.stop_after
     targs = TrainerSettings.from_dict(trainer)
     ckpt = args.ckpt or Path("work/tiny/ckpt") / spec.backbone / spec.label / f"s{spec.seed}"
+    check_checkpoint(args.init, "run `exgrpo sft` first")
+    check_task_data(args.data, ("train", "validation"))
+    # the heavy imports (torch, transformers), only now that the inputs are known to be there
+    from exgrpo.testbed.lean_transformers import skip_unused_imports
+
+    skip_unused_imports()  # before transformers' Auto classes, which import the generation code
     from transformers import AutoTokenizer
 
-    if not (args.init / "config.json").exists():
-        raise FileNotFoundError(f"{args.init}: no SFT checkpoint (config.json) found; run `exgrpo sft` first")
+    from exgrpo.tiny.run import load_questions, run_training
+
     tokenizer = AutoTokenizer.from_pretrained(args.init)
     questions = (
         load_questions(args.data, "train", tokenizer, targs.train_size, tuple(targs.train_difficulties)),
