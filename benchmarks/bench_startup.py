@@ -108,7 +108,9 @@ def summarise(samples: dict[str, list[float]]) -> dict[str, Any]:
 
 def measure(trees: dict[str, Path], repeats: int, kinds: list[str]) -> dict[str, dict[str, Any]]:
     """Every (kind, probe) at both commits, `repeats` times, interleaved; the summaries by kind and probe."""
-    samples = {k: {w: {"baseline": [], "head": []} for w in ("imports", "error")} for k in kinds}
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {
+        k: {w: {"baseline": [], "head": []} for w in ("imports", "error")} for k in kinds
+    }
     with tempfile.TemporaryDirectory(prefix="exgrpo-startup-") as tmp:
         for rep in range(repeats):
             order = ("baseline", "head") if rep % 2 == 0 else ("head", "baseline")

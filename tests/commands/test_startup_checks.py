@@ -119,15 +119,16 @@ def test_a_bad_input_is_reported_before_any_heavy_import(case, expected, data, t
 def test_train_keeps_sklearn_out_up_to_its_first_use_of_the_data(data, tmp_path):
     """`exgrpo train` imports transformers' Auto classes (which import the generation code) only after the
     scikit-learn switch (exgrpo.testbed.lean_transformers): a train_size larger than the split stops the run
-    right after the tokenizer loads, and by then scikit-learn must not have been imported."""
+    right after the tokenizer loads, and by then neither scikit-learn nor SciPy may have been imported."""
     code = (
         "import sys\nfrom exgrpo.cli import main\n"
         "rc = main(sys.argv[1:])\n"
-        "print(rc, 'transformers.generation.candidate_generator' in sys.modules, 'sklearn' in sys.modules)\n"
+        "loaded = [m in sys.modules for m in ('transformers.generation.candidate_generator', 'sklearn', 'scipy')]\n"
+        "print(rc, *loaded)\n"
     )
     argv = _train(data, TINY_MATH, tmp_path, "--set", "train_size=1000000")
     done = subprocess.run(
         [sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert "train_size" in done.stderr
-    assert done.stdout.split() == ["2", "True", "False"], done.stderr
+    assert done.stdout.split() == ["2", "True", "False", "False"], done.stderr

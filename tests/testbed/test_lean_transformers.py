@@ -1,7 +1,8 @@
-"""The scikit-learn switch (exgrpo.testbed.lean_transformers): `hidden` hides a not-yet-imported package only
-inside its block, and loading a tiny model through the project's loaders leaves `sklearn` out of the process
-while transformers would import it (it is installed). A transformers release that imports scikit-learn
-somewhere else fails the second test loudly; the start-up gain would be gone otherwise, silently."""
+"""The start-up switch (exgrpo.testbed.lean_transformers): `hidden` hides a not-yet-imported package only
+inside its block, and loading a tiny model through the project's loaders leaves scikit-learn and SciPy out of
+the process although both are installed (transformers imports them whenever they are). A transformers
+release that imports them somewhere else fails here loudly; the start-up gain would be gone otherwise,
+silently."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ TINY_MATH = ROOT / "models" / "tiny" / "tiny-math"
 REPORT = (
     "import json, sys, importlib.util\n"
     "from transformers.utils import import_utils\n"
-    "print(json.dumps({'sklearn_loaded': 'sklearn' in sys.modules,\n"
+    "print(json.dumps({'sklearn_loaded': 'sklearn' in sys.modules, 'scipy_loaded': 'scipy' in sys.modules,\n"
     "    'generation_loaded': 'transformers.generation.candidate_generator' in sys.modules,\n"
     "    'sklearn_findable': importlib.util.find_spec('sklearn') is not None,\n"
     "    'transformers_sees_sklearn': import_utils.is_sklearn_available()}))\n"
@@ -60,12 +61,14 @@ def _report(setup: str) -> dict[str, bool]:
 @pytest.mark.skipif(importlib.util.find_spec("sklearn") is None, reason="scikit-learn is not installed")
 def test_loading_a_tiny_model_leaves_sklearn_out():
     """`load_checkpoint` (SFT's init, the preliminary study) loads Tiny-Math; afterwards the generation code is
-    loaded, scikit-learn is installed and findable again, yet it was never imported."""
+    loaded, scikit-learn is installed and findable again (and transformers' cached answer says absent), yet
+    neither it nor SciPy was imported."""
     report = _report(
         f"from exgrpo.testbed.models import load_checkpoint\nload_checkpoint({str(TINY_MATH)!r})\n"
     )
     assert report == {
         "sklearn_loaded": False,
+        "scipy_loaded": False,
         "generation_loaded": True,
         "sklearn_findable": True,
         "transformers_sees_sklearn": False,
@@ -79,4 +82,5 @@ def test_the_tiny_eval_backend_leaves_sklearn_out():
         "from exgrpo.eval import backends\n"
         f"backends.build_lm('tiny', backends.tiny_model_args({str(TINY_MATH)!r}, seed=0), 8)\n"
     )
-    assert report["sklearn_loaded"] is False and report["generation_loaded"] is True
+    assert report["generation_loaded"] is True
+    assert report["sklearn_loaded"] is False and report["scipy_loaded"] is False
