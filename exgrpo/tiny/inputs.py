@@ -18,9 +18,7 @@ def check_task_data(data_dir: str | Path, splits: tuple[str, ...] | None = None)
     """The manifest of an `exgrpo make-data` folder, after checking it lists each of `splits` (default: all
     it lists) and their files exist. The files' sha256 is checked when they are read (`load_split`)."""
     data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise FileNotFoundError(f"{data_dir}: data folder not found (written by `exgrpo make-data`)")
-    manifest = load_manifest(data_dir)
+    manifest = load_manifest(data_dir)  # FileNotFoundError naming <data_dir>/manifest.json
     listed = manifest.get("splits")
     if not isinstance(listed, dict):
         raise ConfigError(f"{data_dir / 'manifest.json'}: splits", "missing or not a mapping")

@@ -70,10 +70,10 @@ def test_the_blocking_works():
 @pytest.mark.parametrize(
     "case, expected",
     [
-        ("train_no_data", "nodata: data folder not found"),
+        ("train_no_data", "nodata/manifest.json: file not found"),
         ("train_no_init", "noinit: no HF model (config.json) found"),
         ("train_missing_split", "validation.jsonl: split file listed in manifest.json is missing"),
-        ("sft_no_data", "nodata: data folder not found"),
+        ("sft_no_data", "nodata/manifest.json: file not found"),
         ("sft_stray_init", "config field 'init': tiny-math has no sft.init"),
         ("eval_no_data", "nodata: data folder not found"),
         ("eval_no_model", "nomodel: model folder not found"),
