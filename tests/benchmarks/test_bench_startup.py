@@ -1,0 +1,32 @@
+"""benchmarks/bench_startup.py: its summary arithmetic on hand values, and one error command per import probe."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("bench_startup", ROOT / "benchmarks" / "bench_startup.py")
+bench = sys.modules["bench_startup"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def test_summary_is_medians_and_their_ratio():
+    summary = bench.summarise({"baseline": [4.0, 2.0, 3.0], "head": [1.0, 2.0, 1.5]})
+    assert summary["baseline_median_s"] == 3.0 and summary["head_median_s"] == 1.5
+    assert summary["ratio"] == 0.5 and summary["saved_s"] == 1.5
+    assert summary["baseline_s"] == [4.0, 2.0, 3.0]
+
+
+def test_every_job_kind_has_both_probes_and_a_missing_path():
+    assert bench.IMPORTS.keys() == bench.ERRORS.keys()
+    for kind, command in bench.ERRORS.items():
+        assert "{missing}" in command, kind
+        argv = command.format(missing="/m", tmp="/t").split()
+        assert argv[0] == "-m" and "/m" in argv
+
+
+def test_a_wrong_exit_status_stops_the_run(tmp_path):
+    with pytest.raises(SystemExit, match="exit 3, expected 0"):
+        bench.time_process(["-c", "raise SystemExit(3)"], tmp_path, 0)
