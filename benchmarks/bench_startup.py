@@ -7,10 +7,12 @@ to exit:
   (Tiny-Math) loaded or built; the snippets (`IMPORTS`) run unchanged at both commits (the one switch HEAD's
   `exgrpo train` calls before its imports is called where it exists);
 - `error`: the command itself with a wrong `--data` (`--results` for render), to its error (exit status 2).
+Each timing is wall and CPU seconds (user + system of the child; on a shared machine CPU moves less with the
+load). `render`'s code is the same at both commits (analysis/ has no cut): its ratio shows the noise.
 The two trees are a detached `git worktree` of `--baseline` (default 25ccf23, the commit before the cuts) and
 this checkout, each first on PYTHONPATH in this interpreter's environment, so only the code differs. Every
 repeat runs every (kind, probe) at both commits, alternating which goes first; medians of `--repeats`
-and the ratio HEAD / baseline are reported, with the load average around the run (benchmarks/_machine.py).
+and the ratios HEAD / baseline are reported, with the load average around the run (benchmarks/_machine.py).
 Light (imports only, no training): about 4 min on a quiet 2-core machine with the default 5 repeats.
 
 Usage: python benchmarks/bench_startup.py [--baseline 25ccf23] [--repeats 5] [--out benchmarks/results/startup.json]
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -72,43 +75,52 @@ ERRORS = {
 """Per job kind, the command with a path that does not exist (it must exit 2, naming the path)."""
 
 
-def time_process(argv: list[str], tree: Path, expect: int) -> float:
-    """Wall seconds of one fresh `python argv` in `tree` (first on PYTHONPATH); exits `expect` or raises."""
+def time_process(argv: list[str], tree: Path, expect: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of one fresh `python argv` in `tree` (first on PYTHONPATH); exits `expect` or raises.
+    CPU (user + system of the child) moves less with the machine's load than wall does."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *argv], cwd=tree, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != expect:
         raise SystemExit(
             f"{tree}: {' '.join(argv)[:120]}: exit {done.returncode}, expected {expect}:\n{done.stderr}"
         )
-    return wall
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return wall, cpu
 
 
-def probe(kind: str, what: str, tree: Path, tmp: Path) -> float:
-    """One timing of `kind`'s `what` probe (`imports` or `error`) in `tree`."""
+def probe(kind: str, what: str, tree: Path, tmp: Path) -> tuple[float, float]:
+    """One timing, (wall, CPU) seconds, of `kind`'s `what` probe (`imports` or `error`) in `tree`."""
     if what == "imports":
         return time_process(["-c", IMPORTS[kind]], tree, 0)
     missing = tmp / "does-not-exist"
     return time_process(ERRORS[kind].format(missing=missing, tmp=tmp).split(), tree, 2)
 
 
-def summarise(samples: dict[str, list[float]]) -> dict[str, Any]:
-    """Medians per commit and the ratio HEAD / baseline (with the raw seconds) of one (kind, probe)."""
-    base, head = statistics.median(samples["baseline"]), statistics.median(samples["head"])
-    return {
-        "baseline_median_s": round(base, 3),
-        "head_median_s": round(head, 3),
-        "ratio": round(head / base, 3),
-        "saved_s": round(base - head, 3),
-        "baseline_s": [round(s, 3) for s in samples["baseline"]],
-        "head_s": [round(s, 3) for s in samples["head"]],
-    }
+def summarise(samples: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
+    """Of one (kind, probe): the median wall and CPU seconds per commit, the ratios HEAD / baseline and the
+    wall seconds saved, with the raw (wall, CPU) pairs."""
+    out: dict[str, Any] = {}
+    for i, measure_ in ((0, ""), (1, "cpu_")):
+        base = statistics.median(s[i] for s in samples["baseline"])
+        head = statistics.median(s[i] for s in samples["head"])
+        out |= {
+            f"baseline_{measure_}median_s": round(base, 3),
+            f"head_{measure_}median_s": round(head, 3),
+            f"{measure_}ratio": round(head / base, 3),
+        }
+    out["saved_s"] = round(out["baseline_median_s"] - out["head_median_s"], 3)
+    for side in ("baseline", "head"):
+        out[f"{side}_wall_cpu_s"] = [[round(w, 3), round(c, 3)] for w, c in samples[side]]
+    return out
 
 
 def measure(trees: dict[str, Path], repeats: int, kinds: list[str]) -> dict[str, dict[str, Any]]:
     """Every (kind, probe) at both commits, `repeats` times, interleaved; the summaries by kind and probe."""
-    samples: dict[str, dict[str, dict[str, list[float]]]] = {
+    samples: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = {
         k: {w: {"baseline": [], "head": []} for w in ("imports", "error")} for k in kinds
     }
     with tempfile.TemporaryDirectory(prefix="exgrpo-startup-") as tmp:
@@ -170,11 +182,14 @@ def main() -> None:
     }
     write_json(args.out, record)
     for kind, by in results.items():
-        print(
-            f"{kind:<7} imports {by['imports']['baseline_median_s']:6.2f} -> {by['imports']['head_median_s']:6.2f} s"
-            f" ({by['imports']['ratio']:.2f}x)   error {by['error']['baseline_median_s']:6.2f} -> "
-            f"{by['error']['head_median_s']:6.2f} s ({by['error']['ratio']:.2f}x)"
-        )
+        line = f"{kind:<7}"
+        for what in ("imports", "error"):
+            r = by[what]
+            line += (
+                f"  {what} {r['baseline_median_s']:5.2f} -> {r['head_median_s']:5.2f} s wall ({r['ratio']:.2f}x),"
+                f" CPU {r['cpu_ratio']:.2f}x"
+            )
+        print(line)
     print(f"wrote {args.out}")
 
 

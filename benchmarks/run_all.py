@@ -176,7 +176,12 @@ def _fuzz(d: dict) -> dict[str, Any]:
 def _startup(d: dict) -> dict[str, Any]:
     jobs = d["jobs"]
     return {
-        "ratio": {f"{probe}/{kind}": by[probe]["ratio"] for kind, by in jobs.items() for probe in by},
+        "ratio": {
+            f"{measure}{probe}/{kind}": by[probe][f"{measure}ratio"]
+            for kind, by in jobs.items()
+            for probe in by
+            for measure in ("", "cpu_")
+        },
         "absolute": {
             f"{probe}_head_s/{kind}": by[probe]["head_median_s"] for kind, by in jobs.items() for probe in by
         },
