@@ -34,6 +34,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))  # this checkout's exgrpo, whatever is installed: provenance names HEAD
 MODEL = "models/tiny/tiny-math"
 SWITCH = (
     "try:\n"
