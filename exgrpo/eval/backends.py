@@ -170,7 +170,7 @@ def build_lm(
     if backend in ("hf", "tiny"):
         from exgrpo.testbed.lean_transformers import skip_unused_imports
 
-        skip_unused_imports()  # before lm-eval loads a transformers model class: keeps scikit-learn out
+        skip_unused_imports()  # before lm-eval loads a transformers model: keeps scikit-learn and SciPy out
     import lm_eval.api.registry
     import lm_eval.models  # noqa: F401  (registers the backends)
 

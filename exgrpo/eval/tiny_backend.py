@@ -108,7 +108,7 @@ class TinySamplerLM(TemplateLM):
         trust_remote_code: bool = False,
     ) -> None:
         super().__init__()
-        skip_unused_imports()  # before the model class loads: keeps scikit-learn out (testbed.lean_transformers)
+        skip_unused_imports()  # before the model class loads: no scikit-learn, SciPy (testbed.lean_transformers)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if dtype not in DTYPES:

@@ -91,7 +91,7 @@ def build_model(family: str, arch: dict[str, int], tokenizer: Any, seed: int = 0
     """A freshly initialised Qwen2ForCausalLM / LlamaForCausalLM sized by `arch` for `tokenizer`."""
     import torch
 
-    skip_unused_imports()  # before the model classes: keeps scikit-learn out (exgrpo.testbed.lean_transformers)
+    skip_unused_imports()  # before the model classes: no scikit-learn, SciPy (exgrpo.testbed.lean_transformers)
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if family not in FAMILIES:
@@ -163,7 +163,7 @@ def load_checkpoint(path: str | Path) -> tuple[Any, Any]:
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: not a model checkpoint (no config.json)")
-    skip_unused_imports()  # before the model class loads: keeps scikit-learn out (exgrpo.testbed.lean_transformers)
+    skip_unused_imports()  # before the model class loads: no scikit-learn, SciPy (testbed.lean_transformers)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
