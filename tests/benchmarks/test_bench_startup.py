@@ -8,6 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("bench_startup", ROOT / "benchmarks" / "bench_startup.py")
+assert spec is not None and spec.loader is not None
 bench = sys.modules["bench_startup"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
