@@ -1,6 +1,6 @@
 """The tiny jobs' input checks, torch-free: `exgrpo train` and `exgrpo sft` run them before importing torch.
 
-Importing torch and a transformers model class takes 5-9 s on a 2-core machine (benchmarks/profile.md,
+Importing torch and a transformers model class takes 4.5-8 s on a 2-core machine (benchmarks/profile.md,
 "Start-up"); a wrong path used to surface only after that. Each check raises the error the loaders raise
 later (FileNotFoundError or ConfigError naming the file or field), so the message is the same, only sooner.
 """
