@@ -173,6 +173,21 @@ def _fuzz(d: dict) -> dict[str, Any]:
     return out
 
 
+def _startup(d: dict) -> dict[str, Any]:
+    jobs = d["jobs"]
+    return {
+        "ratio": {
+            f"{measure}{probe}/{kind}": by[probe][f"{measure}ratio"]
+            for kind, by in jobs.items()
+            for probe in by
+            for measure in ("", "cpu_")
+        },
+        "absolute": {
+            f"{probe}_head_s/{kind}": by[probe]["head_median_s"] for kind, by in jobs.items() for probe in by
+        },
+    }
+
+
 def _scalars(d: dict) -> dict[str, Any]:
     """Fallback: the JSON's top-level numbers and flags (these benchmarks report absolute throughput)."""
     return {"absolute": {k: v for k, v in d.items() if isinstance(v, int | float | bool)}}
@@ -194,6 +209,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "fuzz": Benchmark("fuzz_verifier.py", "verifier_fuzz.json", ("--n", "10000"), minutes=25, headline=_fuzz),
     "study": Benchmark("bench_study.py", "study_tiny.json", minutes=16, headline=_study),
+    "startup": Benchmark("bench_startup.py", "startup.json", minutes=5, headline=_startup),
 }
 
 

@@ -183,13 +183,12 @@ def run(args: argparse.Namespace) -> int:
     """Check the flags (before any model loads), evaluate through the harness, print the results; 2 on a cache
     error. Table 2's benchmarks (ifeval, ifbench, arenahard_v2) go to their own route (`_eval_chat`), on the
     same backend."""
-    from exgrpo.eval import backends, harness
+    from exgrpo.eval import backends
     from exgrpo.eval.benchmarks import parse_benchmarks
-    from exgrpo.eval.cache import CacheError
-    from exgrpo.eval.chat_benchmarks import refuse_unscored
-    from exgrpo.eval.chat_run import is_chat
+    from exgrpo.eval.chat_benchmarks import is_chat, refuse_unscored
     from exgrpo.eval.profiles import get_profile
 
+    # every check first: these modules are light, the harness's (pandas, lm-eval, torch) come after
     names = [b.strip() for b in str(args.benchmarks).split(",")]
     profile = get_profile(args.profile)
     refuse_unscored(names)
@@ -206,6 +205,9 @@ def run(args: argparse.Namespace) -> int:
     model_dir = backends.check_model_dir(args.model)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"{args.data_dir}: data folder not found")
+    from exgrpo.eval import harness
+    from exgrpo.eval.cache import CacheError
+
     settings = _eval_settings(args, profile)
     model_id = str(model_dir.resolve())
     model_args = _model_args(args, model_id, profile)

@@ -151,14 +151,14 @@ def _check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the flags, sample and judge the chosen questions (`exgrpo.prelim.trajectories.analyze`), write the
     records (and the texts with --texts), print the summary."""
+    _check(args)
     from exgrpo.prelim import trajectories as T
     from exgrpo.records.io import write_jsonl
     from exgrpo.records.provenance import provenance
 
-    _check(args)
-    _torch_threads(args.threads)
     bounds = T.BucketBounds(args.hard_high, args.easy_low)
     questions = T.choose_questions(T.load_questions(args.data, args.split), args.questions, args.seed)
+    _torch_threads(args.threads)  # torch only once the questions are read: a wrong --data fails before it
     policy = _policy(args)
     judge, settings = _judge(args)
     records, summary = T.analyze(

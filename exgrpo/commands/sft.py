@@ -29,13 +29,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the flags, the registry entry and the input folders (torch-free, so a bad one fails in well under
+    a second), then import the SFT trainer and run it."""
     from exgrpo.core.config import ConfigError
-    from exgrpo.tiny.sft_trainer import run_sft
+    from exgrpo.testbed.models import tiny_entry
+    from exgrpo.tiny.inputs import check_task_data, sft_init_dir
 
     if args.steps is not None and args.steps < 1:
         raise ConfigError("steps", f"must be >= 1, got {args.steps}")
     if args.threads < 1:
         raise ConfigError("threads", f"must be >= 1, got {args.threads}")
+    entry = tiny_entry(args.backbone, args.backbones)
+    check_task_data(args.data)
+    sft_init_dir(args.backbone, entry, args.init, args.out)
+    from exgrpo.tiny.sft_trainer import run_sft  # torch: only now that the inputs are known to be there
+
     record = run_sft(
         args.backbone,
         args.data,

@@ -13,7 +13,7 @@ from pathlib import Path
 from exgrpo.commands._flags import deprecated_alias, run_from_flags
 from exgrpo.core.config import ConfigError
 from exgrpo.core.variants import ABLATIONS
-from exgrpo.settings.resolve import BUDGETS, read_run_file
+from exgrpo.settings.resolve import BUDGETS, RunSpec, read_run_file
 from exgrpo.settings.trainer_settings import TrainerSettings
 
 HELP = "train a tiny backbone on CPU (on_policy, exgrpo, or an ablation variant); resumes from --ckpt"
@@ -71,9 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def _resolve(args: argparse.Namespace) -> tuple[RunSpec, TrainerSettings]:
+    """The run (from --run-file, or resolved from the flags) and its trainer settings with --threads and
+    --stop-after applied; ConfigError names a bad flag or field."""
     from exgrpo.settings.backbones import load_backbone
-    from exgrpo.tiny.run import load_questions, run_training
 
     if args.run_file is not None:
         if args.backbone or args.variant or args.overrides:
@@ -95,12 +96,26 @@ def run(args: argparse.Namespace) -> int:
         if args.stop_after < 1:
             raise ConfigError("--stop-after", f"must be a step >= 1, got {args.stop_after}")
         trainer["stop_after"] = args.stop_after
-    targs = TrainerSettings.from_dict(trainer)
+    return spec, TrainerSettings.from_dict(trainer)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Resolve the run and check its inputs (torch-free, so a bad flag or path fails in well under a second),
+    then import the trainer, load the questions and train."""
+    from exgrpo.tiny.inputs import check_checkpoint, check_task_data
+
+    spec, targs = _resolve(args)
     ckpt = args.ckpt or Path("work/tiny/ckpt") / spec.backbone / spec.label / f"s{spec.seed}"
+    check_checkpoint(args.init, "run `exgrpo sft` first")
+    check_task_data(args.data, ("train", "validation"))
+    # the heavy imports (torch, transformers), only now that the inputs are known to be there
+    from exgrpo.testbed.lean_transformers import skip_unused_imports
+
+    skip_unused_imports()  # before transformers' Auto classes, which import the generation code
     from transformers import AutoTokenizer
 
-    if not (args.init / "config.json").exists():
-        raise FileNotFoundError(f"{args.init}: no SFT checkpoint (config.json) found; run `exgrpo sft` first")
+    from exgrpo.tiny.run import load_questions, run_training
+
     tokenizer = AutoTokenizer.from_pretrained(args.init)
     questions = (
         load_questions(args.data, "train", tokenizer, targs.train_size, tuple(targs.train_difficulties)),

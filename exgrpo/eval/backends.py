@@ -167,6 +167,10 @@ def build_lm(
     """An lm-eval LM for `backend` (`hf`, `vllm` or `tiny`), loaded once and reused for every benchmark."""
     if backend not in BACKENDS:
         raise ConfigError("backend", f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if backend in ("hf", "tiny"):
+        from exgrpo.testbed.lean_transformers import skip_unused_imports
+
+        skip_unused_imports()  # before lm-eval loads a transformers model: keeps scikit-learn and SciPy out
     import lm_eval.api.registry
     import lm_eval.models  # noqa: F401  (registers the backends)
 

@@ -114,4 +114,18 @@ def refuse_unscored(names: list[str]) -> None:
         )
 
 
-__all__ = ["CHAT_BENCHMARKS", "NOT_GENERATED", "ChatBenchmark", "refuse_unscored"]
+def is_chat(names: list[str]) -> bool:
+    """Whether `--benchmarks` names Table 2's benchmarks; mixing them with math benchmarks is refused (their
+    files, grading and judge differ; the workflow runs them in their own job). Here, not in chat_run, so that
+    `exgrpo eval` checks its flags before importing pandas and the backends."""
+    chat = [n for n in names if n in CHAT_BENCHMARKS]
+    if chat and len(chat) != len(names):
+        others = [n for n in names if n not in CHAT_BENCHMARKS]
+        raise ConfigError(
+            "--benchmarks",
+            f"{', '.join(chat)} (Table 2's) are evaluated apart from {', '.join(others)}: one call each",
+        )
+    return bool(chat)
+
+
+__all__ = ["CHAT_BENCHMARKS", "NOT_GENERATED", "ChatBenchmark", "is_chat", "refuse_unscored"]

@@ -30,7 +30,6 @@ from exgrpo.core.config import ConfigError
 from exgrpo.eval import cache
 from exgrpo.eval.arena_hard import JudgeBackend, Question
 from exgrpo.eval.arena_hard_run import judge_and_write, load_arena
-from exgrpo.eval.chat_benchmarks import CHAT_BENCHMARKS
 from exgrpo.eval.chat_generation import check_chat_template, complete, decoding, lm_policy, seed_everything
 from exgrpo.eval.chat_inputs import IF_BENCHMARKS, IFRows, arena_folder, load_if_rows
 from exgrpo.eval.generation import token_counter
@@ -74,19 +73,6 @@ class _Inputs:
     arena: tuple[list[Question], dict[str, dict[str, str]], Path] | None
     model: dict[str, Any]
     """`{path, final_model_sha256}` of the evaluated model (cache.model_record), hashed once."""
-
-
-def is_chat(names: list[str]) -> bool:
-    """Whether `--benchmarks` names Table 2's benchmarks; mixing them with math benchmarks is refused (their
-    files, grading and judge differ; the workflow runs them in their own job)."""
-    chat = [n for n in names if n in CHAT_BENCHMARKS]
-    if chat and len(chat) != len(names):
-        others = [n for n in names if n not in CHAT_BENCHMARKS]
-        raise ConfigError(
-            "--benchmarks",
-            f"{', '.join(chat)} (Table 2's) are evaluated apart from {', '.join(others)}: one call each",
-        )
-    return bool(chat)
 
 
 def load_inputs(names: list[str], settings: ChatSettings, model_id: str) -> _Inputs:
@@ -235,7 +221,6 @@ def format_if_summary(agg: dict[str, Any]) -> str:
 __all__ = [
     "ChatSettings",
     "format_if_summary",
-    "is_chat",
     "load_inputs",
     "release_memory",
     "run_chat_benchmarks",

@@ -52,6 +52,7 @@ from lm_eval.models.utils import (
 )
 from tqdm.auto import tqdm
 
+from exgrpo.testbed.lean_transformers import skip_unused_imports
 from exgrpo.testbed.rollout import generate as rollout_generate
 
 BACKEND_NAME = "exgrpo-tiny"
@@ -107,6 +108,7 @@ class TinySamplerLM(TemplateLM):
         trust_remote_code: bool = False,
     ) -> None:
         super().__init__()
+        skip_unused_imports()  # before the model class loads: no scikit-learn, SciPy (testbed.lean_transformers)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if dtype not in DTYPES:

@@ -25,6 +25,7 @@ from exgrpo.core.config import ConfigError
 from exgrpo.core.suggest import unknown
 from exgrpo.records.io import file_sha256
 from exgrpo.settings.backbones import TINY_MAX_POSITIONS
+from exgrpo.testbed.lean_transformers import skip_unused_imports
 
 FAMILIES = ("qwen2", "llama")
 ARCH_KEYS = {
@@ -89,6 +90,8 @@ def tiny_entry(name: str, path: str | Path | None = None) -> dict[str, Any]:
 def build_model(family: str, arch: dict[str, int], tokenizer: Any, seed: int = 0) -> Any:
     """A freshly initialised Qwen2ForCausalLM / LlamaForCausalLM sized by `arch` for `tokenizer`."""
     import torch
+
+    skip_unused_imports()  # before the model classes: no scikit-learn, SciPy (exgrpo.testbed.lean_transformers)
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if family not in FAMILIES:
@@ -157,11 +160,12 @@ def save_checkpoint(
 
 def load_checkpoint(path: str | Path) -> tuple[Any, Any]:
     """(model, tokenizer) from a checkpoint directory, via the Auto classes, in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: not a model checkpoint (no config.json)")
+    skip_unused_imports()  # before the model class loads: no scikit-learn, SciPy (testbed.lean_transformers)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
     tokenizer = AutoTokenizer.from_pretrained(path)
     model.eval()

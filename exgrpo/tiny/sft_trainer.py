@@ -378,15 +378,11 @@ def _start_model(
     from exgrpo.records.io import read_json
     from exgrpo.testbed.models import build_model, load_checkpoint
     from exgrpo.testbed.tokenizer import build_tokenizer
+    from exgrpo.tiny.inputs import sft_init_dir
 
-    parent = entry["sft"].get("init")
-    if parent is not None:
-        init_dir = Path(init) if init else Path(out_dir).parent / parent
-        if not (init_dir / "sft.json").exists():
-            raise FileNotFoundError(
-                f"{init_dir}: no SFT checkpoint of {parent!r} (needed by {backbone}.sft.init; "
-                f"pass --init DIR)"
-            )
+    init_dir = sft_init_dir(backbone, entry, init, out_dir)
+    if init_dir is not None:
+        parent = entry["sft"]["init"]
         init_record = read_json(init_dir / "sft.json")
         if init_record.get("backbone") != parent:
             raise ConfigError(
@@ -394,7 +390,5 @@ def _start_model(
             )
         model, tokenizer = load_checkpoint(init_dir)
         return _Start(model, tokenizer, parent, init_dir, init_record)
-    if init is not None:
-        raise ConfigError("init", f"{backbone} has no sft.init in the registry; it trains from scratch")
     tokenizer = build_tokenizer()
     return _Start(build_model(entry["family"], entry["arch"], tokenizer, seed=seed), tokenizer)
