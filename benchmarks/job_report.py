@@ -214,12 +214,6 @@ def markdown(r: dict[str, Any]) -> str:
 
 def write_block(path: Path, block: str) -> None:
     """Replace this script's generated block in `path` (append it if missing), keeping the rest of the page."""
-    from exgrpo.core.atomic_files import atomic_open
+    from profile_tiny import replace_block
 
-    text = path.read_text()
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with atomic_open(path) as fh:
-        fh.write(text)
+    replace_block(path, block, BEGIN, END)

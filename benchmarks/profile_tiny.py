@@ -236,17 +236,23 @@ def markdown(result: dict) -> str:
     return "\n".join(lines + [MARK_END])
 
 
-def write_markdown(path: Path, block: str) -> None:
-    """Replace the generated block of `path` (create the file if missing), keeping the hand-written text."""
+def replace_block(path: Path, block: str, begin: str = MARK_BEGIN, end: str = MARK_END) -> None:
+    """Replace the generated block between `begin` and `end` in `path` (append it if missing; create the page
+    if missing), keeping the hand-written text. profile_jobs.py's block uses it with its own markers."""
     from exgrpo.records.io import atomic_open
 
     text = path.read_text() if path.exists() else "# Where the tiny study's time goes\n\n"
-    if MARK_BEGIN in text and MARK_END in text:
-        text = text[: text.index(MARK_BEGIN)] + block + text[text.index(MARK_END) + len(MARK_END) :]
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     with atomic_open(path) as fh:
         fh.write(text)
+
+
+def write_markdown(path: Path, block: str) -> None:
+    """Replace this script's generated block of `path` (replace_block with its markers)."""
+    replace_block(path, block)
 
 
 def main() -> None:
