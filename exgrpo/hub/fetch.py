@@ -111,6 +111,17 @@ def export_dataset(source: Source, snapshot: Path, out: Path) -> Path:
     return dest
 
 
+def source_pin(source: Source, lock_dir: Path | None, pin: bool) -> tuple[Path | None, str | None]:
+    """(the lock <lock_dir>/<name>.json, the commit to fetch) of a hub source: without `lock_dir` (a download by
+    hand) no lock and the registry's revision; with it, the pin (exgrpo.hub.locks.pinned_revision: refused by
+    the registry field's name when there is none)."""
+    if lock_dir is None:
+        return None, source.revision
+    lock = lock_dir / f"{source.name}.json"
+    field = f"SOURCES[{source.name}].revision (exgrpo/hub/sources.py)"
+    return lock, pinned_revision(source.revision, lock, source.ref, field, pin=pin)
+
+
 def fetch_hf_dataset(
     source: Source, out: Path, lock_dir: Path | None = None, pin: bool = False
 ) -> tuple[Path, str]:
@@ -119,11 +130,7 @@ def fetch_hf_dataset(
 
     Without `lock_dir` (a download by hand) the registry's revision, or `main`, is fetched unchecked.
     """
-    lock = lock_dir / f"{source.name}.json" if lock_dir is not None else None
-    revision = source.revision
-    if lock is not None:
-        field = f"SOURCES[{source.name}].revision (exgrpo/hub/sources.py)"
-        revision = pinned_revision(revision, lock, source.ref, field, pin=pin)
+    lock, revision = source_pin(source, lock_dir, pin)
     snapshot = with_retries(
         lambda: fetch_dataset_snapshot(source.ref, out, revision), f"{source.name} ({source.ref})"
     )
@@ -191,11 +198,7 @@ def fetch_snapshot_set(
 ) -> dict[str, Any]:
     """Snapshot an `hf_snapshot` source into out/hub at its pin, check its files (each pattern matched, the lock
     <lock_dir>/<name>.json, the first pattern's rows against `expected_rows`); returns its manifest entry."""
-    revision = source.revision
-    lock = lock_dir / f"{source.name}.json" if lock_dir is not None else None
-    if lock is not None:
-        field = f"SOURCES[{source.name}].revision (exgrpo/hub/sources.py)"
-        revision = pinned_revision(revision, lock, source.ref, field, pin=pin)
+    lock, revision = source_pin(source, lock_dir, pin)
     snapshot = with_retries(
         lambda: fetch_repo_snapshot(source.ref, out, revision, source.patterns),
         f"{source.name} ({source.ref})",
