@@ -35,12 +35,12 @@ class JobArgs(TinyChatInputs):
         return self.hf_cache()
 
     def eval_data_for(self, source: str) -> str:
-        """`exgrpo eval --data`: the tiny splits, the released eval files `exgrpo download` wrote, or (a
-        `data: chat_if` study) the folder of Table 2's download."""
+        """`exgrpo eval --data` of eval_tiny / eval_paper: the tiny splits or the released eval files `exgrpo
+        download` wrote (a `data: chat_if` study's sets come from its manifest, rule eval_paper_chat_if)."""
         study = self.study_of_source(source)
         if study.scale == "tiny":
             return self.data_dir(source, str(study.data_seed))
-        return f"{self.chat_if_dir()}/files" if study.data == "chat_if" else self.downloads_dir()
+        return self.downloads_dir()
 
     def init_for(self, source: str, backbone: str) -> str:
         """`--init` of training: the SFT checkpoint (tiny) or the HF model id, read from the cache (paper)."""
