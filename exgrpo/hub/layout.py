@@ -172,3 +172,15 @@ __all__ = [
     "publish",
     "repo_files",
 ]
+
+
+def dataset_card(repo_id: str, configs: Mapping[str, Mapping[str, str]], about: str) -> str:
+    """A dataset card whose `configs` (name -> {split: path in the repo}) let `datasets.load_dataset(<snapshot>,
+    <name>)` read each set offline; `about` is its one-line body."""
+    lines = ["---", "configs:"]
+    for name, splits in configs.items():
+        lines += [f"- config_name: {name}", "  data_files:"]
+        for split, file in splits.items():
+            lines += [f"  - split: {split}", f"    path: {file}"]
+    lines += ["---", "", f"# {repo_id}", "", about, ""]
+    return "\n".join(lines)

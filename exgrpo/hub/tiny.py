@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.core.config import ConfigError
-from exgrpo.hub.layout import Published, publish, repo_files
+from exgrpo.hub.layout import Published, dataset_card, publish, repo_files
 
 DATA_ORG = "exgrpo-tiny"
 DATA_MANIFEST_KEYS = ("format", "seed", "sizes", "train_difficulties", "splits")
@@ -42,21 +42,6 @@ def data_repo_id(seed: int) -> str:
 
 def data_lock_name(seed: int) -> str:
     return f"tiny-task-s{int(seed)}"
-
-
-def _dataset_card(repo_id: str, split_files: Mapping[str, str]) -> str:
-    lines = ["---", "configs:", "- config_name: default", "  data_files:"]
-    for split, file in split_files.items():
-        lines += [f"  - split: {split}", f"    path: {file}"]
-    lines += [
-        "---",
-        "",
-        f"# {repo_id}",
-        "",
-        "The tiny task's splits (`exgrpo make-data`), one file per split.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def data_files(data_dir: Path, seed: int) -> dict[str, bytes]:
@@ -75,7 +60,11 @@ def data_files(data_dir: Path, seed: int) -> dict[str, bytes]:
     files = repo_files(data_dir, sorted(split_files.values()))
     reduced = {k: manifest[k] for k in DATA_MANIFEST_KEYS}
     files["manifest.json"] = (json.dumps(reduced, indent=1, sort_keys=True) + "\n").encode()
-    files["README.md"] = _dataset_card(data_repo_id(seed), split_files).encode()
+    files["README.md"] = dataset_card(
+        data_repo_id(seed),
+        {"default": split_files},
+        "The tiny task's splits (`exgrpo make-data`), one file per split.",
+    ).encode()
     return files
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from exgrpo.core.config import ConfigError
+from exgrpo.hub.layout import dataset_card
 
 CHAT_DIR = Path("models/tiny/chat_if")
 """The shipped tiny chat files (models/tiny/chat_if/README.md says what each is)."""
@@ -71,24 +72,6 @@ PROMPTS_FILE = "wildchat_if_tiny.jsonl"
 """The prompts' file inside PROMPTS_REPO's snapshot (rule chat_prompts' `--in`)."""
 
 
-def _card(repo: ChatRepo) -> str:
-    """A dataset card whose `configs` let `datasets.load_dataset(<snapshot>, <config>)` read each set."""
-    lines = ["---", "configs:"]
-    for name, splits in repo.configs.items():
-        lines += [f"- config_name: {name}", "  data_files:"]
-        for split, file in splits.items():
-            lines += [f"  - split: {split}", f"    path: {_in_repo(file)}"]
-    lines += [
-        "---",
-        "",
-        f"# {repo.repo_id}",
-        "",
-        "The project's tiny Table 2 files (models/tiny/chat_if).",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def _in_repo(file: str) -> str:
     """Where a `CHAT_DIR` file sits in its repo: the eval sets at the top (the folder `exgrpo eval --data` reads)."""
     return file.removeprefix("eval/")
@@ -102,7 +85,14 @@ def repo_files(repo: ChatRepo, chat_dir: Path) -> dict[str, bytes]:
         if not path.is_file():
             raise ConfigError("--chat-if", f"{path}: a file of {repo.repo_id} is missing")
         out[_in_repo(file)] = path.read_bytes()
-    out["README.md"] = _card(repo).encode()
+    out["README.md"] = dataset_card(
+        repo.repo_id,
+        {
+            name: {split: _in_repo(file) for split, file in splits.items()}
+            for name, splits in repo.configs.items()
+        },
+        "The project's tiny Table 2 files (models/tiny/chat_if).",
+    ).encode()
     return out
 
 
