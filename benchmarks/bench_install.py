@@ -44,7 +44,7 @@ TORCH = "pip install --no-deps torch==2.13.0 --index-url https://download.pytorc
 LOCK = "--require-hashes --no-deps -r workflow/envs/cpu.lock"
 PROJECT = "--no-deps --no-build-isolation -e ."
 VARIANTS = {
-    "c_uv_lock": f"{VENV} && pip install uv && {TORCH} && uv pip install {LOCK} && uv pip install {PROJECT}",
+    "c_uv_lock": f"{VENV} && pip install uv==0.13.9 && {TORCH} && uv pip install {LOCK} && uv pip install {PROJECT}",
     "b_pip_lock": f"{VENV} && {TORCH} && pip install {LOCK} && pip install {PROJECT}",
     "a_unlocked": f'{VENV} && {TORCH} && pip install -e ".[cpu]"',
 }
