@@ -20,6 +20,7 @@ client disconnects. Departures from a fresh process, and why they do not change 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import selectors
@@ -111,7 +112,7 @@ def become_job(request: Request) -> None:
         os.dup2(fd, target)
         os.close(fd)
     for stream in (sys.stdout, sys.stderr):  # a terminal is line-buffered, a file is not, as at start-up
-        stream.reconfigure(line_buffering=stream.isatty())  # type: ignore[attr-defined]
+        stream.reconfigure(line_buffering=stream.isatty())  # type: ignore[union-attr]
     sys.argv = [request.argv0, *request.argv]
 
 
@@ -197,10 +198,8 @@ class Server:
                 raise WarmError("the request's environment is not this server's")
         except (WarmError, OSError, ValueError) as err:
             print(f"warm start {self.key}: {err}", file=sys.stderr, flush=True)
-            try:
+            with contextlib.suppress(OSError):
                 send_message(conn, {"refused": str(err)})
-            except OSError:
-                pass
             conn.close()
             return None
         sys.stdout.flush()
@@ -263,24 +262,18 @@ class Server:
         )
         self.selector.unregister(job.pidfd)
         os.close(job.pidfd)
-        try:
+        with contextlib.suppress(OSError):
             send_message(job.conn, result)
-        except OSError:
-            pass
         if job.conn.fileno() >= 0:
-            try:
+            with contextlib.suppress(KeyError):
                 self.selector.unregister(job.conn)
-            except KeyError:
-                pass
             job.conn.close()
         self.last_job = time.monotonic()
 
     def terminate_jobs(self) -> None:
         for pid in self.jobs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
 
     def close(self) -> None:
         """In the server only (never in a child): remove the socket and the lock."""
