@@ -216,9 +216,8 @@ def connect(folder: Path, key: str, profile: str) -> socket.socket:
             raise WarmError("the server for this job's environment is gone") from err
         if err.errno == errno.ENOENT:
             started = start_server(folder, key, profile)
-            raise WarmError(
-                "no server ready for this job's environment" + (" (starting one)" if started else "")
-            )
+            why = "no server ready for this job's environment" + (" (starting one)" if started else "")
+            raise WarmError(why) from None
         raise WarmError(f"cannot reach the server: {err}") from err
     if peer_uid(sock) != os.getuid():
         sock.close()
