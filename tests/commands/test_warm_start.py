@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ c.run_command = run_command
 
 
 @pytest.fixture
-def warm(tmp_path: Path) -> dict[str, str]:
+def warm(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The environment of a job with warm starts on: a private folder, the light kind patched in."""
     site = tmp_path / "site"
     site.mkdir()
