@@ -245,8 +245,11 @@ def run_remote(sock: socket.socket, entry: str, argv: list[str]) -> int:
         "cwd": os.getcwd(),
         "env": dict(os.environ),
     }
-    send_message(sock, request, [0, 1, 2])
-    started, _ = recv_message(sock)
+    try:  # nothing has run yet: any failure here leaves the job to this process
+        send_message(sock, request, [0, 1, 2])
+        started, _ = recv_message(sock)
+    except (OSError, ValueError) as err:
+        raise WarmError(f"cannot hand the job over: {err}") from err
     if started is None or "refused" in started:
         raise WarmError(f"refused: {started.get('refused') if started else 'no answer'}")
 
@@ -261,6 +264,9 @@ def run_remote(sock: socket.socket, entry: str, argv: list[str]) -> int:
                 break
             except InterruptedError:  # pragma: no cover  # PEP 475 retries recv itself
                 continue
+            except (OSError, ValueError, WarmError):  # the job started: never run it a second time here
+                status = None
+                break
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
