@@ -59,6 +59,15 @@ include: "workflow/rules/regimes.smk"
 onstart:
     refuse_without_gpus(workflow.dag, workflow.dag_settings.targets)
     refuse_without_vllm(workflow.dag)
+    start_warm_starts()  # a local run: jobs forked by preloaded servers (exgrpo.warm_start, docs/cli.md)
+
+
+onsuccess:
+    stop_warm_starts()
+
+
+onerror:
+    stop_warm_starts()
 
 
 localrules:

@@ -104,4 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from exgrpo.warm_client import delegate
+
+    # in a local Snakemake run with warm starts, a preloaded server's child runs render/reproduce (docs/cli.md)
+    code = delegate("analysis", sys.argv[1:])
+    sys.exit(main() if code is None else code)

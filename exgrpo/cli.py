@@ -72,6 +72,19 @@ def flag_table() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `exgrpo` console script: in a local Snakemake run with warm starts, hand the command to a preloaded
+    server's child (exgrpo.warm_client; only when called as a process, `argv` None), else run it here."""
+    if argv is None:
+        from exgrpo.warm_client import delegate
+
+        code = delegate("exgrpo", sys.argv[1:])
+        if code is not None:
+            return code
+    return run_command(argv)
+
+
+def run_command(argv: list[str] | None = None) -> int:
+    """Parse `argv` and run its command in this process (a warm server's child calls this too)."""
     pin_cpu_kernels()
     args = build_parser().parse_args(argv)
     try:

@@ -154,6 +154,7 @@ def test_the_core_rule_finds_an_import_outside():
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("exgrpo",),  # the package's own __init__: its version and map, importing nothing
+    ("exgrpo.warm_client",),  # the warm-start client: stdlib only, imported by both entry points
     ("exgrpo.core",),
     ("exgrpo.records",),
     ("exgrpo.settings",),
@@ -164,6 +165,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("analysis",),
     ("exgrpo.commands",),
     ("exgrpo.cli",),
+    (
+        "exgrpo.warm_start",
+    ),  # the warm-start server: runs exgrpo.cli's and analysis's commands in its children
 )
 """Packages lowest first (exgrpo/__init__.py's map): a package imports only packages of lower layers. Within a
 layer packages are independent of each other; the runtimes (tiny, verl_plugin) sit above evaluation, which

@@ -15,6 +15,7 @@
 #                                                  their benchmark files (no study to charge)
 import os
 import re
+from pathlib import Path
 
 from exgrpo.core.variants import ABLATIONS
 from exgrpo.records.code_digest import code_digest
@@ -215,3 +216,32 @@ def refuse_without_vllm(dag):
     why = vllm_guard(dag.needrun_jobs(), workflow.configfiles, WF)
     if why:
         raise WorkflowError(why)
+
+
+def start_warm_starts():
+    """A local real run (called from `onstart`): a private folder for the warm-start servers, named to every job
+    by EXGRPO_WARM_DIR (exgrpo.warm_client; each job kind's first job starts its server). Off under a cluster
+    executor, with `--config warm_start=false`, or with EXGRPO_WARM_START=0."""
+    from exgrpo.warm_client import ENV_DIR, ENV_OFF, ENV_OWNER
+
+    wanted = str(config.get("warm_start", True)).lower() not in ("false", "0", "no")
+    if not (workflow.local_exec and wanted and os.environ.get(ENV_OFF) != "0"):
+        os.environ.pop(ENV_DIR, None)
+        return
+    folder = os.path.abspath(os.path.join(".snakemake", "exgrpo-warm", str(os.getpid())))
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    os.environ[ENV_DIR] = folder
+    os.environ[ENV_OWNER] = str(os.getpid())
+
+
+def stop_warm_starts():
+    """Stop this run's warm-start servers (called from `onsuccess` and `onerror`); they also exit on their own
+    once this Snakemake process is gone."""
+    from exgrpo.warm_client import ENV_DIR
+
+    folder = os.environ.pop(ENV_DIR, None)
+    if folder and os.path.isdir(folder):
+        from exgrpo.warm_start import stop_all
+
+        stop_all(Path(folder))
