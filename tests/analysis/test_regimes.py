@@ -10,13 +10,13 @@ import pytest
 from analysis import regimes
 from analysis.loader import ResultsError, load
 from analysis.regime_tree import REGIME_FILE
-from analysis.report import render
+from analysis.report import Rendering, render
 from tests.analysis.conftest import REGIME_STEPS, build_tree, write_regime
 
+DEVIATION = "R4 long_horizon was not run (compute budget)."
 
-@pytest.fixture
-def regime_tree(tmp_path: Path) -> Path:
-    results = tmp_path / "results"
+
+def _regime_tree(results: Path) -> Path:
     source = build_tree(results)  # holds the fresh_anchored regime
     write_regime(
         source,
@@ -26,6 +26,22 @@ def regime_tree(tmp_path: Path) -> Path:
         8,
     )
     return results
+
+
+@pytest.fixture
+def regime_tree(tmp_path: Path) -> Path:
+    return _regime_tree(tmp_path / "results")
+
+
+@pytest.fixture(scope="module")
+def rendered_regimes(tmp_path_factory) -> tuple[Path, Rendering]:
+    """The regime tree with a deviation recorded, rendered once for the tests that read the rendering (a
+    render with its figures is most of this module's time)."""
+    results = _regime_tree(tmp_path_factory.mktemp("regimes") / "results")
+    (results / "tiny" / "regimes" / "deviations.json").write_text(
+        json.dumps({"deviations": [DEVIATION]}), encoding="utf-8"
+    )
+    return results, render(results, "tiny")
 
 
 def test_verdicts_follow_the_preregistered_rule(regime_tree: Path):
@@ -59,9 +75,9 @@ def test_per_run_totals_count_fresh_questions_and_generated_tokens(regime_tree: 
     assert row.rollout_tokens == ((8 * 16 - 8) * 20.0 * REGIME_STEPS, 8 * 24 * 20.0 * REGIME_STEPS)
 
 
-def test_the_table_and_forest_plot_are_rendered(regime_tree: Path):
-    rendering = render(regime_tree, "tiny")
-    source = regime_tree / "tiny"
+def test_the_table_and_forest_plot_are_rendered(rendered_regimes: tuple[Path, Rendering]):
+    results, rendering = rendered_regimes
+    source = results / "tiny"
     text = (source / "tables" / "regimes.md").read_text(encoding="utf-8")
     assert "exgrpo-anchored − on_policy-b24 (primary)" in text and "helps" in text and "hurts" in text
     assert (source / "tables" / "regimes.tex").exists()
@@ -126,10 +142,7 @@ def test_reused_arms_are_read_from_the_source_tree(regime_tree: Path):
     assert err.value.field == "reused.exgrpo"
 
 
-def test_deviations_are_listed_under_the_table(regime_tree: Path):
-    (regime_tree / "tiny" / "regimes" / "deviations.json").write_text(
-        json.dumps({"deviations": ["R4 long_horizon was not run (compute budget)."]}), encoding="utf-8"
-    )
-    render(regime_tree, "tiny")
-    text = (regime_tree / "tiny" / "tables" / "regimes.md").read_text(encoding="utf-8")
-    assert "Deviation from the protocol: R4 long_horizon was not run (compute budget)." in text
+def test_deviations_are_listed_under_the_table(rendered_regimes: tuple[Path, Rendering]):
+    results, _ = rendered_regimes
+    text = (results / "tiny" / "tables" / "regimes.md").read_text(encoding="utf-8")
+    assert f"Deviation from the protocol: {DEVIATION}" in text

@@ -11,6 +11,7 @@ file with the reward's value and the kind of difference, and is checked here too
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 from pathlib import Path
@@ -26,7 +27,15 @@ DIFFS = DATA["differences"]
 
 
 def _score(case: dict, rule: str = "release") -> int:
-    return int(grade_one(case["response"], case["gold"], rule=rule).score)
+    return _graded(case["response"], case["gold"], rule)
+
+
+@functools.cache
+def _graded(response: str, gold: str, rule: str) -> int:
+    """One grading per (case, rule) for the whole module: several tests read the `release` verdicts of every
+    case (the agreement, the listed differences, where `release_060` parts from `release`), and grading is
+    deterministic (the pool-free path), so a second grading would check nothing the first did not."""
+    return int(grade_one(response, gold, rule=rule).score)
 
 
 def test_data_file_is_complete():

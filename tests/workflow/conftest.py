@@ -1,5 +1,6 @@
 """Fixtures for the workflow tests: `wf`, a scratch copy of the workflow, and `snakemake`, a runner
-whose result carries the job blocks Snakemake printed (dry runs included), parsed."""
+whose result carries the job blocks Snakemake printed (dry runs included), parsed; and `smoke_exgrpo_run`, the one
+trained and evaluated smoke ExGRPO run that tests/workflow/test_rerun.py and test_segments.py both start from."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ SLURM_SITE = {
 }
 """Site settings of the SLURM dry runs (what a user exports; never in tracked files)."""
 SITE_VARS = ("EXGRPO_SLURM_", "EXGRPO_HF_CACHE", "SNAKEMAKE_PROFILE", "SLURM_")
+SFT_FIXTURE = ROOT / "tests" / "fixtures" / "tiny-sft"
+SMOKE_RUN = "reruns/smoke/train/tiny-math-small/exgrpo/s0"  # results_dir: reruns (config/config.yaml)
+SMOKE_EVAL = "reruns/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.json"
 
 
 @dataclass
@@ -196,3 +200,32 @@ def write_probe(wf: Path, header: str, shell: str) -> None:
 def probe_writer():
     """write_probe, for tests that size jobs through a probe rule."""
     return write_probe
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """The smoke ExGRPO run (tiny-math-small, seed 0) trained and evaluated through the real Snakefile once per
+    session: `workdir` is handed to the one module that changes it (test_rerun.py reruns it with another setting,
+    in place, so its checkpoints and fingerprints are the run's own); `snapshot` is a copy taken right after the
+    build, read only (test_segments.py compares a segmented run with it and copies it for the cut run)."""
+
+    workdir: Path
+    snapshot: Path
+
+
+@pytest.fixture(scope="session")
+def smoke_exgrpo_run(tmp_path_factory) -> SmokeRun:
+    """Build SmokeRun: the smoke data, the shipped SFT fixture placed after it (so Snakemake takes it as up to
+    date: the SFT is not retrained), then `resolve_run`, `train_tiny` and `eval_tiny` and nothing else. One
+    training and evaluation serve both modules (before: two trainings and an SFT)."""
+    wf = copy_workflow(tmp_path_factory.mktemp("smoke_run") / "wf")
+    data = run_snakemake("-c1", "work/smoke/data/s0/manifest.json", cwd=wf)
+    assert data.returncode == 0, data.stdout[-3000:]
+    sft = shutil.copytree(SFT_FIXTURE, wf / "work/smoke/sft/tiny-math-small")
+    for path in sft.iterdir():  # newer than the data, as if `exgrpo sft` had just written it
+        os.utime(path)
+    result = run_snakemake("-c2", SMOKE_RUN + "/run.json", SMOKE_EVAL, cwd=wf, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert set(result.counts) == {"resolve_run", "train_tiny", "eval_tiny"}, result.counts
+    snapshot = shutil.copytree(wf, tmp_path_factory.mktemp("smoke_snapshot") / "wf", symlinks=True)
+    return SmokeRun(wf, snapshot)

@@ -7,24 +7,23 @@
 - the changed config, rerun untouched, again runs nothing.
 
 The SFT checkpoint is the shipped fixture (tiny-math-small), placed after the data so Snakemake
-takes it as up to date: the test trains and evaluates one ExGRPO run twice, nothing else.
+takes it as up to date: the first training and evaluation is the session's `smoke_exgrpo_run`
+(tests/workflow/conftest.py, shared with test_segments.py), the second is this module's own.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "tiny-sft"
-RUN = "reruns/smoke/train/tiny-math-small/exgrpo/s0/run.json"
-EVAL = "reruns/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.json"
+from tests.workflow.conftest import SMOKE_EVAL, SMOKE_RUN
+
+RUN = SMOKE_RUN + "/run.json"
+EVAL = SMOKE_EVAL
 SAMPLES = "reruns/smoke/eval/tiny-math-small/exgrpo/s0/tiny_test.tiny.samples.parquet"
 TRAIN_LOG = "logs/train/smoke/tiny-math-small/exgrpo/s0.log"
 
@@ -38,20 +37,13 @@ def _samples(wf: Path) -> tuple[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory, snakemake, workflow_copier):
-    wf = workflow_copier(tmp_path_factory.mktemp("rerun") / "wf")
-    data = snakemake("-c1", "work/smoke/data/s0/manifest.json", cwd=wf)
-    assert data.returncode == 0, data.stdout[-3000:]
-    sft = shutil.copytree(FIXTURE, wf / "work/smoke/sft/tiny-math-small")
-    for path in sft.iterdir():  # newer than the data, as if `exgrpo sft` had just written it
-        os.utime(path)
-    result = snakemake("-c2", *TARGETS, cwd=wf, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert set(result.counts) == {"resolve_run", "train_tiny", "eval_tiny"}, result.counts
-    return wf
+def first_run(smoke_exgrpo_run):
+    """The session's smoke run (tests/workflow/conftest.py: data, the SFT fixture, one training and evaluation,
+    exactly `resolve_run`, `train_tiny`, `eval_tiny`), in its own folder: this module reruns it in place."""
+    return smoke_exgrpo_run.workdir
 
 
-@pytest.mark.slow  # with the next test: two trainings and evaluations through Snakemake (about 2.5 min quiet)
+@pytest.mark.slow  # with the next test: two trainings and evaluations through Snakemake (the first shared)
 def test_untouched_rerun_does_nothing(first_run, snakemake):
     result = snakemake("-n", *TARGETS, cwd=first_run)
     assert result.returncode == 0, result.stdout

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from exgrpo.workflow.cluster import segment_count, segment_runtime, segment_stops
-from tests.workflow.conftest import ROOT, SLURM_SITE
+from tests.workflow.conftest import ROOT, SLURM_SITE, SMOKE_RUN
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "slurm_standins"
@@ -26,7 +26,7 @@ FAST = (
     "--latency-wait",
     "1",
 )
-RUN = "reruns/smoke/train/tiny-math-small/exgrpo/s0"  # results_dir: reruns (config/config.yaml)
+RUN = SMOKE_RUN
 CKPT = "work/smoke/ckpt/tiny-math-small/exgrpo/s0"
 VOLATILE = ("time/", "reward/seconds", "reward/pool_restarts")
 """Log keys that measure the machine, not the run: timings, and grading-pool restarts after a time-out (as in
@@ -56,13 +56,13 @@ def _log(root: Path) -> list[dict]:
 
 
 @pytest.mark.segments
-def test_a_run_cut_into_segments_ends_where_one_job_ends(tmp_path, snakemake, workflow_copier):
-    one = workflow_copier(tmp_path / "one")
-    ref = snakemake("--cores", "1", RUN + "/run.json", cwd=one, timeout=1800)
-    assert ref.returncode == 0, ref.stdout[-3000:]
+def test_a_run_cut_into_segments_ends_where_one_job_ends(tmp_path, snakemake, smoke_exgrpo_run):
+    # The uninterrupted job is the session's smoke run (tests/workflow/conftest.py, also test_rerun.py's first
+    # run), read from its snapshot, so this test trains only the cut run.
+    one = smoke_exgrpo_run.snapshot
 
-    # The cut run starts from the reference's data and SFT model (the same bytes: the SFT is a minute of CI)
-    # and trains from scratch: only the training run is cut into segments.
+    # The cut run starts from the reference's data and SFT model (the same bytes: the shipped SFT fixture) and
+    # trains from scratch: only the training run is cut into segments.
     cut = tmp_path / "cut"
     shutil.copytree(one, cut, symlinks=True)
     for part in (RUN, CKPT, "logs/train", "reruns/smoke/benchmarks/train"):
