@@ -16,7 +16,9 @@ optimizer steps over the batch (paper: 128 prompts, mini-batch 64 → 2 steps) �
 Departures from the paper, stated up front: batch, lengths and learning rate are scaled down for
 tiny models (B=16 prompts, 72 new tokens, lr 1e-4 instead of 128, 8192, 1e-6); the old log-probs
 π_θold of fresh rows are the rollout's own log-probs at temperature 1 (exact at T=1, top-p=1; verl's
-"bypass" mode), not a second forward pass.
+"bypass" mode), not a second forward pass. The teacher-forced forwards (update, selection) are
+`exgrpo.testbed.packed_score`'s: the transformers forward's function computed without the padding and the
+repeated prompts' work (equal up to float rounding).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from exgrpo.core.reward import Verifier
 from exgrpo.core.selection import candidate_scores, metric_needs
 from exgrpo.records import metrics as M
 from exgrpo.settings.trainer_settings import TrainerSettings
-from exgrpo.testbed.rollout import RolloutBatch, generate, score
+from exgrpo.testbed.packed_score import packed_score
+from exgrpo.testbed.rollout import RolloutBatch, generate
 
 
 @dataclass
@@ -211,7 +214,7 @@ class CPUTrainer:
             ids, mask = core_batch.candidate_tokens(flat, self.tok.pad_token_id)
             self.model.eval()
             with torch.no_grad():
-                logp, ent = score(
+                logp, ent = packed_score(
                     self.model,
                     [self.questions[q].prompt_ids for q, _ in flat],
                     ids,
@@ -263,7 +266,7 @@ class CPUTrainer:
             ids, mask = batch["ids"][n_roll:], batch["mask"][n_roll:]
             self.model.eval()
             with torch.no_grad():
-                lp, _ = score(self.model, batch["prompts"][n_roll:], ids, mask, with_entropy=False)
+                lp, _ = packed_score(self.model, batch["prompts"][n_roll:], ids, mask, with_entropy=False)
             batch["old_logp"][n_roll:] = torch.where(mask, lp, 0.0)
         return batch
 
@@ -277,7 +280,7 @@ class CPUTrainer:
         skipped = 0
         for chunk in chunks:
             idx = chunk.tolist()
-            logp, ent = score(
+            logp, ent = packed_score(
                 self.model,
                 [batch["prompts"][i] for i in idx],
                 batch["ids"][chunk],
