@@ -45,6 +45,7 @@ from exgrpo.records import metrics as M
 from exgrpo.settings.trainer_settings import TrainerSettings
 from exgrpo.testbed.packed_score import packed_score
 from exgrpo.testbed.rollout import RolloutBatch, generate
+from exgrpo.tiny.malloc import keep_freed_memory
 
 
 @dataclass
@@ -79,6 +80,7 @@ class CPUTrainer:
                 "trains on 'binary' or 'step_credit'",
             )
         self.model, self.tok, self.cfg, self.args, self.seed = model, tokenizer, cfg, args, seed
+        keep_freed_memory()  # the steps' large tensors reuse freed heap blocks (bit-identical; exgrpo.tiny.malloc)
         self.questions = {q.qid: q for q in train}
         self.valid = valid[: args.val_size]
         self.manager = ExperienceManager(cfg, seed=seed)
