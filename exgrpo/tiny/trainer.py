@@ -16,9 +16,7 @@ optimizer steps over the batch (paper: 128 prompts, mini-batch 64 → 2 steps) �
 Departures from the paper, stated up front: batch, lengths and learning rate are scaled down for
 tiny models (B=16 prompts, 72 new tokens, lr 1e-4 instead of 128, 8192, 1e-6); the old log-probs
 π_θold of fresh rows are the rollout's own log-probs at temperature 1 (exact at T=1, top-p=1; verl's
-"bypass" mode), not a second forward pass. The teacher-forced forwards (update, selection) are
-`exgrpo.testbed.packed_score`'s: the transformers forward's function computed without the padding and the
-repeated prompts' work (equal up to float rounding).
+"bypass" mode), not a second forward pass.
 """
 
 from __future__ import annotations
@@ -44,8 +42,19 @@ from exgrpo.core.selection import candidate_scores, metric_needs
 from exgrpo.records import metrics as M
 from exgrpo.settings.trainer_settings import TrainerSettings
 from exgrpo.testbed.packed_score import packed_score
-from exgrpo.testbed.rollout import RolloutBatch, generate
+from exgrpo.testbed.rollout import RolloutBatch, generate, score
 from exgrpo.tiny.malloc import keep_freed_memory
+
+PACKED_SCORE = False
+"""True: the teacher-forced forwards (update, selection) use `exgrpo.testbed.packed_score` (no padding or repeated
+prompt work; equal to the transformers forward up to float rounding, so not bit-identical): 1.15x on a whole
+20-step tiny-math ExGRPO training, 1.29x on its steps (benchmarks/results/train_speed_packed.json). Off until the
+committed results are regenerated with it."""
+
+
+def _score(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`score` or `packed_score`, by `PACKED_SCORE` (read at call time, so tests can switch it)."""
+    return (packed_score if PACKED_SCORE else score)(*args, **kwargs)
 
 
 @dataclass
@@ -216,7 +225,7 @@ class CPUTrainer:
             ids, mask = core_batch.candidate_tokens(flat, self.tok.pad_token_id)
             self.model.eval()
             with torch.no_grad():
-                logp, ent = packed_score(
+                logp, ent = _score(
                     self.model,
                     [self.questions[q].prompt_ids for q, _ in flat],
                     ids,
@@ -268,7 +277,7 @@ class CPUTrainer:
             ids, mask = batch["ids"][n_roll:], batch["mask"][n_roll:]
             self.model.eval()
             with torch.no_grad():
-                lp, _ = packed_score(self.model, batch["prompts"][n_roll:], ids, mask, with_entropy=False)
+                lp, _ = _score(self.model, batch["prompts"][n_roll:], ids, mask, with_entropy=False)
             batch["old_logp"][n_roll:] = torch.where(mask, lp, 0.0)
         return batch
 
@@ -282,7 +291,7 @@ class CPUTrainer:
         skipped = 0
         for chunk in chunks:
             idx = chunk.tolist()
-            logp, ent = packed_score(
+            logp, ent = _score(
                 self.model,
                 [batch["prompts"][i] for i in idx],
                 batch["ids"][chunk],
