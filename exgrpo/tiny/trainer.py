@@ -41,7 +41,20 @@ from exgrpo.core.reward import Verifier
 from exgrpo.core.selection import candidate_scores, metric_needs
 from exgrpo.records import metrics as M
 from exgrpo.settings.trainer_settings import TrainerSettings
+from exgrpo.testbed.packed_score import packed_score
 from exgrpo.testbed.rollout import RolloutBatch, generate, score
+from exgrpo.tiny.malloc import keep_freed_memory
+
+PACKED_SCORE = False
+"""True: the teacher-forced forwards (update, selection) use `exgrpo.testbed.packed_score` (no padding or repeated
+prompt work; equal to the transformers forward up to float rounding, so not bit-identical): 1.15x on a whole
+20-step tiny-math ExGRPO training, 1.29x on its steps (benchmarks/results/train_speed_packed.json). Off until the
+committed results are regenerated with it."""
+
+
+def _score(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`score` or `packed_score`, by `PACKED_SCORE` (read at call time, so tests can switch it)."""
+    return (packed_score if PACKED_SCORE else score)(*args, **kwargs)
 
 
 @dataclass
@@ -76,6 +89,7 @@ class CPUTrainer:
                 "trains on 'binary' or 'step_credit'",
             )
         self.model, self.tok, self.cfg, self.args, self.seed = model, tokenizer, cfg, args, seed
+        keep_freed_memory()  # the steps' large tensors reuse freed heap blocks (bit-identical; exgrpo.tiny.malloc)
         self.questions = {q.qid: q for q in train}
         self.valid = valid[: args.val_size]
         self.manager = ExperienceManager(cfg, seed=seed)
@@ -211,7 +225,7 @@ class CPUTrainer:
             ids, mask = core_batch.candidate_tokens(flat, self.tok.pad_token_id)
             self.model.eval()
             with torch.no_grad():
-                logp, ent = score(
+                logp, ent = _score(
                     self.model,
                     [self.questions[q].prompt_ids for q, _ in flat],
                     ids,
@@ -263,7 +277,7 @@ class CPUTrainer:
             ids, mask = batch["ids"][n_roll:], batch["mask"][n_roll:]
             self.model.eval()
             with torch.no_grad():
-                lp, _ = score(self.model, batch["prompts"][n_roll:], ids, mask, with_entropy=False)
+                lp, _ = _score(self.model, batch["prompts"][n_roll:], ids, mask, with_entropy=False)
             batch["old_logp"][n_roll:] = torch.where(mask, lp, 0.0)
         return batch
 
@@ -277,7 +291,7 @@ class CPUTrainer:
         skipped = 0
         for chunk in chunks:
             idx = chunk.tolist()
-            logp, ent = score(
+            logp, ent = _score(
                 self.model,
                 [batch["prompts"][i] for i in idx],
                 batch["ids"][chunk],
