@@ -13,8 +13,11 @@ import torch
 import torch.nn.functional as F
 
 
-def _check_supported(model: Any) -> None:
-    """Refuse a model configuration the decoder does not implement, naming every unsupported part."""
+def check_supported(model: Any, *, allow_training: bool = False) -> None:
+    """Refuse a model configuration the decoder does not implement, naming every unsupported part.
+
+    `allow_training`: a model in train mode is accepted (the packed scorer, which applies no dropout; the tiny
+    backbones have none); the decoder itself samples in eval mode only."""
     cfg = model.config
     rope = getattr(cfg, "rope_parameters", None) or {"rope_type": "default", "rope_theta": cfg.rope_theta}
     problems = [
@@ -22,7 +25,7 @@ def _check_supported(model: Any) -> None:
         f"hidden_act {cfg.hidden_act!r}" if cfg.hidden_act != "silu" else "",
         f"rope_type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else "",
         "sliding-window attention" if getattr(cfg, "use_sliding_window", False) else "",
-        "the model is not in eval mode" if model.training else "",
+        "the model is not in eval mode" if model.training and not allow_training else "",
     ]
     if any(problems):
         raise ValueError(
@@ -30,7 +33,7 @@ def _check_supported(model: Any) -> None:
         )
 
 
-def _fused_layer(layer: Any) -> tuple:
+def fused_layer(layer: Any) -> tuple:
     """One decoder layer's weights as the decoder reads them: q/k/v and gate/up concatenated, one matmul each."""
     att, mlp = layer.self_attn, layer.mlp
     qkv_b = (
@@ -50,6 +53,12 @@ def _fused_layer(layer: Any) -> tuple:
     )
 
 
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == roll(x) * signed_sin bit for bit
+    (cat(-x2, x1) * sin == cat(x2, x1) * cat(-sin1, sin2): negation is exact), in one op fewer."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
+
+
 class StaticDecoder:
     """Incremental forward of a tiny Qwen2 / Llama model over a preallocated KV cache [rows, heads, T, dim].
 
@@ -60,11 +69,11 @@ class StaticDecoder:
 
     def __init__(self, model: Any, rows: int, length: int):
         cfg = model.config
-        _check_supported(model)
+        check_supported(model)
         self.model, self.heads, self.kv_heads = model, cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = cfg.rms_norm_eps
-        self.layers = [_fused_layer(layer) for layer in model.model.layers]
+        self.layers = [fused_layer(layer) for layer in model.model.layers]
         weight = model.model.embed_tokens.weight
         self.embed, self.norm = weight, model.model.norm.weight
         self.dev = weight.device
@@ -75,7 +84,7 @@ class StaticDecoder:
         angles = torch.cat([freqs, freqs], dim=-1)
         half = self.head_dim // 2
         sin = angles.sin()
-        # [T, head_dim]; sin with its first half negated, for `_rope`'s roll
+        # [T, head_dim]; sin with its first half negated, for `rope`'s roll
         self.cos, self.sin = (
             angles.cos().to(weight.dtype),
             torch.cat([-sin[:, :half], sin[:, half:]], -1).to(weight.dtype),
@@ -112,11 +121,6 @@ class StaticDecoder:
         self.valid = self.valid.index_select(0, rows)
         self.rows = torch.arange(len(rows), device=self.dev)
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == roll(x) * signed_sin bit for bit
-        (cat(-x2, x1) * sin == cat(x2, x1) * cat(-sin1, sin2): negation is exact), in one op fewer."""
-        return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
-
     def _block(
         self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, write: Any, attend: Any
     ) -> torch.Tensor:
@@ -126,7 +130,7 @@ class StaticDecoder:
         for i, (ln1, w_qkv, b_qkv, w_o, b_o, ln2, w_gu, b_gu, w_down, b_down) in enumerate(self.layers):
             x = F.rms_norm(h, (h.shape[-1],), ln1, self.eps)
             qkv = F.linear(x, w_qkv, b_qkv).view(n, s, nh + 2 * nkv, hd).transpose(1, 2)  # [N, H+2KV, S, hd]
-            qk = self._rope(qkv[:, : nh + nkv], cos, sin)
+            qk = rope(qkv[:, : nh + nkv], cos, sin)
             write(i, qk[:, nh:], qkv[:, nh + nkv :])
             att = attend(i, qk[:, :nh])  # [N, H, S, hd]
             h = h + F.linear(att.transpose(1, 2).reshape(n, s, nh * hd), w_o, b_o)
@@ -184,4 +188,4 @@ class StaticDecoder:
         return self.model.lm_head(F.rms_norm(h, (h.shape[-1],), self.norm, self.eps))
 
 
-__all__ = ["StaticDecoder"]
+__all__ = ["StaticDecoder", "check_supported", "fused_layer", "rope"]

@@ -59,7 +59,7 @@ def _token_dist(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor,
     return logp, probs, -(probs * logp).sum(-1)
 
 
-def _token_stats(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def token_stats(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(log_softmax(logits / t), entropy) over the last dim; t = 1 when temperature == 0 (greedy)."""
     logp, _, entropy = _token_dist(logits, temperature)
     return logp, entropy
@@ -272,6 +272,17 @@ def _assemble(
     )
 
 
+def check_score_args(
+    prompts: list[list[int]], response_ids: torch.Tensor, response_mask: torch.Tensor
+) -> None:
+    """Refuse a scoring batch whose prompts, response ids and mask disagree in shape."""
+    if len(prompts) != response_ids.shape[0] or response_mask.shape != response_ids.shape:
+        raise ValueError(
+            f"shape mismatch: {len(prompts)} prompts, response_ids {tuple(response_ids.shape)}, "
+            f"response_mask {tuple(response_mask.shape)}"
+        )
+
+
 def score(
     model: Any,
     prompts: list[list[int]],
@@ -289,12 +300,8 @@ def score(
     enables them (PPO update, paper Eq. 4); under no_grad this gives π_θold and the entropy used
     for trajectory selection (paper §4.1). `temperature == 0` is treated as 1, as in `generate`.
     """
+    check_score_args(prompts, response_ids, response_mask)
     n, width = response_ids.shape
-    if len(prompts) != n or response_mask.shape != response_ids.shape:
-        raise ValueError(
-            f"shape mismatch: {len(prompts)} prompts, response_ids {tuple(response_ids.shape)}, "
-            f"response_mask {tuple(response_mask.shape)}"
-        )
     device = response_ids.device
     lens = torch.tensor([len(p) for p in prompts], device=device)
     resp_len = response_mask.sum(1)
@@ -311,7 +318,7 @@ def score(
     # logits at position j predict token j+1; only positions >= shortest prompt - 1 are needed
     first = int(lens.min()) - 1
     logits = model(input_ids=seq, use_cache=False, logits_to_keep=seq_len - first).logits
-    logp_all, ent_all = _token_stats(logits, temperature)  # [N, seq_len - first, V], [N, seq_len - first]
+    logp_all, ent_all = token_stats(logits, temperature)  # [N, seq_len - first, V], [N, seq_len - first]
     index = torch.clamp(position - 1 - first, 0, logits.shape[1] - 1)
     logp = logp_all.gather(1, index[..., None].expand(-1, -1, logp_all.shape[-1]))
     logp = logp.gather(2, response_ids.clamp(min=0)[..., None]).squeeze(-1)

@@ -1,7 +1,8 @@
 """After an epoch boundary a question can be fresh and replayed in the same step: the CPU trainer trains it as
 two groups and finishes (it used to group rows by question id and crash in `record_group` with 2K rewards).
 The drills' set-up: 40 training questions, smoke budget, 12 steps, for seeds whose draws reach the overlap
-with the current sampler (1, 3, 5, 8 of seeds 1-10; the assertion below says so if a sampler change moves it)."""
+with the current sampler and trainer (1, 3, 5, 7, 10 of seeds 1-10 since packed scoring and foreach AdamW;
+the assertion below says so if a change to the draws or the rounding moves it)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from exgrpo.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("seed", [1, 3, 5, 8])
+@pytest.mark.parametrize("seed", [1, 3, 5, 7])
 def test_twelve_steps_over_an_epoch_boundary_finish_with_fresh_and_replayed_questions(
     seed, tiny_data, sft_fixture, tmp_path, monkeypatch
 ):

@@ -151,7 +151,9 @@ def test_cpu_trainer_and_verl_plugin_assemble_the_same_step(
         reset_metrics=lambda: None,
     )
     monkeypatch.setattr(tiny, "generate", lambda *a, **kw: roll)
-    monkeypatch.setattr(tiny, "score", lambda model, prompts, ids, mask, **kw: _current_policy(ids, mask))
+    monkeypatch.setattr(
+        tiny, "packed_score", lambda model, prompts, ids, mask, **kw: _current_policy(ids, mask)
+    )
     captured = []
     monkeypatch.setattr(tiny.CPUTrainer, "_update", lambda self, batch: captured.append(batch) or {})
     cpu_chosen = cpu._select_all(plan)
