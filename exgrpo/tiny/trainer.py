@@ -87,10 +87,10 @@ class CPUTrainer:
         self.questions = {q.qid: q for q in train}
         self.valid = valid[: args.val_size]
         self.manager = ExperienceManager(cfg, seed=seed)
-        # foreach: one multi-tensor kernel per AdamW op instead of one per parameter (the tiny models' update is
-        # dispatch-bound); the same AdamW maths, a different rounding order than the for-loop path
+        # torch's default (on CPU the for-loop AdamW): for these 39 small tensors it beat foreach (2.4 vs 9.3 ms a
+        # step, measured 2026-12-07), and the optimizer step is under 1% of the update either way.
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=args.lr, betas=args.betas, weight_decay=args.weight_decay, foreach=True
+            model.parameters(), lr=args.lr, betas=args.betas, weight_decay=args.weight_decay
         )
         self.generators = {
             "rollout": torch.Generator().manual_seed(seed),
@@ -311,9 +311,7 @@ class CPUTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = float(
-                torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), self.cfg.grad_clip or float("inf"), foreach=True
-                )
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip or float("inf"))
             )
             if not np.isfinite(gnorm) or (self.cfg.skip_grad_bound and gnorm > self.cfg.skip_grad_bound):
                 skipped += 1  # released: skip the step on a non-finite or huge grad norm

@@ -1,7 +1,7 @@
 """After an epoch boundary a question can be fresh and replayed in the same step: the CPU trainer trains it as
 two groups and finishes (it used to group rows by question id and crash in `record_group` with 2K rewards).
 The drills' set-up: 40 training questions, smoke budget, 12 steps, for seeds whose draws reach the overlap
-with the current sampler and trainer (1, 3, 5, 7, 10 of seeds 1-10 since packed scoring and foreach AdamW;
+with the current sampler and trainer (1, 3, 5, 7, 10, 12, 13, 14 of seeds 1-14 since packed scoring;
 the assertion below says so if a change to the draws or the rounding moves it)."""
 
 from __future__ import annotations
