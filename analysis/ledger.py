@@ -6,6 +6,12 @@ several lines (repeats) counts every line. GPU-hours = wall hours × GPUs, where
 backbone's `resources.nodes × resources.gpus_per_node` in config/backbones.yaml, for jobs whose rule
 name starts with one of `GPU_RULE_PREFIXES` and whose wildcards path names a backbone that has GPUs.
 Snakemake does not record GPUs in the TSV, so this is the allocation, not measured use.
+
+A warm job (its command ran in a warm-start server's child, exgrpo.warm_start) has a TSV that measured only the
+client waiting for the child, so its CPU time and RSS are near zero; the server recorded the child's beside the
+TSV (`<wildcards>.tsv.warm.json`, analysis.schema.WARM_USAGE). Such a job's CPU is the TSV's (the client, and any
+command of the job that ran in its own process) plus the child's, its peak RSS the TSV's plus the child's (the
+client and the child are alive together, so the job's peak is at most their sum), and the ledger marks it warm.
 """
 
 from __future__ import annotations
@@ -37,11 +43,25 @@ def gpus_for(rule: str, job: str, registry: dict[str, dict[str, Any]]) -> int:
     return 0
 
 
+def _column(bench: pd.DataFrame, name: str) -> pd.Series:
+    """A numeric benchmark column, all NaN when the files lack it."""
+    if name not in bench:
+        return pd.Series(np.nan, index=bench.index, dtype="float64")
+    return pd.to_numeric(bench[name], errors="coerce").astype("float64")
+
+
 def jobs(bench: pd.DataFrame, registry: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One line per benchmark record: rule, job, wall_h, cpu_h, max_rss_mb, gpus, gpu_h."""
+    """One line per benchmark record: rule, job, wall_h, cpu_h, max_rss_mb, warm, gpus, gpu_h (a warm job's CPU
+    and RSS with its server child's added: module docstring)."""
     out = pd.DataFrame({"rule": bench["rule"], "job": bench["job"], "wall_h": bench["s"] / 3600.0})
-    out["cpu_h"] = (bench["cpu_time"] / 3600.0) if "cpu_time" in bench else np.nan
-    out["max_rss_mb"] = bench.get("max_rss", np.nan)
+    cpu_s, rss = _column(bench, "cpu_time"), _column(bench, "max_rss")
+    warm = bench["warm"].eq(True) if "warm" in bench else pd.Series(False, index=bench.index)
+    if warm.any():  # a client too short for Snakemake to sample has no values: the child's alone then
+        cpu_s = cpu_s.where(~warm, cpu_s.fillna(0.0) + bench["warm_cpu_s"])
+        rss = rss.where(~warm, rss.fillna(0.0) + bench["warm_max_rss_mb"])
+    out["cpu_h"] = cpu_s / 3600.0
+    out["max_rss_mb"] = rss
+    out["warm"] = warm
     out["gpus"] = [gpus_for(r, j, registry) for r, j in zip(bench["rule"], bench["job"])]
     out["gpu_h"] = out["wall_h"] * out["gpus"]
     return out
@@ -53,6 +73,7 @@ def per_rule(job_frame: pd.DataFrame) -> pd.DataFrame:
         job_frame.groupby("rule", sort=True)
         .agg(
             jobs=("job", "size"),
+            warm_jobs=("warm", "sum"),
             wall_h=("wall_h", "sum"),
             cpu_h=("cpu_h", lambda s: s.sum(min_count=1)),
             max_rss_mb=("max_rss_mb", "max"),
@@ -65,6 +86,7 @@ def per_rule(job_frame: pd.DataFrame) -> pd.DataFrame:
             {
                 "rule": "all rules",
                 "jobs": int(grouped["jobs"].sum()),
+                "warm_jobs": int(grouped["warm_jobs"].sum()),
                 "wall_h": grouped["wall_h"].sum(),
                 "cpu_h": grouped["cpu_h"].sum(min_count=1),
                 "max_rss_mb": grouped["max_rss_mb"].max(),
@@ -87,6 +109,7 @@ def tables(bench: pd.DataFrame, registry: dict[str, dict[str, Any]], source: str
             "CPU h": [fmt(v, 3) for v in rules["cpu_h"]],
             "Max RSS MB": [fmt(v, 0) for v in rules["max_rss_mb"]],
             "GPU h": [fmt(v, 2) for v in rules["gpu_h"]],
+            "Warm jobs": rules["warm_jobs"].astype(int).astype(str),  # last: pages quote the columns before it
         }
     )
     job_rows = pd.DataFrame(
@@ -98,11 +121,16 @@ def tables(bench: pd.DataFrame, registry: dict[str, dict[str, Any]], source: str
             "Max RSS MB": [fmt(v, 0) for v in job_frame["max_rss_mb"]],
             "GPUs": job_frame["gpus"].astype(str),
             "GPU h": [fmt(v, 3) for v in job_frame["gpu_h"]],
+            "Warm": ["yes" if w else "no" for w in job_frame["warm"]],
         }
     )
     note = (
         "GPU h = wall h × GPUs allocated (config/backbones.yaml resources) for GPU rules; "
         "Snakemake benchmark files do not measure GPUs."
+    )
+    warm_note = (
+        "Warm, Warm jobs: a job whose command ran in a warm-start server's child; its CPU h and RSS add the "
+        "child's (recorded by the server) to its benchmark file's, which measured only the waiting client."
     )
     return [
         Table(
@@ -110,13 +138,13 @@ def tables(bench: pd.DataFrame, registry: dict[str, dict[str, Any]], source: str
             "Compute ledger per rule",
             f"Snakemake benchmark files of results/{source}.",
             rule_rows,
-            [note],
+            [note, warm_note],
         ),
         Table(
             "ledger_jobs",
             "Compute ledger per job",
             f"One line per benchmark record of results/{source}.",
             job_rows,
-            [note],
+            [note, warm_note],
         ),
     ]

@@ -3,8 +3,8 @@
 Everything downstream (tables, figures, ledger) gets a `Results` object and never opens a file
 under results/ itself. A missing, corrupt or mis-shaped file stops the load with a `ResultsError`
 naming the file and the field; nothing is rendered from a half-valid tree. This module walks the tree
-(one loader per kind: paper CSVs, train/, eval/, prelim/, benchmarks/); `analysis.readers` reads and checks
-each file.
+(one loader per kind: paper CSVs, train/, eval/, prelim/, benchmarks/ with their warm-usage files);
+`analysis.readers` reads and checks each file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import regime_tree, schema
-from analysis.readers import ResultsError, read_csv, read_log, read_parquet
+from analysis.readers import ResultsError, check_keys, read_csv, read_json, read_log, read_parquet
 from analysis.run_trees import load_eval, load_train, with_aliases
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -146,8 +146,9 @@ def _load_trajectories(root: Path, registry: dict[str, Any]) -> pd.DataFrame:
 
 
 def load_benchmarks(root: Path) -> pd.DataFrame:
-    """The Snakemake benchmark TSVs of one source folder (rule, job, s, cpu_time, ...), validated; used alone
-    by benchmarks/bench_study.py, which needs no other part of the cache."""
+    """The Snakemake benchmark TSVs of one source folder (rule, job, s, cpu_time, ..., and `warm`, `warm_cpu_s`,
+    `warm_max_rss_mb` from each one's warm-usage file), validated; used alone by benchmarks/bench_study.py, which
+    needs no other part of the cache."""
     frames = []
     base = root / "benchmarks"
     for path in sorted(base.glob("**/*.tsv")) if base.is_dir() else []:
@@ -168,9 +169,26 @@ def load_benchmarks(root: Path) -> pd.DataFrame:
                 frame[col] = values
         frame.insert(0, "job", str(rel.with_suffix("").relative_to(rel.parts[0])))
         frame.insert(0, "rule", rel.parts[0])
+        frame["warm"], frame["warm_cpu_s"], frame["warm_max_rss_mb"] = _warm_usage(path)
         frames.append(frame)
-    cols = ["rule", "job", "s", "cpu_time", "max_rss"]
+    cols = ["rule", "job", "s", "cpu_time", "max_rss", "warm", "warm_cpu_s", "warm_max_rss_mb"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def _warm_usage(tsv: Path) -> tuple[bool, float, float]:
+    """(warm, child CPU seconds, child peak RSS MB) from the benchmark's warm-usage file (schema.WARM_USAGE), or
+    (False, NaN, NaN) without one: the job ran in its own process, which its benchmark file measured."""
+    path = tsv.with_name(tsv.name + ".warm.json")
+    if not path.exists():
+        return False, float("nan"), float("nan")
+    record = read_json(path)
+    check_keys(path, record, schema.WARM_USAGE_KEYS, {})
+    if record["warm"] is not True:
+        raise ResultsError(path, "warm", f"expected true (the file is written for warm jobs only), got {record['warm']!r}")
+    for key in ("cpu_s", "max_rss_mb"):
+        if record[key] < 0:
+            raise ResultsError(path, key, f"expected a number >= 0, got {record[key]!r}")
+    return True, float(record["cpu_s"]), float(record["max_rss_mb"])
 
 
 _read_log = read_log

@@ -228,6 +228,17 @@ BENCHMARK_COLUMNS: dict[str, str] = {
     "cpu_time": "float?",
 }
 """Snakemake `benchmark:` files; only `s` (wall seconds) is required."""
+WARM_USAGE = "benchmarks/{rule}/{wildcards}.tsv.warm.json"
+"""Beside a benchmark file, for a job whose command ran in a warm-start server's child (exgrpo.warm_start): the
+benchmark measured only the waiting client, this file the child (what the ledger adds)."""
+WARM_USAGE_KEYS: dict[str, str] = {
+    "warm": "bool",
+    "commands": "int",
+    "cpu_s": "float",
+    "max_rss_mb": "float",
+}
+"""Every key is required; `warm` is true, `commands` counts the job's warm commands (CPU seconds summed over them,
+`max_rss_mb` their largest peak RSS)."""
 
 RENDERED = ("tables", "figures", "index.md")
 """Written by `python -m analysis render`; never read back as input."""

@@ -6,7 +6,8 @@ workflow's `onstart` (workflow/rules/common.smk) sets `EXGRPO_WARM_DIR` to a pri
 run's work dir. There, `exgrpo` (exgrpo.cli.main) and `python -m analysis` look for a server
 (exgrpo.warm_start) that has already imported what their command imports, and ask it to fork a child that runs
 the command with this process's argv, cwd, environment and stdin/stdout/stderr; this process waits and exits with
-the child's status, forwarding SIGTERM and SIGINT.
+the child's status, forwarding SIGTERM and SIGINT. When the job names a usage file (`ENV_USAGE`), the server
+writes the child's CPU seconds and peak RSS there before it answers, for the compute ledger.
 
 One server per (command kind, environment): its key hashes the kind (`PROFILES`) and every environment variable
 but a few a shell changes per process (`IGNORED_ENV`), and the server was started with exactly that environment
@@ -40,8 +41,12 @@ ENV_OFF = "EXGRPO_WARM_START"
 """`0` turns warm starts off for the run (the workflow then sets no `ENV_DIR`) or for one command."""
 ENV_OWNER = "EXGRPO_WARM_OWNER"
 """The pid of the Snakemake process that owns the run: a server exits once it is gone."""
-IGNORED_ENV = frozenset({"_", "SHLVL", "PWD", "OLDPWD"})
-"""Variables a shell sets per process, read by nothing at import: not part of a server's key (still applied)."""
+ENV_USAGE = "EXGRPO_BENCHMARK_USAGE"
+"""Where a warm job's server records the child's CPU and peak RSS (`<benchmark>.warm.json`, set by the workflow's
+`warm_usage` params helper): the job's Snakemake benchmark file measures only this client (analysis.ledger)."""
+IGNORED_ENV = frozenset({"_", "SHLVL", "PWD", "OLDPWD", ENV_USAGE})
+"""Variables a shell sets per process, and the job's own usage file, read by nothing at import: not part of a
+server's key (still applied), so jobs of one kind share a server."""
 PROFILES: dict[str, tuple[str, ...]] = {
     "train": (
         "exgrpo.cli",

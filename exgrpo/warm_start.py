@@ -10,7 +10,8 @@ server forks a child that restores a fresh process's signal handlers, applies th
 (`os.environ` replaced), puts the fds on 0-2, sets `sys.argv`, and returns out of the server's loop to this
 module's `__main__`, which runs the command as `exgrpo.cli.main` (or `analysis.__main__.main`) would and exits
 with its code through the interpreter's normal exit (threads joined, atexit, buffers flushed). The server relays
-the client's signals to the child and sends its exit status (a code, or the signal that killed it).
+the client's signals to the child and sends its exit status (a code, or the signal that killed it) with the
+child's CPU seconds and peak RSS (os.wait4), which the client records for the compute ledger.
 
 A server exits when its owner (the Snakemake process, `EXGRPO_WARM_OWNER`) is gone, after `IDLE_S` without a
 job, on SIGTERM (`stop`, the workflow's `onsuccess`/`onerror`), and SIGTERMs its running children when their
@@ -32,8 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exgrpo.records.io import read_json, write_json
 from exgrpo.warm_client import (
     ENV_OWNER,
+    ENV_USAGE,
     PROFILES,
     WarmError,
     peer_uid,
@@ -68,6 +71,7 @@ class Job:
     pid: int
     conn: socket.socket
     pidfd: int
+    usage: Path | None = None
 
 
 def preload(profile: str) -> None:
@@ -97,6 +101,36 @@ def parse_request(message: dict[str, Any] | None, fds: list[int]) -> Request:
     if request.entry not in ("exgrpo", "analysis"):
         raise WarmError(f"unknown entry {request.entry!r}")
     return request
+
+
+def usage_of(rusage: Any) -> dict[str, float]:
+    """A reaped child's CPU seconds (user + system) and peak RSS in MB (Linux's ru_maxrss is in KiB), sent with its
+    exit status: Snakemake's benchmark file measures only the client's process tree, not the server's child."""
+    return {
+        "cpu_s": float(rusage.ru_utime + rusage.ru_stime),
+        "max_rss_mb": float(rusage.ru_maxrss) / 1024.0,
+    }
+
+
+def usage_file(request: Request) -> Path | None:
+    """The job's usage file (`ENV_USAGE`, relative to its cwd), or None when it names none."""
+    name = request.env.get(ENV_USAGE)
+    return Path(request.cwd, name) if name else None
+
+
+def record_usage(path: Path, usage: dict[str, float]) -> None:
+    """Add one child's usage to the job's usage file (a job may run several warm commands: CPU seconds add up,
+    the peak RSS is the largest), atomically. The workflow removes the file when the job starts, so one found
+    here is this job's; an unreadable one is replaced."""
+    record: dict[str, Any] = {"warm": True, "commands": 0, "cpu_s": 0.0, "max_rss_mb": 0.0}
+    with contextlib.suppress(OSError, ValueError):
+        old = read_json(path)
+        if isinstance(old, dict) and old.get("warm") is True:
+            record.update({k: old[k] for k in ("commands", "cpu_s", "max_rss_mb") if k in old})
+    record["commands"] = int(record["commands"]) + 1
+    record["cpu_s"] = float(record["cpu_s"]) + usage["cpu_s"]
+    record["max_rss_mb"] = max(float(record["max_rss_mb"]), usage["max_rss_mb"])
+    write_json(path, record)
 
 
 def become_job(request: Request) -> None:
@@ -212,7 +246,7 @@ class Server:
         for fd in request.fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
-        self.jobs[pid] = Job(pid, conn, pidfd)
+        self.jobs[pid] = Job(pid, conn, pidfd, usage_file(request))
         self.selector.register(pidfd, selectors.EVENT_READ, ("exit", pid))
         self.selector.register(conn, selectors.EVENT_READ, ("client", pid))
         send_message(conn, {"pid": pid})
@@ -252,14 +286,20 @@ class Server:
             os.kill(pid, message["signal"])
 
     def reap(self, pid: int) -> None:
-        """The child exited: send its status (code or signal) and forget it."""
+        """The child exited: send its status (code or signal) and its resource use, and forget it."""
         job = self.jobs.pop(pid)
-        _, status = os.waitpid(pid, 0)
-        result = (
+        _, status, rusage = os.wait4(pid, 0)
+        result: dict[str, Any] = (
             {"signal": os.WTERMSIG(status)}
             if os.WIFSIGNALED(status)
             else {"returncode": os.waitstatus_to_exitcode(status)}
         )
+        result.update(usage_of(rusage))
+        if job.usage is not None:  # written before the answer: the job (and its benchmark) ends after it
+            try:
+                record_usage(job.usage, result)
+            except OSError as err:
+                print(f"warm start {self.key}: cannot write {job.usage}: {err}", file=sys.stderr, flush=True)
         self.selector.unregister(job.pidfd)
         os.close(job.pidfd)
         with contextlib.suppress(OSError):

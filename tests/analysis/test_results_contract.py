@@ -26,6 +26,7 @@ DOCUMENTED = sorted(
         *schema.SAMPLE_COLUMNS,
         *schema.TRAJECTORY_COLUMNS,
         *schema.BENCHMARK_COLUMNS,
+        *schema.WARM_USAGE_KEYS,
         *schema.PAPER_FILES,
         *(col for cols in schema.PAPER_FILES.values() for col in cols),
     }

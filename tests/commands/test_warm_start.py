@@ -34,7 +34,11 @@ def run_command(argv=None):
                           'argv0': sys.argv[0], 'pid': os.getpid()}), flush=True)
         if argv[1] == 'sleep':
             time.sleep(60)
-        return int(argv[1]) if argv[1] != 'sleep' else 0
+        if argv[1] == 'burn':  # ~0.3 s of CPU, for the usage the server reports
+            start = time.process_time()
+            while time.process_time() - start < 0.3:
+                pass
+        return int(argv[1]) if argv[1] not in ('sleep', 'burn') else 0
     return _run(argv)
 c.run_command = run_command
 """
@@ -161,6 +165,7 @@ def test_the_key_follows_the_environment_but_not_a_shells_own_variables():
     env = {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
     key = warm_client.server_key("train", env)
     assert warm_client.server_key("train", dict(env, SHLVL="3", OLDPWD="/x")) == key
+    assert warm_client.server_key("train", dict(env, EXGRPO_BENCHMARK_USAGE="b/j.tsv.warm.json")) == key
     assert warm_client.server_key("train", dict(env, OMP_NUM_THREADS="2")) != key
     assert warm_client.server_key("eval", env) != key
 
@@ -181,8 +186,44 @@ def test_a_raw_request_gets_the_pid_then_the_status(warm):
     sock = _raw_request(wait_for_server(warm), dict(warm), ["probe", "3"])
     started, _ = warm_client.recv_message(sock)
     assert started is not None and isinstance(started["pid"], int)
-    assert warm_client.recv_message(sock)[0] == {"returncode": 3}
+    status = warm_client.recv_message(sock)[0]
+    assert status is not None and status["returncode"] == 3
+    assert status["cpu_s"] >= 0.0 and status["max_rss_mb"] > 1.0  # a Python process holds several MB
     sock.close()
+
+
+def test_the_server_sends_the_childs_cpu_time_and_rss(warm):
+    exgrpo(["studies"], warm, cwd=ROOT)
+    sock = _raw_request(wait_for_server(warm), dict(warm), ["probe", "burn"])
+    warm_client.recv_message(sock)
+    status = warm_client.recv_message(sock)[0]
+    assert status is not None and status["returncode"] == 0
+    # the child burned 0.3 s of CPU after the fork (a child's rusage starts at zero); its RSS is the preloaded
+    # server's pages it touched and its own: more than a bare interpreter's few MB, far below a GB
+    assert status["cpu_s"] >= 0.2
+    assert 5.0 < status["max_rss_mb"] < 1024.0
+    sock.close()
+
+
+def test_a_warm_job_records_its_usage_where_its_environment_says(warm, tmp_path):
+    usage = tmp_path / "bench" / "job.tsv.warm.json"
+    usage.parent.mkdir()
+    cold = exgrpo(["probe", "burn"], dict(warm, EXGRPO_BENCHMARK_USAGE="bench/job.tsv.warm.json"), cwd=tmp_path)
+    assert "no server ready" in cold.stderr and not usage.exists()  # ran in its own process: its benchmark saw it
+    wait_for_server(warm)
+    plain = exgrpo(["probe", "burn"], warm, cwd=tmp_path)  # warm, naming no usage file: none written
+    assert plain.returncode == 0 and "warm start" not in plain.stderr
+    assert not list(tmp_path.rglob("*.warm.json"))
+    env = dict(warm, EXGRPO_BENCHMARK_USAGE="bench/job.tsv.warm.json")  # relative to the job's cwd
+    first = exgrpo(["probe", "burn"], env, cwd=tmp_path)
+    assert first.returncode == 0 and "warm start" not in first.stderr  # the same server: not part of the key
+    record = json.loads(usage.read_text())
+    assert record["warm"] is True and record["commands"] == 1
+    assert record["cpu_s"] >= 0.2 and record["max_rss_mb"] > 5.0
+    exgrpo(["probe", "burn"], env, cwd=tmp_path)  # a second warm command of the same job adds its CPU
+    again = json.loads(usage.read_text())
+    assert again["commands"] == 2 and again["cpu_s"] >= record["cpu_s"] + 0.2
+    assert again["max_rss_mb"] >= record["max_rss_mb"]
 
 
 def test_a_request_of_another_environment_is_refused(warm):

@@ -16,10 +16,11 @@ rule figures:
     conda:
         "../envs/cpu.yaml"
     params:
+        usage=warm_usage("figures"),  # a warm job's CPU and RSS (common.smk)
         sources=figure_sources(),
         backbones=backbones_file(),
     shell:
-        "(for source in {params.sources}; do"
+        "{params.usage}(for source in {params.sources}; do"
         " python -m analysis render --results results --source $source --backbones {params.backbones}"
         " || exit 1;"
         " done) > {log} 2>&1"
@@ -48,11 +49,12 @@ rule render_study:
     resources:
         **cpu_resources(),
     params:
+        usage=warm_usage("render_study"),  # a warm job's CPU and RSS (common.smk)
         backbones=backbones_file(),
         figures=f"{RESULTS}/{{source}}/figures",
         results=RESULTS,
     shell:
-        "(python -m analysis render --results {params.results} --source {wildcards.source}"
+        "{params.usage}(python -m analysis render --results {params.results} --source {wildcards.source}"
         " --backbones {params.backbones}"
         " && mkdir -p {output.figures}"
         " && find {params.figures} -maxdepth 1 '(' -name '*.png' -o -name '*.rst' ')'"

@@ -15,6 +15,7 @@
 #                                                  their benchmark files (no study to charge)
 import os
 import re
+import shlex
 from pathlib import Path
 
 from exgrpo.core.variants import ABLATIONS
@@ -233,6 +234,23 @@ def start_warm_starts():
     os.chmod(folder, 0o700)
     os.environ[ENV_DIR] = folder
     os.environ[ENV_OWNER] = str(os.getpid())
+
+
+def warm_usage(rule_name):
+    """A params entry for a rule whose job may run warm (exgrpo.warm_client.COMMANDS, `python -m analysis`): the
+    shell prefix that names `<its benchmark file>.warm.json` to the job (EXGRPO_BENCHMARK_USAGE) and removes a
+    stale one, so the server records the child's CPU and peak RSS there, which the benchmark file, measuring
+    only the client, lacks (analysis.ledger). By rule name: Snakemake names no job's benchmark to its shell."""
+    from exgrpo.warm_client import ENV_USAGE
+
+    def prefix(wildcards):
+        bench = workflow.get_rule(rule_name).expand_benchmark(dict(wildcards.items()))
+        if bench is None:
+            raise WorkflowError(f"warm_usage({rule_name!r}): rule {rule_name} has no benchmark file")
+        usage = shlex.quote(f"{bench}.warm.json")
+        return f"export {ENV_USAGE}={usage} && rm -f {usage} && "
+
+    return prefix
 
 
 def stop_warm_starts():

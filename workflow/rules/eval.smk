@@ -30,6 +30,7 @@ rule eval_tiny:
     resources:
         **backbone_resources("eval"),
     params:
+        usage=warm_usage("eval_tiny"),  # a warm job's CPU and RSS (common.smk)
         model=tiny_eval_model_arg,
         benchmarks=",".join(eval_benchmarks("tiny")),
         data=lambda wc: tiny_data_arg(wc.source),
@@ -40,7 +41,7 @@ rule eval_tiny:
         limit=lambda wc: eval_limit_arg(wc.source),
         backend=lambda wc: tiny_eval_backend_args(wc.source),
     shell:
-        "{params.offline}{params.engine_env}exgrpo eval {params.backend} --model {params.model} --benchmarks {params.benchmarks}"
+        "{params.usage}{params.offline}{params.engine_env}exgrpo eval {params.backend} --model {params.model} --benchmarks {params.benchmarks}"
         " --profile {wildcards.profile} --data {params.data} --out {params.out}"
         " --seed {wildcards.seed} --threads {threads} {params.limit} --no-progress > {log} 2>&1"
 
@@ -71,6 +72,7 @@ rule eval_tiny_chat_if:
     resources:
         **backbone_resources("eval"),
     params:
+        usage=warm_usage("eval_tiny_chat_if"),  # a warm job's CPU and RSS (common.smk)
         model=tiny_eval_model_arg,
         benchmarks=",".join(eval_benchmarks("tiny", data="chat_if")),
         data=lambda wc: tiny_chat_eval_data_arg(wc.source),
@@ -81,7 +83,7 @@ rule eval_tiny_chat_if:
         backend=lambda wc: tiny_eval_backend_args(wc.source),
         arena=tiny_arena_args,
     shell:
-        "{params.offline}{params.engine_env}exgrpo eval {params.backend} --model {params.model} --benchmarks {params.benchmarks}"
+        "{params.usage}{params.offline}{params.engine_env}exgrpo eval {params.backend} --model {params.model} --benchmarks {params.benchmarks}"
         " --profile {wildcards.profile} --data {params.data} {params.arena} --out {params.out}"
         " --seed {wildcards.seed} --threads {threads} --no-progress > {log} 2>&1"
 

@@ -22,6 +22,7 @@ rule prelim_tiny:
     resources:
         **backbone_resources("judge"),
     params:
+        usage=warm_usage("prelim_tiny"),  # a warm job's CPU and RSS (common.smk)
         model=lambda wc: f"{ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed)}/final",
         data=lambda wc: tiny_data_arg(wc.source),
         offline=lambda wc: tiny_offline_prefix(wc.source),
@@ -29,7 +30,7 @@ rule prelim_tiny:
         judge=lambda wc: tiny_prelim_judge_args(wc.source),
         questions=lambda wc: 64 if study_of_source(wc.source).budget == "smoke" else 400,
     shell:
-        "{params.offline}{params.engine_env}exgrpo prelim-analyze --model {params.model} --data {params.data} --split train"
+        "{params.usage}{params.offline}{params.engine_env}exgrpo prelim-analyze --model {params.model} --data {params.data} --split train"
         " --questions {params.questions} --k 8 {params.judge} --seed {wildcards.seed}"
         " --backbone {wildcards.backbone} --out {output} --no-progress > {log} 2>&1"
 

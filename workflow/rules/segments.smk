@@ -22,6 +22,7 @@ rule train_tiny_segment:
     resources:
         **train_resources(),
     params:
+        usage=warm_usage("train_tiny_segment"),  # a warm job's CPU and RSS (common.smk)
         data=input_folder("data"),
         init=input_folder("init"),
         ckpt=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
@@ -31,6 +32,6 @@ rule train_tiny_segment:
         ],
         code=code_digest_of("train_tiny"),
     shell:
-        "exgrpo train --run-file {input.run} --data {params.data} --init {params.init}"
+        "{params.usage}exgrpo train --run-file {input.run} --data {params.data} --init {params.init}"
         " --out {params.scratch} --ckpt {params.ckpt} --threads {threads}"
         " --stop-after {params.stop} > {log} 2>&1"

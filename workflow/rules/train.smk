@@ -47,6 +47,7 @@ rule sft:
     resources:
         **cpu_resources(),
     params:
+        usage=warm_usage("sft"),  # a warm job's CPU and RSS (common.smk)
         data=input_folder("data"),
         out=output_folder("model"),
         init=lambda wc: (
@@ -57,7 +58,7 @@ rule sft:
         steps=lambda wc: sft_steps_arg(wc.source),
         backbones=backbones_file(),
     shell:
-        "exgrpo sft --backbone {wildcards.backbone} --data {params.data} --out {params.out}"
+        "{params.usage}exgrpo sft --backbone {wildcards.backbone} --data {params.data} --out {params.out}"
         " {params.init} {params.steps} --backbones {params.backbones} --threads {threads}"
         " > {log} 2>&1"
 
@@ -85,6 +86,7 @@ rule train_tiny:
     resources:
         **train_resources(),
     params:
+        usage=warm_usage("train_tiny"),  # a warm job's CPU and RSS (common.smk)
         data=lambda wc: tiny_data_arg(wc.source),
         init=lambda wc: tiny_base_arg(wc.source, wc.backbone),
         offline=lambda wc: tiny_offline_prefix(wc.source),
@@ -92,7 +94,7 @@ rule train_tiny:
         ckpt=lambda wc: ckpt_dir(wc.source, wc.backbone, wc.variant, wc.seed),
         code=code_digest_of("train_tiny"),
     shell:
-        "{params.offline}exgrpo train --run-file {input.run} --data {params.data} --init {params.init}"
+        "{params.usage}{params.offline}exgrpo train --run-file {input.run} --data {params.data} --init {params.init}"
         " --out {params.out} --ckpt {params.ckpt} --threads {threads} > {log} 2>&1"
 
 
