@@ -109,7 +109,8 @@ def tables(bench: pd.DataFrame, registry: dict[str, dict[str, Any]], source: str
             "CPU h": [fmt(v, 3) for v in rules["cpu_h"]],
             "Max RSS MB": [fmt(v, 0) for v in rules["max_rss_mb"]],
             "GPU h": [fmt(v, 2) for v in rules["gpu_h"]],
-            "Warm jobs": rules["warm_jobs"].astype(int).astype(str),  # last: pages quote the columns before it
+            # last: pages quote the columns before it (tests/test_readme.py)
+            "Warm jobs": rules["warm_jobs"].astype(int).astype(str),
         }
     )
     job_rows = pd.DataFrame(

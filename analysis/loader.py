@@ -184,7 +184,9 @@ def _warm_usage(tsv: Path) -> tuple[bool, float, float]:
     record = read_json(path)
     check_keys(path, record, schema.WARM_USAGE_KEYS, {})
     if record["warm"] is not True:
-        raise ResultsError(path, "warm", f"expected true (the file is written for warm jobs only), got {record['warm']!r}")
+        raise ResultsError(
+            path, "warm", f"expected true (the file is written for warm jobs only), got {record['warm']!r}"
+        )
     for key in ("cpu_s", "max_rss_mb"):
         if record[key] < 0:
             raise ResultsError(path, key, f"expected a number >= 0, got {record[key]!r}")

@@ -208,13 +208,14 @@ def test_the_server_sends_the_childs_cpu_time_and_rss(warm):
 def test_a_warm_job_records_its_usage_where_its_environment_says(warm, tmp_path):
     usage = tmp_path / "bench" / "job.tsv.warm.json"
     usage.parent.mkdir()
-    cold = exgrpo(["probe", "burn"], dict(warm, EXGRPO_BENCHMARK_USAGE="bench/job.tsv.warm.json"), cwd=tmp_path)
-    assert "no server ready" in cold.stderr and not usage.exists()  # ran in its own process: its benchmark saw it
+    env = dict(warm, EXGRPO_BENCHMARK_USAGE="bench/job.tsv.warm.json")  # relative to the job's cwd
+    cold = exgrpo(["probe", "burn"], env, cwd=tmp_path)
+    # the first job ran in its own process, which its benchmark file measured: no usage file
+    assert "no server ready" in cold.stderr and not usage.exists()
     wait_for_server(warm)
     plain = exgrpo(["probe", "burn"], warm, cwd=tmp_path)  # warm, naming no usage file: none written
     assert plain.returncode == 0 and "warm start" not in plain.stderr
     assert not list(tmp_path.rglob("*.warm.json"))
-    env = dict(warm, EXGRPO_BENCHMARK_USAGE="bench/job.tsv.warm.json")  # relative to the job's cwd
     first = exgrpo(["probe", "burn"], env, cwd=tmp_path)
     assert first.returncode == 0 and "warm start" not in first.stderr  # the same server: not part of the key
     record = json.loads(usage.read_text())

@@ -222,14 +222,17 @@ def refuse_without_vllm(dag):
 def start_warm_starts():
     """A local real run (called from `onstart`): a private folder for the warm-start servers, named to every job
     by EXGRPO_WARM_DIR (exgrpo.warm_client; each job kind's first job starts its server). Off under a cluster
-    executor, unless `--config warm_start=True` (the schema's default is false), or with EXGRPO_WARM_START=0."""
+    executor, unless `--config warm_start=True` (the schema's default is false), or with EXGRPO_WARM_START=0.
+    """
     from exgrpo.warm_client import ENV_DIR, ENV_OFF, ENV_OWNER
 
     wanted = config.get("warm_start") is True  # absent = the schema default, false
     if not (workflow.local_exec and wanted and os.environ.get(ENV_OFF) != "0"):
         os.environ.pop(ENV_DIR, None)
         return
-    folder = os.path.abspath(os.path.join(".snakemake", "exgrpo-warm", str(os.getpid())))
+    folder = os.path.abspath(
+        os.path.join(".snakemake", "exgrpo-warm", str(os.getpid()))
+    )
     os.makedirs(folder, mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)
     os.environ[ENV_DIR] = folder
@@ -240,13 +243,16 @@ def warm_usage(rule_name):
     """A params entry for a rule whose job may run warm (exgrpo.warm_client.COMMANDS, `python -m analysis`): the
     shell prefix that names `<its benchmark file>.warm.json` to the job (EXGRPO_BENCHMARK_USAGE) and removes a
     stale one, so the server records the child's CPU and peak RSS there, which the benchmark file, measuring
-    only the client, lacks (analysis.ledger). By rule name: Snakemake names no job's benchmark to its shell."""
+    only the client, lacks (analysis.ledger). By rule name: Snakemake names no job's benchmark to its shell.
+    """
     from exgrpo.warm_client import ENV_USAGE
 
     def prefix(wildcards):
         bench = workflow.get_rule(rule_name).expand_benchmark(dict(wildcards.items()))
         if bench is None:
-            raise WorkflowError(f"warm_usage({rule_name!r}): rule {rule_name} has no benchmark file")
+            raise WorkflowError(
+                f"warm_usage({rule_name!r}): rule {rule_name} has no benchmark file"
+            )
         usage = shlex.quote(f"{bench}.warm.json")
         return f"export {ENV_USAGE}={usage} && rm -f {usage} && "
 
