@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,17 @@ import yaml
 from exgrpo.workflow.cluster import job_resources, visible_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
+WARM_USAGE_PREFIX = re.compile(r"^export EXGRPO_BENCHMARK_USAGE=(\S+) && rm -f \1 && ")
+"""The prefix common.smk's warm_usage puts before a warm-servable job's command (tests/workflow/test_warm_usage.py)."""
+
+
+def _command(shell: str) -> str:
+    """A job's shell without the warm-usage prefix, which must be there (the rule's benchmark file + .warm.json)."""
+    match = WARM_USAGE_PREFIX.match(shell)
+    assert match and match.group(1).endswith(".tsv.warm.json"), shell
+    return shell[match.end() :]
+
+
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]
 TABLE2 = yaml.safe_load((ROOT / "config/config.yaml").read_text())["studies"]["paper_continuous"]["backbones"]
 PAPER_BACKBONES = sorted(  # `all`'s: paper_repro's (`backbones: all`: in_all) and Table 2's (Qwen2.5-7B base)
@@ -90,7 +102,7 @@ def test_paper_cpu_on_the_stand_in_engines_trains_with_verl_on_cpu_and_evaluates
         assert f"--export-hf work/paper-cpu/ckpt/tiny-math/{job.wildcards['variant']}/s0/final" in job.shell
         assert "--rollout" not in job.shell  # engines: stand_in (exgrpo_cpu, the base config's rollout)
     for job in (j for j in result.jobs if j.rule == "eval_tiny"):
-        assert job.shell.startswith("exgrpo eval --backend tiny --model ")
+        assert _command(job.shell).startswith("exgrpo eval --backend tiny --model ")
 
 
 def test_paper_cpu_trains_on_verls_vllm_rollout_and_evaluates_on_lm_evals_vllm(wf, snakemake):
@@ -118,7 +130,7 @@ def test_paper_cpu_trains_on_verls_vllm_rollout_and_evaluates_on_lm_evals_vllm(w
         repo = f"exgrpo-tiny/{job.wildcards['backbone']}"
         assert f"--model-path $(exgrpo hf-cache path {repo} --revision " in job.shell
     for job in evals:  # under the engine environment the real-engine tests run vLLM under, one at a time
-        assert job.shell.startswith(
+        assert _command(job.shell).startswith(
             f"{hub}{vllm_cpu_env_prefix()}exgrpo eval --backend vllm {' '.join(vllm_cpu_flags())} --model "
         )
 

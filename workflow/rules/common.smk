@@ -240,10 +240,11 @@ def start_warm_starts():
 
 
 def warm_usage(rule_name):
-    """A params entry for a rule whose job may run warm (exgrpo.warm_client.COMMANDS, `python -m analysis`): the
+    """A params entry of each job that may run warm (exgrpo.warm_client.COMMANDS, `python -m analysis`), the
     shell prefix that names `<its benchmark file>.warm.json` to the job (EXGRPO_BENCHMARK_USAGE) and removes a
     stale one, so the server records the child's CPU and peak RSS there, which the benchmark file, measuring
-    only the client, lacks (analysis.ledger). By rule name: Snakemake names no job's benchmark to its shell.
+    only the client, lacks (analysis.ledger). Found by the rule's name, as Snakemake names no job's benchmark
+    to its shell.
     """
     from exgrpo.warm_client import ENV_USAGE
 
