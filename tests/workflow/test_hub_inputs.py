@@ -5,8 +5,8 @@ by repo id and revision, offline, to the snapshots in that cache (run for real i
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 from pathlib import Path
 
 import pytest
