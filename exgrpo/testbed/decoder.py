@@ -59,6 +59,16 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
 
 
+def rope_tables(model: Any, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and signed sin [*positions.shape, head_dim] at `positions`: the model's default RoPE angles, sin with
+    its first half negated for `rope`'s roll."""
+    freqs = positions.float()[..., None] * model.model.rotary_emb.inv_freq.float()
+    angles = torch.cat([freqs, freqs], dim=-1)
+    half = angles.shape[-1] // 2
+    sin = angles.sin()
+    return angles.cos().to(dtype), torch.cat([-sin[..., :half], sin[..., half:]], -1).to(dtype)
+
+
 class StaticDecoder:
     """Incremental forward of a tiny Qwen2 / Llama model over a preallocated KV cache [rows, heads, T, dim].
 
@@ -77,18 +87,8 @@ class StaticDecoder:
         weight = model.model.embed_tokens.weight
         self.embed, self.norm = weight, model.model.norm.weight
         self.dev = weight.device
-        freqs = (
-            torch.arange(length, device=self.dev, dtype=torch.float32)[:, None]
-            * model.model.rotary_emb.inv_freq.float()[None, :]
-        )
-        angles = torch.cat([freqs, freqs], dim=-1)
-        half = self.head_dim // 2
-        sin = angles.sin()
-        # [T, head_dim]; sin with its first half negated, for `rope`'s roll
-        self.cos, self.sin = (
-            angles.cos().to(weight.dtype),
-            torch.cat([-sin[:, :half], sin[:, half:]], -1).to(weight.dtype),
-        )
+        # [T, head_dim] each
+        self.cos, self.sin = rope_tables(model, torch.arange(length, device=self.dev), weight.dtype)
         # Uninitialised: attention reads only slots < `filled`, and every such slot has been written.
         self.k = [self._cache(rows) for _ in self.layers]
         self.v = [self._cache(rows) for _ in self.layers]
@@ -188,4 +188,4 @@ class StaticDecoder:
         return self.model.lm_head(F.rms_norm(h, (h.shape[-1],), self.norm, self.eps))
 
 
-__all__ = ["StaticDecoder", "check_supported", "fused_layer", "rope"]
+__all__ = ["StaticDecoder", "check_supported", "fused_layer", "rope", "rope_tables"]

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from exgrpo.testbed.decoder import check_supported, fused_layer, rope
+from exgrpo.testbed.decoder import check_supported, fused_layer, rope, rope_tables
 from exgrpo.testbed.rollout import check_score_args, token_stats
 
 
@@ -100,18 +100,6 @@ def _layout(
     )
 
 
-def _rope_tables(
-    model: Any, positions: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin [*positions.shape, head_dim] at `positions` (`decoder.rope`'s convention)."""
-    inv_freq = model.model.rotary_emb.inv_freq.float()
-    freqs = positions.float()[..., None] * inv_freq
-    angles = torch.cat([freqs, freqs], dim=-1)
-    half = angles.shape[-1] // 2
-    sin = angles.sin()
-    return angles.cos().to(dtype), torch.cat([-sin[..., :half], sin[..., half:]], -1).to(dtype)
-
-
 @dataclass
 class _Dims:
     heads: int
@@ -163,7 +151,7 @@ def _prompt_pass(model: Any, lay: _Layout, layers: list[tuple], d: _Dims) -> tup
     nh, nkv, hd = d.heads, d.kv_heads, d.head_dim
     u, p = lay.prompt_ids.shape
     h = F.embedding(lay.prompt_ids, model.model.embed_tokens.weight)
-    cos, sin = _rope_tables(model, torch.arange(p, device=h.device), h.dtype)
+    cos, sin = rope_tables(model, torch.arange(p, device=h.device), h.dtype)
     causal = torch.ones(p, p, dtype=torch.bool, device=h.device).tril()
     kv = []
     for ln1, w_qkv, b_qkv, w_o, b_o, ln2, w_gu, b_gu, w_down, b_down in layers:
@@ -184,7 +172,7 @@ def _response_pass(model: Any, lay: _Layout, layers: list[tuple], kv: list, d: _
     nh, nkv, hd = d.heads, d.kv_heads, d.head_dim
     n, width = lay.attn_mask.shape[0], lay.attn_mask.shape[2]
     h = F.embedding(lay.flat_ids, model.model.embed_tokens.weight)
-    cos, sin = _rope_tables(model, lay.flat_pos, h.dtype)
+    cos, sin = rope_tables(model, lay.flat_pos, h.dtype)
     cos, sin = cos[:, None], sin[:, None]  # [M, 1, hd]
 
     def padded(x: torch.Tensor) -> torch.Tensor:  # [M, heads, hd] -> [N, heads, W, hd], zeros off the rows
