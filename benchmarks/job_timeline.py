@@ -10,6 +10,7 @@ Snakemake's benchmark `s` is a job's wall (its shell, interpreter and command); 
 from __future__ import annotations
 
 import csv
+import json
 import re
 from datetime import datetime
 from pathlib import Path
@@ -26,17 +27,24 @@ ELAPSED = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+)
 
 
 def benchmark_rows(tree: Path) -> dict[str, list[dict[str, Any]]]:
-    """Per job kind (the benchmarks/ subfolder), one dict per benchmark file: its job, wall and CPU seconds."""
+    """Per job kind (the benchmarks/ subfolder), one dict per benchmark file: its job, wall and CPU seconds, and
+    whether a warm-start server ran it. A warm job's TSV measured only its thin client; the forked child's CPU
+    seconds are in the `<benchmark>.tsv.warm.json` beside it (results/README.md) and are added here, as the
+    compute ledger adds them (analysis.loader.load_benchmarks, which validates the file; this reader stays
+    stdlib-only so that it also reads a baseline checkout's tree)."""
     kinds: dict[str, list[dict[str, Any]]] = {}
     for f in sorted((tree / "benchmarks").rglob("*.tsv")):
         with f.open() as fh:
             row = list(csv.DictReader(fh, delimiter="\t"))[-1]
+        usage = f.with_name(f.name + ".warm.json")
+        warm_cpu_s = float(json.loads(usage.read_text())["cpu_s"]) if usage.exists() else 0.0
         kind = f.relative_to(tree / "benchmarks").parts[0]
         kinds.setdefault(kind, []).append(
             {
                 "job": str(f.relative_to(tree / "benchmarks")),
                 "wall_s": float(row["s"]),
-                "cpu_s": float(row["cpu_time"]),
+                "cpu_s": float(row["cpu_time"]) + warm_cpu_s,
+                "warm": usage.exists(),
             }
         )
     return kinds

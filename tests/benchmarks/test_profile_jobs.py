@@ -88,7 +88,18 @@ def test_benchmark_rows_read_the_last_row_per_file(tmp_path):
     f.parent.mkdir(parents=True)
     f.write_text("s\th:m:s\tcpu_time\n9.5\t0:00:09\t7.25\n")
     assert T.benchmark_rows(tmp_path) == {
-        "eval": [{"job": "eval/b/v/s0/tiny.tsv", "wall_s": 9.5, "cpu_s": 7.25}]
+        "eval": [{"job": "eval/b/v/s0/tiny.tsv", "wall_s": 9.5, "cpu_s": 7.25, "warm": False}]
+    }
+
+
+def test_benchmark_rows_add_a_warm_jobs_forked_child(tmp_path):
+    """A warm job's TSV measured its client (0.5 CPU s); the child's 6.25 s come from the warm-usage file."""
+    f = tmp_path / "benchmarks" / "train" / "b" / "v" / "s0.tsv"
+    f.parent.mkdir(parents=True)
+    f.write_text("s\th:m:s\tcpu_time\n8.0\t0:00:08\t0.5\n")
+    f.with_name("s0.tsv.warm.json").write_text('{"warm": true, "cpu_s": 6.25, "max_rss_mb": 400.0}')
+    assert T.benchmark_rows(tmp_path) == {
+        "train": [{"job": "train/b/v/s0.tsv", "wall_s": 8.0, "cpu_s": 6.75, "warm": True}]
     }
 
 
