@@ -222,11 +222,11 @@ def refuse_without_vllm(dag):
 def start_warm_starts():
     """A local real run (called from `onstart`): a private folder for the warm-start servers, named to every job
     by EXGRPO_WARM_DIR (exgrpo.warm_client; each job kind's first job starts its server). Off under a cluster
-    executor, unless `--config warm_start=True` (the schema's default is false), or with EXGRPO_WARM_START=0.
+    executor, with `--config warm_start=False` (the schema's default is true), or with EXGRPO_WARM_START=0.
     """
     from exgrpo.warm_client import ENV_DIR, ENV_OFF, ENV_OWNER
 
-    wanted = config.get("warm_start") is True  # absent = the schema default, false
+    wanted = config.get("warm_start", True) is True  # absent = the schema default, true
     if not (workflow.local_exec and wanted and os.environ.get(ENV_OFF) != "0"):
         os.environ.pop(ENV_DIR, None)
         return
