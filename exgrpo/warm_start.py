@@ -346,10 +346,12 @@ def serve(folder: Path, key: str, profile: str) -> Request | None:
             (folder / f"{key}.pid").unlink(missing_ok=True)
 
 
-def stop_all(folder: Path) -> int:
+def stop_all(folder: Path, wait_s: float = 10.0) -> int:
     """SIGTERM every server of `folder` (its pid files; a pid whose command line is not a server is left
-    alone); the number signalled."""
-    signalled = 0
+    alone) and wait up to `wait_s` for them to exit, so that their sockets are gone when the run ends (a copy of
+    the workflow folder right after it, as tests make, would otherwise meet a socket file); then remove the
+    folder if nothing is left in it. The number signalled."""
+    signalled: list[int] = []
     for pid_file in folder.glob("*.pid"):
         try:
             pid = int(pid_file.read_text().strip())
@@ -359,8 +361,22 @@ def stop_all(folder: Path) -> int:
             continue
         if b"exgrpo.warm_start" in cmdline:
             os.kill(pid, signal.SIGTERM)
-            signalled += 1
-    return signalled
+            signalled.append(pid)
+    deadline = time.monotonic() + wait_s
+    while any(_running(pid) for pid in signalled) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only when empty: a server's log, or one that did not exit in time, keeps it
+    return len(signalled)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def main(argv: list[str] | None = None) -> int:

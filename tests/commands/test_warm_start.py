@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,6 +89,20 @@ def test_first_job_runs_itself_and_starts_a_server_then_jobs_are_delegated(warm)
     second = exgrpo(["studies"], warm, cwd=ROOT)
     assert second.returncode == 0 and "warm start" not in second.stderr
     assert second.stdout == first.stdout  # the same table, printed by the server's child
+
+
+def test_stop_all_returns_once_the_servers_removed_their_sockets(warm, tmp_path):
+    """The workflow's `onsuccess` stops the servers; right after it, the folder holds no socket, so a copy of the
+    workflow folder (shutil.copytree cannot copy a socket) succeeds, as the tests' snapshots need."""
+    from exgrpo import warm_start
+
+    exgrpo(["studies"], warm, cwd=ROOT)
+    sock = wait_for_server(warm)
+    folder = Path(warm[warm_client.ENV_DIR])
+    assert warm_start.stop_all(folder) == 1
+    assert not sock.exists() and not list(folder.glob("*.sock"))
+    assert folder.is_dir()  # kept: the server's log is in it
+    shutil.copytree(folder, tmp_path / "copy")  # raises shutil.Error on a socket file
 
 
 def test_exit_codes_and_argument_errors_come_back(warm):
