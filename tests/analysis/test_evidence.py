@@ -40,7 +40,8 @@ def _check(results: Path) -> evidence.Evidence:
 def test_the_committed_run_agrees_with_its_evidence(tmp_path):
     found = _check(_copy(tmp_path))
     assert found.disagreements == [] and found.path_only == []
-    # the committed evaluations predate provenance.model.final_model_sha256: their samples files' `weights`
+    # each committed evaluation names its weights (provenance.model.final_model_sha256, or in a file written
+    # before that field its samples file's `weights`)
     assert found.cells_recomputed == 4 and found.weights_by_hash == 4 and found.weights_by_path == 0
 
 
@@ -78,6 +79,12 @@ def _set_samples_weights(cell: Path, weights: str | None) -> None:
     pq.write_table(table, _samples(cell), compression="zstd")
 
 
+def _drop_eval_digest(cell: Path) -> None:
+    """Make `cell` a file written before provenance.model.final_model_sha256 (its samples' `weights` then
+    name its weights)."""
+    _edit(cell, lambda d: d["provenance"]["model"].pop("final_model_sha256", None))
+
+
 def _run_digest(results: Path) -> str:
     return json.loads((results / "tiny/train" / RUN / "run.json").read_text())["summary"][
         "final_model_sha256"
@@ -97,6 +104,7 @@ def test_an_evaluation_of_other_weights_is_named_and_refused_by_promote(tmp_path
     results = _copy(tmp_path / "reruns")
     hashed = results / "tiny" / "eval" / RUN / "tiny_ood_words.tiny.json"
     _edit(hashed, lambda d: d["provenance"]["model"].update(final_model_sha256="0" * 64))
+    _drop_eval_digest(results / "tiny" / CELL)
     _set_samples_weights(results / "tiny" / CELL, "1" * 64)  # a file before the field: its samples' digest
     found = _check(results)
     named = {(Path(d.path).name, d.field, d.stored) for d in found.disagreements}
@@ -113,6 +121,7 @@ def test_an_evaluation_of_other_weights_is_named_and_refused_by_promote(tmp_path
 
 def test_a_cell_without_a_weights_hash_is_named_and_checked_by_path(tmp_path):
     results = _copy(tmp_path)
+    _drop_eval_digest(results / "tiny" / CELL)
     _set_samples_weights(results / "tiny" / CELL, None)  # no digest on the evaluation's side
     found = _check(results)
     assert found.disagreements == [] and (found.weights_by_hash, found.weights_by_path) == (3, 1)
