@@ -268,7 +268,11 @@ def test_every_number_a_page_quotes_is_the_files(page):
         ("README.md", "51.9 ± 4.2", "51.9 ± 4.7"),  # a mean ± half-width quoted from some table
         ("docs/performance.md", "**2.14×**", "**2.41×**"),  # a benchmark JSON's ratio
         ("docs/performance.md", "7.3 ms", "7.6 ms"),
-        ("docs/real-engines.md", "223 s (Tiny-Math-H32 ExGRPO)", "233 s (Tiny-Math-H32 ExGRPO)"),  # a Snakemake benchmark file's seconds
+        (
+            "docs/real-engines.md",
+            "223 s (Tiny-Math-H32 ExGRPO)",
+            "233 s (Tiny-Math-H32 ExGRPO)",
+        ),  # a Snakemake benchmark file's seconds
     ],
 )
 def test_the_number_check_catches_a_planted_wrong_number(tmp_path, page, right, wrong):
