@@ -246,5 +246,5 @@ RENDERED = ("tables", "figures", "index.md")
 MAX_CACHE_BYTES = 40 * 1024 * 1024
 """The committed results/ cache stays below this size. About 0.2 MB per model evaluated on the four tiny benchmarks,
 most of it the per-sample records the paired bootstrap needs; the tiny study with the regime map evaluates 137
-models, and its regeneration at 231d5a7 added its reproduction reports (3.5 MB, most of it the figures): results/tiny 34 MB, results/ 37 MB in all, so
-the bound moved from 32 to 40 MiB."""
+models, and its regeneration at 231d5a7 added its reproduction reports (3.5 MB, most of it the figures):
+results/tiny 34 MB, results/ 37 MB in all, so the bound moved from 32 to 40 MiB."""

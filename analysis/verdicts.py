@@ -33,8 +33,9 @@ class Margin:
     backbones and four benchmarks, 3 seeds each: 40 arm x benchmark groups) had a between-seed standard
     deviation of avg@k of 1.50 points when δ was set (root mean square of the 40 per-group sample SDs; median
     1.10, range 0.07 to 3.44), and has 1.61 in the cache regenerated at 231d5a7 (median 1.31, range 0.26 to
-    3.38); δ stays 1.5, so that the reports before and after the regeneration use one rule. A rerun that moves a cell by less than one seed's standard deviation cannot be told apart
-    from a change of seed, so it reproduces. tests/analysis/test_verdicts.py recomputes the spread from
+    3.38); δ stays 1.5, so that the reports before and after the regeneration use one rule. A rerun that
+    moves a cell by less than one seed's standard deviation cannot be told apart from a change of seed, so it
+    reproduces. tests/analysis/test_verdicts.py recomputes the spread from
     results/tiny and fails when this constant drifts from it by more than 0.25 points."""
 
     def __post_init__(self) -> None:

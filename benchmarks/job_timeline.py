@@ -37,14 +37,15 @@ def benchmark_rows(tree: Path) -> dict[str, list[dict[str, Any]]]:
         with f.open() as fh:
             row = list(csv.DictReader(fh, delimiter="\t"))[-1]
         usage = f.with_name(f.name + ".warm.json")
-        warm_cpu_s = float(json.loads(usage.read_text())["cpu_s"]) if usage.exists() else 0.0
+        warm = usage.exists()
+        warm_cpu_s = float(json.loads(usage.read_text())["cpu_s"]) if warm else 0.0
         kind = f.relative_to(tree / "benchmarks").parts[0]
         kinds.setdefault(kind, []).append(
             {
                 "job": str(f.relative_to(tree / "benchmarks")),
                 "wall_s": float(row["s"]),
                 "cpu_s": float(row["cpu_time"]) + warm_cpu_s,
-                "warm": usage.exists(),
+                "warm": warm,
             }
         )
     return kinds

@@ -98,6 +98,8 @@ class WorkflowConfig:
     """Variant -> extra ExGRPOConfig overrides from the config (on top of ABLATIONS[variant])."""
     hf_cache: str
     allow_no_gpu: bool
+    warm_start: bool = True
+    """Whether a local run forks its jobs from preloaded servers (config `warm_start`, exgrpo.warm_start)."""
     results_dir: str = "reruns"
     """Where the workflow writes results (config `results_dir`; `results` = the committed references)."""
     regimes: dict[str, Regime] = dataclasses.field(default_factory=dict)
@@ -246,6 +248,7 @@ def load_workflow_config(
         variant_overrides=overrides,
         hf_cache=os.environ.get("EXGRPO_HF_CACHE") or config["hf_cache"],
         allow_no_gpu=bool(config.get("allow_no_gpu", False)),
+        warm_start=bool(config.get("warm_start", True)),
         results_dir=str(config.get("results_dir", "reruns")),
     )
     files = Files(

@@ -110,6 +110,14 @@ def workflow_copier():
 
 
 _HEADER = re.compile(r"^(local)?rule (\w+):$")
+WARM_USAGE_PREFIX = re.compile(r"^export EXGRPO_BENCHMARK_USAGE=(\S+) && rm -f \1 && ")
+"""The prefix common.smk's warm_usage puts before a warm-servable job's command (tests/workflow/test_warm_usage.py)."""
+
+
+def without_warm_usage(shell: str) -> str:
+    """A job's shell without its warm-usage prefix, when it has one (only warm-servable jobs do)."""
+    match = WARM_USAGE_PREFIX.match(shell)
+    return shell[match.end() :] if match else shell
 
 
 def parse_jobs(output: str) -> list[Job]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import yaml
 
 from exgrpo.core.config import ConfigError
 from exgrpo.workflow.study import resolve_study
-from tests.workflow.conftest import ROOT
+from tests.workflow.conftest import ROOT, without_warm_usage
 
 PROBE = """
 
@@ -147,7 +146,7 @@ def test_every_tiny_scale_job_of_a_hub_cache_study_reads_the_cache(wf, snakemake
     jobs = [j for j in done.jobs if j.rule in ("train_verl_cpu", "eval_tiny", "prelim_tiny")]
     assert {j.rule for j in jobs} == {"train_verl_cpu", "eval_tiny", "prelim_tiny"}
     for job in jobs:
-        shell = re.sub(r"^export EXGRPO_BENCHMARK_USAGE=\S+ && rm -f \S+ && ", "", job.shell)  # warm_usage
+        shell = without_warm_usage(job.shell)
         assert shell.startswith("export HF_HOME=work/hf HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 && "), job
         assert f"--data {data}" in job.shell and "work/paper-cpu/data/s0" not in job.shell, job.shell
         assert "models/tiny/" not in job.shell, job.shell

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +14,16 @@ import pytest
 import yaml
 
 from exgrpo.workflow.cluster import job_resources, visible_gpus
+from tests.workflow.conftest import WARM_USAGE_PREFIX, without_warm_usage
 
 ROOT = Path(__file__).resolve().parents[2]
-WARM_USAGE_PREFIX = re.compile(r"^export EXGRPO_BENCHMARK_USAGE=(\S+) && rm -f \1 && ")
-"""The prefix common.smk's warm_usage puts before a warm-servable job's command (tests/workflow/test_warm_usage.py)."""
 
 
 def _command(shell: str) -> str:
     """A job's shell without the warm-usage prefix, which must be there (the rule's benchmark file + .warm.json)."""
     match = WARM_USAGE_PREFIX.match(shell)
     assert match and match.group(1).endswith(".tsv.warm.json"), shell
-    return shell[match.end() :]
+    return without_warm_usage(shell)
 
 
 REGISTRY = yaml.safe_load((ROOT / "config/backbones.yaml").read_text())["backbones"]

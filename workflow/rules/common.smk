@@ -226,8 +226,7 @@ def start_warm_starts():
     """
     from exgrpo.warm_client import ENV_DIR, ENV_OFF, ENV_OWNER
 
-    wanted = config.get("warm_start", True) is True  # absent = the schema default, true
-    if not (workflow.local_exec and wanted and os.environ.get(ENV_OFF) != "0"):
+    if not (workflow.local_exec and WF.warm_start and os.environ.get(ENV_OFF) != "0"):
         os.environ.pop(ENV_DIR, None)
         return
     folder = os.path.abspath(
